@@ -1,0 +1,35 @@
+"""specdec_core: an exact speculative decoding engine, Qt-free.
+
+The engine is a ladder of verbs: load -> prefill -> draft -> verify -> accept -> roll back -> emit.
+Generation is a Python generator of frozen event dataclasses (``events.py``); the CLI, the benchmarks
+and the desktop app all consume that stream. Nothing in this package imports Qt.
+"""
+
+from specdec_core.config import GenerationConfig
+from specdec_core.events import (
+    DraftStop,
+    Event,
+    Finished,
+    Prefilled,
+    RoundDrafted,
+    RoundVerified,
+    StopReason,
+    TokenCommitted,
+    TokenRejected,
+    TokenState,
+)
+
+__all__ = [
+    "GenerationConfig",
+    "DraftStop",
+    "Event",
+    "Finished",
+    "Prefilled",
+    "RoundDrafted",
+    "RoundVerified",
+    "StopReason",
+    "TokenCommitted",
+    "TokenRejected",
+    "TokenState",
+]
+__version__ = "0.1.0"

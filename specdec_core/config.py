@@ -1,0 +1,57 @@
+"""One frozen settings object for a generation; validated once, read everywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from specdec_core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    # --- sampling: the *processed* distribution both models sample from (temperature, top-k, top-p) ---
+    temperature: float = 0.0  # 0 means greedy (argmax); speculation is then exact token for token
+    top_k: int = 0  # 0 disables; applied after temperature, as transformers does
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 disables; applied after top-k
+    seed: int = 0  # every random draw goes through torch.Generators seeded from this
+
+    # --- length ---
+    max_new_tokens: int = 256
+    stop_strings: tuple[str, ...] = ()  # generation ends when the reply text contains one of these
+
+    # --- speculation ---
+    speculate: bool = True  # False: the verifier decodes alone, through the same event stream
+    gamma: int = 4  # tokens drafted per round (the starting value when adaptive)
+    adaptive: bool = False  # grow gamma by 2 after a fully accepted round, shrink by 1 after a rejection
+    gamma_max: int = 16  # ceiling for adaptive drafting
+    # Stop drafting when the draft's most likely next token has a probability below this (0 disables).
+    # A hesitant draft is usually wrong, and every rejected token costs draft time for nothing.
+    confidence_cutoff: float = 0.0
+    top_alternatives: int = 3  # verifier's top tokens reported with each token, for hover tooltips
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> GenerationConfig:
+        if self.gamma < 1:
+            raise ConfigError(f"gamma must be at least 1 (got {self.gamma})")
+        if self.gamma_max < self.gamma:
+            raise ConfigError(f"gamma_max ({self.gamma_max}) must be at least gamma ({self.gamma})")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (got {self.temperature})")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ConfigError(f"top-p must be in (0, 1] (got {self.top_p})")
+        if self.top_k < 0:
+            raise ConfigError(f"top-k must be >= 0 (got {self.top_k})")
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
+        if not (0.0 <= self.confidence_cutoff < 1.0):
+            raise ConfigError(f"confidence cutoff must be in [0, 1) (got {self.confidence_cutoff})")
+        return self
+
+    def with_(self, **changes: object) -> GenerationConfig:
+        return replace(self, **changes).validate()  # type: ignore[arg-type]
+
+
+__all__ = ["GenerationConfig"]

@@ -1,0 +1,21 @@
+"""Errors the engine raises for bad input; the CLI and the app show their message, never a traceback."""
+
+
+class SpecdecError(Exception):
+    """Base class: the message is written for the user."""
+
+
+class ConfigError(SpecdecError, ValueError):
+    """An invalid generation setting (gamma < 1, temperature < 0, top-p outside (0, 1], ...)."""
+
+
+class ModelLoadError(SpecdecError):
+    """A model spec that cannot be resolved or loaded; the message names what was tried."""
+
+
+class IncompatiblePairError(SpecdecError):
+    """A draft that cannot be paired with the verifier; the message says exactly why."""
+
+
+class PromptTooLongError(SpecdecError):
+    """The prompt does not fit in the verifier's context window."""

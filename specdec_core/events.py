@@ -1,0 +1,135 @@
+"""The typed events a generation yields, in order.
+
+Per reply:  Prefilled, then per round [RoundDrafted, RoundVerified, then one TokenCommitted per
+accepted draft token, one TokenRejected per rejected draft token (the first rejected one and every one
+after it), and one TokenCommitted for the verifier's correction or bonus token], then Finished.
+With speculation off each round is a RoundVerified with no drafted tokens and one PLAIN token.
+
+A viewer that renders TokenCommitted and TokenRejected in arrival order shows the reply with rejected
+tokens right where the draft proposed them. All events are frozen: safe to hand to another thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Union
+
+from specdec_core.stats import Stats
+
+
+class TokenState(str, Enum):
+    ACCEPTED = "accepted"  # drafted and accepted by the verifier
+    REJECTED = "rejected"  # drafted and rejected (shown struck through; not part of the reply)
+    CORRECTED = "corrected"  # the verifier's token that replaced the first rejected draft token
+    BONUS = "bonus"  # the verifier's extra token after a fully accepted round
+    PLAIN = "plain"  # decoded by the verifier alone (speculation off, or nothing was drafted)
+
+
+class DraftStop(str, Enum):
+    """Why drafting stopped in a round."""
+
+    GAMMA = "gamma"  # drafted the round's full length
+    CONFIDENCE = "confidence"  # the draft's top probability fell under the cutoff
+    EOS = "eos"  # the draft proposed end of sequence
+    MAX_TOKENS = "max_tokens"  # the reply's token budget leaves no room for more drafts
+    NO_MATCH = "no_match"  # prompt lookup found no earlier n-gram to copy from
+    OFF = "off"  # speculation is off
+
+
+class StopReason(str, Enum):
+    EOS = "eos"
+    STOP_STRING = "stop_string"
+    MAX_TOKENS = "max_tokens"
+    CONTEXT = "context"  # the verifier's context window is full
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Alternative:
+    token_id: int
+    text: str
+    prob: float  # the verifier's processed probability
+
+
+@dataclass(frozen=True)
+class Prefilled:
+    prompt_tokens: int
+    reused_tokens: int  # prompt tokens whose KV cache was kept from the previous turn
+    prefill_s: float
+
+
+@dataclass(frozen=True)
+class RoundDrafted:
+    """The draft's proposal, before verification (for step-by-step replay)."""
+
+    round_index: int
+    token_ids: tuple[int, ...]
+    texts: tuple[str, ...]
+    draft_probs: tuple[float, ...]  # probability the draft gave each token it proposed
+    stop: DraftStop
+    gamma: int  # the round's length limit
+    draft_s: float
+
+
+@dataclass(frozen=True)
+class DraftedTokenVerdict:
+    token_id: int
+    text: str
+    draft_prob: float
+    target_prob: float
+    accept_prob: float  # min(1, target/draft); 1 or 0 when greedy
+    accepted: bool
+
+
+@dataclass(frozen=True)
+class RoundVerified:
+    round_index: int
+    drafted: tuple[DraftedTokenVerdict, ...]
+    n_accepted: int
+    emitted_token_id: int  # the correction (a draft token was rejected) or bonus / plain token
+    emitted_state: TokenState
+    stop: DraftStop
+    gamma: int
+    draft_s: float
+    verify_s: float
+    overhead_s: float  # the rest of the round: sampling, bookkeeping, detokenising
+
+
+@dataclass(frozen=True)
+class TokenCommitted:
+    token_id: int
+    text: str  # the text this token adds to the reply (may be "" while a multi-byte char is incomplete)
+    state: TokenState
+    round_index: int
+    position: int  # index within the round's draft (the correction/bonus sits at n_accepted)
+    draft_prob: float | None  # None for tokens the draft did not propose
+    target_prob: float
+    accept_prob: float | None
+    alternatives: tuple[Alternative, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class TokenRejected:
+    token_id: int
+    text: str
+    round_index: int
+    position: int
+    draft_prob: float
+    target_prob: float
+    accept_prob: float
+    alternatives: tuple[Alternative, ...] = field(default=())
+    state: TokenState = TokenState.REJECTED
+
+
+@dataclass(frozen=True)
+class Finished:
+    stop_reason: StopReason
+    text: str
+    token_ids: tuple[int, ...]
+    stats: Stats
+    error: str | None = None  # the user-facing message when stop_reason is ERROR
+
+
+Event = Union[Prefilled, RoundDrafted, RoundVerified, TokenCommitted, TokenRejected, Finished]

@@ -1,0 +1,93 @@
+"""Logits -> the processed distributions both models sample from, and the acceptance rule.
+
+Pure tensor functions, no model and no state: every random draw takes an explicit torch.Generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec_core.config import GenerationConfig
+
+
+def processed_probs(logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
+    """The distribution actually sampled from: temperature, then top-k, then top-p (transformers' order).
+
+    logits: [..., V] -> probs [..., V] in float32. Greedy (temperature 0) is the one-hot of the argmax, so
+    the acceptance rule below reduces to exact greedy verification with no special case.
+    """
+    logits = logits.float()
+    if config.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / config.temperature
+    if config.top_k and config.top_k < logits.shape[-1]:
+        kth_best = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth_best, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if config.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        # Keep the smallest set of most likely tokens whose mass reaches top_p (the first always stays).
+        sorted_probs = sorted_probs.masked_fill(mass_before >= config.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One token id from a [V] distribution (argmax of a one-hot is itself, so greedy needs no branch)."""
+    if probs.device != generator.device:
+        probs = probs.to(generator.device)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    n_accepted: int  # drafted tokens accepted, a prefix of the draft
+    next_token: int  # the correction (if a token was rejected) or the bonus token (if all were accepted)
+    accept_probs: tuple[float, ...]  # min(1, target/draft) of each drafted token
+    draft_token_probs: tuple[float, ...]  # draft(x_i)
+    target_token_probs: tuple[float, ...]  # target(x_i)
+
+
+def accept_drafts(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                  generator: torch.Generator) -> Acceptance:
+    """The speculative sampling acceptance rule (Leviathan, Kalman & Matias 2023, Algorithm 1;
+    also Chen et al. 2023, "Accelerating LLM Decoding with Speculative Sampling", Algorithm 2).
+
+    draft_tokens: [k] ids the draft proposed; draft_probs: [k, V] the processed distribution each was
+    sampled from; target_probs: [k+1, V] the verifier's processed distribution at each drafted position
+    plus one more (for the bonus token). Both are over the same shared vocabulary.
+
+    For i = 1..k: accept x_i with probability min(1, target_i(x_i) / draft_i(x_i)). At the first
+    rejection, sample the correction from norm(max(0, target_i - draft_i)) and stop. If all k are
+    accepted, sample a bonus token from target_{k+1}. The emitted tokens are then distributed exactly
+    as the verifier's own samples. With one-hot distributions (greedy) this is: accept while the draft
+    equals the verifier's argmax, then emit the verifier's argmax.
+    """
+    k = draft_tokens.shape[0]
+    rows = torch.arange(k, device=draft_tokens.device)
+    draft_token_probs = draft_probs[rows, draft_tokens]
+    target_token_probs = target_probs[rows, draft_tokens]
+    accept_probs = torch.clamp(target_token_probs / draft_token_probs.clamp_min(1e-30), max=1.0)
+    uniforms = torch.rand(k, generator=generator, device=generator.device).to(accept_probs.device)
+    rejected = uniforms >= accept_probs  # u in [0, 1): a ratio of 1 is always accepted, 0 never
+    n_accepted = int(rejected.int().argmax()) if bool(rejected.any()) else k
+    if n_accepted < k:
+        residual = torch.clamp(target_probs[n_accepted] - draft_probs[n_accepted], min=0.0)
+        total = float(residual.sum())
+        # The residual is empty only when target == draft, where rejection has probability 0;
+        # guard against float round-off all the same.
+        residual = residual / total if total > 0 else target_probs[n_accepted]
+        next_token = sample(residual, generator)
+    else:
+        next_token = sample(target_probs[k], generator)
+    return Acceptance(
+        n_accepted=n_accepted,
+        next_token=next_token,
+        accept_probs=tuple(accept_probs.tolist()),
+        draft_token_probs=tuple(draft_token_probs.tolist()),
+        target_token_probs=tuple(target_token_probs.tolist()),
+    )

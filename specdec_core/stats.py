@@ -1,0 +1,121 @@
+"""Running figures of a reply, each defined once here (the README repeats these definitions).
+
+- acceptance rate      = accepted draft tokens / draft tokens the verifier checked
+- mean accepted length = tokens emitted per verifier call (accepted + the correction or bonus)
+- per-position acceptance[i] = accepted at draft position i / drafted at position i
+- tokens/s             = new tokens / decode time (prefill excluded; it is reported apart)
+- c                    = draft time per drafted token / verifier time per call
+- predicted speedup    = (1 - a^(g+1)) / ((1 - a)(g c + 1)), Leviathan et al. 2023, eq. 1 and thm 3.8,
+                         with a the acceptance rate, g the mean draft length and c as above
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def expected_tokens_per_call(alpha: float, gamma: float) -> float:
+    """E[tokens per verifier call] = (1 - alpha^(gamma+1)) / (1 - alpha) (Leviathan et al. eq. 1)."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, gamma: float, c: float) -> float:
+    """Walltime improvement over the verifier alone: expected tokens per call / (gamma c + 1)."""
+    return expected_tokens_per_call(alpha, gamma) / (gamma * c + 1.0)
+
+
+@dataclass(frozen=True)
+class Stats:
+    new_tokens: int = 0
+    rounds: int = 0  # verifier calls during decoding
+    drafted: int = 0  # draft tokens the verifier checked
+    accepted: int = 0
+    acceptance_rate: float = 0.0
+    mean_accepted_length: float = 0.0  # tokens emitted per verifier call
+    per_position_acceptance: tuple[float, ...] = ()
+    accepted_length_histogram: tuple[int, ...] = ()  # rounds that accepted 0, 1, 2, ... tokens
+    prompt_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    tokens_per_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    overhead_s: float = 0.0
+    c: float = 0.0
+    mean_gamma: float = 0.0  # mean draft length per round
+    predicted_speedup: float = 1.0
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass
+class StatsAccumulator:
+    """Mutable tally the engine updates once per round; `snapshot()` freezes it."""
+
+    prompt_tokens: int = 0
+    prefill_s: float = 0.0
+    new_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    overhead_s: float = 0.0
+    drafted_at: list[int] = field(default_factory=list)
+    accepted_at: list[int] = field(default_factory=list)
+    accepted_lengths: list[int] = field(default_factory=list)
+
+    def add_round(self, *, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
+                  overhead_s: float) -> None:
+        self.rounds += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.new_tokens += emitted
+        self.draft_s += draft_s
+        self.verify_s += verify_s
+        self.overhead_s += overhead_s
+        if drafted:
+            while len(self.drafted_at) < drafted:
+                self.drafted_at.append(0)
+                self.accepted_at.append(0)
+            for i in range(drafted):
+                self.drafted_at[i] += 1
+                if i < accepted:
+                    self.accepted_at[i] += 1
+            self.accepted_lengths.append(accepted)
+
+    def snapshot(self) -> Stats:
+        decode_s = self.draft_s + self.verify_s + self.overhead_s
+        alpha = self.accepted / self.drafted if self.drafted else 0.0
+        drafting_rounds = len(self.accepted_lengths)
+        mean_gamma = self.drafted / drafting_rounds if drafting_rounds else 0.0
+        verify_per_call = self.verify_s / self.rounds if self.rounds else 0.0
+        c = (self.draft_s / self.drafted) / verify_per_call if self.drafted and verify_per_call > 0 else 0.0
+        hist = [0] * (max(self.accepted_lengths, default=-1) + 1)
+        for n in self.accepted_lengths:
+            hist[n] += 1
+        return Stats(
+            new_tokens=self.new_tokens,
+            rounds=self.rounds,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            acceptance_rate=alpha,
+            mean_accepted_length=self.new_tokens / self.rounds if self.rounds else 0.0,
+            per_position_acceptance=tuple(a / d for a, d in zip(self.accepted_at, self.drafted_at)),
+            accepted_length_histogram=tuple(hist),
+            prompt_tokens=self.prompt_tokens,
+            prefill_s=self.prefill_s,
+            decode_s=decode_s,
+            tokens_per_s=self.new_tokens / decode_s if decode_s > 0 else 0.0,
+            draft_s=self.draft_s,
+            verify_s=self.verify_s,
+            overhead_s=self.overhead_s,
+            c=c,
+            mean_gamma=mean_gamma,
+            predicted_speedup=predicted_speedup(alpha, mean_gamma, c) if drafting_rounds else 1.0,
+        )

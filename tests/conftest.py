@@ -1,0 +1,29 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download anything
+sys.path.insert(0, str(Path(__file__).parent))  # for `import tiny`
+
+import tiny  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return tiny.make_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory, tiny_tokenizer):
+    """Folders of tiny random models in transformers format: verifiers and drafts of three architectures."""
+    root = tmp_path_factory.mktemp("tiny_models")
+    out = {}
+    for arch in ("llama", "qwen2", "gpt2"):
+        out[f"{arch}-verifier"] = tiny.save_model(root / f"{arch}-verifier", arch, tiny_tokenizer, seed=1,
+                                                  logit_scale=8.0)
+        out[f"{arch}-draft"] = tiny.save_model(root / f"{arch}-draft", arch, tiny_tokenizer, seed=2,
+                                               layers=1, hidden=16, logit_scale=8.0)
+    return out

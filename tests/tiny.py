@@ -1,0 +1,91 @@
+"""Tiny random models with a real (trained-in-milliseconds) BPE tokenizer, saved to folders.
+
+Everything here is built from configs: no network, no downloaded weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    GPT2Config,
+    LlamaConfig,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+)
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+CORPUS = [
+    "The capital of France is Paris. The capital of Italy is Rome.",
+    "Speculative decoding drafts a few tokens with a small model and verifies them in one pass.",
+    "def add(a, b):\n    return a + b\n",
+    "Once upon a time there was a little robot who loved to read books about the sea.",
+    "Hello! How can I help you today? I can answer questions, write code and summarise text.",
+    "1 2 3 4 5 6 7 8 9 10, the quick brown fox jumps over the lazy dog.",
+] * 20
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def make_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    fast.chat_template = CHATML
+    return fast
+
+
+def make_config(arch: str, vocab_size: int, *, layers: int = 2, hidden: int = 32, ctx: int = 512,
+                eos_token_id: int = 2):
+    common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=eos_token_id, pad_token_id=0)
+    if arch == "llama":
+        return LlamaConfig(hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=ctx,
+                           tie_word_embeddings=False, **common)
+    if arch == "qwen2":
+        return Qwen2Config(hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=ctx,
+                           tie_word_embeddings=False, **common)
+    if arch == "gpt2":
+        return GPT2Config(n_embd=hidden, n_layer=layers, n_head=4, n_positions=ctx, **common)
+    raise ValueError(arch)
+
+
+def make_model(arch: str, tokenizer: PreTrainedTokenizerFast, *, seed: int, logit_scale: float = 1.0,
+               vocab_size: int | None = None, noise: float = 0.0, noise_seed: int = 0, **kwargs):
+    """A random model; `logit_scale` sharpens its distributions (and keeps argmax ties far apart).
+
+    The same seed and shape with a little `noise` gives a draft that mostly agrees with its verifier,
+    so rounds have both acceptances and rejections."""
+    torch.manual_seed(seed)
+    config = make_config(arch, vocab_size or len(tokenizer), eos_token_id=tokenizer.eos_token_id, **kwargs)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(logit_scale)
+        if noise:
+            generator = torch.Generator().manual_seed(noise_seed)
+            for parameter in model.parameters():
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * noise * parameter.std())
+    return model
+
+
+def save_model(folder: Path, arch: str, tokenizer: PreTrainedTokenizerFast, *, seed: int, **kwargs) -> Path:
+    model = make_model(arch, tokenizer, seed=seed, **kwargs)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
