@@ -89,3 +89,24 @@ def save_model(folder: Path, arch: str, tokenizer: PreTrainedTokenizerFast, *, s
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def as_loaded(model, tokenizer, name: str = "tiny", *, context_length: int = 512,
+              eos_token_ids: frozenset[int] | None = None):
+    """Wrap an in-memory model the way models.load_model would (tests skip the disk round trip)."""
+    from specdec_core.models import LoadedModel
+
+    return LoadedModel(
+        model=model, tokenizer=tokenizer, spec=name, name=name, device=torch.device("cpu"),
+        dtype=torch.float32, context_length=context_length,
+        eos_token_ids=frozenset({tokenizer.eos_token_id}) if eos_token_ids is None else eos_token_ids,
+        load_s=0.0, source="in memory")
+
+
+def make_pair(arch: str, tokenizer, *, noise: float = 0.3, **kwargs):
+    """A verifier and a noisy copy of it as draft: they agree often but not always."""
+    verifier = as_loaded(make_model(arch, tokenizer, seed=1, logit_scale=8.0), tokenizer, f"{arch}-verifier",
+                         **kwargs)
+    draft = as_loaded(make_model(arch, tokenizer, seed=1, logit_scale=8.0, noise=noise, noise_seed=7),
+                      tokenizer, f"{arch}-draft", **kwargs)
+    return verifier, draft

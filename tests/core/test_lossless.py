@@ -1,0 +1,119 @@
+"""Speculative sampling is lossless: over many seeds, the first two emitted tokens follow the verifier's
+exact processed distribution, whatever the draft proposes. A chi-square test on a vocabulary of 8.
+
+The same test is run against two known bugs to show it would catch them: a draft that samples
+greedily while the verifier samples (transformers #32867), and draft probabilities taken from raw
+logits while the draft sampled from processed ones (transformers #47932).
+"""
+
+import pytest
+import torch
+
+import tiny
+from specdec_core import drafters
+from specdec_core.config import GenerationConfig
+from specdec_core.drafters import ModelDrafter
+from specdec_core.engine import Engine
+from specdec_core.sampling import processed_probs
+
+VOCAB = 8
+PROMPT = [1, 3, 5]
+RUNS = 1500  # enough power for the bugs below; a few seconds of tiny forwards
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_tokenizer):
+    def model(seed):
+        m = tiny.make_model("llama", tiny_tokenizer, seed=seed, vocab_size=VOCAB, logit_scale=20.0, layers=1,
+                            hidden=16)
+        return tiny.as_loaded(m, tiny_tokenizer, eos_token_ids=frozenset())
+    return model(3), model(4)
+
+
+def exact_joint(verifier, config):
+    """P(first token = a, second token = b) under the verifier's processed distribution."""
+    with torch.no_grad():
+        first = processed_probs(verifier.model(torch.tensor([PROMPT])).logits[0, -1], config)
+        nexts = processed_probs(verifier.model(torch.tensor([PROMPT + [a] for a in range(VOCAB)])).logits[:, -1],
+                                config)
+    return first[:, None] * nexts
+
+
+def sampled_joint(verifier, draft, config, runs=RUNS):
+    engine = Engine(verifier, ModelDrafter(draft))
+    counts = torch.zeros(VOCAB, VOCAB)
+    for seed in range(runs):
+        *_, fin = engine.generate(PROMPT, GenerationConfig(**{**config.__dict__, "seed": seed}))
+        a, b = fin.token_ids[:2]
+        counts[a, b] += 1
+    return counts
+
+
+def chi_square_p_value(counts, probs):
+    expected = probs.flatten() * counts.sum()
+    observed = counts.flatten()
+    assert observed[expected == 0].sum() == 0, "a token the verifier rules out was emitted"
+    keep = expected >= 5  # pool sparse cells into one
+    obs = torch.cat([observed[keep], observed[~keep].sum()[None]])
+    exp = torch.cat([expected[keep], expected[~keep].sum()[None]])
+    obs, exp = obs[exp > 0], exp[exp > 0]
+    stat = ((obs - exp) ** 2 / exp).sum()
+    df = len(obs) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0), stat / 2.0))
+
+
+CONFIGS = [
+    GenerationConfig(temperature=1.0, max_new_tokens=3, gamma=3, top_alternatives=0),
+    GenerationConfig(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3, gamma=3, top_alternatives=0),
+]
+
+
+def test_the_test_pair_disagrees_enough_to_matter(pair):
+    verifier, draft = pair
+    config = CONFIGS[0]
+    with torch.no_grad():
+        target = processed_probs(verifier.model(torch.tensor([PROMPT])).logits[0, -1], config)
+        drafted = processed_probs(draft.model(torch.tensor([PROMPT])).logits[0, -1], config)
+    assert 0.3 < float((target - drafted).abs().sum()) / 2 < 0.8  # total variation
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["t1", "t0.7-topk6-topp0.9"])
+def test_first_two_tokens_follow_the_verifiers_processed_distribution(pair, config):
+    verifier, draft = pair
+    p_value = chi_square_p_value(sampled_joint(verifier, draft, config), exact_joint(verifier, config))
+    assert p_value > 1e-3
+
+
+def test_the_check_catches_a_draft_that_samples_greedily_while_the_verifier_samples(pair, monkeypatch):
+    verifier, draft = pair
+    config = CONFIGS[0]
+    # bug: the draft takes its argmax but reports its (softmax) distribution to the rule
+    monkeypatch.setattr(drafters, "sample", lambda probs, generator: int(probs.argmax()))
+    counts = sampled_joint(verifier, draft, config, runs=600)
+    monkeypatch.undo()
+    assert chi_square_p_value(counts, exact_joint(verifier, config)) < 1e-6
+
+
+def test_the_check_catches_draft_probabilities_taken_from_raw_logits(pair, monkeypatch):
+    verifier, draft = pair
+    config = CONFIGS[1]
+    real = drafters.processed_probs
+    raw = GenerationConfig(temperature=1.0)
+    # bug: the draft samples from processed probabilities but reports unprocessed ones to the rule
+    original_propose = ModelDrafter.propose
+
+    def propose(self, ids, max_tokens, cfg, vocab_size, eos):
+        draft_result = original_propose(self, ids, max_tokens, cfg, vocab_size, eos)
+        context = list(ids)
+        rows = []
+        for token in draft_result.token_ids:
+            logits = self.forward.logits_for(context)[-1, :vocab_size]
+            rows.append(real(logits, raw))
+            context.append(token)
+        return drafters.Draft(draft_result.token_ids, torch.stack(rows), draft_result.display_probs,
+                              draft_result.stop, draft_result.draft_s)
+
+    monkeypatch.setattr(ModelDrafter, "propose", propose)
+    counts = sampled_joint(verifier, draft, config, runs=600)
+    monkeypatch.undo()
+    assert chi_square_p_value(counts, exact_joint(verifier, config)) < 1e-6
