@@ -34,14 +34,15 @@ CORPUS = [
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
-def make_tokenizer(vocab_size: int = 320) -> PreTrainedTokenizerFast:
+def make_tokenizer(vocab_size: int = 320, corpus: list[str] | None = None) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on `corpus` (a different corpus gives a different, incompatible vocabulary)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(corpus or CORPUS, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
     )

@@ -1,0 +1,329 @@
+"""`specdec`: generate, chat, doctor and bench from the terminal, on the engine's event stream.
+
+Bad input gets one line on stderr starting with "error:" and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TextIO
+
+from specdec_core.config import GenerationConfig
+from specdec_core.errors import ConfigError, IncompatiblePairError, SpecdecError
+from specdec_core.events import Event, Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState
+
+ANSI = {
+    TokenState.ACCEPTED: "\x1b[32m",  # green
+    TokenState.REJECTED: "\x1b[31;9m",  # red, struck through
+    TokenState.CORRECTED: "\x1b[33m",  # amber
+    TokenState.BONUS: "\x1b[34m",  # blue
+    TokenState.PLAIN: "",
+}
+RESET = "\x1b[0m"
+LEGEND = "\x1b[32maccepted\x1b[0m \x1b[31;9mrejected\x1b[0m \x1b[33mcorrected\x1b[0m \x1b[34mbonus\x1b[0m plain"
+
+
+class UsageError(SpecdecError):
+    pass
+
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("models")
+    group.add_argument("--verifier", metavar="SPEC", help="hub id, local folder, .gguf file or embedded name "
+                       "(default: smollm2-135m-instruct, embedded)")
+    group.add_argument("--draft", metavar="SPEC", help="draft model spec (implies --drafter model)")
+    group.add_argument("--drafter", choices=("model", "prompt-lookup"),
+                       help="what proposes tokens (default: model with --draft, else prompt-lookup)")
+    group.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    group.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")
+    group.add_argument("--max-memory", metavar="DEV=SIZE,...", help="with --device-map: e.g. 0=20GiB,cpu=64GiB")
+    group.add_argument("--trust-remote-code", action="store_true",
+                       help="allow code from a model repository to run (off by default)")
+
+
+def _add_generation_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("generation")
+    group.add_argument("--no-speculation", action="store_true", help="decode with the verifier alone")
+    group.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (default 4)")
+    group.add_argument("--adaptive", action="store_true", help="grow gamma after full acceptance, shrink after "
+                       "a rejection")
+    group.add_argument("--confidence-cutoff", type=float, default=0.0,
+                       help="stop drafting when the draft's top probability is below this")
+    group.add_argument("--max-new-tokens", type=int, default=256)
+    group.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    group.add_argument("--top-k", type=int, default=0)
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--system", metavar="TEXT", help="system prompt")
+    group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                       help="colour tokens by state (default: when writing to a terminal)")
+
+
+def _config(args) -> GenerationConfig:
+    return GenerationConfig(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, speculate=not args.no_speculation, gamma=args.gamma,
+        adaptive=args.adaptive, gamma_max=max(16, args.gamma), confidence_cutoff=args.confidence_cutoff,
+    ).validate()
+
+
+def _max_memory(text: str | None) -> dict | None:
+    if not text:
+        return None
+    out: dict = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if not value:
+            raise UsageError(f"--max-memory expects DEV=SIZE pairs, got {part!r}")
+        out[int(key) if key.strip().isdigit() else key.strip()] = value.strip()
+    return out
+
+
+_progress_drawn = False  # a progress bar may have left the cursor mid-line on stderr
+
+
+def _progress():
+    from specdec_core.models import tqdm_progress
+
+    draw = tqdm_progress(sys.stderr)
+
+    def report(progress) -> None:
+        global _progress_drawn
+        _progress_drawn = progress.stage != "done"
+        draw(progress)
+
+    return report
+
+
+def _load(args):
+    from specdec_core.pairing import LoadOptions, load_pair
+
+    options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                          device_map=args.device_map, max_memory=_max_memory(args.max_memory))
+    return load_pair(args.verifier, args.draft, args.drafter, options, progress=_progress())
+
+
+def _use_color(args, stream: TextIO) -> bool:
+    if args.color == "always":
+        return True
+    if args.color == "never" or os.environ.get("NO_COLOR"):
+        return False
+    return stream.isatty()
+
+
+def render(events: Iterable[Event], out: TextIO, color: bool) -> Iterator[Event]:
+    """Print the reply as it streams (tokens coloured by state) and pass every event on."""
+    for event in events:
+        if isinstance(event, (TokenCommitted, TokenRejected)) and event.text:
+            if color and ANSI[event.state]:
+                out.write(f"{ANSI[event.state]}{event.text}{RESET}")
+            elif event.state is not TokenState.REJECTED:  # without colour a rejected token would read as text
+                out.write(event.text)
+            out.flush()
+        yield event
+
+
+def stats_line(finished: Finished) -> str:
+    s = finished.stats
+    parts = [f"{s.new_tokens} tokens in {s.decode_s:.2f} s ({s.tokens_per_s:.1f} tok/s)",
+             f"{s.rounds} verifier calls"]
+    if s.drafted:
+        parts += [f"acceptance {s.acceptance_rate:.0%} ({s.accepted}/{s.drafted})",
+                  f"{s.mean_accepted_length:.2f} tokens/call",
+                  f"draft {s.draft_s:.2f} s, verify {s.verify_s:.2f} s, c={s.c:.2f}",
+                  f"predicted speedup {s.predicted_speedup:.2f}x"]
+    parts.append(f"stop: {finished.stop_reason.value}")
+    if finished.error:
+        parts.append(finished.error)
+    return " · ".join(parts)
+
+
+def reply_json(events: list[Event]) -> dict:
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    rounds = []
+    for event in events:
+        if isinstance(event, RoundVerified):
+            drafted = [v.token_id for v in event.drafted]
+            accepted = drafted[:event.n_accepted]
+            emitted = accepted + ([event.emitted_token_id] if event.emitted_state is not TokenState.ACCEPTED
+                                  else [])
+            rounds.append({"drafted": drafted, "accepted": accepted, "emitted": emitted,
+                           "stop": event.stop.value, "gamma": event.gamma,
+                           "draft_s": event.draft_s, "verify_s": event.verify_s})
+    return {"text": finished.text, "token_ids": list(finished.token_ids), "stop_reason": finished.stop_reason.value,
+            "error": finished.error, "rounds": rounds, "stats": finished.stats.to_dict()}
+
+
+def _read_prompt(args) -> str:
+    if args.prompt is not None and args.prompt != "-":
+        return args.prompt
+    if sys.stdin is None or sys.stdin.isatty():
+        raise UsageError("no prompt: pass PROMPT or pipe it on standard input")
+    return sys.stdin.read()
+
+
+def cmd_generate(args) -> int:
+    from specdec_core.chat import build_prompt, raw_prompt
+
+    config = _config(args)
+    if args.samples < 1:
+        raise UsageError(f"--samples must be at least 1 (got {args.samples})")
+    text = _read_prompt(args)
+    pair = _load(args)
+    tokenizer = pair.verifier.tokenizer
+    if args.raw:
+        ids = raw_prompt(tokenizer, text)
+    else:
+        ids = build_prompt(tokenizer, [{"role": "user", "content": text}], system=args.system,
+                           context_length=pair.verifier.context_length).ids
+    color = _use_color(args, sys.stdout)
+    status = 0
+    for i in range(args.samples):
+        sample_config = config.with_(seed=config.seed + i)
+        events = pair.engine.generate(ids, sample_config)
+        if args.json:
+            collected = list(events)
+            print(json.dumps(reply_json(collected)), flush=True)
+        else:
+            collected = list(render(events, sys.stdout, color))
+            sys.stdout.write("\n")
+            print(stats_line(collected[-1]), file=sys.stderr if not args.stats_stdout else sys.stdout, flush=True)
+        finished = collected[-1]
+        assert isinstance(finished, Finished)
+        if finished.error:
+            print(f"error: {finished.error}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def cmd_chat(args) -> int:
+    from specdec_core.chat import build_prompt
+    from specdec_core.engine import Controls
+
+    config = _config(args)
+    pair = _load(args)
+    color = _use_color(args, sys.stdout)
+    print(f"Chatting with {pair.verifier.name} (drafter: {pair.drafter.name if pair.drafter else 'none'}). "
+          "/spec on|off, /reset, /quit." + (f"\nColours: {LEGEND}" if color else ""), file=sys.stderr)
+    messages: list[dict] = []
+    speculate = config.speculate
+    while True:
+        try:
+            line = input("\n> ")
+        except EOFError:
+            return 0
+        command = line.strip()
+        if command in ("/quit", "/exit"):
+            return 0
+        if command == "/reset":
+            messages = []
+            print("(new conversation)", file=sys.stderr)
+            continue
+        if command in ("/spec on", "/spec off"):
+            speculate = command.endswith("on")
+            print(f"(speculation {'on' if speculate else 'off'})", file=sys.stderr)
+            continue
+        if not command:
+            continue
+        messages.append({"role": "user", "content": line})
+        build = build_prompt(pair.verifier.tokenizer, messages, system=args.system,
+                             context_length=pair.verifier.context_length,
+                             reserve_new_tokens=config.max_new_tokens)
+        if build.dropped_turns:
+            print(f"(the {build.dropped_turns} oldest messages no longer fit the context and were left out)",
+                  file=sys.stderr)
+        try:
+            events = list(render(pair.engine.generate(build.ids, config.with_(speculate=speculate)), sys.stdout,
+                                 color))
+        except KeyboardInterrupt:
+            print("\n(stopped)", file=sys.stderr)
+            messages.pop()
+            continue
+        finished = events[-1]
+        assert isinstance(finished, Finished)
+        print("\n" + stats_line(finished), file=sys.stderr)
+        messages.append({"role": "assistant", "content": finished.text})
+
+
+def cmd_doctor(args) -> int:
+    from specdec_core.doctor import check_models
+    from specdec_core.models import load_model
+
+    load = dict(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
+                progress=_progress())
+    verifier = load_model(args.verifier, **load)
+    draft = load_model(args.draft, **load)
+    verdict = check_models(verifier, draft)
+    print(verdict.report())
+    return 0 if verdict.compatible else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding you can see.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    generate = sub.add_parser("generate", help="one reply to a prompt")
+    generate.add_argument("prompt", nargs="?", help="the prompt (default: read standard input)")
+    _add_model_options(generate)
+    _add_generation_options(generate)
+    generate.add_argument("--raw", action="store_true", help="send PROMPT as plain text, no chat template")
+    generate.add_argument("--samples", type=int, default=1, help="N independent replies (sample i uses seed S+i)")
+    generate.add_argument("--json", action="store_true", help="one JSON object per reply per line")
+    generate.add_argument("--stats-stdout", action="store_true", help=argparse.SUPPRESS)
+    generate.set_defaults(func=cmd_generate)
+
+    chat = sub.add_parser("chat", help="an interactive conversation in the terminal")
+    _add_model_options(chat)
+    _add_generation_options(chat)
+    chat.set_defaults(func=cmd_chat)
+
+    doctor = sub.add_parser("doctor", help="can this draft pair with this verifier, and if not, why")
+    doctor.add_argument("--verifier", required=True, metavar="SPEC")
+    doctor.add_argument("--draft", required=True, metavar="SPEC")
+    doctor.add_argument("--device", default="cpu")
+    doctor.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    doctor.add_argument("--trust-remote-code", action="store_true")
+    doctor.set_defaults(func=cmd_doctor)
+
+    try:
+        from specdec_core import bench
+    except ImportError:
+        bench = None  # type: ignore[assignment]
+    if bench is not None:
+        bench.add_parser(sub, _add_model_options, _add_generation_options)
+    return parser
+
+
+def _error(message: str) -> int:
+    global _progress_drawn
+    if _progress_drawn:  # finish the progress bar's line so the error starts a line of its own
+        sys.stderr.write("\n")
+        _progress_drawn = False
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except IncompatiblePairError as error:
+        return _error(f"the draft cannot be paired with this verifier: {error}")
+    except (SpecdecError, ConfigError) as error:
+        return _error(str(error))
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

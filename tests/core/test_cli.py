@@ -1,0 +1,110 @@
+"""The `specdec` command on tiny models: output contract and one-line errors."""
+
+import json
+
+import pytest
+
+import tiny
+from specdec_core.cli import main
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("cli_models")
+    verifier = tiny.save_model(root / "verifier", "llama", tiny_tokenizer, seed=1, logit_scale=8.0)
+    draft = tiny.save_model(root / "draft", "llama", tiny_tokenizer, seed=1, logit_scale=8.0, noise=0.3,
+                            noise_seed=7)
+    other = tiny.make_tokenizer(corpus=[line.upper() for line in tiny.CORPUS])  # a different vocabulary
+    stranger = tiny.save_model(root / "stranger", "llama", other, seed=2)
+    short = tiny.save_model(root / "short", "llama", tiny_tokenizer, seed=1, ctx=16)
+    return {"verifier": str(verifier), "draft": str(draft), "stranger": str(stranger), "short": str(short)}
+
+
+def run_json(capsys, *args):
+    code = main(["generate", *args, "--json", "--device", "cpu"])
+    out = capsys.readouterr().out
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_generate_json_has_the_documented_fields(capsys, folders):
+    code, replies = run_json(capsys, "Hello", "--verifier", folders["verifier"], "--draft", folders["draft"],
+                             "--max-new-tokens", "20")
+    assert code == 0 and len(replies) == 1
+    reply = replies[0]
+    assert set(reply) >= {"text", "token_ids", "stop_reason", "rounds", "stats"}
+    assert set(reply["stats"]) >= {"new_tokens", "rounds", "drafted", "accepted", "acceptance_rate",
+                                   "mean_accepted_length", "decode_s", "tokens_per_s", "draft_s", "verify_s"}
+    emitted = [t for r in reply["rounds"] for t in r["emitted"]]
+    assert emitted == reply["token_ids"] and len(emitted) == reply["stats"]["new_tokens"]
+    for r in reply["rounds"]:
+        assert r["accepted"] == r["drafted"][: len(r["accepted"])]
+
+
+def test_greedy_output_is_the_same_with_and_without_speculation(capsys, folders):
+    common = ["Once upon a time", "--verifier", folders["verifier"], "--max-new-tokens", "30"]
+    _, on = run_json(capsys, *common, "--draft", folders["draft"], "--gamma", "3")
+    _, lookup = run_json(capsys, *common, "--drafter", "prompt-lookup")
+    _, off = run_json(capsys, *common, "--no-speculation")
+    assert on[0]["token_ids"] == lookup[0]["token_ids"] == off[0]["token_ids"]
+    assert off[0]["stats"]["drafted"] == 0
+
+
+def test_samples_are_seeded_one_after_another(capsys, folders):
+    common = ["Hi", "--verifier", folders["verifier"], "--draft", folders["draft"], "--temperature", "1.2",
+              "--max-new-tokens", "12"]
+    _, three = run_json(capsys, *common, "--samples", "3", "--seed", "5")
+    _, third = run_json(capsys, *common, "--seed", "7")
+    assert len(three) == 3 and three[2]["token_ids"] == third[0]["token_ids"]
+    assert len({tuple(r["token_ids"]) for r in three}) > 1
+
+
+def test_raw_prompt_skips_the_chat_template(capsys, folders):
+    _, templated = run_json(capsys, "Hi", "--verifier", folders["verifier"], "--max-new-tokens", "5")
+    _, raw = run_json(capsys, "Hi", "--verifier", folders["verifier"], "--max-new-tokens", "5", "--raw")
+    assert templated[0]["stats"]["prompt_tokens"] > raw[0]["stats"]["prompt_tokens"]
+
+
+def test_plain_output_colours_tokens_and_prints_a_stats_line(capsys, folders):
+    code = main(["generate", "The capital", "--verifier", folders["verifier"], "--draft", folders["draft"],
+                 "--max-new-tokens", "30", "--color", "always", "--device", "cpu"])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "\x1b[32m" in captured.out  # accepted tokens in green
+    assert "\x1b[31;9m" in captured.out  # rejected ones struck through in red
+    assert "acceptance" in captured.err and "tok/s" in captured.err
+
+
+def test_doctor_passes_a_matching_pair_and_explains_a_mismatch(capsys, folders):
+    assert main(["doctor", "--verifier", folders["verifier"], "--draft", folders["draft"]]) == 0
+    capsys.readouterr()
+    assert main(["doctor", "--verifier", folders["verifier"], "--draft", folders["stranger"]]) == 1
+    assert "token" in capsys.readouterr().out
+
+
+def bad_inputs(folders, tmp_path):
+    truncated = tmp_path / "broken.gguf"
+    truncated.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)
+    v = ["--verifier", folders["verifier"]]
+    return {
+        "unknown model": ["hi", "--verifier", str(tmp_path / "no-such-model")],
+        "incompatible pair": ["hi", *v, "--draft", folders["stranger"]],
+        "gamma below one": ["hi", *v, "--gamma", "0"],
+        "negative temperature": ["hi", *v, "--temperature", "-1"],
+        "top-p zero": ["hi", *v, "--top-p", "0"],
+        "top-p above one": ["hi", *v, "--top-p", "1.5"],
+        "prompt longer than the context": ["word " * 40, "--verifier", folders["short"]],
+        "truncated gguf": ["hi", "--verifier", str(truncated)],
+    }
+
+
+@pytest.mark.parametrize("case", ["unknown model", "incompatible pair", "gamma below one", "negative temperature",
+                                  "top-p zero", "top-p above one", "prompt longer than the context",
+                                  "truncated gguf"])
+def test_bad_input_is_one_error_line_and_exit_status_2(capsys, folders, tmp_path, case):
+    code = main(["generate", *bad_inputs(folders, tmp_path)[case], "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    if case == "prompt longer than the context":
+        assert "16" in lines[0]  # says how long the context is
