@@ -204,7 +204,6 @@ def cmd_generate(args) -> int:
 
 def cmd_chat(args) -> int:
     from specdec_core.chat import build_prompt
-    from specdec_core.engine import Controls
 
     config = _config(args)
     pair = _load(args)

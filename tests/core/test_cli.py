@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 import tiny
+
 from specdec_core.cli import main
 
 

@@ -1,9 +1,9 @@
 """The speculative loop on tiny random models: exactness, caches, stop conditions, controls."""
 
 import pytest
+import tiny
 import torch
 
-import tiny
 from specdec_core.config import GenerationConfig
 from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
 from specdec_core.engine import Controls, Engine

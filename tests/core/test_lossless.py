@@ -7,9 +7,9 @@ logits while the draft sampled from processed ones (transformers #47932).
 """
 
 import pytest
+import tiny
 import torch
 
-import tiny
 from specdec_core import drafters
 from specdec_core.config import GenerationConfig
 from specdec_core.drafters import ModelDrafter
