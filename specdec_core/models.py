@@ -251,7 +251,8 @@ def tqdm_progress(file=None) -> ProgressCallback:
                 tqdm.write(progress.message, file=file)
                 return
             # A stage that starts without a fraction (resolve, load) never has one: show elapsed time only.
-            layout = "{desc} ({elapsed})" if progress.fraction is None else "{desc}: {percentage:3.0f}%|{bar}| {elapsed}"
+            layout = ("{desc} ({elapsed})" if progress.fraction is None
+                      else "{desc}: {percentage:3.0f}%|{bar}| {elapsed}")
             bar = state["bar"] = tqdm(total=1000, desc=progress.message, file=file, leave=False, bar_format=layout)
         if bar is None:
             return
@@ -280,30 +281,51 @@ def load_model(spec: str, *, device: str = "auto", dtype: str = "auto", trust_re
     spec = str(spec)
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     try:
-        report("resolve", None, f"Resolving {spec}")
-        target = resolve_device(device)
-        torch_dtype = resolve_dtype(dtype, target)
-        resolved = _resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
-        placement = device_map or str(target)
-        report("load", None, f"Loading {resolved.name} ({_dtype_name(torch_dtype)}, {placement})")
-        load = functools.partial(_load_folder, spec=spec, dtype=torch_dtype, device=target, device_map=device_map,
-                                 max_memory=max_memory, trust_remote_code=trust_remote_code)
-        try:
-            model, tokenizer = load(resolved.folder)
-        except ModelLoadError:
-            if not resolved.from_gguf_cache:
-                raise
-            # A cached conversion that looks whole but does not load (a damaged file of the right size):
-            # throw it away and convert again, once.
-            shutil.rmtree(resolved.folder, ignore_errors=True)
-            resolved = _resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
-            model, tokenizer = load(resolved.folder)
-        loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
-        loaded.load_s = time.perf_counter() - start
-        report("done", 1.0, f"Loaded {resolved.name} from {resolved.source} in {loaded.load_s:.1f} s")
-        return loaded
+        with _quiet_transformers_bars():
+            return _load(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                         device_map=device_map, max_memory=max_memory, report=report, cache=cache, start=start)
     except _ProgressError as error:
         raise error.original from None
+
+
+@contextlib.contextmanager
+def _quiet_transformers_bars() -> Iterator[None]:
+    """transformers draws its own bars ("Loading weights", "Writing model shards"); ours replace them."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device_map: str | None,
+          max_memory: dict | None, report: _Reporter, cache: Path, start: float) -> LoadedModel:
+    report("resolve", None, f"Resolving {spec}")
+    target = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, target)
+    resolved = _resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
+    placement = device_map or str(target)
+    report("load", None, f"Loading {resolved.name} ({_dtype_name(torch_dtype)}, {placement})")
+    load = functools.partial(_load_folder, spec=spec, dtype=torch_dtype, device=target, device_map=device_map,
+                             max_memory=max_memory, trust_remote_code=trust_remote_code)
+    try:
+        model, tokenizer = load(resolved.folder)
+    except ModelLoadError:
+        if not resolved.from_gguf_cache:
+            raise
+        # A cached conversion that looks whole but does not load (a damaged file of the right size):
+        # throw it away and convert again, once.
+        shutil.rmtree(resolved.folder, ignore_errors=True)
+        resolved = _resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
+        model, tokenizer = load(resolved.folder)
+    loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
+    loaded.load_s = time.perf_counter() - start
+    report("done", 1.0, f"Loaded {resolved.name} from {resolved.source} in {loaded.load_s:.1f} s")
+    return loaded
 
 
 class _Resolved(NamedTuple):
