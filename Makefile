@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test chat clean
+.PHONY: setup run test chat screenshot bench-ui clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,14 @@ chat: $(STAMP)
 
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+# The README's screenshot, made by the app's own automation on the embedded default.
+screenshot: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/specdec-chat --prompt "Repeat this sentence three times, one per line: The quick brown fox jumps over the lazy dog near the river bank." --screenshot docs/screenshot.png --quit-when-done --max-new-tokens 120
+
+# Event-loop latency of the window while it streams a reply (printed, not asserted).
+bench-ui: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/ui_latency.py
 
 clean:
 	rm -rf $(VENV)

@@ -1,0 +1,470 @@
+"""The chat pane: message bubbles, and the streaming reply coloured token by token.
+
+Rendering is incremental. A reply's tokens live in its `ReplyTrace` (the buffer the window's event
+slot appends to); `ChatView.flush()`, called by the window's one timer, inserts only the tokens that
+arrived since the last flush at the end of the bubble's QTextDocument, each with its state's char
+format. A reply is rendered as a whole only when it is opened or the colour switch is flipped.
+"""
+
+from __future__ import annotations
+
+import html
+from bisect import bisect_right
+
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor, QTextOption
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QToolTip,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
+from app.trace import STATE_DESCRIPTIONS, ReplyTrace, TokenRecord
+from specdec_core.events import TokenState
+
+
+def visible(text: str) -> str:
+    """A token's text with whitespace made visible, for tooltips."""
+    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
+
+
+def _p(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+DRAFT_STOP_WORDS = {
+    "gamma": "reached γ, the round's length limit",
+    "confidence": "the draft's confidence fell under the cutoff",
+    "eos": "the draft proposed end of text",
+    "max_tokens": "the reply's token budget was nearly spent",
+    "no_match": "prompt lookup found no earlier n-gram to copy",
+    "off": "speculation off",
+}
+
+
+def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
+    state = tok.state
+    bg, _ = STATE_STYLE.get(state, (None, None))
+    swatch = css_rgba(STATE_SOLID[state]) if state in STATE_SOLID else "gray"
+    rows = [
+        f"<div style='font-size:13px'><b style='font-family:monospace'>{html.escape(visible(tok.text))}</b>"
+        f" &nbsp;<span style='color:{swatch}'>■</span> <b>{STATE_LABEL.get(state, state)}</b></div>",
+        f"<div style='color:gray'>{html.escape(STATE_DESCRIPTIONS.get(state, ''))}</div>",
+        "<table cellspacing=0 cellpadding=1>",
+        f"<tr><td>round</td><td>&nbsp;{tok.round + 1}</td></tr>",
+        f"<tr><td>position in round</td><td>&nbsp;{tok.position + 1}</td></tr>",
+        f"<tr><td>draft probability</td><td>&nbsp;{_p(tok.draft_prob)}</td></tr>",
+        f"<tr><td>verifier probability</td><td>&nbsp;{_p(tok.target_prob)}</td></tr>",
+    ]
+    if tok.accept_prob is not None:
+        rows.append(f"<tr><td>accept probability</td><td>&nbsp;{_p(tok.accept_prob)}"
+                    f" <span style='color:gray'>= min(1, verifier / draft)</span></td></tr>")
+    rnd = trace.rounds[tok.round] if trace is not None and 0 <= tok.round < len(trace.rounds) else None
+    if rnd is not None and rnd.index == tok.round:
+        rows.append(f"<tr><td>round's draft</td><td>&nbsp;{rnd.accepted} of {rnd.drafted} accepted (γ {rnd.gamma})"
+                    "</td></tr>")
+        rows.append(f"<tr><td>drafting stopped</td><td>&nbsp;{html.escape(DRAFT_STOP_WORDS.get(rnd.stop, rnd.stop))}"
+                    "</td></tr>")
+    rows.append("</table>")
+    if tok.alternatives:
+        alts = "".join(
+            f"<tr><td style='font-family:monospace'>{html.escape(visible(text))}</td>"
+            f"<td>&nbsp;{prob:.3f}</td></tr>" for text, prob in tok.alternatives)
+        rows.append(f"<div style='margin-top:4px'>verifier's top alternatives</div><table>{alts}</table>")
+    return "".join(rows)
+
+
+class TokenTextView(QTextBrowser):
+    """A read-only text view that grows to fit its text and renders a trace's tokens incrementally."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setOpenLinks(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setStyleSheet("background: transparent;")
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse |
+                                     Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        opt = QTextOption()
+        opt.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.document().setDefaultTextOption(opt)
+        self.document().setDocumentMargin(2)
+        font = self.font()
+        font.setPointSizeF(font.pointSizeF() * 1.08)
+        self.setFont(font)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.trace: ReplyTrace | None = None
+        self.colored = True
+        self.rendered = 0  # tokens of the trace already in the document
+        self._starts: list[int] = []  # document position where each rendered, non-empty token starts
+        self._token_index: list[int] = []  # the trace index of each entry in _starts
+        self._fit()
+
+    def _fit(self, *_args) -> None:
+        h = int(self.document().size().height()) + 2 * self.frameWidth() + 4
+        if h != self.height():
+            self.setFixedHeight(max(h, 24))
+
+    def set_plain(self, text: str) -> None:
+        self.trace = None
+        self.setPlainText(text)
+
+    def set_trace(self, trace: ReplyTrace, colored: bool) -> None:
+        """Render a whole trace (used when opening a conversation or flipping the colour switch)."""
+        self.trace = trace
+        self.colored = colored
+        self.clear()
+        self.rendered = 0
+        self._starts.clear()
+        self._token_index.clear()
+        self.render_pending()
+
+    def render_pending(self) -> int:
+        """Append the trace's tokens that are not in the document yet; returns how many."""
+        trace = self.trace
+        if trace is None or self.rendered >= len(trace.tokens):
+            return 0
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        new = trace.tokens[self.rendered:]
+        # Consecutive tokens of one state go in with one insertText (each call into Qt costs a GIL
+        # hand-off while the decoding thread runs); token starts are counted here, in UTF-16 units
+        # as QTextDocument counts positions.
+        pos = cursor.position()
+        run: list[str] = []
+        run_state: str | None = None
+        for i, tok in enumerate(new, start=self.rendered):
+            rejected = tok.state == TokenState.REJECTED.value
+            if rejected and not self.colored:
+                continue  # rejected drafts are not part of the reply; show them only with colours on
+            text = tok.text.replace("\n", "↵") if rejected else tok.text
+            if not text:
+                continue
+            state = tok.state if self.colored else TokenState.PLAIN.value
+            if state != run_state and run:
+                cursor.insertText("".join(run), token_format(run_state, self.colored))
+                run.clear()
+            run_state = state
+            run.append(text)
+            self._starts.append(pos)
+            self._token_index.append(i)
+            pos += len(text.encode("utf-16-le")) // 2
+        if run:
+            cursor.insertText("".join(run), token_format(run_state, self.colored))
+        # reset the char format so a user's selection-copy doesn't pick up a stale format
+        cursor.setCharFormat(QTextCharFormat())
+        self.rendered = len(trace.tokens)
+        return len(new)
+
+    def token_at(self, pos: QPointF) -> TokenRecord | None:
+        if self.trace is None or not self._starts:
+            return None
+        doc_pos = pos + QPointF(self.horizontalScrollBar().value(), self.verticalScrollBar().value())
+        char = self.document().documentLayout().hitTest(doc_pos, Qt.HitTestAccuracy.ExactHit)
+        if char < 0:
+            return None
+        k = bisect_right(self._starts, char) - 1
+        if k < 0:
+            return None
+        return self.trace.tokens[self._token_index[k]]
+
+    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.ToolTip:
+            tok = self.token_at(QPointF(event.pos()))
+            if tok is not None:
+                QToolTip.showText(event.globalPos(), token_tooltip(tok, self.trace), self.viewport())
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().viewportEvent(event)
+
+
+class MessageBubble(QFrame):
+    copy_requested = Signal(object)  # self
+    edit_requested = Signal(object)
+    regenerate_requested = Signal(object)
+    graphs_requested = Signal(object)
+
+    def __init__(self, role: str, index: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.role = role
+        self.index = index  # the message's index in the conversation
+        self.setObjectName(f"bubble_{role}")
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(12, 8, 12, 6)
+        lay.setSpacing(2)
+        head = QHBoxLayout()
+        head.setSpacing(6)
+        self.header = QLabel("You" if role == "user" else "Assistant")
+        self.header.setObjectName("bubble_header")
+        head.addWidget(self.header)
+        self.meta = QLabel("")
+        self.meta.setObjectName("muted")
+        head.addWidget(self.meta)
+        head.addStretch(1)
+        self.actions: dict[str, QToolButton] = {}
+        names = ("Copy", "Edit") if role == "user" else ("Graphs", "Copy", "Regenerate")
+        for name in names:
+            b = QToolButton()
+            b.setText(name)
+            b.setObjectName("bubble_action")
+            b.setCursor(Qt.CursorShape.PointingHandCursor)
+            head.addWidget(b)
+            self.actions[name] = b
+        self.actions["Copy"].clicked.connect(lambda: self.copy_requested.emit(self))
+        if "Edit" in self.actions:
+            self.actions["Edit"].setToolTip("Edit this message and send it again (later messages are removed)")
+            self.actions["Edit"].clicked.connect(lambda: self.edit_requested.emit(self))
+        if "Regenerate" in self.actions:
+            self.actions["Regenerate"].setToolTip("Generate this reply again")
+            self.actions["Regenerate"].clicked.connect(lambda: self.regenerate_requested.emit(self))
+        if "Graphs" in self.actions:
+            self.actions["Graphs"].setToolTip("Show this reply's speculation graphs")
+            self.actions["Graphs"].clicked.connect(lambda: self.graphs_requested.emit(self))
+        lay.addLayout(head)
+        self.body = TokenTextView(self)
+        lay.addWidget(self.body)
+        self.footer = QLabel("")
+        self.footer.setObjectName("bubble_footer")
+        self.footer.setWordWrap(True)
+        self.footer.setVisible(False)
+        lay.addWidget(self.footer)
+
+    @property
+    def trace(self) -> ReplyTrace | None:
+        return self.body.trace
+
+    def text(self) -> str:
+        return self.trace.text if self.trace is not None else self.body.toPlainText()
+
+    def set_streaming(self, streaming: bool) -> None:
+        for name in ("Regenerate", "Edit"):
+            if name in self.actions:
+                self.actions[name].setEnabled(not streaming)
+
+    def update_footer(self) -> None:
+        trace = self.trace
+        if trace is None:
+            return
+        parts = []
+        if trace.tokens or trace.finished:
+            parts.append(trace.summary())
+        if trace.dropped_turns:
+            parts.append(f"{trace.dropped_turns} oldest turn{'s' if trace.dropped_turns > 1 else ''} "
+                         "left out to fit the context")
+        if trace.error:
+            parts.append(f"error: {trace.error}")
+        self.footer.setText(" · ".join(parts))
+        self.footer.setVisible(bool(parts))
+        if trace.finished:
+            self.meta.setText(_models_line(trace))
+        else:
+            self.meta.setText("generating…" if not trace.tokens else f"generating… {_models_line(trace)}")
+
+
+def _models_line(trace: ReplyTrace) -> str:
+    if not trace.verifier:
+        return ""
+    if trace.drafter and trace.speculative:
+        return f"{trace.verifier} ← {trace.drafter}"
+    return trace.verifier
+
+
+class Notice(QFrame):
+    def __init__(self, text: str, kind: str = "info", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.kind = kind
+        self.setObjectName(f"notice_{kind}")
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(10, 6, 10, 6)
+        self.label = QLabel(text)
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.label, 1)
+        close = QToolButton()
+        close.setText("✕")
+        close.setObjectName("bubble_action")
+        close.setToolTip("Dismiss")
+        close.clicked.connect(self.deleteLater)
+        lay.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+
+
+class ChatView(QScrollArea):
+    """The conversation as bubbles, with notices (errors, context drops) in between."""
+
+    copy_requested = Signal(object)
+    edit_requested = Signal(object)
+    regenerate_requested = Signal(object)
+    graphs_requested = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chat_scroll")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        inner = QWidget()
+        self._layout = QVBoxLayout(inner)
+        self._layout.setContentsMargins(16, 12, 16, 12)
+        self._layout.setSpacing(10)
+        self._layout.addStretch(1)
+        self.setWidget(inner)
+        self.bubbles: list[MessageBubble] = []
+        self.colored = True
+        self._streaming: MessageBubble | None = None
+        self._stick = True  # follow the end of the reply while the user hasn't scrolled up
+        self.verticalScrollBar().rangeChanged.connect(self._on_range)
+        self.verticalScrollBar().valueChanged.connect(self._on_scroll)
+        self.empty = QLabel(
+            "<div style='font-size:15px'><b>Chat with speculative decoding, token by token.</b></div>"
+            "<div style='margin-top:6px'>Draft tokens the verifier <span style='background:rgba(46,160,67,89)'>"
+            "accepted</span>, <span style='color:rgb(215,58,73);text-decoration:line-through'>rejected</span>,"
+            " its <span style='background:rgba(235,160,20,115)'>corrections</span> and "
+            "<span style='background:rgba(59,130,246,102)'>bonus</span> tokens are coloured as they stream."
+            "<br>Hover a token for its probabilities. Enter sends, Shift+Enter starts a new line.</div>")
+        self.empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty.setWordWrap(True)
+        self.empty.setObjectName("muted")
+        self._layout.insertWidget(0, self.empty)
+
+    # -- building -----------------------------------------------------------------------------------
+    def clear(self) -> None:
+        for i in reversed(range(self._layout.count())):
+            w = self._layout.itemAt(i).widget()
+            if w is not None and w is not self.empty:
+                w.setParent(None)
+                w.deleteLater()
+        self.bubbles.clear()
+        self._streaming = None
+        self.empty.setVisible(True)
+        self._stick = True
+
+    def _insert(self, widget: QWidget) -> None:
+        self.empty.setVisible(False)
+        self._layout.insertWidget(self._layout.count() - 1, widget)
+
+    def add_user(self, text: str, index: int) -> MessageBubble:
+        b = MessageBubble("user", index)
+        b.body.set_plain(text)
+        wrap = QWidget()
+        row = QHBoxLayout(wrap)
+        row.setContentsMargins(60, 0, 0, 0)
+        row.addWidget(b)
+        self._wire(b)
+        self._insert(wrap)
+        self.bubbles.append(b)
+        return b
+
+    def add_assistant(self, trace: ReplyTrace, index: int, streaming: bool = False) -> MessageBubble:
+        b = MessageBubble("assistant", index)
+        b.body.set_trace(trace, self.colored)
+        b.update_footer()
+        b.set_streaming(streaming)
+        wrap = QWidget()
+        row = QHBoxLayout(wrap)
+        row.setContentsMargins(0, 0, 30, 0)
+        row.addWidget(b)
+        self._wire(b)
+        self._insert(wrap)
+        self.bubbles.append(b)
+        if streaming:
+            self._streaming = b
+            self._stick = True
+        return b
+
+    def add_notice(self, text: str, kind: str = "info") -> Notice:
+        n = Notice(text, kind)
+        self._insert(n)
+        self._stick = True
+        return n
+
+    def _wire(self, b: MessageBubble) -> None:
+        b.copy_requested.connect(self.copy_requested)
+        b.edit_requested.connect(self.edit_requested)
+        b.regenerate_requested.connect(self.regenerate_requested)
+        b.graphs_requested.connect(self.graphs_requested)
+
+    # -- streaming ----------------------------------------------------------------------------------
+    @property
+    def streaming_bubble(self) -> MessageBubble | None:
+        return self._streaming
+
+    def flush(self) -> int:
+        """Render tokens that arrived since the last flush (called by the window's timer)."""
+        b = self._streaming
+        if b is None:
+            return 0
+        n = b.body.render_pending()
+        b.update_footer()
+        if b.trace is not None and b.trace.finished:
+            b.set_streaming(False)
+            self._streaming = None
+        return n
+
+    def set_colored(self, colored: bool) -> None:
+        if colored == self.colored:
+            return
+        self.colored = colored
+        for b in self.bubbles:
+            if b.trace is not None:
+                b.body.set_trace(b.trace, colored)
+
+    # -- scrolling ----------------------------------------------------------------------------------
+    def _on_scroll(self, value: int) -> None:
+        sb = self.verticalScrollBar()
+        self._stick = value >= sb.maximum() - 8
+
+    def _on_range(self, _lo: int, hi: int) -> None:
+        if self._stick:
+            self.verticalScrollBar().setValue(hi)
+
+    def scroll_to_end(self) -> None:
+        self._stick = True
+        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+
+class Legend(QWidget):
+    """Swatches for the token states, and the switch that turns colouring off."""
+
+    toggled = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(10)
+        self.check = QCheckBox("Colour tokens")
+        self.check.setChecked(True)
+        self.check.setToolTip("Show each token's speculation state (hover a token for details)")
+        self.check.toggled.connect(self.toggled)
+        lay.addWidget(self.check)
+        self.swatches: list[QLabel] = []
+        for state in (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.CORRECTED, TokenState.BONUS,
+                      TokenState.PLAIN):
+            bg, fg = STATE_STYLE[state.value]
+            style = f"background:{css_rgba(bg)};" if bg is not None else "border:1px solid rgba(127,127,127,128);"
+            deco = "text-decoration:line-through;" if state is TokenState.REJECTED else ""
+            color = f"color:{css_rgba(fg)};" if fg is not None else ""
+            lbl = QLabel(f"<span style='{style}{deco}{color} padding:1px 4px'>&nbsp;{STATE_LABEL[state.value]}"
+                         "&nbsp;</span>")
+            lbl.setToolTip(STATE_DESCRIPTIONS[state.value])
+            lay.addWidget(lbl)
+            self.swatches.append(lbl)
+        lay.addStretch(1)
+
+
+def copy_text(text: str) -> None:
+    QGuiApplication.clipboard().setText(text)

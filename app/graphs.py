@@ -1,0 +1,503 @@
+"""Live graphs of a reply's speculation, drawn with pyqtgraph.
+
+Fed the way pyqtgraph's scrolling-plot examples are: the window's one timer calls `flush()`, which
+copies the rounds that arrived since the last call from the reply's trace into growing numpy buffers
+and calls `setData` on persistent curve items. Nothing here is redrawn per token.
+
+Panels
+- Throughput: tokens/s over engine time (running mean, and per round), the verifier-alone baseline
+  measured on this machine as a dashed line, and the measured speedup.
+- Accepted per round, with the running acceptance rate (accepted / drafted) on the right axis.
+- Accepted-length histogram: rounds that accepted 0, 1, ... γ draft tokens.
+- Acceptance by position in the round.
+- Time per round, stacked: draft, verify, overhead.
+- Theory against practice: predicted speedup over γ for the measured α and c (Leviathan et al.),
+  the measured point, and the break-even line (speedup = 1) under which speculation loses.
+And the race: tokens over time for the same prompt with speculation off and on.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import (
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
+from app.trace import ReplyTrace
+from specdec_core.stats import predicted_speedup
+
+GAMMA_AXIS = np.arange(1, 17, dtype=float)
+
+
+def _with_alpha(c: QColor, a: int) -> QColor:
+    c = QColor(c)
+    c.setAlpha(a)
+    return c
+
+
+class Buffer:
+    """A growing float array: amortised O(1) append, a view of the filled part for setData."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._a = np.zeros(capacity)
+        self.n = 0
+
+    def append(self, x: float) -> None:
+        if self.n == len(self._a):
+            self._a = np.concatenate([self._a, np.zeros(len(self._a))])
+        self._a[self.n] = x
+        self.n += 1
+
+    def clear(self) -> None:
+        self.n = 0
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._a[: self.n]
+
+
+def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
+    w = pg.PlotWidget()
+    w.setMinimumSize(220, 150)
+    pi = w.getPlotItem()
+    pi.setTitle(f"<span style='font-size:10pt'>{title}</span>")
+    pi.setLabel("left", left)
+    pi.setLabel("bottom", bottom)
+    pi.showGrid(x=False, y=True, alpha=0.12)
+    pi.setMenuEnabled(False)
+    font = QFont()
+    font.setPointSize(8)
+    for ax in ("left", "bottom"):
+        pi.getAxis(ax).enableAutoSIPrefix(False)  # "seconds (x0.001)" reads worse than 0.2, 0.4, ...
+        pi.getAxis(ax).setTickFont(font)
+        pi.getAxis(ax).label.setFont(font)
+    return w
+
+
+class LiveGraphs(QWidget):
+    """Six panels bound to one reply trace at a time."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.trace: ReplyTrace | None = None
+        self.baseline_tps: float | None = None
+        self._n = 0  # rounds already copied into the buffers
+        self._drew_final = False
+        self.updates = 0  # how many flushes changed the curves (tests read this)
+        self.speedup_label = ""
+        self.theory_caption = ""
+        self._shown_caption = ""
+        self._bars_key: tuple = ()
+        self._reset_buffers()
+        fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
+        pg.setConfigOptions(antialias=True, foreground=fg, background=None)
+
+        grid = QGridLayout(self)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setSpacing(4)
+
+        # 1. throughput
+        self.tps_plot = _plot("Throughput", "tokens/s", "seconds (engine time)")
+        pi = self.tps_plot.getPlotItem()
+        # Per-round rates spike (a fully accepted round is fast): drawn faintly, kept out of the y range.
+        self.tps_round = pg.PlotDataItem(pen=pg.mkPen(_with_alpha(ACCENT, 90), width=1))
+        pi.addItem(self.tps_round, ignoreBounds=True)
+        self.tps_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="running mean")
+        for c in (self.tps_round, self.tps_curve):
+            c.setClipToView(True)
+            c.setDownsampling(auto=True, method="peak")
+        self.baseline_line = pg.InfiniteLine(angle=0, movable=False,
+                                             pen=pg.mkPen(STATE_SOLID["plain"], width=1.5,
+                                                          style=Qt.PenStyle.DashLine),
+                                             label="", labelOpts={"position": 0.02, "color": fg,
+                                                                  "anchors": [(0, 0), (0, 0)]})
+        self.baseline_line.setVisible(False)
+        pi.addItem(self.baseline_line)
+        grid.addWidget(self.tps_plot, 0, 0)
+
+        # 2. accepted per round + running acceptance rate (right axis)
+        self.acc_plot = _plot("Accepted per round", "tokens", "round")
+        pi = self.acc_plot.getPlotItem()
+        self.drafted_curve = pi.plot(stepMode="center", fillLevel=0,
+                                     brush=_with_alpha(STATE_SOLID["rejected"], 70), pen=None)
+        self.accepted_curve = pi.plot(stepMode="center", fillLevel=0,
+                                      brush=_with_alpha(STATE_SOLID["accepted"], 200), pen=None)
+        self.rate_vb = pg.ViewBox()
+        pi.showAxis("right")
+        pi.scene().addItem(self.rate_vb)
+        pi.getAxis("right").linkToView(self.rate_vb)
+        pi.getAxis("right").setLabel("acceptance rate")
+        f = QFont()
+        f.setPointSize(8)
+        pi.getAxis("right").setTickFont(f)
+        pi.getAxis("right").label.setFont(f)
+        self.rate_vb.setXLink(pi)
+        self.rate_vb.setYRange(0, 1.02)
+        self.rate_curve = pg.PlotDataItem(pen=pg.mkPen(ACCENT, width=2))
+        self.rate_vb.addItem(self.rate_curve)
+        pi.vb.sigResized.connect(lambda: self.rate_vb.setGeometry(pi.vb.sceneBoundingRect()))
+        grid.addWidget(self.acc_plot, 0, 1)
+
+        # 3. accepted-length histogram
+        self.hist_plot = _plot("Accepted length per round", "rounds", "draft tokens accepted")
+        self.hist_bars = pg.BarGraphItem(x=[0], height=[0], width=0.8, brush=STATE_SOLID["accepted"])
+        self.hist_plot.getPlotItem().addItem(self.hist_bars)
+        grid.addWidget(self.hist_plot, 1, 0)
+
+        # 4. acceptance by position
+        self.pos_plot = _plot("Acceptance by position in round", "accepted / drafted", "draft position")
+        self.pos_plot.getPlotItem().setYRange(0, 1.02)
+        self.pos_bars = pg.BarGraphItem(x=[1], height=[0], width=0.8, brush=VERIFY_COLOR)
+        self.pos_plot.getPlotItem().addItem(self.pos_bars)
+        grid.addWidget(self.pos_plot, 1, 1)
+
+        # 5. time per round, stacked
+        self.time_plot = _plot("Time per round", "ms", "round")
+        pi = self.time_plot.getPlotItem()
+        pi.addLegend(offset=(-4, 4), labelTextSize="8pt", brush=pg.mkBrush(0, 0, 0, 0), colCount=3)
+        self.total_curve = pi.plot(stepMode="center", fillLevel=0, brush=_with_alpha(OVERHEAD_COLOR, 170),
+                                   pen=None, name="overhead")
+        self.dv_curve = pi.plot(stepMode="center", fillLevel=0, brush=_with_alpha(VERIFY_COLOR, 200),
+                                pen=None, name="verify")
+        self.draft_curve = pi.plot(stepMode="center", fillLevel=0, brush=_with_alpha(DRAFT_COLOR, 220),
+                                   pen=None, name="draft")
+        grid.addWidget(self.time_plot, 2, 0)
+
+        # 6. theory vs practice
+        self.theory_plot = _plot("Theory vs practice", "speedup", "γ (draft length)")
+        pi = self.theory_plot.getPlotItem()
+        pi.addLegend(offset=(-4, -4), labelTextSize="8pt", brush=pg.mkBrush(0, 0, 0, 0))
+        self.theory_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2), name="predicted")
+        self.predicted_point = pi.plot(pen=None, symbol="o", symbolSize=8, symbolBrush=None,
+                                       symbolPen=pg.mkPen(ACCENT, width=2), name="predicted at mean γ")
+        self.measured_point = pi.plot(pen=None, symbol="star", symbolSize=15,
+                                      symbolBrush=STATE_SOLID["corrected"], symbolPen=None, name="measured")
+        self.break_even = pg.InfiniteLine(pos=1.0, angle=0, movable=False,
+                                          pen=pg.mkPen(STATE_SOLID["rejected"], width=1.2,
+                                                       style=Qt.PenStyle.DashLine),
+                                          )
+        pi.addItem(self.break_even)
+        pi.legend.addItem(pg.PlotDataItem(pen=self.break_even.pen), "break-even (1×)")
+        pi.setXRange(1, 16)
+        grid.addWidget(self.theory_plot, 2, 1)
+
+    # -- buffers ------------------------------------------------------------------------------------
+    def _reset_buffers(self) -> None:
+        self.b_t = Buffer()
+        self.b_tps = Buffer()
+        self.b_tps_round = Buffer()
+        self.b_drafted = Buffer()
+        self.b_accepted = Buffer()
+        self.b_rate = Buffer()
+        self.b_draft_ms = Buffer()
+        self.b_verify_ms = Buffer()
+        self.b_total_ms = Buffer()
+        self._sum_drafted = 0
+        self._sum_accepted = 0
+        self._sum_draft_s = 0.0
+        self._sum_verify_s = 0.0
+        self._n_rounds = 0
+        self._hist: list[int] = []
+        self._pos_drafted: list[int] = []
+        self._pos_accepted: list[int] = []
+
+    def set_trace(self, trace: ReplyTrace | None, baseline_tps: float | None = None) -> None:
+        """Show another reply (the streaming one, or one picked from the history)."""
+        self.trace = trace
+        self.baseline_tps = baseline_tps if baseline_tps else (trace.baseline_tps if trace else None)
+        self._n = 0
+        self._drew_final = False
+        self._reset_buffers()
+        self._draw(force=True)
+
+    def set_baseline(self, tps: float | None, source: str = "") -> None:
+        self.baseline_tps = tps
+        self._draw(force=True)
+
+    def flush(self) -> bool:
+        """Copy new rounds from the trace into the buffers and update the curves; True if anything changed."""
+        trace = self.trace
+        if trace is None:
+            return False
+        if self._n >= len(trace.rounds):
+            if trace.finished and not self._drew_final:  # the final Stats arrived after the last round
+                self._drew_final = True
+                self._draw()
+                return True
+            return False
+        for r in trace.rounds[self._n:]:
+            self.b_t.append(r.t_end)
+            self.b_tps.append(r.tokens_after / r.t_end if r.t_end > 0 else 0.0)
+            emitted = r.accepted + 1
+            self.b_tps_round.append(emitted / r.total_s if r.total_s > 0 else 0.0)
+            self.b_drafted.append(r.drafted)
+            self.b_accepted.append(r.accepted)
+            self._sum_drafted += r.drafted
+            self._sum_accepted += r.accepted
+            self._sum_draft_s += r.draft_s
+            self._sum_verify_s += r.verify_s
+            self._n_rounds += 1
+            self.b_rate.append(self._sum_accepted / self._sum_drafted if self._sum_drafted else np.nan)
+            self.b_draft_ms.append(r.draft_s * 1e3)
+            self.b_verify_ms.append((r.draft_s + r.verify_s) * 1e3)
+            self.b_total_ms.append(r.total_s * 1e3)
+            if r.drafted:
+                while len(self._hist) <= max(r.gamma, r.accepted):
+                    self._hist.append(0)
+                self._hist[r.accepted] += 1
+                while len(self._pos_drafted) < r.drafted:
+                    self._pos_drafted.append(0)
+                    self._pos_accepted.append(0)
+                for i in range(r.drafted):
+                    self._pos_drafted[i] += 1
+                    if i < r.accepted:
+                        self._pos_accepted[i] += 1
+        self._n = len(trace.rounds)
+        self._drew_final = trace.finished
+        self._draw()
+        return True
+
+    # -- drawing ------------------------------------------------------------------------------------
+    @property
+    def alpha(self) -> float:
+        return self._sum_accepted / self._sum_drafted if self._sum_drafted else 0.0
+
+    @property
+    def c(self) -> float:
+        if not self._sum_drafted or not self._n_rounds or self._sum_verify_s <= 0:
+            return 0.0
+        return (self._sum_draft_s / self._sum_drafted) / (self._sum_verify_s / self._n_rounds)
+
+    @property
+    def mean_gamma(self) -> float:
+        drafting = sum(self._hist)
+        return self._sum_drafted / drafting if drafting else 0.0
+
+    @property
+    def measured_speedup(self) -> float | None:
+        if not self.baseline_tps or not self.b_tps.n:
+            return None
+        return self.current_tps / self.baseline_tps
+
+    @property
+    def current_tps(self) -> float:
+        """The running figure while streaming; the engine's final Stats once the reply is done."""
+        if self.trace is not None and self.trace.stats and self._n >= len(self.trace.rounds):
+            return float(self.trace.stats.get("tokens_per_s") or 0.0)
+        return float(self.b_tps.data[-1]) if self.b_tps.n else 0.0
+
+    def _draw(self, force: bool = False) -> None:
+        n = self.b_t.n
+        self.updates += 1
+        if force:
+            self._bars_key = ()
+            self._shown_caption = None  # type: ignore[assignment]
+        edges = np.arange(n + 1, dtype=float) + 0.5  # step curves: round i spans [i+0.5, i+1.5]
+        self.tps_curve.setData(self.b_t.data, self.b_tps.data)
+        self.tps_round.setData(self.b_t.data, self.b_tps_round.data)
+        top = max(float(self.b_tps.data.max()) if n else 0.0, self.baseline_tps or 0.0,
+                  float(np.percentile(self.b_tps_round.data, 90)) if n else 0.0)
+        if top > 0:
+            self.tps_plot.getPlotItem().setYRange(0, top * 1.12, padding=0)
+        self.drafted_curve.setData(edges, self.b_drafted.data)
+        self.accepted_curve.setData(edges, self.b_accepted.data)
+        self.rate_curve.setData(np.arange(1, n + 1, dtype=float), self.b_rate.data, connect="finite")
+        self.draft_curve.setData(edges, self.b_draft_ms.data)
+        self.dv_curve.setData(edges, self.b_verify_ms.data)
+        self.total_curve.setData(edges, self.b_total_ms.data)
+        bars_key = (tuple(self._hist), tuple(self._pos_drafted), tuple(self._pos_accepted))
+        if bars_key != self._bars_key:  # bar items rebuild their picture on every setOpts
+            self._bars_key = bars_key
+            self._draw_bars()
+
+        self._draw_rest(n)
+
+    def _draw_bars(self) -> None:
+        if self._hist:
+            self.hist_bars.setOpts(x=np.arange(len(self._hist)), height=np.array(self._hist, dtype=float))
+        else:
+            self.hist_bars.setOpts(x=[0], height=[0])
+        if self._pos_drafted:
+            rates = np.array(self._pos_accepted, dtype=float) / np.array(self._pos_drafted, dtype=float)
+            self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1), height=rates)
+        else:
+            self.pos_bars.setOpts(x=[1], height=[0])
+
+    def _draw_rest(self, n: int) -> None:
+        # baseline and measured speedup
+        if self.baseline_tps:
+            self.baseline_line.setValue(self.baseline_tps)
+            self.baseline_line.label.setFormat(f"verifier alone {self.baseline_tps:.1f} tok/s")
+            self.baseline_line.setVisible(True)
+        else:
+            self.baseline_line.setVisible(False)
+        sp = self.measured_speedup
+        tps = f"{self.current_tps:.1f} tok/s" if n else ""
+        if sp is not None and self._sum_drafted:
+            color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
+            head = f"{tps} · <b style='color:{color}'>{sp:.2f}× measured</b>"
+        elif sp is not None:
+            head = f"{tps} · {sp:.2f}× (speculation off)"
+        else:
+            head = tps
+        if head != self.speedup_label:  # titles re-lay out the plot: only when the text changes
+            self.speedup_label = head
+            self.tps_plot.getPlotItem().setTitle(
+                "<span style='font-size:10pt'>Throughput</span>"
+                + (f"<br><span style='font-size:9pt'>{head}</span>" if head else ""))
+
+        # theory vs practice
+        a, c, g = self.alpha, self.c, self.mean_gamma
+        if self._sum_drafted:
+            pred = np.array([predicted_speedup(a, float(x), c) for x in GAMMA_AXIS])
+            self.theory_curve.setData(GAMMA_AXIS, pred)
+            self.predicted_point.setData([g], [predicted_speedup(a, g, c)])
+            if sp is not None:
+                self.measured_point.setData([g], [sp])
+            else:
+                self.measured_point.setData([], [])
+            best = int(GAMMA_AXIS[int(np.argmax(pred))])
+            self.theory_caption = f"α {a:.2f} · c {c:.3f} · mean γ {g:.1f} · best γ {best}"
+        else:
+            for item in (self.theory_curve, self.predicted_point, self.measured_point):
+                item.setData([], [])
+            self.theory_caption = "no draft tokens yet" if n else ""
+        if self.theory_caption != self._shown_caption:
+            self._shown_caption = self.theory_caption
+            self.theory_plot.getPlotItem().setTitle(
+                "<span style='font-size:10pt'>Theory vs practice</span>"
+                + (f"<br><span style='font-size:8pt'>{self.theory_caption}</span>" if self.theory_caption else ""))
+
+
+def stats_csv(trace: ReplyTrace) -> str:
+    out = io.StringIO()
+    rows = [
+        {"round": r.index + 1, "gamma": r.gamma, "drafted": r.drafted, "accepted": r.accepted,
+         "emitted": r.emitted_state, "draft_stop": r.stop, "draft_ms": round(r.draft_s * 1e3, 3),
+         "verify_ms": round(r.verify_s * 1e3, 3), "overhead_ms": round(r.overhead_s * 1e3, 3),
+         "t_end_s": round(r.t_end, 5), "tokens_after": r.tokens_after}
+        for r in trace.rounds
+    ]
+    fieldnames = list(rows[0]) if rows else ["round"]
+    w = csv.DictWriter(out, fieldnames=fieldnames)
+    w.writeheader()
+    w.writerows(rows)
+    return out.getvalue()
+
+
+def stats_json(trace: ReplyTrace) -> str:
+    return json.dumps({"stats": trace.stats, "baseline_tps": trace.baseline_tps,
+                       "measured_speedup": trace.speedup(), "verifier": trace.verifier,
+                       "drafter": trace.drafter, "config": trace.config,
+                       "rounds": [r.__dict__ for r in trace.rounds]}, indent=2)
+
+
+class RacePlot(QWidget):
+    """Tokens over time for the same prompt and seed with speculation off, then on."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.plot = _plot("Race: same prompt and seed, speculation off vs on", "tokens", "seconds (engine time)")
+        pi = self.plot.getPlotItem()
+        pi.addLegend(offset=(8, 8), labelTextSize="9pt")
+        self.off_curve = pi.plot(pen=pg.mkPen(STATE_SOLID["plain"], width=2.5), name="speculation off")
+        self.on_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="speculation on")
+        lay.addWidget(self.plot, 1)
+        self.result = QLabel("Run a race (Generation ▸ Race) to measure speculation against the verifier "
+                             "alone on this machine.")
+        self.result.setWordWrap(True)
+        self.result.setTextFormat(Qt.TextFormat.RichText)
+        lay.addWidget(self.result)
+        self.traces: dict[str, ReplyTrace] = {}
+        self._drawn: dict[str, int] = {}
+
+    def start(self) -> None:
+        self.traces = {"off": ReplyTrace(), "on": ReplyTrace()}
+        self._drawn = {"off": -1, "on": -1}
+        self.off_curve.setData([], [])
+        self.on_curve.setData([], [])
+        self.result.setText("Racing… speculation off first, then on (one after the other so they don't "
+                            "share the CPU).")
+
+    def flush(self) -> bool:
+        changed = False
+        for key, curve in (("off", self.off_curve), ("on", self.on_curve)):
+            tr = self.traces.get(key)
+            if tr is None or self._drawn.get(key) == len(tr.rounds):
+                continue
+            t = np.array([0.0] + [r.t_end for r in tr.rounds])
+            n = np.array([0.0] + [float(r.tokens_after) for r in tr.rounds])
+            curve.setData(t, n)
+            self._drawn[key] = len(tr.rounds)
+            changed = True
+        return changed
+
+    def finish(self, greedy: bool) -> str:
+        off, on = self.traces.get("off"), self.traces.get("on")
+        self.flush()
+        if not off or not on or off.stats is None or on.stats is None:
+            self.result.setText("The race did not finish.")
+            return "The race did not finish."
+        tps_off = off.stats.get("tokens_per_s") or 0.0
+        tps_on = on.stats.get("tokens_per_s") or 0.0
+        sp = tps_on / tps_off if tps_off else 0.0
+        verdict = "faster" if sp >= 1.0 else "slower"
+        parts = [f"<b>{sp:.2f}×</b> ({verdict}) — off {tps_off:.1f} tok/s, on {tps_on:.1f} tok/s; "
+                 f"{off.stats.get('new_tokens', 0)} vs {on.stats.get('new_tokens', 0)} tokens"]
+        if on.stats.get("drafted"):
+            parts.append(f"acceptance {on.stats.get('acceptance_rate', 0):.0%}, "
+                         f"{on.stats.get('mean_accepted_length', 0):.2f} tokens per verifier call")
+        if greedy:
+            same = off.text == on.text
+            parts.append("greedy: texts <b style='color:rgb(46,160,67)'>identical</b> token for token" if same
+                         else "greedy: texts <b style='color:rgb(215,58,73)'>differ</b>")
+        else:
+            parts.append("sampling (temperature > 0): texts may differ; both follow the verifier's distribution")
+        html = "<br>".join(parts)
+        self.result.setText(html)
+        return html
+
+
+class GraphsPanel(QWidget):
+    """The right-hand panel: live graphs and the race, with export buttons."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        self.tabs = QTabWidget()
+        self.live = LiveGraphs()
+        self.race = RacePlot()
+        self.tabs.addTab(self.live, "Live")
+        self.tabs.addTab(self.race, "Race")
+        lay.addWidget(self.tabs, 1)
+        row = QHBoxLayout()
+        self.caption = QLabel("")
+        self.caption.setObjectName("muted")
+        row.addWidget(self.caption, 1)
+        self.export_png = QPushButton("Export PNG…")
+        self.export_stats = QPushButton("Export stats…")
+        row.addWidget(self.export_png)
+        row.addWidget(self.export_stats)
+        lay.addLayout(row)
+
+    def flush(self) -> bool:
+        a = self.live.flush()
+        b = self.race.flush()
+        return a or b

@@ -1,0 +1,167 @@
+"""`specdec-chat`: the desktop app's entry point, with flags for automation (tests, README screenshot).
+
+    specdec-chat [--verifier SPEC] [--draft SPEC] [--drafter model|prompt-lookup] [--prompt TEXT]
+                 [--race] [--screenshot PATH] [--quit-when-done] [--timeout S] [--data-dir DIR]
+
+With --prompt the prompt is sent once the models are loaded; --race then races speculation off vs on;
+--screenshot saves a PNG of the whole window once the reply (and race) are finished and the graphs drawn;
+--quit-when-done exits with 0, or 1 with the error on stderr if anything failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+EXIT_OK, EXIT_FAIL = 0, 1
+
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="specdec-chat", description="A chat window that shows speculative "
+                                "decoding as it happens.")
+    p.add_argument("--verifier", metavar="SPEC", help="embedded name, model folder, .gguf file or hub id")
+    p.add_argument("--draft", metavar="SPEC", help="draft model (implies --drafter model)")
+    p.add_argument("--drafter", choices=["model", "prompt-lookup"], help="who drafts (default: settings)")
+    p.add_argument("--device", help="auto, cpu, cuda, mps")
+    p.add_argument("--dtype", help="auto, float32, bfloat16, float16")
+    p.add_argument("--prompt", metavar="TEXT", help="send this prompt once the models are loaded")
+    p.add_argument("--max-new-tokens", type=int, metavar="N", help="override the reply length")
+    p.add_argument("--race", action="store_true", help="after the reply, race speculation off against on")
+    p.add_argument("--no-speculation", action="store_true", help="start with speculation off")
+    p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when done")
+    p.add_argument("--quit-when-done", action="store_true", help="exit when done (status 0, or 1 on error)")
+    p.add_argument("--timeout", type=float, default=0.0, metavar="S", help="fail if not done after S seconds")
+    p.add_argument("--data-dir", metavar="DIR", help="where conversations and settings live")
+    p.add_argument("--size", default="1480x900", metavar="WxH", help="window size (default 1480x900)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:  # before torch loads: idle OpenMP threads sleep instead of spinning against the GUI thread
+        from specdec_core.threads import prefer_passive_waiting
+
+        prefer_passive_waiting()
+    except ImportError:
+        pass
+    if args.data_dir:
+        os.environ["SPECDEC_DATA_DIR"] = args.data_dir
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.store import ConversationStore, Settings
+    from app.window import MainWindow, shutdown_clean
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("specdec")
+    app.setApplicationDisplayName("specdec")
+    app.setStyle("Fusion")
+
+    store = ConversationStore()
+    settings = Settings.load(store.root)
+    overrides = False
+    if args.verifier:
+        settings.verifier, overrides = args.verifier, True
+    if args.draft:
+        settings.draft, settings.drafter, overrides = args.draft, "model", True
+    if args.drafter:
+        settings.drafter, overrides = args.drafter, True
+    if args.device:
+        settings.device, overrides = args.device, True
+    if args.dtype:
+        settings.dtype, overrides = args.dtype, True
+    if args.max_new_tokens:
+        settings.max_new_tokens, overrides = args.max_new_tokens, True
+    if args.no_speculation:
+        settings.speculate, overrides = False, True
+    # One-off flags must not overwrite the user's saved settings.
+    window = MainWindow(settings, store, persist_settings=not overrides)
+    try:
+        w, h = (int(x) for x in args.size.lower().split("x"))
+        window.resize(w, h)
+    except ValueError:
+        pass
+    window.show()
+
+    state = {"code": EXIT_OK, "errors": [], "done": False}
+
+    def fail(message: str) -> None:
+        state["errors"].append(message)
+        if args.quit_when_done and not state["done"]:
+            state["done"] = True
+            print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
+            state["code"] = EXIT_FAIL
+            finish(screenshot=bool(args.screenshot))
+
+    def finish(screenshot: bool = True) -> None:
+        def shoot_and_quit() -> None:
+            window._tick()
+            app.processEvents()
+            if screenshot and args.screenshot:
+                if not window.grab().save(args.screenshot, "PNG"):
+                    print(f"specdec-chat: could not write {args.screenshot}", file=sys.stderr, flush=True)
+                    state["code"] = EXIT_FAIL
+                else:
+                    print(f"screenshot saved to {args.screenshot}", flush=True)
+            if args.quit_when_done:
+                window.close()
+                app.exit(state["code"])
+        QTimer.singleShot(300, shoot_and_quit)  # let the last flush and the graphs' repaint land
+
+    def on_reply(trace) -> None:
+        if state["done"]:
+            return
+        if trace.error or trace.stop_reason == "error":
+            fail(f"generation failed: {trace.error}")
+            return
+        if args.race:
+            window.race()
+            return
+        state["done"] = True
+        finish()
+
+    def on_race(text: str) -> None:
+        if state["done"]:
+            return
+        state["done"] = True
+        print(f"race: {text}", flush=True)
+        finish()
+
+    def on_loaded(session) -> None:
+        if not session.verdict_ok:  # the app goes on with the verifier alone, but the run failed
+            print(f"specdec-chat: {session.verdict}", file=sys.stderr, flush=True)
+            state["code"] = EXIT_FAIL
+        if not args.prompt and (args.quit_when_done or args.screenshot) and not state["done"]:
+            state["done"] = True
+            finish()
+
+    window.load_failed.connect(fail)
+    window.error_shown.connect(lambda msg: fail(msg) if args.quit_when_done and window.busy != "load" else None)
+    window.reply_finished.connect(on_reply)
+    window.race_finished.connect(on_race)
+    window.models_loaded.connect(on_loaded)
+
+    if args.timeout > 0:
+        QTimer.singleShot(int(args.timeout * 1000), lambda: fail(f"not done after {args.timeout:g} s"))
+
+    QTimer.singleShot(0, window.load_models)
+    if args.prompt:
+        QTimer.singleShot(0, lambda: window.send(args.prompt))
+
+    code = app.exec()
+    code = code or state["code"]
+    clean = shutdown_clean(0.5)  # closeEvent already waited up to 1 s: 2 s at most in all
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if not clean:
+        # A worker is still inside a long torch call (a model load, say). Its thread cannot be killed,
+        # so leave now rather than let interpreter teardown wait for it: nothing is left unsaved.
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

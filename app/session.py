@@ -1,0 +1,235 @@
+"""The Qt-free work the window hands to its workers: load a model pair, measure the baseline, run a
+reply or a race. Everything here is plain Python over specdec_core; the window runs it on threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec_core.config import GenerationConfig
+from specdec_core.events import Finished
+
+PROMPT_LOOKUP = "prompt-lookup"
+MODEL = "model"
+
+CALIBRATION_PROMPT = "Write a few sentences about why the sky is blue."
+CALIBRATION_TOKENS = 48
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    verifier: str
+    draft: str = ""
+    drafter: str = PROMPT_LOOKUP  # "model" | "prompt-lookup"
+    device: str = "auto"
+    dtype: str = "auto"
+    calibrate: bool = True
+
+    def verifier_key(self) -> tuple:
+        return (self.verifier, self.device, self.dtype)
+
+    def draft_key(self) -> tuple:
+        return (self.draft, self.device, self.dtype)
+
+
+@dataclass(frozen=True)
+class LoadStep:
+    """Progress of a load, for the progress bar: which model, and the loader's own report."""
+
+    what: str  # "verifier" | "draft" | "doctor" | "baseline"
+    message: str
+    fraction: float | None = None  # None: indeterminate
+
+
+@dataclass
+class Session:
+    request: LoadRequest
+    verifier: Any  # LoadedModel
+    engine: Any  # Engine
+    draft: Any = None  # LoadedModel, when the drafter is a model
+    drafter: Any = None  # the Drafter in use, or None (incompatible pair, or verifier alone)
+    verdict_ok: bool = True
+    verdict: str = ""  # the doctor's verdict (or the prompt-lookup note), in words
+    verdict_report: str = ""
+    baseline_tps: float | None = None
+    baseline_source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verifier_name(self) -> str:
+        return getattr(self.verifier, "name", "") or self.request.verifier
+
+    @property
+    def drafter_name(self) -> str:
+        if self.drafter is None:
+            return ""
+        if self.request.drafter == PROMPT_LOOKUP:
+            return "prompt lookup"
+        return getattr(self.draft, "name", "") or self.request.draft
+
+
+def _loader_progress(progress: Callable[[LoadStep], None], what: str) -> Callable[[Any], None]:
+    def report(p: Any) -> None:
+        message = getattr(p, "message", "") or getattr(p, "stage", "") or str(p)
+        progress(LoadStep(what, message, getattr(p, "fraction", None)))
+    return report
+
+
+def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], cancelled: Callable[[], bool],
+                 previous: Session | None = None) -> Session:
+    """Load (or reuse) the verifier and the draft, ask the doctor, build the engine, measure the baseline.
+
+    Models the previous session already holds with the same spec, device and dtype are reused.
+    An incompatible draft does not fail the load: the session keeps the verifier alone and carries
+    the doctor's reason, which the window shows next to the draft selector.
+    """
+    from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec_core.engine import Engine
+    from specdec_core.models import load_model
+
+    prev = previous
+    # 1. the verifier
+    if prev is not None and prev.request.verifier_key() == request.verifier_key():
+        verifier, engine = prev.verifier, prev.engine
+    else:
+        progress(LoadStep("verifier", f"loading verifier {request.verifier}", None))
+        verifier = load_model(request.verifier, device=request.device, dtype=request.dtype,
+                              progress=_loader_progress(progress, "verifier"))
+        engine = None
+    if cancelled():
+        raise _cancelled()
+
+    # 2. the drafter
+    draft = None
+    drafter = None
+    verdict_ok, verdict, report = True, "", ""
+    if request.drafter == MODEL:
+        if not request.draft.strip():
+            verdict_ok, verdict = False, "No draft model chosen: pick one, or use prompt lookup."
+        else:
+            if prev is not None and prev.draft is not None and prev.request.draft_key() == request.draft_key():
+                draft = prev.draft
+            else:
+                progress(LoadStep("draft", f"loading draft {request.draft}", None))
+                draft = load_model(request.draft, device=request.device, dtype=request.dtype,
+                                   progress=_loader_progress(progress, "draft"))
+            if cancelled():
+                raise _cancelled()
+            progress(LoadStep("doctor", "checking the pair", None))
+            from specdec_core.doctor import check_models
+
+            v = check_models(verifier, draft)
+            verdict_ok, verdict = bool(v.compatible), v.summary()
+            report = v.report()
+            if verdict_ok:
+                drafter = ModelDrafter(draft)
+    else:
+        drafter = PromptLookupDrafter()
+        verdict = "Prompt lookup: drafts by copying earlier text of the conversation; pairs with any verifier."
+
+    if engine is None:
+        engine = Engine(verifier, drafter)
+    else:
+        engine.set_drafter(drafter)
+    session = Session(request=request, verifier=verifier, engine=engine, draft=draft, drafter=drafter,
+                      verdict_ok=verdict_ok, verdict=verdict, verdict_report=report)
+
+    # 3. the baseline: the verifier alone on this machine (kept if the verifier did not change)
+    if prev is not None and prev.verifier is verifier and prev.baseline_tps:
+        session.baseline_tps, session.baseline_source = prev.baseline_tps, prev.baseline_source
+    elif request.calibrate:
+        progress(LoadStep("baseline", "measuring the verifier alone (speedup baseline)", None))
+        session.baseline_tps = calibrate(session, cancelled)
+        session.baseline_source = f"calibration run ({CALIBRATION_TOKENS} tokens, verifier alone)"
+    return session
+
+
+def _cancelled() -> Exception:
+    from app.worker import Cancelled
+
+    return Cancelled()
+
+
+def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -> float | None:
+    """Tokens/s of the verifier alone, greedy, on a fixed short prompt (after a 4-token warm-up)."""
+    from specdec_core.chat import build_prompt
+    from specdec_core.engine import Controls
+
+    v = session.verifier
+    ids = build_prompt(v.tokenizer, [{"role": "user", "content": CALIBRATION_PROMPT}], system=None,
+                       context_length=v.context_length, reserve_new_tokens=CALIBRATION_TOKENS).ids
+    tps = None
+    for n in (4, CALIBRATION_TOKENS):
+        controls = Controls(speculate=False)
+        # Same per-token work as a reply (top alternatives included), so the comparison is fair.
+        config = GenerationConfig(max_new_tokens=n, speculate=False)
+        for ev in session.engine.generate(ids, config, controls):
+            if cancelled():
+                controls.cancel()
+            if isinstance(ev, Finished):
+                if ev.error:
+                    return None
+                tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
+    return tps
+
+
+@dataclass(frozen=True)
+class PromptInfo:
+    """The app's own first event of a reply: how the prompt was built."""
+
+    prompt_tokens: int
+    dropped_turns: int
+
+
+def reply_events(session: Session, messages: list[dict], system: str | None, config: GenerationConfig,
+                 controls: Any) -> Iterator[object]:
+    """Build the prompt from the conversation (dropping the oldest turns if needed), then stream the reply."""
+    from specdec_core.chat import build_prompt
+
+    v = session.verifier
+    built = build_prompt(v.tokenizer, messages, system=system or None, context_length=v.context_length,
+                         reserve_new_tokens=config.max_new_tokens)
+    yield PromptInfo(len(built.ids), built.dropped_turns)
+    yield from session.engine.generate(built.ids, config, controls)
+
+
+@dataclass(frozen=True)
+class RaceEvent:
+    lane: str  # "off" | "on"
+    event: object
+
+
+def race_events(session: Session, messages: list[dict], system: str | None, config: GenerationConfig,
+                controls: Any) -> Iterator[object]:
+    """The same prompt and seed with speculation off, then on: one after the other, never at once, so
+    neither run steals the other's CPU time (these machines have two cores)."""
+    from specdec_core.chat import build_prompt
+
+    v = session.verifier
+    built = build_prompt(v.tokenizer, messages, system=system or None, context_length=v.context_length,
+                         reserve_new_tokens=config.max_new_tokens)
+    yield PromptInfo(len(built.ids), built.dropped_turns)
+    for lane, speculate in (("off", False), ("on", True)):
+        if controls.cancelled:
+            return
+        # Start each lane from cold caches so both pay the same prefill.
+        session.engine.reset_caches()
+        saved = controls.speculate
+        controls.speculate = speculate
+        try:
+            for ev in session.engine.generate(built.ids, config.with_(speculate=speculate), controls):
+                yield RaceEvent(lane, ev)
+        finally:
+            controls.speculate = saved
+
+
+def config_from_settings(s: Any) -> GenerationConfig:
+    """A validated GenerationConfig from the app's settings (raises ConfigError with the reason)."""
+    return GenerationConfig(
+        temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p), seed=int(s.seed),
+        max_new_tokens=int(s.max_new_tokens), speculate=bool(s.speculate), gamma=int(s.gamma),
+        adaptive=bool(s.adaptive), gamma_max=max(16, int(s.gamma)),
+        confidence_cutoff=float(s.confidence_cutoff),
+    ).validate()

@@ -1,0 +1,281 @@
+"""The settings panel: models (verifier, drafter, draft, device, dtype) and generation settings.
+
+It edits an `app.store.Settings` in place and says what changed: `models_changed` when a field that
+needs a reload changed (the Load button lights up), `changed` for everything else (applies to the
+next reply). The doctor's verdict sits right under the draft selector, in words.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QScrollArea,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.session import MODEL, PROMPT_LOOKUP
+from app.store import DEFAULT_VERIFIER, Settings
+
+EMBEDDED_LABEL = " (embedded)"
+
+
+class SpecCombo(QComboBox):
+    """An editable model spec: the embedded name, a folder, a .gguf file or a hub id."""
+
+    def __init__(self, placeholder: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setEditable(True)
+        self.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.lineEdit().setPlaceholderText(placeholder)
+        self.setMinimumContentsLength(18)
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+
+    def spec(self) -> str:
+        text = self.currentText().strip()
+        if text.endswith(EMBEDDED_LABEL):
+            text = text[: -len(EMBEDDED_LABEL)]
+        return text
+
+    def set_spec(self, spec: str, recents: list[str], embedded: str | None) -> None:
+        self.blockSignals(True)
+        self.clear()
+        items = []
+        if embedded:
+            items.append(embedded + EMBEDDED_LABEL)
+        items += [r for r in recents if r and r != embedded]
+        self.addItems(items)
+        self.setEditText(spec + EMBEDDED_LABEL if embedded and spec == embedded else spec)
+        self.blockSignals(False)
+
+
+def _browse_row(combo: SpecCombo, parent: QWidget) -> QWidget:
+    w = QWidget()
+    lay = QHBoxLayout(w)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.setSpacing(4)
+    lay.addWidget(combo, 1)
+    folder = QToolButton()
+    folder.setText("Folder…")
+    folder.setToolTip("A local model folder (transformers format)")
+    gguf = QToolButton()
+    gguf.setText(".gguf…")
+    gguf.setToolTip("A GGUF file (converted once, then cached)")
+
+    def pick_folder() -> None:
+        path = QFileDialog.getExistingDirectory(parent, "Model folder")
+        if path:
+            combo.setEditText(path)
+
+    def pick_gguf() -> None:
+        path, _ = QFileDialog.getOpenFileName(parent, "GGUF model", "", "GGUF models (*.gguf)")
+        if path:
+            combo.setEditText(path)
+
+    folder.clicked.connect(pick_folder)
+    gguf.clicked.connect(pick_gguf)
+    lay.addWidget(folder)
+    lay.addWidget(gguf)
+    return w
+
+
+class SettingsPanel(QScrollArea):
+    changed = Signal()
+    models_changed = Signal()
+    load_requested = Signal()
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        self.setWidgetResizable(True)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        inner = QWidget()
+        outer = QVBoxLayout(inner)
+        outer.setContentsMargins(6, 6, 6, 6)
+
+        # ---- models ----
+        models = QGroupBox("Models")
+        form = QFormLayout(models)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.verifier = SpecCombo("embedded name, folder, .gguf or hub id")
+        form.addRow("Verifier", _browse_row(self.verifier, self))
+        drafter_row = QWidget()
+        dl = QHBoxLayout(drafter_row)
+        dl.setContentsMargins(0, 0, 0, 0)
+        self.use_lookup = QRadioButton("Prompt lookup")
+        self.use_lookup.setToolTip("Draft by copying earlier text of the conversation (no draft model)")
+        self.use_model = QRadioButton("Draft model")
+        self.use_model.setToolTip("A small model drafts; it must share the verifier's tokenizer")
+        group = QButtonGroup(self)
+        group.addButton(self.use_lookup)
+        group.addButton(self.use_model)
+        dl.addWidget(self.use_lookup)
+        dl.addWidget(self.use_model)
+        dl.addStretch(1)
+        form.addRow("Drafter", drafter_row)
+        self.draft = SpecCombo("draft: folder, .gguf or hub id")
+        self.draft_row = _browse_row(self.draft, self)
+        form.addRow("Draft", self.draft_row)
+        self.verdict = QLabel("")
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("", self.verdict)
+        self.device = QComboBox()
+        self.device.addItems(["auto", "cpu", "cuda", "mps"])
+        self.dtype = QComboBox()
+        self.dtype.addItems(["auto", "float32", "bfloat16", "float16"])
+        dd = QWidget()
+        ddl = QHBoxLayout(dd)
+        ddl.setContentsMargins(0, 0, 0, 0)
+        ddl.addWidget(self.device, 1)
+        ddl.addWidget(QLabel("dtype"))
+        ddl.addWidget(self.dtype, 1)
+        form.addRow("Device", dd)
+        self.load_button = QPushButton("Load models")
+        self.load_button.setToolTip("Load the models above in the background (Ctrl+L)")
+        self.load_button.clicked.connect(self.load_requested)
+        form.addRow("", self.load_button)
+        outer.addWidget(models)
+
+        # ---- generation ----
+        gen = QGroupBox("Generation")
+        g = QFormLayout(gen)
+        g.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.gamma = QSpinBox()
+        self.gamma.setRange(1, 16)
+        self.gamma.setToolTip("Tokens drafted per round (the starting length when adaptive)")
+        self.adaptive = QCheckBox("adaptive")
+        self.adaptive.setToolTip("Grow γ by 2 after a fully accepted round, shrink it by 1 after a rejection")
+        gr = QWidget()
+        grl = QHBoxLayout(gr)
+        grl.setContentsMargins(0, 0, 0, 0)
+        grl.addWidget(self.gamma, 1)
+        grl.addWidget(self.adaptive)
+        g.addRow("γ (draft length)", gr)
+        self.cutoff = QDoubleSpinBox()
+        self.cutoff.setRange(0.0, 0.99)
+        self.cutoff.setSingleStep(0.05)
+        self.cutoff.setDecimals(2)
+        self.cutoff.setSpecialValueText("off")
+        self.cutoff.setToolTip("Stop drafting when the draft's top probability falls below this (0: off)")
+        g.addRow("Confidence cutoff", self.cutoff)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setDecimals(2)
+        self.temperature.setSpecialValueText("0 (greedy)")
+        g.addRow("Temperature", self.temperature)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 100000)
+        self.top_k.setSpecialValueText("off")
+        g.addRow("Top-k", self.top_k)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setDecimals(2)
+        g.addRow("Top-p", self.top_p)
+        self.max_new = QSpinBox()
+        self.max_new.setRange(1, 32768)
+        self.max_new.setSingleStep(64)
+        g.addRow("Max new tokens", self.max_new)
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        g.addRow("Seed", self.seed)
+        self.system = QPlainTextEdit()
+        self.system.setPlaceholderText("System prompt (optional; always kept when old turns are dropped)")
+        self.system.setFixedHeight(72)
+        g.addRow("System", self.system)
+        outer.addWidget(gen)
+        outer.addStretch(1)
+        self.setWidget(inner)
+
+        self.refresh()
+        for w in (self.verifier, self.draft):
+            w.editTextChanged.connect(self._models_edited)
+            w.currentIndexChanged.connect(self._models_edited)
+        for w in (self.device, self.dtype):
+            w.currentIndexChanged.connect(self._models_edited)
+        self.use_lookup.toggled.connect(self._models_edited)
+        for w in (self.gamma, self.top_k, self.max_new, self.seed):
+            w.valueChanged.connect(self._edited)
+        for w in (self.cutoff, self.temperature, self.top_p):
+            w.valueChanged.connect(self._edited)
+        self.adaptive.toggled.connect(self._edited)
+        self.system.textChanged.connect(self._edited)
+
+    def refresh(self) -> None:
+        """Show the settings object's values (without emitting change signals)."""
+        s = self.settings
+        widgets = [self.verifier, self.draft, self.device, self.dtype, self.use_lookup, self.use_model,
+                   self.gamma, self.adaptive, self.cutoff, self.temperature, self.top_k, self.top_p,
+                   self.max_new, self.seed, self.system]
+        for w in widgets:
+            w.blockSignals(True)
+        self.verifier.set_spec(s.verifier, s.recent_specs, DEFAULT_VERIFIER)
+        self.draft.set_spec(s.draft, s.recent_specs, None)
+        self.device.setCurrentText(s.device)
+        self.dtype.setCurrentText(s.dtype)
+        self.use_lookup.setChecked(s.drafter == PROMPT_LOOKUP)
+        self.use_model.setChecked(s.drafter != PROMPT_LOOKUP)
+        self.gamma.setValue(s.gamma)
+        self.adaptive.setChecked(s.adaptive)
+        self.cutoff.setValue(s.confidence_cutoff)
+        self.temperature.setValue(s.temperature)
+        self.top_k.setValue(s.top_k)
+        self.top_p.setValue(s.top_p)
+        self.max_new.setValue(s.max_new_tokens)
+        self.seed.setValue(s.seed)
+        if self.system.toPlainText() != s.system_prompt:
+            self.system.setPlainText(s.system_prompt)
+        for w in widgets:
+            w.blockSignals(False)
+        self.draft_row.setEnabled(s.drafter == MODEL)
+
+    def _models_edited(self, *_a) -> None:
+        s = self.settings
+        s.verifier = self.verifier.spec() or DEFAULT_VERIFIER
+        s.draft = self.draft.spec()
+        s.drafter = PROMPT_LOOKUP if self.use_lookup.isChecked() else MODEL
+        s.device = self.device.currentText()
+        s.dtype = self.dtype.currentText()
+        self.draft_row.setEnabled(s.drafter == MODEL)
+        self.models_changed.emit()
+
+    def _edited(self, *_a) -> None:
+        s = self.settings
+        s.gamma = self.gamma.value()
+        s.adaptive = self.adaptive.isChecked()
+        s.confidence_cutoff = round(self.cutoff.value(), 4)
+        s.temperature = round(self.temperature.value(), 4)
+        s.top_k = self.top_k.value()
+        s.top_p = round(self.top_p.value(), 4)
+        s.max_new_tokens = self.max_new.value()
+        s.seed = self.seed.value()
+        s.system_prompt = self.system.toPlainText()
+        self.changed.emit()
+
+    def set_verdict(self, text: str, ok: bool | None, details: str = "") -> None:
+        """The doctor's verdict in words (ok None: neutral, e.g. while loading)."""
+        self.verdict.setText(text)
+        self.verdict.setObjectName("verdict_ok" if ok else "verdict_bad" if ok is False else "muted")
+        self.verdict.setToolTip(details)
+        self.verdict.style().unpolish(self.verdict)
+        self.verdict.style().polish(self.verdict)
+
+    def set_dirty(self, dirty: bool) -> None:
+        self.load_button.setText("Load models ●" if dirty else "Load models")
+        self.load_button.setDefault(dirty)

@@ -1,0 +1,236 @@
+"""Talk mode: explain speculative decoding to a room, with the real models, live.
+
+- presenter.py   full screen, large type, projector theme, legend and enlarged graphs (F5)
+- replay.py      any reply, live or saved, round by round in three beats (rounds.py is its model)
+- race.py        speculation off vs on, one after the other on a shared clock, with the speedup
+- draft_alone.py what the draft writes by itself, next to the verified reply
+- explainer.py   the formulas with live α, γ, c and a γ slider on the predicted curve
+- slow_demo.py   good vs poorly aligned drafters against the verifier alone
+- export.py      replay as GIF (or MP4 with ffmpeg), widgets as PNG
+
+`install_talk_mode(window)` adds a "Talk" menu to the main window using only its public attributes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import QDialog, QFileDialog, QMainWindow, QMessageBox, QVBoxLayout, QWidget
+
+from app.trace import ReplyTrace
+
+PRESENTER_KEYS = ("F5", "Ctrl+Shift+F5")  # the first one free in the window is used
+REPLAY_KEYS = ("F6", "Ctrl+Shift+F6")
+
+
+def current_trace(window: Any) -> ReplyTrace | None:
+    """The reply the window's graphs show (the streaming one, or the one whose Graphs button was pressed),
+    else the conversation's last reply with tokens."""
+    live = getattr(getattr(window, "graphs", None), "live", None)
+    trace = getattr(live, "trace", None)
+    if trace is not None and trace.tokens:
+        return trace
+    conv = getattr(window, "conv", None)
+    for m in reversed(getattr(conv, "messages", []) or []):
+        if m.trace is not None and m.trace.tokens:
+            return m.trace
+    return None
+
+
+def trace_from_json(data: dict) -> ReplyTrace:
+    """A trace from a saved file: a ReplyTrace dict, or a conversation (its last reply with a trace)."""
+    if "tokens" in data:
+        return ReplyTrace.from_dict(data)
+    for m in reversed(data.get("messages", [])):
+        if m.get("trace"):
+            return ReplyTrace.from_dict(m["trace"])
+    raise ValueError("no reply trace in this file (expected a conversation JSON or a trace)")
+
+
+def used_shortcuts(window: QWidget) -> set[str]:
+    keys = set()
+    for a in window.findChildren(QAction):
+        keys.update(s.toString() for s in a.shortcuts())
+    for s in window.findChildren(QShortcut):
+        keys.add(s.key().toString())
+    return {k for k in keys if k}
+
+
+class TalkDialog(QDialog):
+    """A top-level window around one talk view; maximised when presenter mode is on."""
+
+    def __init__(self, view: QWidget, title: str, parent: QWidget | None, modal: bool) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title)
+        self.view = view
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(view)
+        self.resize(1280, 800)
+        if modal:  # the views that run the models: the window must not start a reply meanwhile
+            self.setWindowModality(Qt.WindowModality.WindowModal)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        run = getattr(self.view, "run", None)
+        if run is not None and getattr(run, "running", False):
+            run.stop()
+        pause = getattr(self.view, "pause", None)
+        if pause is not None:
+            pause()
+        super().closeEvent(event)
+
+
+class TalkMode(QObject):
+    """The Talk menu's controller for one main window."""
+
+    def __init__(self, window: QMainWindow,
+                 get_current_trace: Callable[[], ReplyTrace | None] | None = None) -> None:
+        super().__init__(window)
+        from app.talk.presenter import PresenterMode
+
+        self.window = window
+        self.get_current_trace = get_current_trace or (lambda: current_trace(window))
+        self.presenter = PresenterMode(window)
+        self.dialogs: list[TalkDialog] = []
+        self.menu = window.menuBar().addMenu("&Talk")
+        taken = used_shortcuts(window)
+        self.presenter_action = self._action("Presenter mode", self.presenter.toggle,
+                                             next((k for k in PRESENTER_KEYS if k not in taken), None))
+        self.presenter_action.setCheckable(True)
+        self.presenter.toggled.connect(self.presenter_action.setChecked)
+        self.menu.addSeparator()
+        self._action("Replay this reply round by round…", self.open_replay,
+                     next((k for k in REPLAY_KEYS if k not in taken), None))
+        self._action("Replay a saved trace (JSON)…", self.open_saved_replay)
+        self.menu.addSeparator()
+        self._action("Race: off vs on, side by side…", self.open_race)
+        self._action("What the draft writes alone…", self.open_draft_alone)
+        self._action("What makes it slow…", self.open_slow_demo)
+        self._action("Explain the speedup (formulas)…", self.open_explainer)
+
+    def _action(self, text: str, slot: Callable[[], Any], shortcut: str | None = None) -> QAction:
+        a = QAction(text, self.window)
+        if shortcut:
+            a.setShortcut(QKeySequence(shortcut))
+            a.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)  # also from talk dialogs
+        a.triggered.connect(lambda _checked=False: slot())
+        self.menu.addAction(a)
+        return a
+
+    # -- opening views ---------------------------------------------------------------------------------
+    def _show(self, view: QWidget, title: str, modal: bool = False) -> TalkDialog:
+        dlg = TalkDialog(view, title, self.window, modal)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.destroyed.connect(lambda _=None, d=dlg: self.dialogs.remove(d) if d in self.dialogs else None)
+        self.dialogs.append(dlg)
+        if self.presenter.active:
+            dlg.showMaximized()
+        else:
+            dlg.show()
+        return dlg
+
+    def _say(self, text: str) -> None:
+        show = getattr(self.window, "show_error", None)
+        if show is not None:
+            show(text)
+        else:
+            QMessageBox.information(self.window, "Talk", text)
+
+    def open_replay(self, trace: ReplyTrace | None = None) -> TalkDialog | None:
+        from app.talk.replay import ReplayDialog
+
+        trace = trace or self.get_current_trace()
+        if trace is None or not trace.tokens:
+            self._say("No reply to replay yet: send a message first (or open a saved conversation).")
+            return None
+        dlg = ReplayDialog(trace, self.window)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        if self.presenter.active:
+            dlg.showMaximized()
+        else:
+            dlg.show()
+        return dlg  # type: ignore[return-value]
+
+    def open_saved_replay(self, path: str | None = None) -> None:
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self.window, "Replay a saved trace", str(Path.home()),
+                                                  "JSON (*.json)")
+            if not path:
+                return
+        try:
+            trace = trace_from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._say(f"Could not read a trace from {path}: {exc}")
+            return
+        self.open_replay(trace)
+
+    def _context(self):
+        from app.talk.context import context_from_window
+
+        ctx = context_from_window(self.window)
+        if isinstance(ctx, str):
+            self._say(ctx)
+            return None
+        return ctx
+
+    def open_race(self):
+        from app.talk.race import RaceView
+
+        ctx = self._context()
+        if ctx is None:
+            return None
+        if ctx.session.drafter is None:
+            self._say("There is no usable drafter, so there is nothing to race. " + ctx.session.verdict)
+            return None
+        view = RaceView()
+        dlg = self._show(view, "Race: speculation off vs on", modal=True)
+        view.start(ctx)
+        return dlg
+
+    def open_draft_alone(self):
+        from app.talk.draft_alone import DraftAloneView
+
+        ctx = self._context()
+        if ctx is None:
+            return None
+        view = DraftAloneView()
+        dlg = self._show(view, "What the draft writes alone", modal=True)
+        view.start(ctx)
+        return dlg
+
+    def open_slow_demo(self):
+        from app.talk.slow_demo import SlowDemoView
+
+        ctx = self._context()
+        if ctx is None:
+            return None
+        view = SlowDemoView()
+        view.ctx = ctx
+        dlg = self._show(view, "What makes speculation slow", modal=True)
+        view.start(ctx)
+        return dlg
+
+    def open_explainer(self):
+        from app.talk.explainer import Explainer
+
+        view = Explainer()
+        trace = self.get_current_trace()
+        if trace is not None:
+            view.set_from_trace(trace)
+        view.live_button.setEnabled(True)
+        view.live_button.clicked.connect(lambda: view.set_from_trace(self.get_current_trace()))
+        return self._show(view, "Why speculation is faster (or slower)")
+
+
+def install_talk_mode(window: QMainWindow,
+                      get_current_trace: Callable[[], ReplyTrace | None] | None = None) -> TalkMode:
+    """Add the Talk menu, the presenter shortcut (F5) and the replay shortcut (F6) to `window`."""
+    return TalkMode(window, get_current_trace)
+
+
+__all__ = ["install_talk_mode", "TalkMode", "current_trace", "trace_from_json"]

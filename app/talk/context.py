@@ -1,0 +1,155 @@
+"""What a talk demo runs on, and the Qt-free runs it makes (plain generators of events).
+
+A `TalkContext` is a loaded Session (the window's, or one built from `load_pair`) with the prompt and
+settings to use. `lane_events` runs several configurations of the same prompt one after the other,
+never at once (a two-core laptop would distort both timings), each on its own Engine over the same
+loaded models, so the window's engine and its caches are left alone. The windows in this package
+run these generators on app.worker.EventWorker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from app.session import PROMPT_LOOKUP, LoadRequest, PromptInfo, Session
+from specdec_core.config import GenerationConfig
+from specdec_core.events import Finished, StopReason, TokenCommitted, TokenState
+from specdec_core.stats import Stats
+
+
+@dataclass
+class TalkContext:
+    session: Session
+    messages: list[dict]  # the conversation up to and including the user's prompt
+    system: str | None
+    config: GenerationConfig
+
+    def prompt_ids(self) -> list[int]:
+        from specdec_core.chat import build_prompt
+
+        v = self.session.verifier
+        return build_prompt(v.tokenizer, self.messages, system=self.system or None,
+                            context_length=v.context_length,
+                            reserve_new_tokens=self.config.max_new_tokens).ids
+
+    @property
+    def prompt_text(self) -> str:
+        return self.messages[-1]["content"] if self.messages else ""
+
+    def with_prompt(self, text: str) -> TalkContext:
+        """The same models and settings on a new single-turn prompt."""
+        return TalkContext(self.session, [{"role": "user", "content": text}], self.system, self.config)
+
+
+def session_from_pair(pair: Any, spec: str = "") -> Session:
+    """An app Session around a specdec_core.pairing.Pair (for scripts and screenshots)."""
+    kind = "model" if pair.draft is not None else PROMPT_LOOKUP
+    draft_spec = getattr(pair.draft, "spec", "") if pair.draft is not None else ""
+    return Session(request=LoadRequest(verifier=spec or getattr(pair.verifier, "spec", ""), draft=draft_spec,
+                                       drafter=kind),
+                   verifier=pair.verifier, engine=pair.engine, draft=pair.draft, drafter=pair.drafter)
+
+
+def context_from_window(window: Any, prompt: str | None = None) -> TalkContext | str:
+    """The window's session, prompt and settings, or a sentence saying why there is nothing to run.
+
+    The prompt is `prompt`, else the composer's text, else the conversation up to its last user turn
+    (what the window's own race uses)."""
+    from app import session as sess
+    from specdec_core.errors import SpecdecError
+
+    session = getattr(window, "session", None)
+    if session is None:
+        return "Load the models first (Settings ▸ Load models)."
+    if getattr(window, "busy", ""):
+        return "Wait for the current reply (or load) to finish, or stop it (Esc)."
+    messages = window.conv.chat_messages()
+    text = (prompt if prompt is not None else window.composer.toPlainText()).strip()
+    if text:
+        messages = messages + [{"role": "user", "content": text}]
+    else:
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is None:
+            return "Type a prompt in the composer (or send one first)."
+        messages = messages[: last_user + 1]
+    try:
+        config = sess.config_from_settings(window.settings)
+    except SpecdecError as exc:
+        return f"Check the generation settings: {exc}"
+    return TalkContext(session, messages, window.settings.system_prompt, config)
+
+
+# ---- lanes: the same prompt under several configurations, one after the other ----------------------
+@dataclass(frozen=True)
+class Lane:
+    key: str  # "off", "on", "draft", "weak", ...
+    title: str  # what the room reads above the lane
+    run: Callable[[list[int], GenerationConfig, Any], Iterator[object]]  # (prompt ids, config, controls)
+
+
+@dataclass(frozen=True)
+class LaneEvent:
+    lane: str
+    event: object
+
+
+def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bool) -> Lane:
+    """A lane on a fresh Engine over `verifier` (cold caches: every lane pays the same prefill)."""
+
+    def run(ids: list[int], config: GenerationConfig, controls: Any) -> Iterator[object]:
+        from specdec_core.engine import Engine
+
+        engine = Engine(verifier, drafter if speculate else None)
+        yield from engine.generate(ids, config.with_(speculate=speculate and drafter is not None), controls)
+
+    return Lane(key, title, run)
+
+
+def lane_events(ctx: TalkContext, lanes: list[Lane], controls: Any) -> Iterator[object]:
+    """PromptInfo, then every lane's events wrapped in LaneEvent, lane after lane."""
+    from specdec_core.chat import build_prompt
+
+    v = ctx.session.verifier
+    built = build_prompt(v.tokenizer, ctx.messages, system=ctx.system or None, context_length=v.context_length,
+                         reserve_new_tokens=ctx.config.max_new_tokens)
+    yield PromptInfo(len(built.ids), built.dropped_turns)
+    for lane in lanes:
+        if controls.cancelled:
+            return
+        for ev in lane.run(built.ids, ctx.config, controls):
+            yield LaneEvent(lane.key, ev)
+
+
+def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig, controls: Any,
+                        eos_token_ids: frozenset[int]) -> Iterator[object]:
+    """What prompt lookup writes with no verifier: it copies earlier text while it finds a match, then
+    has nothing to say. Emitted as PLAIN tokens and a Finished, like a generation."""
+    from specdec_core.drafters import PromptLookupDrafter
+    from specdec_core.textstream import TextStream
+
+    drafter = PromptLookupDrafter()
+    seq = list(ids)
+    new: list[int] = []
+    stream = TextStream(tokenizer, ids)
+    vocab = len(tokenizer)
+    stop = StopReason.MAX_TOKENS
+    while len(new) < config.max_new_tokens:
+        if controls.cancelled:
+            stop = StopReason.CANCELLED
+            break
+        draft = drafter.propose(seq, 1, config, vocab, eos_token_ids)
+        if not draft.token_ids:
+            stop = StopReason.EOS  # nothing left to copy: prompt lookup cannot go on by itself
+            break
+        tok = draft.token_ids[0]
+        seq.append(tok)
+        new.append(tok)
+        yield TokenCommitted(token_id=tok, text=stream.push(tok), state=TokenState.PLAIN, round_index=len(new) - 1,
+                             position=0, draft_prob=1.0, target_prob=1.0, accept_prob=None)
+        if tok in eos_token_ids:
+            stop = StopReason.EOS
+            break
+    text = tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    yield Finished(stop_reason=stop, text=text, token_ids=tuple(new), stats=Stats(new_tokens=len(new)))

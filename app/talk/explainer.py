@@ -1,0 +1,191 @@
+"""The speedup formulas, filled in with live numbers, and a γ slider that moves the predicted point.
+
+Leviathan et al. 2023 (eq. 1 and theorem 3.8), as specdec_core.stats defines them:
+    expected tokens per verifier call  E = (1 − α^(γ+1)) / (1 − α)
+    predicted speedup                  S = E / (γ·c + 1)
+with α the acceptance rate, γ the draft length and c the cost of one draft token relative to one
+verifier call. Speculation loses when S < 1: the break-even line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
+
+from app.talk import style as ts
+from app.talk.lanes_ui import big_plot
+from app.theme import ACCENT, STATE_SOLID
+from app.trace import ReplyTrace
+from specdec_core.stats import expected_tokens_per_call, predicted_speedup
+
+GAMMAS = np.arange(1, 17, dtype=float)
+
+
+def break_even_alpha(gamma: float, c: float) -> float | None:
+    """The acceptance rate above which speculation wins at this γ and c (None: it never does)."""
+    if predicted_speedup(0.999, gamma, c) < 1.0:
+        return None
+    lo, hi = 0.0, 0.999
+    if predicted_speedup(lo, gamma, c) >= 1.0:
+        return 0.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if predicted_speedup(mid, gamma, c) >= 1.0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+class Explainer(QWidget):
+    values_changed = Signal(float, int, float)  # α, γ, c
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.alpha, self.gamma, self.c = 0.7, 4, 0.05
+        self.measured: tuple[float, float] | None = None  # (mean γ, measured speedup)
+        self.live_source = ""
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(14, 12, 14, 12)
+        self.formulas = QLabel("")
+        self.formulas.setTextFormat(Qt.TextFormat.RichText)
+        ts.set_big(self.formulas, 1.35)
+        lay.addWidget(self.formulas)
+        self.verdict = QLabel("")
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict.setWordWrap(True)
+        ts.set_big(self.verdict, 1.05)
+        lay.addWidget(self.verdict)
+
+        grid = QGridLayout()
+        self.sliders: dict[str, QSlider] = {}
+        self.slider_labels: dict[str, QLabel] = {}
+        for row, (name, lo, hi, tip) in enumerate((
+            ("α", 0, 99, "acceptance rate: accepted / drafted"),
+            ("γ", 1, 16, "draft length: tokens drafted per round"),
+            ("c", 0, 100, "one draft token's cost, relative to one verifier call"),
+        )):
+            label = QLabel(name)
+            ts.set_big(label, 1.2, bold=True)
+            label.setToolTip(tip)
+            s = QSlider(Qt.Orientation.Horizontal)
+            s.setRange(lo, hi)
+            s.setToolTip(tip)
+            s.valueChanged.connect(self._from_sliders)
+            value = QLabel("")
+            ts.set_big(value, 1.1)
+            value.setMinimumWidth(90)
+            grid.addWidget(label, row, 0)
+            grid.addWidget(s, row, 1)
+            grid.addWidget(value, row, 2)
+            self.sliders[name], self.slider_labels[name] = s, value
+        lay.addLayout(grid)
+
+        self.plot = big_plot("Predicted speedup over γ", "speedup ×", "γ (draft length)")
+        pi = self.plot.getPlotItem()
+        pi.addLegend(offset=(-10, 10), labelTextSize="12pt")
+        self.curve = pi.plot(pen=pg.mkPen(ACCENT, width=4), name="predicted for α, c")
+        self.point = pi.plot(pen=None, symbol="o", symbolSize=22, symbolBrush=ACCENT, symbolPen=pg.mkPen("k", width=2),
+                             name="at this γ")
+        self.measured_point = pi.plot(pen=None, symbol="star", symbolSize=26,
+                                      symbolBrush=STATE_SOLID["corrected"], symbolPen=pg.mkPen("k", width=1),
+                                      name="measured")
+        self.break_even = pg.InfiniteLine(pos=1.0, angle=0, movable=False,
+                                          pen=pg.mkPen(STATE_SOLID["rejected"], width=3, style=Qt.PenStyle.DashLine),
+                                          label="break-even: below it, speculation is slower",
+                                          labelOpts={"position": 0.55, "color": "#b91c1c",
+                                                     "anchors": [(0.5, 0), (0.5, 0)]})
+        self.break_even.label.setFont(ts.big_font(0.8))
+        pi.addItem(self.break_even)
+        pi.setXRange(1, 16)
+        lay.addWidget(self.plot, 1)
+
+        row = QHBoxLayout()
+        self.source = QLabel("")
+        self.source.setObjectName("muted")
+        ts.set_big(self.source, 0.8)
+        row.addWidget(self.source, 1)
+        self.live_button = QPushButton("Use live values")
+        self.live_button.setToolTip("Take α, γ and c from the reply shown in the graphs")
+        self.live_button.setEnabled(False)
+        row.addWidget(self.live_button)
+        lay.addLayout(row)
+        self.set_values(self.alpha, self.gamma, self.c)
+
+    # -- values ----------------------------------------------------------------------------------------
+    def set_values(self, alpha: float, gamma: int, c: float, source: str = "") -> None:
+        self.alpha = min(max(alpha, 0.0), 0.99)
+        self.gamma = int(min(max(round(gamma), 1), 16))
+        self.c = min(max(c, 0.0), 1.0)
+        for name, v in (("α", round(self.alpha * 100)), ("γ", self.gamma), ("c", round(self.c * 100))):
+            s = self.sliders[name]
+            s.blockSignals(True)
+            s.setValue(v)
+            s.blockSignals(False)
+        if source:
+            self.source.setText(source)
+        self._draw()
+
+    def set_gamma(self, gamma: int) -> None:
+        self.sliders["γ"].setValue(gamma)
+
+    def set_from_trace(self, trace: ReplyTrace | None) -> bool:
+        """α, mean γ and c measured in a reply; its measured speedup too when it has a baseline."""
+        s = trace.get_stats() if trace is not None else None
+        if s is None or not s.drafted:
+            return False
+        gamma = s.mean_gamma or float((trace.config or {}).get("gamma", 4))
+        sp = trace.speedup()
+        self.measured = (gamma, sp) if sp else None
+        self.set_values(s.acceptance_rate, round(gamma), s.c,
+                        f"live: α, γ and c measured in the reply by {trace.verifier or 'the verifier'}"
+                        f"{' ← ' + trace.drafter if trace.drafter else ''}")
+        return True
+
+    def _from_sliders(self) -> None:
+        self.alpha = self.sliders["α"].value() / 100
+        self.gamma = self.sliders["γ"].value()
+        self.c = self.sliders["c"].value() / 100
+        self._draw()
+
+    # -- drawing ---------------------------------------------------------------------------------------
+    def expected_tokens(self) -> float:
+        return expected_tokens_per_call(self.alpha, self.gamma)
+
+    def predicted(self) -> float:
+        return predicted_speedup(self.alpha, self.gamma, self.c)
+
+    def _draw(self) -> None:
+        a, g, c = self.alpha, self.gamma, self.c
+        e = expected_tokens_per_call(a, g)
+        sp = predicted_speedup(a, g, c)
+        color = ts.ACCEPTED if sp >= 1 else ts.REJECTED
+        self.formulas.setText(
+            "<table cellspacing=6>"
+            "<tr><td>tokens per verifier call&nbsp;</td><td>E = (1 − α<sup>γ+1</sup>) / (1 − α)</td>"
+            f"<td>&nbsp;= (1 − {a:.2f}<sup>{g + 1}</sup>) / (1 − {a:.2f})</td><td>&nbsp;= <b>{e:.2f}</b></td></tr>"
+            "<tr><td>speedup</td><td>S = E / (γ·c + 1)</td>"
+            f"<td>&nbsp;= {e:.2f} / ({g} × {c:.2f} + 1)</td>"
+            f"<td>&nbsp;= <b style='color:{color.name()}'>{sp:.2f}×</b></td></tr></table>")
+        be = break_even_alpha(g, c)
+        best = int(GAMMAS[int(np.argmax([predicted_speedup(a, x, c) for x in GAMMAS]))])
+        if be is None:
+            words = f"At γ = {g} and c = {c:.2f}, even perfect acceptance cannot pay for drafting."
+        else:
+            words = (f"At γ = {g} and c = {c:.2f}, speculation wins when α > <b>{be:.2f}</b>"
+                     f" (now {a:.2f}: <b style='color:{color.name()}'>{'faster' if sp >= 1 else 'slower'}</b>).")
+        self.verdict.setText(f"{words} Best γ for these α and c: <b>{best}</b>.")
+        for name, text in (("α", f"{a:.2f}"), ("γ", str(g)), ("c", f"{c:.2f}")):
+            self.slider_labels[name].setText(text)
+        curve = np.array([predicted_speedup(a, x, c) for x in GAMMAS])
+        self.curve.setData(GAMMAS, curve)
+        self.point.setData([g], [sp])
+        if self.measured is not None:
+            self.measured_point.setData([self.measured[0]], [self.measured[1]])
+        else:
+            self.measured_point.setData([], [])
+        top = max(float(curve.max()), sp, self.measured[1] if self.measured else 0.0, 1.2)
+        self.plot.getPlotItem().setYRange(0, top * 1.1)
+        self.values_changed.emit(a, g, c)

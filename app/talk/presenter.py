@@ -1,0 +1,212 @@
+"""Presenter mode for the main window: full screen, large type, a high-contrast projector theme, the
+token legend always visible and the graphs enlarged. Everything stays live, and leaving the mode puts
+every changed property back as it was.
+
+It works from the outside, through the window's public attributes (legend, graphs, docks, menus), so
+window.py needs no changes: `PresenterMode(window).toggle()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QFont, QPalette
+from PySide6.QtWidgets import QMainWindow
+
+SCALE = 1.6  # type size multiplier
+GRAPHS_SHARE = 0.45  # of the window's width, for the graphs dock
+
+
+def projector_palette(base: QPalette) -> QPalette:
+    """Black on white, with dark "muted" text: light greys and tints vanish on a projector."""
+    pal = QPalette(base)
+    roles = {
+        QPalette.ColorRole.Window: QColor(255, 255, 255),
+        QPalette.ColorRole.WindowText: QColor(0, 0, 0),
+        QPalette.ColorRole.Base: QColor(255, 255, 255),
+        QPalette.ColorRole.AlternateBase: QColor(240, 240, 240),
+        QPalette.ColorRole.Text: QColor(0, 0, 0),
+        QPalette.ColorRole.Button: QColor(232, 232, 232),
+        QPalette.ColorRole.ButtonText: QColor(0, 0, 0),
+        QPalette.ColorRole.Highlight: QColor(29, 78, 216),
+        QPalette.ColorRole.HighlightedText: QColor(255, 255, 255),
+        QPalette.ColorRole.PlaceholderText: QColor(55, 55, 55),
+        QPalette.ColorRole.ToolTipBase: QColor(255, 255, 224),
+        QPalette.ColorRole.ToolTipText: QColor(0, 0, 0),
+    }
+    for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive):
+        for role, color in roles.items():
+            pal.setColor(group, role, color)
+    return pal
+
+
+def presenter_style_sheet(point_size: float) -> str:
+    """Rules appended to the window's own style sheet; later rules of equal specificity win."""
+    body = round(point_size * 1.25)
+    small = round(point_size * 0.85)
+    return f"""
+    QFrame#bubble_user QTextBrowser, QFrame#bubble_assistant QTextBrowser {{ font-size: {body}pt; }}
+    QFrame#bubble_user, QFrame#bubble_assistant {{ border: 2px solid rgb(60,60,60); }}
+    QLabel#bubble_header {{ font-size: {round(point_size)}pt; }}
+    QLabel#bubble_footer {{ font-size: {small}pt; color: rgb(30,30,30); }}
+    QLabel#muted {{ color: rgb(40,40,40); }}
+    QPlainTextEdit#composer {{ font-size: {round(point_size)}pt; border: 2px solid rgb(60,60,60); }}
+    QPushButton {{ font-size: {round(point_size)}pt; }}
+    QMenuBar, QMenu, QStatusBar QLabel {{ font-size: {small}pt; }}
+    QToolTip {{ font-size: {small}pt; }}
+    QMainWindow, QMenuBar, QStatusBar, QDockWidget {{ background: #ffffff; }}
+    QScrollArea#chat_scroll, QScrollArea#chat_scroll > QWidget > QWidget {{ background: #ffffff; }}
+    QTabWidget::pane {{ background: #ffffff; border: 1px solid rgb(60,60,60); }}
+    """
+
+
+@dataclass
+class _Saved:
+    style_sheet: str = ""
+    palette: QPalette | None = None
+    palette_set: bool = False
+    font: QFont | None = None
+    font_set: bool = False
+    window_state: Any = None
+    geometry: Any = None
+    left_visible: bool | None = None
+    right_visible: bool | None = None
+    legend_visible: bool | None = None
+    axes: list[tuple[Any, QFont | None, QFont | None]] = field(default_factory=list)
+    backgrounds: list[tuple[Any, QBrush]] = field(default_factory=list)
+
+
+class PresenterMode(QObject):
+    """Toggles presenter mode on one QMainWindow; `toggled(bool)` follows it."""
+
+    toggled = Signal(bool)
+
+    def __init__(self, window: QMainWindow, scale: float = SCALE, full_screen: bool = True) -> None:
+        super().__init__(window)
+        self.window = window
+        self.scale = scale
+        self.full_screen = full_screen
+        self._saved: _Saved | None = None
+        window.installEventFilter(self)
+
+    @property
+    def active(self) -> bool:
+        return self._saved is not None
+
+    def toggle(self) -> None:
+        self.set_active(not self.active)
+
+    def set_active(self, on: bool) -> None:
+        if on == self.active:
+            return
+        self._enter() if on else self._leave()
+        self.toggled.emit(on)
+
+    # -- entering and leaving ----------------------------------------------------------------------------
+    def _enter(self) -> None:
+        w = self.window
+        s = _Saved(style_sheet=w.styleSheet(), palette=QPalette(w.palette()),
+                   palette_set=w.testAttribute(Qt.WidgetAttribute.WA_SetPalette), font=QFont(w.font()),
+                   font_set=w.testAttribute(Qt.WidgetAttribute.WA_SetFont), window_state=w.windowState(),
+                   geometry=w.saveGeometry())
+        self._saved = s
+        base = w.font().pointSizeF()
+        if base <= 0:
+            base = 10.0
+        point = base * self.scale
+        font = QFont(w.font())
+        font.setPointSizeF(point)
+        w.setFont(font)
+        w.setPalette(projector_palette(w.palette()))
+        w.setStyleSheet(s.style_sheet + presenter_style_sheet(point))
+
+        left, right = getattr(w, "left_dock", None), getattr(w, "right_dock", None)
+        legend = getattr(w, "legend", None)
+        if left is not None:
+            s.left_visible = left.isVisible()
+            left.hide()  # the sidebar is for the speaker, not the room
+        if right is not None:
+            s.right_visible = right.isVisible()
+            right.show()
+        if legend is not None:
+            s.legend_visible = legend.isVisible()
+            legend.show()
+        self._enlarge_plots(point)
+        if self.full_screen:
+            w.showFullScreen()
+        QTimer.singleShot(0, self._fit_docks)
+
+    def _leave(self) -> None:
+        w, s = self.window, self._saved
+        assert s is not None
+        self._saved = None
+        for pw, brush in s.backgrounds:
+            pw.setBackgroundBrush(brush)
+        for axis, label_font, tick_font in s.axes:
+            axis.setTickFont(tick_font)
+            if label_font is not None:
+                axis.label.setFont(label_font)
+        w.setStyleSheet(s.style_sheet)
+        if s.palette is not None:
+            w.setPalette(s.palette)
+        if s.font is not None:
+            w.setFont(s.font)
+        if not s.palette_set:
+            w.setAttribute(Qt.WidgetAttribute.WA_SetPalette, False)
+        if not s.font_set:
+            w.setAttribute(Qt.WidgetAttribute.WA_SetFont, False)
+        for dock, visible in ((getattr(w, "left_dock", None), s.left_visible),
+                              (getattr(w, "right_dock", None), s.right_visible)):
+            if dock is not None and visible is not None:
+                dock.setVisible(visible)
+        legend = getattr(w, "legend", None)
+        if legend is not None and s.legend_visible is not None:
+            legend.setVisible(s.legend_visible)
+        if self.full_screen:
+            w.setWindowState(s.window_state)
+            if not (s.window_state & (Qt.WindowState.WindowFullScreen | Qt.WindowState.WindowMaximized)):
+                w.showNormal()
+                w.restoreGeometry(s.geometry)
+
+    # -- graphs -----------------------------------------------------------------------------------------
+    def _plots(self) -> list[Any]:
+        try:
+            import pyqtgraph as pg
+        except ImportError:
+            return []
+        graphs = getattr(self.window, "graphs", None)
+        root = graphs if graphs is not None else self.window
+        return root.findChildren(pg.PlotWidget)
+
+    def _enlarge_plots(self, point: float) -> None:
+        assert self._saved is not None
+        tick = QFont()
+        tick.setPointSizeF(max(11.0, point * 0.75))
+        label = QFont()
+        label.setPointSizeF(max(11.0, point * 0.8))
+        for pw in self._plots():
+            self._saved.backgrounds.append((pw, QBrush(pw.backgroundBrush())))
+            pw.setBackground("w")
+            pi = pw.getPlotItem()
+            for name in ("left", "bottom", "right"):
+                axis = pi.getAxis(name)
+                old_tick = axis.style.get("tickFont")
+                self._saved.axes.append((axis, QFont(axis.label.font()),
+                                         QFont(old_tick) if old_tick is not None else None))
+                axis.setTickFont(tick)
+                axis.label.setFont(label)
+
+    def _fit_docks(self) -> None:
+        """Give the graphs a large share of the width (again after every resize)."""
+        w = self.window
+        right = getattr(w, "right_dock", None)
+        if not self.active or right is None or not right.isVisible():
+            return
+        w.resizeDocks([right], [int(w.width() * GRAPHS_SHARE)], Qt.Orientation.Horizontal)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if obj is self.window and event.type() == QEvent.Type.Resize and self.active:
+            QTimer.singleShot(0, self._fit_docks)
+        return False

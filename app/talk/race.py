@@ -1,0 +1,255 @@
+"""The race: the same prompt and seed with speculation off, then on, on one shared clock.
+
+The two runs go one after the other (on a two-core laptop, running them at once would make each slow
+the other), and both are plotted on engine time from their own start: the curves share a clock. When
+both are done, "Replay together" plays them side by side in real time, so the room sees the
+speculative reply pull ahead. With greedy decoding the texts must be identical: the view checks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+
+from app.talk import style as ts
+from app.talk.context import TalkContext, engine_lane
+from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data
+from app.theme import ACCENT, STATE_SOLID
+from app.trace import ReplyTrace
+
+
+@dataclass(frozen=True)
+class RaceResult:
+    tps_off: float
+    tps_on: float
+    speedup: float  # tokens/s on / tokens/s off
+    identical: bool | None  # greedy: did the texts match token for token? None when sampling
+    text_off: str
+    text_on: str
+
+    def headline(self) -> str:
+        return f"{self.speedup:.2f}× {'faster' if self.speedup >= 1 else 'slower'}"
+
+
+def race_result(off: ReplyTrace, on: ReplyTrace, greedy: bool) -> RaceResult | None:
+    if not off.stats or not on.stats:
+        return None
+    tps_off = float(off.stats.get("tokens_per_s") or 0.0)
+    tps_on = float(on.stats.get("tokens_per_s") or 0.0)
+    same = [t.token_id for t in off.tokens if t.in_reply] == [t.token_id for t in on.tokens if t.in_reply]
+    return RaceResult(tps_off, tps_on, tps_on / tps_off if tps_off else 0.0, same if greedy else None,
+                      off.text, on.text)
+
+
+class RaceView(QWidget):
+    finished = Signal(object)  # RaceResult, or None if the race did not finish
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.ctx: TalkContext | None = None
+        self.run: LaneRun | None = None
+        self.result: RaceResult | None = None
+        self._replay_start = 0.0
+        self._shown: dict[str, ReplyTrace] = {}
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(12, 10, 12, 10)
+        head = QHBoxLayout()
+        self.prompt = QLabel("")
+        self.prompt.setWordWrap(True)
+        ts.set_big(self.prompt, 1.0)
+        head.addWidget(self.prompt, 1)
+        self.headline = QLabel("")
+        self.headline.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        ts.set_big(self.headline, 3.0, bold=True)
+        head.addWidget(self.headline)
+        lay.addLayout(head)
+        self.identity = QLabel("")
+        self.identity.setTextFormat(Qt.TextFormat.RichText)
+        ts.set_big(self.identity, 1.1)
+        lay.addWidget(self.identity)
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        panes = QSplitter(Qt.Orientation.Horizontal)
+        self.panes = {"off": LanePane("Speculation OFF — the verifier alone", STATE_SOLID["plain"]),
+                      "on": LanePane("Speculation ON", ACCENT)}
+        for p in self.panes.values():
+            panes.addWidget(p)
+        split.addWidget(panes)
+        self.plot = big_plot("Tokens over time (shared clock: engine seconds from each start)", "tokens",
+                             "seconds")
+        pi = self.plot.getPlotItem()
+        pi.addLegend(offset=(10, 10), labelTextSize="13pt")
+        self.curves = {"off": pi.plot(pen=pg.mkPen(STATE_SOLID["plain"], width=4), name="speculation off"),
+                       "on": pi.plot(pen=pg.mkPen(ACCENT, width=4), name="speculation on")}
+        split.addWidget(self.plot)
+        split.setSizes([420, 300])
+        lay.addWidget(split, 1)
+
+        row = QHBoxLayout()
+        self.status = QLabel("")
+        ts.set_big(self.status, 0.9)
+        row.addWidget(self.status, 1)
+        self.run_button = QPushButton("Run the race")
+        self.run_button.clicked.connect(lambda: self.start(self.ctx) if self.ctx else None)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self.stop)
+        self.replay_button = QPushButton("Replay together (real time)")
+        self.replay_button.setToolTip("Play both replies side by side at the speed each was generated")
+        self.replay_button.clicked.connect(self.replay_together)
+        self.png_button = QPushButton("Save PNG…")
+        self.png_button.clicked.connect(self._save_png)
+        for b in (self.run_button, self.stop_button, self.replay_button, self.png_button):
+            ts.set_big(b, 0.95)
+            row.addWidget(b)
+        lay.addLayout(row)
+
+        self.timer = QTimer(self)  # the one timer: flushes panes and curves, and drives the together-replay
+        self.timer.setInterval(FLUSH_MS)
+        self.timer.timeout.connect(self._tick)
+        self._update_buttons()
+
+    # -- running ---------------------------------------------------------------------------------------
+    def set_context(self, ctx: TalkContext) -> None:
+        self.ctx = ctx
+        self.prompt.setText(f"<b>Prompt:</b> {_short(ctx.prompt_text)}")
+        s = ctx.session
+        self.panes["on"].title.setText(
+            f"<span style='color:{ACCENT.name()}'>■</span> Speculation ON — {s.verifier_name} ← "
+            f"{s.drafter_name or 'no drafter'}")
+        self._update_buttons()
+
+    def start(self, ctx: TalkContext) -> None:
+        if self.run is not None and self.run.running:
+            return
+        self.set_context(ctx)
+        s = ctx.session
+        lanes = [engine_lane("off", "speculation off", s.verifier, None, False),
+                 engine_lane("on", "speculation on", s.verifier, s.drafter, True)]
+        self.run = LaneRun(lanes, self)
+        for key, pane in self.panes.items():
+            pane.bind(self.run.traces[key])
+        for c in self.curves.values():
+            c.setData([], [])
+        self.result = None
+        self.headline.setText("")
+        self.identity.setText("")
+        self.status.setText("Racing: speculation off first, then on (one after the other, so neither steals "
+                            "the other's CPU)…")
+        self.run.lane_started.connect(lambda k: self.status.setText(
+            f"Running speculation {k.upper()}…"))
+        self.run.errored.connect(lambda m: self.status.setText(f"Error: {m}"))
+        self.run.finished.connect(self._on_finished)
+        self.run.start(ctx)
+        self.timer.start()
+        self._update_buttons()
+
+    def stop(self) -> None:
+        if self.run is not None:
+            self.run.stop()
+        self._shown = {}
+
+    @property
+    def running(self) -> bool:
+        return self.run is not None and self.run.running
+
+    def _on_finished(self) -> None:
+        self._tick()
+        self.timer.stop()
+        run = self.run
+        assert run is not None
+        greedy = self.ctx.config.greedy if self.ctx else True
+        self.result = race_result(run.traces["off"], run.traces["on"], greedy)
+        self._show_result()
+        self._update_buttons()
+        self.finished.emit(self.result)
+
+    def _show_result(self) -> None:
+        r = self.result
+        if r is None:
+            self.status.setText("The race did not finish." + (f" {self.run.errors[-1]}" if self.run and
+                                                                   self.run.errors else ""))
+            return
+        color = ts.ACCEPTED if r.speedup >= 1 else ts.REJECTED
+        self.headline.setText(f"<span style='color:{color.name()}'>{r.speedup:.2f}×</span>")
+        self.headline.setToolTip(f"speculation on {r.tps_on:.1f} tok/s ÷ off {r.tps_off:.1f} tok/s")
+        if r.identical is None:
+            self.identity.setText("Sampling (temperature > 0): the texts may differ; both follow the verifier's "
+                                  "distribution exactly.")
+        elif r.identical:
+            self.identity.setText(f"<b style='color:{ts.ACCEPTED.name()}'>✓ Identical text</b>, token for token "
+                                  f"(greedy) — {r.tps_off:.1f} → {r.tps_on:.1f} tokens/s")
+        else:
+            self.identity.setText(f"<b style='color:{ts.REJECTED.name()}'>✗ The texts differ</b> (greedy): "
+                                  "this should not happen in float32; in float16 near-ties can part.")
+        self.status.setText("Done. “Replay together” plays both at the speed they were generated.")
+
+    # -- drawing ---------------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        if self._shown:
+            self._replay_tick()
+            return
+        if self.run is None:
+            return
+        for key, pane in self.panes.items():
+            pane.flush()
+            t, n = curve_data(self.run.traces[key])
+            self.curves[key].setData(t, n)
+
+    def replay_together(self) -> None:
+        """Both replies again, side by side, each token appearing when it was generated (engine time)."""
+        if self.run is None or self.running:
+            return
+        self._shown = {k: ReplyTrace(config=dict(tr.config)) for k, tr in self.run.traces.items()}
+        for key, pane in self.panes.items():
+            pane.bind(self._shown[key])
+        self._replay_start = time.perf_counter()
+        self.status.setText("Replaying both at the speed they were generated…")
+        self.timer.start()
+
+    def _replay_tick(self) -> None:
+        assert self.run is not None
+        now = time.perf_counter() - self._replay_start
+        done = True
+        for key, full in self.run.traces.items():
+            shown = self._shown[key]
+            while len(shown.tokens) < len(full.tokens) and full.tokens[len(shown.tokens)].t <= now:
+                shown.tokens.append(full.tokens[len(shown.tokens)])
+            shown.rounds = [r for r in full.rounds if r.t_end <= now]
+            if len(shown.tokens) < len(full.tokens):
+                done = False
+            else:
+                shown.stats, shown.stop_reason = full.stats, full.stop_reason
+            self.panes[key].flush()
+            t, n = curve_data(full, until=now)
+            self.curves[key].setData(t, n)
+        if done:
+            self.timer.stop()
+            self._shown = {}
+            self.status.setText("Replay done.")
+
+    def _update_buttons(self) -> None:
+        running = self.running
+        self.run_button.setEnabled(self.ctx is not None and not running)
+        self.stop_button.setEnabled(running)
+        self.replay_button.setEnabled(self.result is not None and not running)
+
+    def _save_png(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        from app.talk.export import export_png
+
+        path, _ = QFileDialog.getSaveFileName(self, "Save the race", "specdec-race.png", "PNG image (*.png)")
+        if path:
+            export_png(self, path)
+
+
+def _short(text: str, n: int = 160) -> str:
+    import html
+
+    text = " ".join(text.split())
+    return html.escape(text if len(text) <= n else text[: n - 1] + "…")

@@ -1,0 +1,598 @@
+"""Replay a reply round by round, in three beats per round, at a pace the speaker controls.
+
+`ReplayState` (rounds.py) is the deterministic model: an index into the beats of the reply. This
+widget only draws the beat on screen and owns the one QTimer that advances it while playing; tests
+(and the GIF export) step the state directly and never wait on the timer.
+
+Keys (when the replay has focus; presentation clickers send Page Up / Page Down):
+Space play/pause · → or Page Down one beat on · ← or Page Up one beat back ·
+Shift+→ / Shift+← next / previous round · Home / End start / end.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFontMetricsF, QKeySequence, QPainter, QPainterPath, QPen, QShortcut
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QSlider,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.talk import style as ts
+from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
+from app.theme import STATE_SOLID
+from app.trace import ReplyTrace
+from specdec_core.events import TokenState
+
+BEAT_MS = {Beat.DRAFT: 650, Beat.VERIFY: 1200, Beat.RESOLVE: 2000}  # at speed 1×
+SPEEDS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0)
+
+
+class RoundStage(QWidget):
+    """Draws one beat of one round: the context, the draft's chips, the verifier's pass, the verdicts."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.story: RoundStory | None = None
+        self.step: Step | None = None
+        self.n_rounds = 0
+        self.greedy = True
+        self.setMinimumHeight(330)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setAutoFillBackground(True)
+        pal = self.palette()
+        pal.setColor(self.backgroundRole(), ts.PAPER)
+        self.setPalette(pal)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(1100, 380)
+
+    def show_beat(self, story: RoundStory | None, step: Step | None, n_rounds: int, greedy: bool) -> None:
+        self.story, self.step, self.n_rounds, self.greedy = story, step, n_rounds, greedy
+        self.update()
+
+    # -- painting ------------------------------------------------------------------------------------
+    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt override
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setRenderHint(QPainter.RenderHint.TextAntialiasing)
+        story, step = self.story, self.step
+        w, h = float(self.width()), float(self.height())
+        margin = 24.0
+        if story is None or step is None:
+            p.setFont(ts.big_font(1.4))
+            p.setPen(ts.MUTED)
+            p.drawText(QRectF(0, 0, w, h), Qt.AlignmentFlag.AlignCenter,
+                       "Replay: each round in three beats —\ndraft proposes · verifier checks · accept or reject")
+            return
+
+        # Header: round number, and how this round's drafting went.
+        p.setFont(ts.big_font(1.15, bold=True))
+        p.setPen(ts.INK)
+        fm = QFontMetricsF(p.font())
+        y = margin
+        p.drawText(QPointF(margin, y + fm.ascent()), f"Round {step.round + 1} of {self.n_rounds}")
+        rec = story.record
+        if rec is not None and story.drafted:
+            p.setFont(ts.big_font(0.85))
+            p.setPen(ts.MUTED)
+            info = f"γ = {rec.gamma} · drafted {rec.drafted} · stop: {rec.stop}"
+            fmi = QFontMetricsF(p.font())
+            p.drawText(QPointF(w - margin - fmi.horizontalAdvance(info), y + fm.ascent()), info)
+        y += fm.height() + 18
+
+        k = len(story.drafted)
+        beat = step.beat
+        shown_n = step.i + 1 if beat is Beat.DRAFT else k
+        resolved = beat is Beat.RESOLVE
+
+        # Fit the chips: shrink their type until context + chips fit the width.
+        ctx_font = ts.big_font(1.1)
+        scale = 2.3
+        while True:
+            chip_font = ts.big_font(scale)
+            num_font = ts.big_font(max(0.7, scale * 0.42))
+            cfm, nfm = QFontMetricsF(chip_font), QFontMetricsF(num_font)
+            chip_w = [max(cfm.horizontalAdvance(ts.shown(t.text)) + 28, nfm.horizontalAdvance("min 0.000") + 10)
+                      for t in story.drafted]
+            gap = 34.0
+            need = sum(chip_w) + gap * k
+            if story.emitted is not None and (not k or story.emitted.state == TokenState.BONUS.value):
+                need += cfm.horizontalAdvance(ts.shown(story.emitted.text)) + 28 + gap
+            if need <= w * 0.66 or scale <= 0.8:
+                break
+            scale -= 0.1
+        ctx_w = max(120.0, min(w - 2 * margin - need, w * 0.42))
+        chip_h = cfm.height() + 18
+        # centre the chips, their numbers and the correction row in the space under the header
+        block = chip_h + 3 * nfm.height() + 30 + chip_h + 30
+        y = max(y + 14, y + (h - y - block) / 2)
+
+        # The context: the end of the reply so far, in a grey box.
+        p.setFont(ctx_font)
+        xfm = QFontMetricsF(ctx_font)
+        ctx_rect = QRectF(margin, y, ctx_w, chip_h)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(QColor(236, 236, 236))
+        p.drawRoundedRect(ctx_rect, 10, 10)
+        p.setPen(ts.MUTED)
+        tail = story.text_before.replace("\n", " ↵ ")[-400:] or "(start of the reply)"
+        elided = xfm.elidedText(tail, Qt.TextElideMode.ElideLeft, ctx_w - 20)
+        p.drawText(ctx_rect.adjusted(10, 0, -10, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
+                   elided)
+        p.setFont(ts.big_font(0.75))
+        p.drawText(QPointF(ctx_rect.left() + 4, ctx_rect.bottom() + QFontMetricsF(p.font()).ascent() + 6),
+                   "context: the reply so far")
+
+        # The chips.
+        x = ctx_rect.right() + gap
+        rects: list[QRectF] = []
+        for width in chip_w:
+            r = QRectF(x, y, width, chip_h)
+            rects.append(r)
+            x = r.right() + gap
+        # Arrows: context -> chip 0 -> chip 1 ...: each proposal is conditioned on everything left of it.
+        p.setPen(QPen(ts.DRAFT, 2.5))
+        prev_right = ctx_rect.right()
+        for r in rects[:shown_n]:
+            self._arrow(p, QPointF(prev_right + 4, r.center().y()), QPointF(r.left() - 4, r.center().y()))
+            prev_right = r.right()
+
+        for i, (tok, r) in enumerate(zip(story.drafted, rects)):
+            if i >= shown_n:  # slots the draft has not filled yet
+                p.setPen(QPen(QColor(180, 180, 180), 1.5, Qt.PenStyle.DashLine))
+                p.setBrush(Qt.BrushStyle.NoBrush)
+                p.drawRoundedRect(r, 10, 10)
+                continue
+            state = tok.state if resolved else None
+            self._chip(p, r, ts.shown(tok.text), chip_font, state,
+                       highlight=beat is Beat.DRAFT and i == step.i)
+            # numbers under each chip: q (draft), p (verifier), accept probability
+            p.setFont(num_font)
+            ny = r.bottom() + nfm.ascent() + 6
+            p.setPen(ts.DRAFT)
+            p.drawText(QPointF(r.left() + 4, ny), f"q {ts.fmt_p(tok.draft_prob)}")
+            if beat is not Beat.DRAFT:
+                p.setPen(ts.VERIFIER)
+                p.drawText(QPointF(r.left() + 4, ny + nfm.height()), f"p {ts.fmt_p(tok.target_prob)}")
+                p.setPen(ts.INK)
+                p.drawText(QPointF(r.left() + 4, ny + 2 * nfm.height()), f"min {ts.fmt_p(tok.accept_prob)}")
+
+        below = y + chip_h + 3 * nfm.height() + 16
+        # DRAFT: a bracket under everything the new token is conditioned on.
+        if beat is Beat.DRAFT and rects:
+            left = ctx_rect.left()
+            right = rects[step.i - 1].right() if step.i > 0 else ctx_rect.right()
+            by = y + chip_h + 3 * nfm.height() + 6
+            p.setPen(QPen(ts.DRAFT, 2))
+            p.drawLine(QPointF(left, by - 8), QPointF(left, by))
+            p.drawLine(QPointF(left, by), QPointF(right, by))
+            p.drawLine(QPointF(right, by - 8), QPointF(right, by))
+            p.setFont(ts.big_font(0.8))
+            target = rects[step.i]
+            self._arrow(p, QPointF(right, by), QPointF(target.center().x(), y + chip_h + 4))
+            drafts = "" if step.i == 0 else ", draft 1" if step.i == 1 else f", drafts 1–{step.i}"
+            label = f"draft: q(token {step.i + 1} | context{drafts})"
+            p.drawText(QPointF(left + 6, by + QFontMetricsF(p.font()).ascent() + 4), label)
+        # VERIFY: one box around all of it, the verifier's single pass.
+        if beat is Beat.VERIFY and rects:
+            box = QRectF(ctx_rect.left() - 8, y - 10, rects[-1].right() - ctx_rect.left() + 16, chip_h + 20)
+            p.setPen(QPen(ts.VERIFIER, 3.5))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRoundedRect(box, 14, 14)
+            p.setFont(ts.big_font(0.9, bold=True))
+            p.setPen(ts.VERIFIER)
+            p.drawText(QPointF(box.left() + 6, below + 24),
+                       f"verifier: ONE forward pass scores all {k} drafts (+1 position for a bonus)")
+
+        # RESOLVE: the verifier's own token, a correction under the first rejected draft or a bonus at the end.
+        em = story.emitted
+        if resolved and em is not None:
+            text = ts.shown(em.text)
+            ew = QFontMetricsF(chip_font).horizontalAdvance(text) + 28
+            p.setFont(ts.big_font(0.8, bold=True))
+            if em.state == TokenState.CORRECTED.value and story.first_rejected is not None:
+                anchor = rects[story.first_rejected]
+                r = QRectF(anchor.left(), below + 14, max(ew, 60), chip_h)
+                p.setPen(QPen(ts.CORRECTED, 2.5))
+                self._arrow(p, QPointF(anchor.center().x(), y + chip_h + 3 * nfm.height() + 8),
+                            QPointF(anchor.center().x(), r.top() - 2))
+                self._chip(p, r, text, chip_font, em.state)
+                p.setPen(ts.CORRECTED.darker(130))
+                p.setFont(ts.big_font(0.9, bold=True))
+                p.drawText(QPointF(r.right() + 14, r.center().y() + 8),
+                           "correction (the verifier's token)"
+                           + ("" if self.greedy else ": sampled from max(0, p − q)"))
+            else:
+                left = rects[-1].right() + gap if rects else ctx_rect.right() + gap
+                r = QRectF(left, y, max(ew, 60), chip_h)
+                p.setPen(QPen(ts.BONUS if rects else ts.PLAIN, 2.5))
+                self._arrow(p, QPointF((rects[-1].right() if rects else ctx_rect.right()) + 4, r.center().y()),
+                            QPointF(r.left() - 4, r.center().y()))
+                self._chip(p, r, text, chip_font, em.state)
+                p.setFont(ts.big_font(0.8, bold=True))
+                p.setPen(ts.BONUS if em.state == TokenState.BONUS.value else ts.MUTED)
+                label = "bonus" if em.state == TokenState.BONUS.value else "verifier alone"
+                p.drawText(QPointF(r.left(), r.bottom() + 22), label)
+        p.end()
+
+    @staticmethod
+    def _chip(p: QPainter, r: QRectF, text: str, font, state: str | None, highlight: bool = False) -> None:
+        fill = {TokenState.ACCEPTED.value: ts.ACCEPTED, TokenState.REJECTED.value: QColor(253, 226, 229),
+                TokenState.CORRECTED.value: ts.CORRECTED, TokenState.BONUS.value: ts.BONUS,
+                TokenState.PLAIN.value: QColor(225, 225, 225)}.get(state or "", QColor(237, 233, 254))
+        if state == TokenState.REJECTED.value:
+            border = ts.REJECTED
+        else:
+            border = ts.DRAFT if state is None else fill.darker(125)
+        p.setPen(QPen(border, 4 if highlight else 2))
+        p.setBrush(fill)
+        p.drawRoundedRect(r, 10, 10)
+        p.setFont(font)
+        ink = QColor(255, 255, 255) if state in (TokenState.ACCEPTED.value, TokenState.BONUS.value) else ts.INK
+        if state == TokenState.REJECTED.value:
+            ink = ts.REJECTED
+        p.setPen(ink)
+        p.drawText(r, Qt.AlignmentFlag.AlignCenter, text)
+        if state == TokenState.REJECTED.value:
+            p.setPen(QPen(ts.REJECTED, 3))
+            p.drawLine(QPointF(r.left() + 6, r.center().y()), QPointF(r.right() - 6, r.center().y()))
+
+    @staticmethod
+    def _arrow(p: QPainter, a: QPointF, b: QPointF) -> None:
+        p.drawLine(a, b)
+        d = b - a
+        length = (d.x() ** 2 + d.y() ** 2) ** 0.5 or 1.0
+        ux, uy = d.x() / length, d.y() / length
+        head = QPainterPath(b)
+        head.lineTo(b.x() - 10 * ux + 5 * uy, b.y() - 10 * uy - 5 * ux)
+        head.lineTo(b.x() - 10 * ux - 5 * uy, b.y() - 10 * uy + 5 * ux)
+        head.closeSubpath()
+        p.save()
+        p.setBrush(p.pen().color())
+        p.drawPath(head)
+        p.restore()
+
+
+class NumbersTable(QTableWidget):
+    """The numbers of the round on screen, filled in beat by beat."""
+
+    COLUMNS = ("#", "token", "draft q", "verifier p", "min(1, p/q)", "verdict")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(0, len(self.COLUMNS), parent)
+        self.setHorizontalHeaderLabels(self.COLUMNS)
+        self.verticalHeader().setVisible(False)
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.horizontalHeaderItem(4).setToolTip("acceptance probability: min(1, verifier p / draft q)")
+        ts.set_big(self, 0.95)
+        ts.set_big(self.horizontalHeader(), 0.8, bold=True)
+
+    def show_beat(self, story: RoundStory | None, step: Step | None, greedy: bool) -> None:
+        self.setRowCount(0)
+        if story is None or step is None:
+            return
+        beat = step.beat
+        shown_n = step.i + 1 if beat is Beat.DRAFT else len(story.drafted)
+        rows = []
+        for i, t in enumerate(story.drafted[:shown_n]):
+            judged = beat is not Beat.DRAFT
+            verdict = ""
+            if beat is Beat.RESOLVE:
+                verdict = "accepted" if t.state == TokenState.ACCEPTED.value else (
+                    "rejected" if i == story.first_rejected else "discarded")
+            rows.append((str(i + 1), ts.shown(t.text), ts.fmt_p(t.draft_prob),
+                         ts.fmt_p(t.target_prob) if judged else "?", ts.fmt_p(t.accept_prob) if judged else "?",
+                         verdict, t.state if beat is Beat.RESOLVE else None))
+        em = story.emitted
+        if beat is Beat.RESOLVE and em is not None:
+            what = {TokenState.CORRECTED.value: "correction", TokenState.BONUS.value: "bonus"}.get(
+                em.state, "verifier alone")
+            rows.append(("+", ts.shown(em.text), "–", ts.fmt_p(em.target_prob), "–", what, em.state))
+        self.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            state = row[-1]
+            for c, value in enumerate(row[:-1]):
+                item = QTableWidgetItem(value)
+                item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                if state is not None and c in (1, 5):
+                    if state == TokenState.REJECTED.value:
+                        item.setForeground(ts.REJECTED)
+                        f = item.font()
+                        f.setStrikeOut(c == 1)
+                        item.setFont(f)
+                    elif state in STATE_SOLID and state != TokenState.PLAIN.value:
+                        bg = QColor(STATE_SOLID[state])
+                        bg.setAlpha(110)
+                        item.setBackground(bg)
+                self.setItem(r, c, item)
+        note = ("greedy: a draft is accepted exactly when it is the verifier's top token (accept = 1 or 0)"
+                if greedy else "sampling: accept with probability min(1, p/q); a rejection samples max(0, p − q)")
+        self.setToolTip(note)
+
+
+class ReplayWidget(QWidget):
+    """Stage, caption, numbers and the reply so far, with transport controls and a speed choice."""
+
+    beat_changed = Signal(int)  # the state's index after every change
+    playing_changed = Signal(bool)
+
+    def __init__(self, trace: ReplyTrace | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.state = ReplayState(trace or ReplyTrace())
+        self.speed = 1.0
+        self.greedy = True
+        self.timer = QTimer(self)  # the only clock: advances one beat per timeout while playing
+        self.timer.setSingleShot(True)
+        self.timer.timeout.connect(self._tick)
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 10, 10, 10)
+        lay.setSpacing(8)
+        self.legend = QLabel(ts.legend_html())
+        self.legend.setTextFormat(Qt.TextFormat.RichText)
+        ts.set_big(self.legend, 0.9)
+        lay.addWidget(self.legend)
+
+        self.stage = RoundStage()
+        self.caption = QLabel("")
+        self.caption.setWordWrap(True)
+        ts.set_big(self.caption, 1.15, bold=True)
+        self.caption.setMinimumHeight(int(self.caption.fontMetrics().lineSpacing() * 2.2))  # no jumps
+        self.caption.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self.numbers = NumbersTable()
+        self.reply = QTextBrowser()
+        self.reply.setOpenLinks(False)
+        ts.set_big(self.reply, 1.0)
+        split = QSplitter(Qt.Orientation.Vertical)
+        top = QWidget()
+        tl = QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.stage, 1)
+        tl.addWidget(self.caption)
+        split.addWidget(top)
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.numbers)
+        bottom.addWidget(self.reply)
+        bottom.setSizes([560, 520])
+        split.addWidget(bottom)
+        split.setSizes([520, 260])
+        lay.addWidget(split, 1)
+
+        bar = QHBoxLayout()
+        self.buttons: dict[str, QPushButton] = {}
+        for name, text, tip, slot in (
+            ("start", "|◀", "Back to the start (Home)", self.to_start),
+            ("prev_round", "◀◀ round", "Previous round (Shift+←)", self.prev_round),
+            ("back", "◀ beat", "One beat back (← or Page Up)", self.step_back),
+            ("play", "▶ Play", "Play / pause (Space)", self.toggle_play),
+            ("forward", "beat ▶", "One beat on (→ or Page Down)", self.step_forward),
+            ("next_round", "round ▶▶", "Next round (Shift+→)", self.next_round),
+            ("end", "▶|", "To the end (End)", self.to_end),
+        ):
+            b = QPushButton(text)
+            b.setToolTip(tip)
+            b.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+            ts.set_big(b, 1.0, bold=True)
+            b.clicked.connect(slot)
+            bar.addWidget(b)
+            self.buttons[name] = b
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.slider.valueChanged.connect(self._seek_from_slider)
+        bar.addWidget(self.slider, 1)
+        self.position = QLabel("")
+        ts.set_big(self.position, 0.9)
+        bar.addWidget(self.position)
+        speed_label = QLabel("speed")
+        ts.set_big(speed_label, 0.9)
+        bar.addWidget(speed_label)
+        self.speed_box = QComboBox()
+        self.speed_box.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        for s in SPEEDS:
+            self.speed_box.addItem(f"{s:g}×", s)
+        self.speed_box.setCurrentIndex(SPEEDS.index(1.0))
+        self.speed_box.currentIndexChanged.connect(lambda i: self.set_speed(SPEEDS[i]))
+        ts.set_big(self.speed_box, 0.9)
+        bar.addWidget(self.speed_box)
+        lay.addLayout(bar)
+
+        ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
+        for keys, slot in ((("Space",), self.toggle_play), (("Right", "PgDown"), self.step_forward),
+                           (("Left", "PgUp"), self.step_back), (("Shift+Right",), self.next_round),
+                           (("Shift+Left",), self.prev_round), (("Home",), self.to_start),
+                           (("End",), self.to_end)):
+            for key in keys:
+                sc = QShortcut(QKeySequence(key), self)
+                sc.setContext(ctx)
+                sc.activated.connect(slot)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.set_trace(trace or ReplyTrace())
+
+    # -- the trace -------------------------------------------------------------------------------------
+    def set_trace(self, trace: ReplyTrace) -> None:
+        self.pause()
+        self.state = ReplayState(trace)
+        self.greedy = is_greedy(trace)
+        self.slider.blockSignals(True)
+        self.slider.setRange(-1, max(-1, len(self.state) - 1))
+        self.slider.blockSignals(False)
+        self.render()
+
+    @property
+    def trace(self) -> ReplyTrace:
+        return self.state.trace
+
+    # -- transport --------------------------------------------------------------------------------------
+    def step_forward(self) -> bool:
+        moved = self.state.step_forward()
+        self.render()
+        return moved
+
+    def step_back(self) -> bool:
+        moved = self.state.step_back()
+        self.render()
+        return moved
+
+    def next_round(self) -> None:
+        self.state.next_round()
+        self.render()
+
+    def prev_round(self) -> None:
+        self.state.prev_round()
+        self.render()
+
+    def to_start(self) -> None:
+        self.state.seek(-1)
+        self.render()
+
+    def to_end(self) -> None:
+        self.pause()
+        self.state.seek(len(self.state) - 1)
+        self.render()
+
+    def seek(self, index: int) -> None:
+        self.state.seek(index)
+        self.render()
+
+    def set_speed(self, speed: float) -> None:
+        self.speed = max(0.05, float(speed))
+        if speed in SPEEDS and self.speed_box.currentIndex() != SPEEDS.index(speed):
+            self.speed_box.setCurrentIndex(SPEEDS.index(speed))
+
+    @property
+    def playing(self) -> bool:
+        return self.timer.isActive()
+
+    def play(self) -> None:
+        if not len(self.state):
+            return
+        if self.state.at_end:
+            self.state.seek(-1)
+            self.render()
+        self.buttons["play"].setText("❚❚ Pause")
+        self._schedule()
+        self.playing_changed.emit(True)
+
+    def pause(self) -> None:
+        was = self.timer.isActive()
+        self.timer.stop()
+        if hasattr(self, "buttons"):
+            self.buttons["play"].setText("▶ Play")
+        if was:
+            self.playing_changed.emit(False)
+
+    def toggle_play(self) -> None:
+        self.pause() if self.playing else self.play()
+
+    def beat_ms(self, step: Step | None) -> int:
+        """How long the beat on screen stays before the next one, at the current speed."""
+        base = BEAT_MS[step.beat] if step is not None else 400
+        return max(20, int(base / self.speed))
+
+    def _schedule(self) -> None:
+        self.timer.start(self.beat_ms(self.state.step))
+
+    def _tick(self) -> None:
+        if self.state.step_forward():
+            self.render()
+        if self.state.at_end:
+            self.pause()
+        else:
+            self._schedule()
+
+    def _seek_from_slider(self, value: int) -> None:
+        if value != self.state.index:
+            self.state.seek(value)
+            self.render()
+
+    # -- drawing -----------------------------------------------------------------------------------------
+    def render(self) -> None:
+        st = self.state
+        self.stage.show_beat(st.story, st.step, len(st.rounds), self.greedy)
+        self.numbers.show_beat(st.story, st.step, self.greedy)
+        self.caption.setText(st.caption())
+        tokens = st.committed_tokens()
+        self.reply.setHtml(f"<div>{ts.tokens_html(tokens)}</div>" if tokens else
+                           "<span style='color:gray'>The reply appears here as rounds resolve.</span>")
+        sb = self.reply.verticalScrollBar()
+        sb.setValue(sb.maximum())
+        self.slider.blockSignals(True)
+        self.slider.setValue(st.index)
+        self.slider.blockSignals(False)
+        k = st.step.round + 1 if st.step else 0
+        self.position.setText(f"round {k}/{len(st.rounds)} · beat {st.index + 1}/{len(st)}")
+        self.buttons["back"].setEnabled(not st.at_start)
+        self.buttons["forward"].setEnabled(not st.at_end)
+        self.beat_changed.emit(st.index)
+
+
+class ReplayDialog(QDialog):
+    """A window around the replay widget, with GIF/MP4 export."""
+
+    def __init__(self, trace: ReplyTrace, parent: QWidget | None = None, title: str = "") -> None:
+        super().__init__(parent)
+        self.setWindowTitle(title or "Replay: round by round")
+        self.resize(1280, 800)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        self.replay = ReplayWidget(trace)
+        lay.addWidget(self.replay, 1)
+        row = QHBoxLayout()
+        row.setContentsMargins(10, 0, 10, 10)
+        self.info = QLabel(_trace_line(trace))
+        self.info.setObjectName("muted")
+        ts.set_big(self.info, 0.8)
+        row.addWidget(self.info, 1)
+        self.gif_button = QPushButton("Save as GIF…")
+        self.gif_button.clicked.connect(lambda: self._export("gif"))
+        self.mp4_button = QPushButton("Save as MP4…")
+        self.mp4_button.clicked.connect(lambda: self._export("mp4"))
+        from app.talk.export import mp4_available
+
+        self.mp4_button.setEnabled(mp4_available())
+        if not mp4_available():
+            self.mp4_button.setToolTip("MP4 needs ffmpeg (on PATH, or pip install imageio-ffmpeg)")
+        for b in (self.gif_button, self.mp4_button):
+            row.addWidget(b)
+        lay.addLayout(row)
+        self.replay.setFocus()
+
+    def _export(self, kind: str) -> None:
+        from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+        from app.talk.export import export_replay
+
+        filt = "GIF animation (*.gif)" if kind == "gif" else "MP4 video (*.mp4)"
+        path, _ = QFileDialog.getSaveFileName(self, "Save the replay", f"specdec-replay.{kind}", filt)
+        if not path:
+            return
+        try:
+            n = export_replay(self.replay, path)
+        except (OSError, RuntimeError) as exc:
+            QMessageBox.warning(self, "Export failed", str(exc))
+            return
+        self.info.setText(f"Saved {n} frames to {path}")
+
+
+def _trace_line(trace: ReplyTrace) -> str:
+    who = f"{trace.verifier} ← {trace.drafter}" if trace.drafter else trace.verifier
+    summary = trace.summary() if trace.rounds else ""
+    return " · ".join(x for x in (who, summary) if x)

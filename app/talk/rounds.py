@@ -1,0 +1,213 @@
+"""A reply told round by round, in beats: the deterministic model behind the replay (Qt-free).
+
+A `ReplyTrace` holds every token with its round, position and state. `rounds_of` regroups them into
+one `RoundStory` per verifier call (what the draft proposed, what the verifier kept, the token the
+verifier added), and `ReplayState` walks a flat list of beats:
+
+    DRAFT i   the draft proposes its i-th token, conditioned on the context and tokens 0..i-1
+    VERIFY    the verifier scores every drafted position in one forward pass
+    RESOLVE   accepted drafts turn green, the first rejected one and the rest are struck through,
+              and the verifier's correction (or bonus token) appears
+
+A round in which nothing was drafted (speculation off, or prompt lookup found nothing to copy) has a
+single RESOLVE beat. The state is an index into the beat list, so a timer can drive it and a test
+can step it; nothing here knows about Qt or clocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from app.trace import ReplyTrace, RoundRecord, TokenRecord
+from specdec_core.events import TokenState
+
+DRAFTED_STATES = (TokenState.ACCEPTED.value, TokenState.REJECTED.value)
+
+
+class Beat(str, Enum):
+    DRAFT = "draft"
+    VERIFY = "verify"
+    RESOLVE = "resolve"
+
+
+@dataclass(frozen=True)
+class RoundStory:
+    index: int  # the engine's round index
+    drafted: tuple[TokenRecord, ...]  # in draft order: the accepted prefix, then the rejected rest
+    emitted: TokenRecord | None  # correction, bonus or plain token (None after an accepted EOS draft)
+    record: RoundRecord | None  # timings and why drafting stopped, when the trace has them
+    text_before: str  # the reply text committed before this round
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(1 for t in self.drafted if t.state == TokenState.ACCEPTED.value)
+
+    @property
+    def first_rejected(self) -> int | None:
+        return next((i for i, t in enumerate(self.drafted) if t.state == TokenState.REJECTED.value), None)
+
+    @property
+    def text_after(self) -> str:
+        added = "".join(t.text for t in self.drafted if t.in_reply)
+        return self.text_before + added + (self.emitted.text if self.emitted is not None else "")
+
+    def beats(self) -> list[tuple[Beat, int]]:
+        if not self.drafted:
+            return [(Beat.RESOLVE, 0)]
+        return [(Beat.DRAFT, i) for i in range(len(self.drafted))] + [(Beat.VERIFY, 0), (Beat.RESOLVE, 0)]
+
+
+@dataclass(frozen=True)
+class Step:
+    round: int  # index into ReplayState.rounds (not the engine's round index)
+    beat: Beat
+    i: int = 0  # for DRAFT: the drafted token this beat reveals
+
+
+def rounds_of(trace: ReplyTrace) -> list[RoundStory]:
+    """Group the trace's tokens by round, in the order the engine emitted the rounds."""
+    grouped: dict[int, list[TokenRecord]] = {}
+    order: list[int] = []
+    for tok in trace.tokens:
+        if tok.round not in grouped:
+            grouped[tok.round] = []
+            order.append(tok.round)
+        grouped[tok.round].append(tok)
+    records = {r.index: r for r in trace.rounds}
+    stories: list[RoundStory] = []
+    text = ""
+    for r in order:
+        toks = grouped[r]
+        drafted = sorted((t for t in toks if t.state in DRAFTED_STATES), key=lambda t: t.position)
+        emitted = next((t for t in toks if t.state not in DRAFTED_STATES), None)
+        story = RoundStory(index=r, drafted=tuple(drafted), emitted=emitted, record=records.get(r),
+                           text_before=text)
+        stories.append(story)
+        text = story.text_after
+    return stories
+
+
+class ReplayState:
+    """Which beat of which round is on screen. `index == -1` is before the first beat."""
+
+    def __init__(self, trace: ReplyTrace) -> None:
+        self.trace = trace
+        self.rounds = rounds_of(trace)
+        self.steps: list[Step] = [Step(k, beat, i) for k, story in enumerate(self.rounds)
+                                  for beat, i in story.beats()]
+        self.index = -1
+
+    # -- moving ---------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @property
+    def at_start(self) -> bool:
+        return self.index < 0
+
+    @property
+    def at_end(self) -> bool:
+        return self.index >= len(self.steps) - 1
+
+    def seek(self, index: int) -> None:
+        self.index = max(-1, min(index, len(self.steps) - 1))
+
+    def step_forward(self) -> bool:
+        """One beat on; False (and no change) at the end."""
+        if self.at_end:
+            return False
+        self.index += 1
+        return True
+
+    def step_back(self) -> bool:
+        if self.at_start:
+            return False
+        self.index -= 1
+        return True
+
+    def next_round(self) -> bool:
+        """To the RESOLVE beat of the current round, or of the next one if already there."""
+        if self.at_end:
+            return False
+        k = self.index + 1
+        while k < len(self.steps) - 1 and self.steps[k].beat is not Beat.RESOLVE:
+            k += 1
+        self.index = k
+        return True
+
+    def prev_round(self) -> bool:
+        """To the RESOLVE beat of the previous round (or to the start)."""
+        if self.at_start:
+            return False
+        k = self.index - 1
+        while k >= 0 and self.steps[k].beat is not Beat.RESOLVE:
+            k -= 1
+        self.index = k
+        return True
+
+    # -- what is on screen ------------------------------------------------------------------------------
+    @property
+    def step(self) -> Step | None:
+        return self.steps[self.index] if self.index >= 0 else None
+
+    @property
+    def story(self) -> RoundStory | None:
+        s = self.step
+        return self.rounds[s.round] if s is not None else None
+
+    def committed_text(self) -> str:
+        """The reply as far as the replay has shown it: rounds resolved so far."""
+        s = self.step
+        if s is None:
+            return ""
+        story = self.rounds[s.round]
+        return story.text_after if s.beat is Beat.RESOLVE else story.text_before
+
+    def committed_tokens(self) -> list[TokenRecord]:
+        """Tokens of the resolved rounds (rejected drafts included, where the draft proposed them)."""
+        s = self.step
+        if s is None:
+            return []
+        last = s.round if s.beat is Beat.RESOLVE else s.round - 1
+        out: list[TokenRecord] = []
+        for story in self.rounds[: last + 1]:
+            out.extend(story.drafted)
+            if story.emitted is not None:
+                out.append(story.emitted)
+        return out
+
+    def caption(self) -> str:
+        """One sentence for the beat on screen."""
+        s, story = self.step, self.story
+        if s is None or story is None:
+            return "Press play (Space) or step (→) to replay the reply round by round."
+        k = len(story.drafted)
+        if s.beat is Beat.DRAFT:
+            given = ("the context" if s.i == 0 else "the context and draft token 1" if s.i == 1
+                     else f"the context and draft tokens 1–{s.i}")
+            return f"The draft proposes token {s.i + 1} of {k}, given {given}."
+        if s.beat is Beat.VERIFY:
+            return (f"The verifier checks all {k} drafted tokens in one forward pass "
+                    f"({k + 1} positions: one per draft plus one more).")
+        n = story.n_accepted
+        emitted = story.emitted
+        if not k:
+            why = _stop_words(story.record.stop if story.record else "off")
+            return f"Nothing was drafted ({why}): the verifier decodes one token alone."
+        if emitted is None:
+            return f"All {k} drafts accepted, ending on end-of-sequence."
+        if emitted.state == TokenState.BONUS.value:
+            return f"All {k} drafts accepted, and the verifier adds a bonus token: {k + 1} tokens for one call."
+        return (f"{n} of {k} accepted; the first rejected draft and everything after it are thrown away, "
+                f"and the verifier's correction takes its place: {n + 1} token{'s' if n else ''} for one call.")
+
+
+def _stop_words(stop: str) -> str:
+    return {"off": "speculation is off", "no_match": "prompt lookup found nothing to copy",
+            "max_tokens": "the reply's token budget is spent", "confidence": "the draft was unsure",
+            "eos": "the draft proposed end of sequence"}.get(stop, stop)
+
+
+def is_greedy(trace: ReplyTrace) -> bool:
+    return float((trace.config or {}).get("temperature", 0.0) or 0.0) == 0.0

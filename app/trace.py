@@ -1,0 +1,201 @@
+"""A reply's speculation trace: every token with its state and every round with its timings.
+
+This is the app's one record of what the engine did. The window feeds it the engine's events
+(`ReplyTrace.apply`), the chat view renders its tokens, the graphs plot its rounds, and the store saves
+it as JSON so a reopened conversation shows the same colours and stats. Qt-free.
+
+Time axis: `t` is engine time since decoding began, the running sum of each round's draft + verify +
+overhead seconds. It is what the engine measured, so a busy UI thread cannot distort the graphs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+from specdec_core.events import (
+    Finished,
+    Prefilled,
+    RoundDrafted,
+    RoundVerified,
+    TokenCommitted,
+    TokenRejected,
+    TokenState,
+)
+from specdec_core.stats import Stats
+
+
+@dataclass
+class TokenRecord:
+    token_id: int
+    text: str
+    state: str  # a TokenState value
+    round: int
+    position: int  # index within the round's draft
+    draft_prob: float | None
+    target_prob: float | None
+    accept_prob: float | None
+    alternatives: list[tuple[str, float]] = field(default_factory=list)  # verifier's top tokens
+    t: float = 0.0  # engine seconds since decoding began when the round that emitted it ended
+
+    @property
+    def in_reply(self) -> bool:
+        """Rejected draft tokens are shown, but are not part of the reply's text."""
+        return self.state != TokenState.REJECTED.value
+
+
+@dataclass
+class RoundRecord:
+    index: int
+    drafted: int
+    accepted: int
+    emitted_state: str
+    stop: str  # a DraftStop value: why drafting stopped this round
+    gamma: int
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+    t_end: float  # engine seconds since decoding began, at the end of this round
+    tokens_after: int  # reply tokens emitted up to and including this round
+
+    @property
+    def total_s(self) -> float:
+        return self.draft_s + self.verify_s + self.overhead_s
+
+
+@dataclass
+class ReplyTrace:
+    tokens: list[TokenRecord] = field(default_factory=list)
+    rounds: list[RoundRecord] = field(default_factory=list)
+    stats: dict | None = None  # Stats.to_dict() once finished
+    stop_reason: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    prefill_s: float = 0.0
+    dropped_turns: int = 0  # oldest turns left out of what the models saw (context limit)
+    verifier: str = ""
+    drafter: str = ""  # "" when the verifier decoded alone
+    config: dict = field(default_factory=dict)
+    baseline_tps: float | None = None  # verifier-alone tokens/s measured on this machine
+    baseline_source: str = ""
+    seed: int = 0
+
+    # ---- building from events -------------------------------------------------------------------
+    def apply(self, event: object) -> None:
+        """Fold one engine event into the trace (called on the GUI thread; cheap)."""
+        if isinstance(event, (TokenCommitted, TokenRejected)):
+            t = self.rounds[-1].t_end if self.rounds else 0.0
+            self.tokens.append(TokenRecord(
+                token_id=event.token_id, text=event.text, state=TokenState(event.state).value,
+                round=event.round_index, position=event.position, draft_prob=event.draft_prob,
+                target_prob=event.target_prob, accept_prob=event.accept_prob,
+                alternatives=[(a.text, float(a.prob)) for a in event.alternatives], t=t,
+            ))
+        elif isinstance(event, RoundVerified):
+            t_end = (self.rounds[-1].t_end if self.rounds else 0.0) + \
+                event.draft_s + event.verify_s + event.overhead_s
+            prev = self.rounds[-1].tokens_after if self.rounds else 0
+            self.rounds.append(RoundRecord(
+                index=event.round_index, drafted=len(event.drafted), accepted=event.n_accepted,
+                emitted_state=TokenState(event.emitted_state).value, stop=str(getattr(event.stop, "value", event.stop)),
+                gamma=event.gamma, draft_s=event.draft_s, verify_s=event.verify_s,
+                overhead_s=event.overhead_s, t_end=t_end, tokens_after=prev + event.n_accepted + 1,
+            ))
+        elif isinstance(event, Prefilled):
+            self.prompt_tokens = event.prompt_tokens
+            self.reused_tokens = event.reused_tokens
+            self.prefill_s = event.prefill_s
+        elif isinstance(event, Finished):
+            self.stats = json.loads(json.dumps(event.stats.to_dict()))  # as it will read back from disk
+            self.stop_reason = getattr(event.stop_reason, "value", str(event.stop_reason))
+            self.error = event.error
+        elif isinstance(event, RoundDrafted):
+            pass  # the proposal is repeated, judged, in RoundVerified
+
+    # ---- derived figures ------------------------------------------------------------------------
+    @property
+    def text(self) -> str:
+        return "".join(t.text for t in self.tokens if t.in_reply)
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def speculative(self) -> bool:
+        return any(r.drafted for r in self.rounds)
+
+    @property
+    def all_plain(self) -> bool:
+        return bool(self.rounds) and not any(r.drafted for r in self.rounds)
+
+    def get_stats(self) -> Stats | None:
+        if self.stats is None:
+            return None
+        names = {f.name for f in fields(Stats)}
+        data = {k: (tuple(v) if isinstance(v, list) else v) for k, v in self.stats.items() if k in names}
+        return Stats(**data)
+
+    def running_tps(self) -> float:
+        """Reply tokens per engine second so far (decode only, prefill excluded)."""
+        if not self.rounds or self.rounds[-1].t_end <= 0:
+            return 0.0
+        return self.rounds[-1].tokens_after / self.rounds[-1].t_end
+
+    def speedup(self) -> float | None:
+        """Measured speedup against the verifier-alone baseline, or None without a baseline."""
+        tps = self.stats.get("tokens_per_s") if self.stats else self.running_tps()
+        if not self.baseline_tps or not tps:
+            return None
+        return tps / self.baseline_tps
+
+    def summary(self) -> str:
+        """One line for under the bubble."""
+        s = self.get_stats()
+        parts: list[str] = []
+        n = s.new_tokens if s else sum(1 for t in self.tokens if t.in_reply)
+        parts.append(f"{n} tokens")
+        tps = s.tokens_per_s if s else self.running_tps()
+        if tps:
+            parts.append(f"{tps:.1f} tok/s")
+        if s and s.drafted:
+            parts.append(f"acceptance {s.acceptance_rate:.0%}")
+            parts.append(f"{s.mean_accepted_length:.2f} tokens/call")
+        elif self.all_plain:
+            parts.append("speculation off")
+        sp = self.speedup()
+        if sp is not None and self.speculative:
+            parts.append(f"{sp:.2f}× vs verifier alone")
+        if self.stop_reason and self.stop_reason not in ("eos", "stop_string"):
+            parts.append({"max_tokens": "stopped at max tokens", "context": "context full",
+                          "cancelled": "stopped", "error": "error"}.get(self.stop_reason, self.stop_reason))
+        return " · ".join(parts)
+
+    # ---- JSON -----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ReplyTrace:
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in data.items() if k in known}
+        tok_names = {f.name for f in fields(TokenRecord)}
+        round_names = {f.name for f in fields(RoundRecord)}
+        d["tokens"] = [
+            TokenRecord(**{**{k: v for k, v in t.items() if k in tok_names},
+                           "alternatives": [(a[0], float(a[1])) for a in t.get("alternatives", [])]})
+            for t in data.get("tokens", [])
+        ]
+        d["rounds"] = [RoundRecord(**{k: v for k, v in r.items() if k in round_names})
+                       for r in data.get("rounds", [])]
+        return cls(**d)
+
+
+STATE_DESCRIPTIONS = {
+    TokenState.ACCEPTED.value: "drafted and accepted by the verifier",
+    TokenState.REJECTED.value: "drafted and rejected by the verifier (not part of the reply)",
+    TokenState.CORRECTED.value: "the verifier's correction, replacing the first rejected draft token",
+    TokenState.BONUS.value: "the verifier's extra token after a fully accepted round",
+    TokenState.PLAIN.value: "decoded by the verifier alone",
+}

@@ -1,0 +1,876 @@
+"""The main window: conversations on the left, the chat in the middle, live graphs on the right.
+
+Threads: model loading, replies and races run on workers (app/worker.py); their slots here only fold
+events into the reply's trace (a buffer). One QTimer (40 ms) flushes new tokens into the chat view and
+new rounds into the graphs. The engine runs one generation at a time, so loading, replying and racing
+are mutually exclusive: `busy` says which one is running.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import session as sess
+from app.chat_view import ChatView, Legend, MessageBubble, copy_text
+from app.graphs import GraphsPanel, stats_csv, stats_json
+from app.session import LoadRequest, LoadStep, PromptInfo, RaceEvent, Session
+from app.settings_panel import SettingsPanel
+from app.store import (
+    DEFAULT_VERIFIER,
+    Conversation,
+    ConversationStore,
+    Message,
+    Settings,
+    to_html,
+    to_json,
+    to_markdown,
+)
+from app.talk import install_talk_mode
+from app.theme import style_sheet
+from app.trace import ReplyTrace
+from app.worker import EventWorker, FunctionWorker, wait_all
+from specdec_core.errors import SpecdecError
+from specdec_core.events import Finished, StopReason
+
+FLUSH_MS = 40
+# Graphs repaint on every GRAPH_EVERY-th tick while a reply streams (160 ms): six antialiased plots
+# cost tens of milliseconds to paint on a 2-core CPU, text does not; the last flush always draws.
+GRAPH_EVERY = 4
+
+
+class Composer(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("composer")
+        self.setPlaceholderText("Message the model…   (Enter sends · Shift+Enter new line · Esc stops)")
+        self.setTabChangesFocus(True)
+        self.setFixedHeight(72)
+
+    def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (e.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(e)
+
+
+def error_text(exc: BaseException) -> str:
+    """A user-facing sentence for an exception (our own errors carry one already)."""
+    if isinstance(exc, SpecdecError):
+        return str(exc)
+    name = type(exc).__name__
+    msg = str(exc).strip()
+    if "out of memory" in msg.lower() or name == "OutOfMemoryError":
+        return ("The device ran out of memory. Try a smaller model, dtype float16/bfloat16, fewer max new "
+                f"tokens, or the CPU. ({msg.splitlines()[0] if msg else name})")
+    return f"{name}: {msg}" if msg else name
+
+
+class MainWindow(QMainWindow):
+    models_loaded = Signal(object)  # Session
+    load_failed = Signal(str)
+    reply_finished = Signal(object)  # ReplyTrace (flushed into the view and graphs)
+    race_finished = Signal(str)
+    error_shown = Signal(str)
+    generation_event = Signal(object)  # every event of the streaming reply, after it is folded in
+
+    def __init__(self, settings: Settings | None = None, store: ConversationStore | None = None,
+                 *, persist_settings: bool = True) -> None:
+        super().__init__()
+        self.store = store or ConversationStore()
+        self.settings = settings or Settings.load(self.store.root)
+        self.persist_settings = persist_settings
+        self.session: Session | None = None
+        self.conv = Conversation(system=self.settings.system_prompt)
+        self.busy: str = ""  # "" | "load" | "reply" | "race"
+        self._load_worker: FunctionWorker | None = None
+        self._gen_worker: EventWorker | None = None
+        self._controls = None
+        self._trace: ReplyTrace | None = None  # the streaming reply's trace
+        self._message: Message | None = None
+        self._pending_prompt: str | None = None
+        self._models_dirty = False
+        self._closing = False
+        self._regens = 0
+        self._finish_pending: ReplyTrace | None = None
+        self._race_greedy = True
+
+        self.setWindowTitle("specdec")
+        self.resize(1480, 900)
+        self.setStyleSheet(style_sheet())
+        self._build()
+        self._build_menus()
+        self.talk = install_talk_mode(self)  # presenter mode, replay, race, demos for talks
+
+        self.timer = QTimer(self)  # THE flush timer: tokens into the chat, rounds into the graphs
+        self.timer.setInterval(FLUSH_MS)
+        self.timer.timeout.connect(self._timer_tick)
+        self._ticks = 0
+
+        self._refresh_sidebar()
+        self._update_controls()
+
+    # ------------------------------------------------------------------------------------ layout --
+    def _build(self) -> None:
+        central = QWidget()
+        v = QVBoxLayout(central)
+        v.setContentsMargins(8, 6, 8, 8)
+        v.setSpacing(6)
+
+        top = QHBoxLayout()
+        self.model_label = QLabel("No models loaded")
+        self.model_label.setObjectName("muted")
+        self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        top.addWidget(self.model_label, 1)
+        self.spec_button = QPushButton("Speculation ON")
+        self.spec_button.setObjectName("spec_toggle")
+        self.spec_button.setCheckable(True)
+        self.spec_button.setChecked(self.settings.speculate)
+        self.spec_button.setToolTip("Turn speculative decoding on or off (Ctrl+D); applies from the next "
+                                    "round, even in the middle of a reply")
+        self.spec_button.toggled.connect(self.set_speculation)
+        top.addWidget(self.spec_button)
+        v.addLayout(top)
+
+        self.legend = Legend()
+        self.legend.check.setChecked(self.settings.colored)
+        self.legend.toggled.connect(self.set_colored)
+        v.addWidget(self.legend)
+
+        self.chat = ChatView()
+        self.chat.colored = self.settings.colored
+        self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
+        self.chat.edit_requested.connect(self.edit_message)
+        self.chat.regenerate_requested.connect(self.regenerate)
+        self.chat.graphs_requested.connect(self.show_graphs_for)
+        v.addWidget(self.chat, 1)
+
+        row = QHBoxLayout()
+        self.composer = Composer()
+        self.composer.submitted.connect(self.send_from_composer)
+        row.addWidget(self.composer, 1)
+        buttons = QVBoxLayout()
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("send")
+        self.send_button.clicked.connect(self.send_from_composer)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stop")
+        self.stop_button.setToolTip("Stop generating (Esc)")
+        self.stop_button.clicked.connect(self.stop)
+        self.race_button = QPushButton("Race")
+        self.race_button.setToolTip("Run the last prompt (or the composer's text) with speculation off, then "
+                                    "on, same seed; compare speed and, when greedy, the texts (Ctrl+Shift+R)")
+        self.race_button.clicked.connect(self.race)
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.race_button)
+        row.addLayout(buttons)
+        v.addLayout(row)
+        self.setCentralWidget(central)
+
+        # left: conversations and settings
+        self.left_tabs = QTabWidget()
+        chats = QWidget()
+        cl = QVBoxLayout(chats)
+        cl.setContentsMargins(4, 4, 4, 4)
+        new = QPushButton("New chat")
+        new.setToolTip("Start a new conversation (Ctrl+N)")
+        new.clicked.connect(self.new_chat)
+        cl.addWidget(new)
+        self.conv_list = QListWidget()
+        self.conv_list.setObjectName("conversations")
+        self.conv_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conv_list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.conv_list.itemClicked.connect(self._open_item)
+        self.conv_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.conv_list.customContextMenuRequested.connect(self._conv_menu)
+        cl.addWidget(self.conv_list, 1)
+        self.left_tabs.addTab(chats, "Chats")
+        self.settings_panel = SettingsPanel(self.settings)
+        self.settings_panel.changed.connect(self._settings_changed)
+        self.settings_panel.models_changed.connect(self._models_changed)
+        self.settings_panel.load_requested.connect(self.load_models)
+        self.left_tabs.addTab(self.settings_panel, "Settings")
+        self.left_dock = QDockWidget("Conversations", self)
+        self.left_dock.setObjectName("left_dock")
+        self.left_dock.setWidget(self.left_tabs)
+        self.left_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable |
+                                   QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        self.left_dock.setTitleBarWidget(QWidget())
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.left_dock)
+
+        # right: graphs
+        self.graphs = GraphsPanel()
+        self.graphs.export_png.clicked.connect(self.export_graphs_png)
+        self.graphs.export_stats.clicked.connect(self.export_stats)
+        self.right_dock = QDockWidget("Speculation", self)
+        self.right_dock.setObjectName("right_dock")
+        self.right_dock.setWidget(self.graphs)
+        self.right_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable |
+                                    QDockWidget.DockWidgetFeature.DockWidgetClosable)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.right_dock)
+        self.resizeDocks([self.left_dock, self.right_dock], [290, 600], Qt.Orientation.Horizontal)
+
+        # status bar: loading progress with a cancel button
+        sb = self.statusBar()
+        self.progress = QProgressBar()
+        self.progress.setFixedWidth(220)
+        self.progress.setTextVisible(False)
+        self.progress.setVisible(False)
+        self.cancel_load_button = QToolButton()
+        self.cancel_load_button.setText("Cancel")
+        self.cancel_load_button.setVisible(False)
+        self.cancel_load_button.clicked.connect(self.cancel_load)
+        self.status_label = QLabel("")
+        sb.addWidget(self.status_label, 1)
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.cancel_load_button)
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        f = mb.addMenu("&File")
+        self._action(f, "New chat", self.new_chat, QKeySequence.StandardKey.New)
+        f.addSeparator()
+        self._action(f, "Export conversation as Markdown…", lambda: self.export_conversation("md"))
+        self._action(f, "Export conversation as HTML (with colours)…", lambda: self.export_conversation("html"))
+        self._action(f, "Export conversation as JSON trace…", lambda: self.export_conversation("json"))
+        self._action(f, "Export graphs as PNG…", self.export_graphs_png)
+        self._action(f, "Export reply stats (CSV/JSON)…", self.export_stats)
+        f.addSeparator()
+        self._action(f, "Quit", self.close, QKeySequence.StandardKey.Quit)
+
+        g = mb.addMenu("&Generation")
+        self.stop_action = self._action(g, "Stop", self.stop, "Esc")
+        self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self._action(g, "Regenerate last reply", lambda: self.regenerate(None), "Ctrl+R")
+        self.toggle_action = self._action(g, "Toggle speculation", lambda: self.spec_button.toggle(), "Ctrl+D")
+        self._action(g, "Race: speculation off vs on", self.race, "Ctrl+Shift+R")
+        g.addSeparator()
+        self._action(g, "Load models", self.load_models, "Ctrl+L")
+        self._action(g, "Re-measure baseline (verifier alone)", self.remeasure_baseline)
+
+        v = mb.addMenu("&View")
+        v.addAction(self.left_dock.toggleViewAction())
+        self.left_dock.toggleViewAction().setText("Sidebar")
+        v.addAction(self.right_dock.toggleViewAction())
+        self.right_dock.toggleViewAction().setText("Graphs")
+        colour = self._action(v, "Colour tokens", None, "Ctrl+Shift+C")
+        colour.setCheckable(True)
+        colour.setChecked(self.settings.colored)
+        colour.toggled.connect(self.legend.check.setChecked)
+        self.legend.check.toggled.connect(colour.setChecked)
+        self._action(v, "Settings", lambda: (self.left_dock.show(), self.left_tabs.setCurrentIndex(1)), "Ctrl+,")
+
+        h = mb.addMenu("&Help")
+        self._action(h, "About the colours", self._about_colours)
+
+    def _action(self, menu: QMenu, text: str, slot, shortcut=None) -> QAction:
+        a = QAction(text, self)
+        if shortcut is not None:
+            a.setShortcut(QKeySequence(shortcut))
+        if slot is not None:
+            a.triggered.connect(slot)
+        menu.addAction(a)
+        return a
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(1480, 900)
+
+    # ------------------------------------------------------------------------------------ status --
+    def _update_controls(self) -> None:
+        generating = self.busy in ("reply", "race")
+        self.send_button.setVisible(not generating)
+        self.stop_button.setVisible(generating)
+        self.send_button.setEnabled(self.busy == "" or self.busy == "load")
+        self.race_button.setEnabled(self.busy == "" and self.session is not None)
+        self.spec_button.setText("Speculation ON" if self.spec_button.isChecked() else "Speculation OFF")
+        s = self.session
+        if self.busy == "load":
+            return
+        if s is None:
+            self.model_label.setText("No models loaded — Settings ▸ Load models")
+            return
+        dev = f"{getattr(s.verifier, 'device', '')} {str(getattr(s.verifier, 'dtype', '')).replace('torch.', '')}"
+        parts = [f"<b>{s.verifier_name}</b>"]
+        if s.drafter is not None:
+            parts.append(f"← {s.drafter_name}")
+        elif s.request.drafter == sess.MODEL:
+            parts.append("<span style='color:rgb(215,58,73)'>← no usable draft</span>")
+        parts.append(f"· {dev.strip()}")
+        if s.baseline_tps:
+            parts.append(f"· baseline {s.baseline_tps:.1f} tok/s")
+        self.model_label.setText(" ".join(parts))
+        self.model_label.setToolTip(s.baseline_source and f"Baseline: {s.baseline_source}")
+
+    def show_error(self, text: str) -> None:
+        self.chat.add_notice(text, "error")
+        self.status_label.setText(text.splitlines()[0][:160])
+        self.error_shown.emit(text)
+
+    def show_info(self, text: str) -> None:
+        self.chat.add_notice(text, "info")
+
+    # ----------------------------------------------------------------------------------- loading --
+    def load_request(self) -> LoadRequest:
+        s = self.settings
+        return LoadRequest(verifier=s.verifier, draft=s.draft, drafter=s.drafter, device=s.device,
+                           dtype=s.dtype, calibrate=s.calibrate)
+
+    def load_models(self) -> None:
+        """Load the models named in the settings, in the background (keeps the current pair until done)."""
+        if self.busy in ("reply", "race"):
+            self.stop()
+            QTimer.singleShot(100, self.load_models)
+            return
+        if self._load_worker is not None and self._load_worker.is_running:
+            self._load_worker.abort()
+        request = self.load_request()
+        previous = self.session
+        worker = FunctionWorker(lambda progress, cancelled: sess.load_session(request, progress, cancelled,
+                                                                              previous), name="load")
+        worker.progress.connect(self._on_load_progress)
+        worker.returned.connect(self._on_loaded)
+        worker.errored.connect(self._on_load_error)
+        worker.finished.connect(lambda w=worker: self._on_load_finished(w))
+        self._load_worker = worker
+        self.busy = "load"
+        self.progress.setRange(0, 0)
+        self.progress.setVisible(True)
+        self.cancel_load_button.setVisible(True)
+        self.status_label.setText(f"Loading {request.verifier}…")
+        self.model_label.setText(f"Loading <b>{request.verifier}</b>"
+                                 + (f" ← {request.draft}" if request.drafter == sess.MODEL else " ← prompt lookup")
+                                 + "…")
+        self.settings_panel.set_verdict("Checking the pair once the models are loaded…"
+                                        if request.drafter == sess.MODEL else "", None)
+        self._update_controls()
+        worker.start()
+
+    def cancel_load(self) -> None:
+        if self._load_worker is not None and self._load_worker.is_running:
+            self._load_worker.abort()
+            self.status_label.setText("Loading cancelled")
+
+    def _on_load_progress(self, step: LoadStep) -> None:
+        if step.fraction is None:
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * max(0.0, min(1.0, step.fraction))))
+        pct = f" {step.fraction:.0%}" if step.fraction is not None else ""
+        self.status_label.setText(f"{step.what}: {step.message}{pct}")
+
+    def _on_loaded(self, session: Session) -> None:
+        if self._closing:
+            return
+        self.session = session
+        self._models_dirty = False
+        self.settings_panel.set_dirty(False)
+        self.settings_panel.set_verdict(session.verdict, session.verdict_ok, session.verdict_report)
+        if not session.verdict_ok:
+            self.show_error(f"The draft cannot be used with this verifier. {session.verdict}\n"
+                            "Replies use the verifier alone until you pick another draft or prompt lookup.")
+        s = self.settings
+        for spec in (s.verifier, s.draft if s.drafter == sess.MODEL else ""):
+            if spec and spec != DEFAULT_VERIFIER and spec not in s.recent_specs:
+                s.recent_specs = ([spec] + s.recent_specs)[:10]
+        self._save_settings()
+        self.graphs.live.set_baseline(session.baseline_tps)
+        load_s = getattr(session.verifier, "load_s", None)
+        self.status_label.setText(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
+        self.models_loaded.emit(session)
+
+    def _on_load_error(self, exc: BaseException) -> None:
+        if self._closing:
+            return
+        msg = f"Could not load the models: {error_text(exc)}"
+        self.settings_panel.set_verdict(error_text(exc), False)
+        self.show_error(msg)
+        self._pending_prompt = None
+        self.load_failed.emit(msg)
+
+    def _on_load_finished(self, worker: FunctionWorker) -> None:
+        if worker is not self._load_worker:
+            return
+        self._load_worker = None
+        self.busy = ""
+        self.progress.setVisible(False)
+        self.cancel_load_button.setVisible(False)
+        self._update_controls()
+        if self._closing:
+            return
+        if self._pending_prompt is not None and self.session is not None:
+            text, self._pending_prompt = self._pending_prompt, None
+            self.send(text)
+
+    def remeasure_baseline(self) -> None:
+        if self.session is None or self.busy:
+            return
+        self.session.baseline_tps = None
+        self.load_models()
+
+    # -------------------------------------------------------------------------------- generation --
+    def send_from_composer(self) -> None:
+        text = self.composer.toPlainText().strip()
+        if not text:
+            return
+        if self.busy in ("reply", "race"):
+            return
+        self.composer.clear()
+        self.send(text)
+
+    def send(self, text: str) -> None:
+        """Add a user message and start the reply (queued until the models are loaded)."""
+        if self.busy == "load" or (self.session is None and self._load_worker is not None):
+            self._pending_prompt = text
+            self.status_label.setText("The message will be sent once the models are loaded…")
+            return
+        if self.session is None:
+            self._pending_prompt = text
+            self.load_models()
+            return
+        self.conv.messages.append(Message("user", text))
+        self.conv.auto_title()
+        self.chat.add_user(text, len(self.conv.messages) - 1)
+        self.chat.scroll_to_end()
+        self._start_reply()
+
+    def _start_reply(self) -> None:
+        assert self.session is not None
+        try:
+            config = sess.config_from_settings(self.settings)
+        except SpecdecError as exc:
+            self.show_error(f"Check the generation settings: {exc}")
+            return
+        if self._regens and config.temperature > 0:
+            config = config.with_(seed=config.seed + self._regens)  # a regenerated sample differs
+        from specdec_core.engine import Controls
+
+        s = self.session
+        self.conv.system = self.settings.system_prompt
+        messages = self.conv.chat_messages()
+        trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
+                           baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed)
+        message = Message("assistant", "", trace)
+        self.conv.messages.append(message)
+        self._trace, self._message = trace, message
+        self.chat.add_assistant(trace, len(self.conv.messages) - 1, streaming=True)
+        self.graphs.live.set_trace(trace, s.baseline_tps)
+        self.graphs.tabs.setCurrentIndex(0)
+        self._controls = Controls(speculate=self.spec_button.isChecked())
+        controls = self._controls
+        system = self.settings.system_prompt
+        worker = EventWorker(lambda: sess.reply_events(s, messages, system, config, controls),
+                             on_abort=controls.cancel, name="reply")
+        worker.event.connect(self._on_event)
+        worker.errored.connect(self._on_gen_error)
+        worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
+        self._gen_worker = worker
+        self.busy = "reply"
+        self.status_label.setText("Generating…")
+        self._update_controls()
+        self.timer.start()
+        worker.start()
+
+    def _on_event(self, ev: object) -> None:
+        trace = self._trace
+        if trace is None:
+            return
+        if isinstance(ev, PromptInfo):
+            trace.dropped_turns = ev.dropped_turns
+            if ev.dropped_turns:
+                self.show_info(f"This conversation is longer than the verifier's context: the "
+                               f"{ev.dropped_turns} oldest message{'s are' if ev.dropped_turns > 1 else ' is'} "
+                               "left out of what the models see (the system prompt is kept). The saved "
+                               "history keeps everything.")
+            return
+        trace.apply(ev)
+        self.generation_event.emit(ev)
+        if isinstance(ev, Finished):
+            if self._message is not None:
+                self._message.content = ev.text
+            if ev.stop_reason is StopReason.ERROR or ev.error:
+                self.show_error(f"Generation failed: {ev.error or 'unknown error'}")
+
+    def _on_gen_error(self, exc: BaseException) -> None:
+        """The engine refused the input (prompt too long, bad settings, incompatible pair) or crashed."""
+        trace = self._trace
+        if trace is not None:
+            trace.error = error_text(exc)
+            trace.stop_reason = StopReason.ERROR.value
+        self.show_error(error_text(exc))
+
+    def _on_gen_finished(self, worker: EventWorker) -> None:
+        if worker is not self._gen_worker:
+            return
+        self._gen_worker = None
+        trace, message = self._trace, self._message
+        if trace is not None and trace.stop_reason is None:
+            trace.stop_reason = StopReason.CANCELLED.value  # the worker stopped before Finished arrived
+        if message is not None and trace is not None and not message.content:
+            message.content = trace.text
+        # A reply that produced nothing (error before the first token) leaves no empty bubble behind.
+        if message is not None and trace is not None and not trace.tokens and trace.error:
+            if self.conv.messages and self.conv.messages[-1] is message:
+                self.conv.messages.pop()
+                self._render_conversation(keep_notices=True)
+        self._tick()  # final flush of text and graphs
+        self.busy = ""
+        self._regens = 0
+        if trace is not None and trace.all_plain and trace.stop_reason in ("eos", "max_tokens", "stop_string") \
+                and (trace.get_stats() or None) and trace.get_stats().new_tokens >= 8 and self.session:
+            # The last reply with speculation off is a measured baseline too.
+            self.session.baseline_tps = trace.get_stats().tokens_per_s
+            self.session.baseline_source = "last reply with speculation off"
+            self.graphs.live.set_baseline(self.session.baseline_tps)
+        self._save_conversation()
+        self._update_controls()
+        self.status_label.setText(trace.summary() if trace is not None and trace.rounds else "Ready")
+        self.timer.stop()
+        if trace is not None and not self._closing:
+            self.reply_finished.emit(trace)
+
+    def _tick(self, final: bool = True) -> None:
+        self.chat.flush()
+        self._ticks += 1
+        if final or self._ticks % GRAPH_EVERY == 0:
+            self.graphs.flush()
+
+    def _timer_tick(self) -> None:
+        self._tick(final=False)
+
+    def stop(self) -> None:
+        if self._gen_worker is not None and self._gen_worker.is_running:
+            self._gen_worker.abort()
+            self.status_label.setText("Stopping…")
+
+    def set_speculation(self, on: bool) -> None:
+        self.settings.speculate = on
+        if self._controls is not None:
+            self._controls.speculate = on  # the engine reads it at the start of the next round
+        self._update_controls()
+        self._save_settings()
+
+    def set_colored(self, on: bool) -> None:
+        self.settings.colored = on
+        self.chat.set_colored(on)
+        self._save_settings()
+
+    def regenerate(self, bubble: MessageBubble | None) -> None:
+        if self.busy or self.session is None:
+            return
+        msgs = self.conv.messages
+        if bubble is None:
+            idx = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].role == "assistant"), None)
+        else:
+            idx = bubble.index
+        if idx is None or idx >= len(msgs) or msgs[idx].role != "assistant":
+            return
+        del msgs[idx:]
+        self._regens += 1
+        self._render_conversation()
+        self._start_reply()
+
+    def edit_message(self, bubble: MessageBubble) -> None:
+        if self.busy in ("reply", "race"):
+            return
+        idx = bubble.index
+        if idx >= len(self.conv.messages) or self.conv.messages[idx].role != "user":
+            return
+        text = self.conv.messages[idx].content
+        del self.conv.messages[idx:]
+        self._render_conversation()
+        self.composer.setPlainText(text)
+        self.composer.setFocus()
+        cursor = self.composer.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        self.composer.setTextCursor(cursor)
+        self.status_label.setText("Edit the message and press Enter to send it again")
+
+    # --------------------------------------------------------------------------------------- race --
+    def race(self) -> None:
+        if self.busy or self.session is None:
+            if self.session is None:
+                self.show_error("Load the models first (Settings ▸ Load models).")
+            return
+        text = self.composer.toPlainText().strip()
+        messages = self.conv.chat_messages()
+        if text:
+            messages = messages + [{"role": "user", "content": text}]
+        else:
+            last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+            if last_user is None:
+                self.show_error("Type a prompt (or send one first) to race speculation off against on.")
+                return
+            messages = messages[: last_user + 1]
+        try:
+            config = sess.config_from_settings(self.settings)
+        except SpecdecError as exc:
+            self.show_error(f"Check the generation settings: {exc}")
+            return
+        if self.session.drafter is None:
+            self.show_error("There is no usable drafter, so there is nothing to race. " + self.session.verdict)
+            return
+        from specdec_core.engine import Controls
+
+        s = self.session
+        self._race_greedy = config.greedy
+        self._controls = Controls()
+        controls = self._controls
+        system = self.settings.system_prompt
+        self.graphs.race.start()
+        self.graphs.tabs.setCurrentIndex(1)
+        self.right_dock.show()
+        worker = EventWorker(lambda: sess.race_events(s, messages, system, config, controls),
+                             on_abort=controls.cancel, name="race")
+        worker.event.connect(self._on_race_event)
+        worker.errored.connect(lambda exc: self.show_error(f"Race failed: {error_text(exc)}"))
+        worker.finished.connect(lambda w=worker: self._on_race_finished(w))
+        self._gen_worker = worker
+        self.busy = "race"
+        self.status_label.setText("Racing: speculation off, then on…")
+        self._update_controls()
+        self.timer.start()
+        worker.start()
+
+    def _on_race_event(self, ev: object) -> None:
+        if isinstance(ev, RaceEvent):
+            self.graphs.race.traces[ev.lane].apply(ev.event)
+            if isinstance(ev.event, Finished) and ev.event.error:
+                self.show_error(f"Race ({ev.lane}) failed: {ev.event.error}")
+
+    def _on_race_finished(self, worker: EventWorker) -> None:
+        if worker is not self._gen_worker:
+            return
+        self._gen_worker = None
+        self.busy = ""
+        self.timer.stop()
+        html = self.graphs.race.finish(self._race_greedy)
+        off = self.graphs.race.traces.get("off")
+        if off is not None and off.stats and self.session is not None and off.stats.get("new_tokens", 0) >= 8:
+            self.session.baseline_tps = off.stats["tokens_per_s"]
+            self.session.baseline_source = "race (speculation off)"
+            self.graphs.live.set_baseline(self.session.baseline_tps)
+        plain = html.replace("<br>", " · ")
+        plain = re.sub(r"<[^>]+>", "", plain)
+        self.show_info(f"Race: {plain}")
+        self.status_label.setText(f"Race: {plain}")
+        self._update_controls()
+        if not self._closing:
+            self.race_finished.emit(plain)
+
+    # ------------------------------------------------------------------------------ conversations --
+    def new_chat(self) -> None:
+        if self.busy in ("reply", "race"):
+            self.stop()
+        self.conv = Conversation(system=self.settings.system_prompt)
+        self._trace = None
+        self.chat.clear()
+        self.graphs.live.set_trace(None, self.session.baseline_tps if self.session else None)
+        self.setWindowTitle("specdec")
+        self._refresh_sidebar()
+        self.composer.setFocus()
+
+    def open_conversation(self, conv_id: str) -> None:
+        if self.busy in ("reply", "race"):
+            self.status_label.setText("Stop the reply before switching conversations")
+            return
+        try:
+            conv = self.store.load(conv_id)
+        except (OSError, ValueError, KeyError) as exc:
+            self.show_error(f"Could not open that conversation: {exc}")
+            return
+        self.conv = conv
+        self._render_conversation()
+        last = next((m.trace for m in reversed(conv.messages) if m.trace is not None), None)
+        self.graphs.live.set_trace(last, last.baseline_tps if last else None)
+        if last is not None:
+            self.graphs.live.flush()
+        self.setWindowTitle(f"specdec — {conv.title}")
+
+    def _render_conversation(self, keep_notices: bool = False) -> None:
+        self.chat.clear()
+        for i, m in enumerate(self.conv.messages):
+            if m.role == "user":
+                self.chat.add_user(m.content, i)
+            else:
+                trace = m.trace or ReplyTrace(stop_reason="eos")
+                if m.trace is None:  # a reply saved without a trace: show its text plainly
+                    from app.trace import TokenRecord
+
+                    trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
+                self.chat.add_assistant(trace, i)
+        self.chat.scroll_to_end()
+
+    def show_graphs_for(self, bubble: MessageBubble) -> None:
+        if bubble.trace is None or self.busy in ("reply", "race"):
+            return
+        self.graphs.live.set_trace(bubble.trace, bubble.trace.baseline_tps)
+        self.graphs.live.flush()
+        self.graphs.tabs.setCurrentIndex(0)
+        self.right_dock.show()
+
+    def _save_conversation(self) -> None:
+        if not self.conv.messages:
+            return
+        try:
+            self.store.save(self.conv)
+        except OSError as exc:
+            self.show_error(f"Could not save the conversation: {exc}. It stays open here; earlier saves are "
+                            "intact.")
+        self.setWindowTitle(f"specdec — {self.conv.title}")
+        self._refresh_sidebar()
+
+    def _refresh_sidebar(self) -> None:
+        self.conv_list.blockSignals(True)
+        self.conv_list.clear()
+        for info in self.store.list():
+            item = QListWidgetItem(info.title)
+            item.setData(Qt.ItemDataRole.UserRole, info.id)
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
+            item.setToolTip(f"{info.messages} messages · {when}")
+            self.conv_list.addItem(item)
+            if info.id == self.conv.id:
+                item.setSelected(True)
+        self.conv_list.blockSignals(False)
+
+    def _open_item(self, item: QListWidgetItem) -> None:
+        conv_id = item.data(Qt.ItemDataRole.UserRole)
+        if conv_id != self.conv.id:
+            self.open_conversation(conv_id)
+
+    def _conv_menu(self, pos) -> None:
+        item = self.conv_list.itemAt(pos)
+        if item is None:
+            return
+        conv_id = item.data(Qt.ItemDataRole.UserRole)
+        menu = QMenu(self)
+        rename = menu.addAction("Rename…")
+        delete = menu.addAction("Delete")
+        chosen = menu.exec(self.conv_list.mapToGlobal(pos))
+        if chosen is rename:
+            title, ok = QInputDialog.getText(self, "Rename", "Title", text=item.text())
+            if ok and title.strip():
+                conv = self.conv if conv_id == self.conv.id else self.store.load(conv_id)
+                conv.title = title.strip()
+                self.store.save(conv)
+                self._refresh_sidebar()
+        elif chosen is delete:
+            if QMessageBox.question(self, "Delete", f"Delete “{item.text()}”?") == QMessageBox.StandardButton.Yes:
+                self.store.delete(conv_id)
+                if conv_id == self.conv.id:
+                    self.new_chat()
+                self._refresh_sidebar()
+
+    # ----------------------------------------------------------------------------------- exports --
+    def _save_path(self, title: str, suggested: str, filt: str) -> str:
+        path, _ = QFileDialog.getSaveFileName(self, title, str(Path.home() / suggested), filt)
+        return path
+
+    def export_conversation(self, kind: str) -> None:
+        slug = "".join(ch if ch.isalnum() else "-" for ch in self.conv.title.lower()).strip("-")[:40] or "chat"
+        filt = {"md": "Markdown (*.md)", "html": "HTML (*.html)", "json": "JSON (*.json)"}[kind]
+        path = self._save_path("Export conversation", f"{slug}.{kind}", filt)
+        if path:
+            self.write_export(kind, Path(path))
+
+    def write_export(self, kind: str, path: Path) -> None:
+        text = {"md": to_markdown, "html": to_html, "json": to_json}[kind](self.conv)
+        path.write_text(text, encoding="utf-8")
+        self.status_label.setText(f"Exported {path}")
+
+    def export_graphs_png(self) -> None:
+        path = self._save_path("Export graphs", "specdec-graphs.png", "PNG image (*.png)")
+        if path:
+            self.graphs.flush()
+            self.graphs.tabs.currentWidget().grab().save(path, "PNG")
+            self.status_label.setText(f"Exported {path}")
+
+    def export_stats(self) -> None:
+        trace = self.graphs.live.trace
+        if trace is None:
+            self.status_label.setText("No reply to export yet")
+            return
+        path, filt = QFileDialog.getSaveFileName(self, "Export reply stats", str(Path.home() / "specdec-stats.csv"),
+                                                 "CSV, one row per round (*.csv);;JSON (*.json)")
+        if path:
+            text = stats_json(trace) if path.endswith(".json") or "JSON" in filt else stats_csv(trace)
+            Path(path).write_text(text, encoding="utf-8")
+            self.status_label.setText(f"Exported {path}")
+
+    def _about_colours(self) -> None:
+        QMessageBox.information(
+            self, "Token colours",
+            "Green: a draft token the verifier accepted.\nRed, struck through: a draft token the verifier "
+            "rejected (kept where it was proposed; not part of the reply).\nAmber: the verifier's correction "
+            "that replaced it.\nBlue: the bonus token the verifier adds after a fully accepted round.\n"
+            "No colour: decoded by the verifier alone (speculation off).\n\nHover any token for its round, "
+            "position, draft and verifier probabilities, acceptance probability and the verifier's top "
+            "alternatives.")
+
+    # ---------------------------------------------------------------------------------- settings --
+    def _settings_changed(self) -> None:
+        self._save_settings()
+
+    def _models_changed(self) -> None:
+        self._models_dirty = True
+        self.settings_panel.set_dirty(True)
+        self._save_settings()
+
+    def _save_settings(self) -> None:
+        if not self.persist_settings:
+            return
+        try:
+            self.settings.save(self.store.root)
+        except OSError:
+            pass
+
+    # ----------------------------------------------------------------------------------- closing --
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        """Stop whatever runs and leave within the 2 s the spec allows (workers are daemon threads)."""
+        self._closing = True
+        self.timer.stop()
+        if self.busy in ("reply", "race") and self._trace is not None and self.conv.messages:
+            self._save_conversation()  # keep what was generated so far
+        self._save_settings()
+        wait_all(1.0)  # a reply stops within a round; a model load may not (main() then exits anyway)
+        event.accept()
+
+
+def shutdown_clean(timeout: float = 1.5) -> bool:
+    """Abort every worker and wait for them; used by main() before the interpreter exits."""
+    ok = wait_all(timeout)
+    QApplication.processEvents()
+    return ok
+
+
+__all__ = ["MainWindow", "Composer", "error_text"]

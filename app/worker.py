@@ -1,0 +1,169 @@
+"""Workers that run the core's Qt-free code on threads and report back through Qt signals.
+
+The superqt pattern (see superqt.utils.thread_worker): the work is a plain generator or function with
+no Qt in it; a worker runs it on a thread, emits each yielded value on a typed signal, reports an
+exception on `errored`, and always ends with `finished`. Abort is cooperative: `abort()` sets a flag
+checked at every yield and calls the engine's `Controls.cancel()` so a generation stops within a round.
+
+Why not superqt's GeneratorWorker itself: it runs on the global QThreadPool, whose teardown waits for
+every runnable, so closing the window during a 30 s model load would hang for 30 s. These workers run
+on daemon Python threads (Qt adopts them for signal delivery, which is queued to the GUI thread), so
+the app can always exit within the 2 s the spec allows; `wait_all()` gives running work that long.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+
+class Cancelled(Exception):
+    """Raised inside work (e.g. from a progress callback) when its worker was asked to abort."""
+
+
+_live: set[BaseWorker] = set()  # workers keep themselves alive until `finished` has been emitted
+_live_lock = threading.Lock()
+
+
+class BaseWorker(QObject):
+    started = Signal()
+    errored = Signal(object)  # the exception
+    finished = Signal()  # always last, after success, error or abort
+
+    def __init__(self, name: str = "worker") -> None:
+        super().__init__()
+        self.name = name
+        self._abort = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+
+    # -- control ------------------------------------------------------------------------------------
+    def start(self) -> None:
+        with _live_lock:
+            _live.add(self)
+        self._thread = threading.Thread(target=self._run, name=f"specdec-{self.name}", daemon=True)
+        self._thread.start()
+
+    def abort(self) -> None:
+        self._abort.set()
+
+    @property
+    def abort_requested(self) -> bool:
+        return self._abort.is_set()
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread is not None and not self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the work has ended; True if it did within `timeout` seconds."""
+        if self._thread is None:
+            return True
+        return self._done.wait(timeout)
+
+    # -- the thread ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        self.started.emit()
+        try:
+            self.work()
+        except Cancelled:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reported to the user, never swallowed silently
+            # After an abort, whatever the work raised on its way out (a loader wrapping our Cancelled
+            # in its own error, say) is the cancellation, not a failure to report.
+            if not self._abort.is_set():
+                self.errored.emit(exc)
+        finally:
+            self._done.set()
+            self.finished.emit()
+            with _live_lock:
+                _live.discard(self)
+
+    def work(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class EventWorker(BaseWorker):
+    """Runs a generator of engine events; each one is emitted on `event`.
+
+    `make_events` is called on the worker thread, so building the prompt (tokenising) happens there too.
+    `on_abort` (typically `controls.cancel`) is called from `abort()` so the engine stops mid-reply.
+    """
+
+    event = Signal(object)
+
+    def __init__(self, make_events: Callable[[], Iterator[Any]], *, on_abort: Callable[[], None] | None = None,
+                 name: str = "generate") -> None:
+        super().__init__(name)
+        self._make_events = make_events
+        self._on_abort = on_abort
+
+    def abort(self) -> None:
+        super().abort()
+        if self._on_abort is not None:
+            self._on_abort()
+
+    def work(self) -> None:
+        gen = self._make_events()
+        try:
+            for ev in gen:
+                self.event.emit(ev)
+                # The engine sees the cancel through Controls and ends with Finished(CANCELLED); keep
+                # reading so that final event arrives. Without an on_abort hook, stop at this yield.
+                if self._abort.is_set() and self._on_abort is None:
+                    break
+        finally:
+            close = getattr(gen, "close", None)
+            if close is not None:
+                close()
+
+
+class FunctionWorker(BaseWorker):
+    """Runs `fn(progress, cancelled)`; its return value arrives on `returned`.
+
+    `progress(obj)` emits `progress` (safe from the thread); `cancelled()` says whether to stop. If the
+    work calls `progress` after an abort, `progress` raises `Cancelled`, which ends it quietly: this is
+    how model loading (which reports progress as it goes) becomes cancellable.
+    """
+
+    progress = Signal(object)
+    returned = Signal(object)
+
+    def __init__(self, fn: Callable[..., Any], *, name: str = "task") -> None:
+        super().__init__(name)
+        self._fn = fn
+
+    def _progress(self, value: Any) -> None:
+        if self._abort.is_set():
+            raise Cancelled()
+        self.progress.emit(value)
+
+    def work(self) -> None:
+        result = self._fn(self._progress, self._abort.is_set)
+        if self._abort.is_set():
+            raise Cancelled()
+        self.returned.emit(result)
+
+
+def live_workers() -> list[BaseWorker]:
+    with _live_lock:
+        return [w for w in _live if w.is_running]
+
+
+def abort_all() -> None:
+    for w in live_workers():
+        w.abort()
+
+
+def wait_all(timeout: float) -> bool:
+    """Abort every running worker and wait up to `timeout` seconds in total; True if all ended."""
+    deadline = time.monotonic() + timeout
+    abort_all()
+    for w in live_workers():
+        if not w.wait(max(0.0, deadline - time.monotonic())):
+            return False
+    return True

@@ -1,0 +1,60 @@
+"""Fixtures for the GUI tests: a main window on tiny random models, in a temporary data directory."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+LOAD_TIMEOUT_MS = 60_000
+REPLY_TIMEOUT_MS = 60_000
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    d = tmp_path / "data"
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def make_window(qtbot, data_dir, tiny_models_dir):
+    """make_window(**settings) -> a shown MainWindow with its models loaded (tiny llama pair by default)."""
+    from app.store import ConversationStore, Settings
+    from app.window import MainWindow
+
+    windows = []
+
+    def make(load: bool = True, **overrides):
+        settings = Settings(verifier=str(tiny_models_dir["llama-verifier"]),
+                            draft=str(tiny_models_dir["llama-draft"]), drafter="model", device="cpu",
+                            dtype="float32", max_new_tokens=24, calibrate=False)
+        for k, v in overrides.items():
+            setattr(settings, k, v)
+        w = MainWindow(settings, ConversationStore(data_dir))
+        qtbot.addWidget(w)
+        w.show()
+        windows.append(w)
+        if load:
+            with qtbot.waitSignal(w.models_loaded, timeout=LOAD_TIMEOUT_MS):
+                w.load_models()
+            qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
+        return w
+
+    yield make
+    for w in windows:
+        w.close()
+
+
+@pytest.fixture
+def send_and_wait(qtbot):
+    """send_and_wait(window, text) -> the finished reply's ReplyTrace (typed into the composer, Enter)."""
+
+    def send(window, text: str, timeout: int = REPLY_TIMEOUT_MS):
+        with qtbot.waitSignal(window.reply_finished, timeout=timeout) as blocker:
+            window.composer.setPlainText(text)
+            window.send_from_composer()
+        return blocker.args[0]
+
+    return send

@@ -1,0 +1,95 @@
+"""The explainer's formulas, the draft-alone view and the slow-drafter comparison on tiny models."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec_core.config import GenerationConfig
+from specdec_core.stats import predicted_speedup
+
+
+def test_explainer_fills_the_formulas_and_the_slider_moves_the_point(qtbot):
+    from app.talk.explainer import Explainer, break_even_alpha
+
+    w = Explainer()
+    qtbot.addWidget(w)
+    w.set_values(0.8, 4, 0.1)
+    assert "0.80" in w.formulas.text() and f"{predicted_speedup(0.8, 4, 0.1):.2f}×" in w.formulas.text()
+    w.set_gamma(9)
+    x, y = w.point.getData()
+    assert x[0] == 9 and y[0] == pytest.approx(predicted_speedup(0.8, 9, 0.1))
+    be = break_even_alpha(4, 0.1)
+    assert predicted_speedup(be, 4, 0.1) == pytest.approx(1.0, abs=1e-6)
+    assert break_even_alpha(4, 0.5) is not None and break_even_alpha(16, 1.0) is None
+
+
+def test_explainer_takes_live_values_from_a_trace(qtbot, saved_trace):
+    from app.talk.explainer import Explainer
+
+    w = Explainer()
+    qtbot.addWidget(w)
+    assert w.set_from_trace(saved_trace)
+    assert w.alpha == pytest.approx(min(saved_trace.stats["acceptance_rate"], 0.99))
+
+
+def test_draft_alone_shows_the_drafts_own_reply(qtbot, tiny_session):
+    from app.talk.context import TalkContext
+    from app.talk.draft_alone import DraftAloneView
+    from specdec_core.engine import Engine
+
+    view = DraftAloneView()
+    qtbot.addWidget(view)
+    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+                      GenerationConfig(max_new_tokens=10))
+    with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
+        view.start(ctx)
+    draft_text, verified_text = blocker.args[0]
+    alone = list(Engine(tiny_session.draft).generate(ctx.prompt_ids(), ctx.config.with_(speculate=False)))[-1]
+    assert draft_text == alone.text  # exactly the draft model's own greedy reply
+    verifier_alone = list(Engine(tiny_session.verifier).generate(ctx.prompt_ids(),
+                                                                 ctx.config.with_(speculate=False)))[-1]
+    assert verified_text == verifier_alone.text
+    assert view.summary.text()
+
+
+def test_prompt_lookup_alone_copies_then_stops(tiny_tokenizer):
+    from app.talk.context import prompt_lookup_alone
+    from specdec_core.engine import Controls
+    from specdec_core.events import Finished
+
+    ids = tiny_tokenizer("the cat sat on the mat and the cat").input_ids
+    events = list(prompt_lookup_alone(tiny_tokenizer, ids, GenerationConfig(max_new_tokens=5), Controls(),
+                                      frozenset({tiny_tokenizer.eos_token_id})))
+    assert isinstance(events[-1], Finished) and len(events[-1].token_ids) == 5
+
+
+def test_weakened_drafter_is_exact_and_accepts_less(tiny_session):
+    from app.talk.context import TalkContext
+    from app.talk.drafters import WeakenedDrafter
+    from specdec_core.engine import Engine
+
+    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Once upon"}], None,
+                      GenerationConfig(max_new_tokens=16, gamma=4))
+    ids = ctx.prompt_ids()
+    good = list(Engine(tiny_session.verifier, tiny_session.drafter).generate(ids, ctx.config))[-1]
+    weak = list(Engine(tiny_session.verifier, WeakenedDrafter(tiny_session.drafter, corrupt=0.9))
+                .generate(ids, ctx.config))[-1]
+    assert weak.text == good.text  # greedy: still exact
+    assert weak.stats.acceptance_rate < good.stats.acceptance_rate
+
+
+def test_slow_demo_measures_every_lane_against_the_verifier_alone(qtbot, tiny_session):
+    from app.talk.context import TalkContext
+    from app.talk.slow_demo import SlowDemoView
+
+    view = SlowDemoView()
+    qtbot.addWidget(view)
+    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+                      GenerationConfig(max_new_tokens=10, gamma=4))
+    with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
+        view.start(ctx)
+    results = blocker.args[0]
+    assert set(results) == {"off", "good", "lookup", "weak"}
+    assert results["off"][2] == pytest.approx(1.0)
+    assert all(tps > 0 for tps, _, _ in results.values())
+    assert results["weak"][1] < results["good"][1]

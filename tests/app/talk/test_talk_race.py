@@ -1,0 +1,44 @@
+"""The race: two replies of the same prompt, a speedup figure, and the greedy identity check."""
+
+from __future__ import annotations
+
+from specdec_core.config import GenerationConfig
+
+
+def test_race_produces_two_replies_and_a_speedup(qtbot, tiny_session):
+    from app.talk.context import TalkContext
+    from app.talk.race import RaceView
+
+    view = RaceView()
+    qtbot.addWidget(view)
+    view.show()
+    ctx = TalkContext(tiny_session, [{"role": "user", "content": "The capital of France"}], None,
+                      GenerationConfig(max_new_tokens=16, gamma=3))
+    with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
+        view.start(ctx)
+    result = blocker.args[0]
+    assert result is not None and result is view.result
+    assert result.text_off and result.text_on
+    assert result.speedup > 0 and result.tps_off > 0 and result.tps_on > 0
+    assert result.identical is True  # greedy, float32: speculation must not change a token
+    assert view.headline.text().endswith("×</span>")
+    assert view.panes["off"].text.toPlainText() and view.panes["on"].text.toPlainText()
+    # the curves share one clock: both start at (0, 0) and end at each reply's length
+    x, y = view.curves["on"].getData()
+    assert x[0] == 0 and y[-1] == view.run.traces["on"].rounds[-1].tokens_after
+
+
+def test_replay_together_shows_both_replies_again(qtbot, tiny_session):
+    from app.talk.context import TalkContext
+    from app.talk.race import RaceView
+
+    view = RaceView()
+    qtbot.addWidget(view)
+    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+                      GenerationConfig(max_new_tokens=8, gamma=3))
+    with qtbot.waitSignal(view.finished, timeout=60_000):
+        view.start(ctx)
+    view.replay_together()
+    assert view.panes["on"].text.toPlainText() == ""
+    qtbot.waitUntil(lambda: not view.timer.isActive(), timeout=10_000)
+    assert view.panes["on"].text.trace.text == view.result.text_on

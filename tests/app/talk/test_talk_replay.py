@@ -1,0 +1,104 @@
+"""Replay: a saved trace played beat by beat, in order, ends in the reply's own text; GIF export."""
+
+from __future__ import annotations
+
+from app.talk.rounds import Beat, ReplayState, rounds_of
+
+
+def test_rounds_regroup_every_token_in_order(saved_trace):
+    stories = rounds_of(saved_trace)
+    assert [s.index for s in stories] == sorted({t.round for t in saved_trace.tokens})
+    regrouped = [t for s in stories for t in (*s.drafted, *([s.emitted] if s.emitted else []))]
+    assert sorted(map(id, regrouped)) == sorted(map(id, saved_trace.tokens))
+    assert stories[-1].text_after == saved_trace.text
+    # the trace has both outcomes, so the replay shows rejections and corrections
+    assert any(s.first_rejected is not None for s in stories)
+
+
+def test_state_steps_forward_through_every_beat_and_back(saved_trace):
+    state = ReplayState(saved_trace)
+    seen = []
+    texts = [state.committed_text()]
+    while state.step_forward():
+        seen.append(state.step)
+        texts.append(state.committed_text())
+    assert seen == state.steps and state.at_end
+    assert state.committed_text() == saved_trace.text
+    # the committed text only ever grows, and each round starts with its draft beats
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))
+    for story_index, story in enumerate(state.rounds):
+        beats = [s.beat for s in state.steps if s.round == story_index]
+        assert beats[-1] is Beat.RESOLVE
+        assert beats.count(Beat.DRAFT) == len(story.drafted)
+    while state.step_back():
+        pass
+    assert state.at_start and state.committed_text() == ""
+
+
+def test_round_jumps_land_on_resolved_rounds(saved_trace):
+    state = ReplayState(saved_trace)
+    for k in range(len(state.rounds)):
+        assert state.next_round()
+        assert state.step.beat is Beat.RESOLVE and state.step.round == k
+    assert not state.next_round()
+    assert state.prev_round() and state.step.round == len(state.rounds) - 2
+
+
+def test_replay_widget_plays_a_saved_trace_to_its_final_text(qtbot, saved_trace):
+    from app.talk.replay import ReplayWidget
+
+    w = ReplayWidget(saved_trace)
+    qtbot.addWidget(w)
+    w.resize(1200, 760)
+    w.show()
+    indices = []
+    w.beat_changed.connect(indices.append)
+    while w.step_forward():
+        pass
+    assert indices[:-1] == list(range(len(w.state)))  # one beat at a time, in order
+    assert len(w.state.committed_tokens()) == len(saved_trace.tokens)  # rejected drafts shown too
+    assert w.reply.toPlainText()
+    assert w.state.committed_text() == saved_trace.text
+    # the numbers panel shows the last round's drafted tokens plus the verifier's own token
+    story = w.state.story
+    assert w.numbers.rowCount() == len(story.drafted) + (story.emitted is not None)
+
+
+def test_replay_plays_on_its_timer_and_pauses_at_the_end(qtbot, saved_trace):
+    from app.talk.replay import ReplayWidget
+
+    w = ReplayWidget(saved_trace)
+    qtbot.addWidget(w)
+    w.show()
+    w.set_speed(1000.0)  # 20 ms beats
+    w.next_round()
+    w.next_round()
+    w.state.seek(len(w.state) - 4)
+    w.play()
+    assert w.playing
+    qtbot.waitUntil(lambda: w.state.at_end and not w.playing, timeout=5000)
+    assert w.state.committed_text() == saved_trace.text
+
+
+def test_gif_export_writes_one_frame_per_beat(qtbot, saved_trace, tmp_path):
+    from PIL import Image
+
+    from app.talk.export import export_gif
+    from app.talk.replay import ReplayWidget
+    from app.trace import ReplyTrace
+
+    short = ReplyTrace.from_dict(saved_trace.to_dict())
+    first_rounds = {t.round for t in short.tokens}
+    keep = sorted(first_rounds)[:3]
+    short.tokens = [t for t in short.tokens if t.round in keep]
+    short.rounds = [r for r in short.rounds if r.index in keep]
+    w = ReplayWidget(short)
+    qtbot.addWidget(w)
+    w.resize(900, 600)
+    w.show()
+    path = tmp_path / "replay.gif"
+    n = export_gif(w, path, max_width=600)
+    assert n == len(w.state) > 3
+    with Image.open(path) as im:
+        assert im.n_frames == n
+    assert w.state.index == -1  # left where it was

@@ -1,0 +1,328 @@
+"""The window on tiny random models: what a user sees matches what the engine did."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
+
+from app.theme import STATE_STYLE
+from specdec_core.events import Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState
+
+
+def rendered_states(view) -> list[tuple[str, str, bool]]:
+    """(text, background rgba, struck out) of each rendered token, read back from the QTextDocument."""
+    out = []
+    doc = view.document()
+    ends = view._starts[1:] + [doc.characterCount() - 1]
+    for start, end in zip(view._starts, ends):
+        cursor = QTextCursor(doc)
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        fmt = QTextCursor(doc)
+        fmt.setPosition(start + 1)
+        cf = fmt.charFormat()
+        bg = cf.background().color().rgba() if cf.background().style() != Qt.BrushStyle.NoBrush else None
+        out.append((cursor.selectedText().replace("\u2029", "\n"), bg, cf.fontStrikeOut()))
+    return out
+
+
+def expected_background(state: str):
+    bg, _ = STATE_STYLE[state]
+    return bg.rgba() if bg is not None else None
+
+
+def test_reply_tokens_carry_the_engines_states(make_window, qtbot, send_and_wait):
+    w = make_window(max_new_tokens=40)
+    events = []
+    w.generation_event.connect(events.append)
+    trace = send_and_wait(w, "Tell me about Paris")
+
+    token_events = [e for e in events if isinstance(e, (TokenCommitted, TokenRejected))]
+    assert token_events, "the reply streamed no tokens"
+    assert [t.state for t in trace.tokens] == [TokenState(e.state).value for e in token_events]
+    assert [t.token_id for t in trace.tokens] == [e.token_id for e in token_events]
+    finished = [e for e in events if isinstance(e, Finished)][-1]
+    assert w.conv.messages[-1].content == finished.text
+
+    # A random draft disagrees with a random verifier: the reply shows draft and verifier tokens.
+    states = {t.state for t in trace.tokens}
+    assert TokenState.REJECTED.value in states and TokenState.CORRECTED.value in states
+
+    # What the document shows: every non-empty token, in arrival order, with its state's format.
+    bubble = w.chat.bubbles[-1]
+    view = bubble.body
+    shown = [trace.tokens[i] for i in view._token_index]
+    assert shown == [t for t in trace.tokens if t.text]
+    for tok, (text, bg, struck) in zip(shown, rendered_states(view)):
+        want = tok.text.replace("\n", "↵") if tok.state == "rejected" else tok.text
+        assert text == want
+        assert bg == expected_background(tok.state), tok
+        assert struck == (tok.state == TokenState.REJECTED.value)
+
+    # Rounds reach the graphs, and the tooltip names the token's round and probabilities.
+    assert w.graphs.live.b_t.n == len(trace.rounds) == len([e for e in events if isinstance(e, RoundVerified)])
+    from app.chat_view import token_tooltip
+
+    tip = token_tooltip(shown[0], trace)
+    assert "round" in tip and "verifier probability" in tip and "drafting stopped" in tip
+    # hovering the middle of a token finds that token
+    k = len(shown) // 2
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(view._starts[k])
+    rect = view.cursorRect(cursor)
+    from PySide6.QtCore import QPointF
+
+    assert view.token_at(QPointF(rect.center().x() + 2, rect.center().y())) is shown[k]
+
+
+def test_colour_switch_hides_rejected_and_keeps_the_reply(make_window, send_and_wait):
+    w = make_window()
+    trace = send_and_wait(w, "Hello")
+    view = w.chat.bubbles[-1].body
+    w.legend.check.setChecked(False)
+    assert view.toPlainText() == trace.text
+    assert all(bg is None and not struck for _t, bg, struck in rendered_states(view))
+    w.legend.check.setChecked(True)
+    assert any(struck for _t, _bg, struck in rendered_states(view))
+
+
+def test_speculation_toggle_gives_plain_tokens(make_window, send_and_wait):
+    w = make_window()
+    w.spec_button.setChecked(False)
+    assert w.spec_button.text() == "Speculation OFF"
+    trace = send_and_wait(w, "Hello")
+    assert trace.tokens and {t.state for t in trace.tokens} == {TokenState.PLAIN.value}
+    assert all(r.drafted == 0 for r in trace.rounds)
+    # A reply with speculation off is a measured baseline.
+    assert w.session.baseline_tps == trace.get_stats().tokens_per_s
+
+
+def test_speculation_toggle_applies_mid_reply(make_window, qtbot, send_and_wait):
+    w = make_window(max_new_tokens=120)
+    switched = []
+
+    def on_event(ev):
+        if isinstance(ev, RoundVerified) and ev.round_index == 2 and not switched:
+            switched.append(True)
+            w.spec_button.setChecked(False)  # the shortcut's action does the same (Ctrl+D)
+
+    w.generation_event.connect(on_event)
+    trace = send_and_wait(w, "Count with me")
+    drafted = [r.drafted for r in trace.rounds]
+    assert drafted[0] > 0, "speculation was on at the start"
+    assert drafted[-1] == 0 and trace.tokens[-1].state == TokenState.PLAIN.value
+
+
+def test_stop_ends_the_reply(make_window, qtbot):
+    w = make_window(max_new_tokens=2000)
+    stopped = []
+
+    def on_event(ev):
+        if isinstance(ev, TokenCommitted) and not stopped:
+            stopped.append(time.perf_counter())
+            qtbot.keyClick(w, Qt.Key.Key_Escape)
+
+    w.generation_event.connect(on_event)
+    with qtbot.waitSignal(w.reply_finished, timeout=60_000) as blocker:
+        w.send("Go on for a long time")
+    trace = blocker.args[0]
+    assert trace.stop_reason == "cancelled"
+    assert len([t for t in trace.tokens if t.in_reply]) < 2000
+    assert w.busy == "" and w.send_button.isVisible()
+    assert "stopped" in w.chat.bubbles[-1].footer.text()
+
+
+def test_conversation_survives_save_and_reopen(make_window, data_dir, send_and_wait):
+    w = make_window()
+    trace = send_and_wait(w, "First question")
+    trace2 = send_and_wait(w, "Second question")
+    conv_id = w.conv.id
+    assert w.conv_list.count() == 1 and w.conv_list.item(0).text() == "First question"
+
+    w2 = make_window(load=False)
+    assert w2.conv_list.count() == 1
+    w2._open_item(w2.conv_list.item(0))
+    assert w2.conv.id == conv_id
+    assert [m.role for m in w2.conv.messages] == ["user", "assistant", "user", "assistant"]
+    reopened = w2.conv.messages[3].trace
+    assert [(t.text, t.state, t.round, t.position) for t in reopened.tokens] == \
+        [(t.text, t.state, t.round, t.position) for t in trace2.tokens]
+    assert reopened.stats == trace2.stats and len(reopened.rounds) == len(trace2.rounds)
+    # reopened with its colours and its graphs
+    view = w2.chat.bubbles[1].body
+    assert [(t, s) for t, _b, s in rendered_states(view)] == \
+        [(t.text.replace("\n", "↵") if t.state == "rejected" else t.text, t.state == "rejected")
+         for t in trace.tokens if t.text]
+    assert w2.graphs.live.b_t.n == len(trace2.rounds)
+    assert "tokens" in w2.chat.bubbles[3].footer.text()
+
+
+def other_tokenizer():
+    """A BPE tokenizer trained on other text: the same ids mean different strings."""
+    import tiny
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=list(reversed(tiny.SPECIALS)),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()[::-1])
+    tok.train_from_iterator([line.upper()[::-1] for line in tiny.CORPUS], trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = tiny.CHATML
+    return fast
+
+
+def test_incompatible_pair_shows_the_doctors_reason(make_window, qtbot, tmp_path):
+    import tiny
+
+    draft = tiny.save_model(tmp_path / "other-draft", "llama", other_tokenizer(), seed=3, layers=1, hidden=16)
+    w = make_window(load=False, draft=str(draft))
+    errors = []
+    w.error_shown.connect(errors.append)
+    with qtbot.waitSignal(w.models_loaded, timeout=60_000) as blocker:
+        w.load_models()
+    session = blocker.args[0]
+    assert not session.verdict_ok and session.drafter is None
+    verdict = w.settings_panel.verdict.text()
+    assert verdict.startswith("incompatible:") and len(verdict) > len("incompatible: ")
+    assert errors and verdict in errors[0]
+    # the app keeps working with the verifier alone
+    qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
+    with qtbot.waitSignal(w.reply_finished, timeout=60_000) as b:
+        w.send("Still there?")
+    assert {t.state for t in b.args[0].tokens} == {"plain"}
+
+
+def test_prompt_too_long_is_a_message_and_the_conversation_is_kept(make_window, qtbot):
+    w = make_window()
+    errors = []
+    w.error_shown.connect(errors.append)
+    with qtbot.waitSignal(w.reply_finished, timeout=60_000):
+        w.send("Paris " * 2000)
+    assert errors and "context" in errors[-1]
+    assert [m.role for m in w.conv.messages] == ["user"]  # no empty reply left behind
+    assert w.busy == ""
+
+
+def test_graphs_receive_the_rounds(make_window, send_and_wait):
+    w = make_window(max_new_tokens=40, gamma=3)
+    trace = send_and_wait(w, "Graphs please")
+    g = w.graphs.live
+    n = len(trace.rounds)
+    assert g.b_t.n == n
+    x, y = g.tps_curve.getData()
+    assert len(x) == n and y[-1] > 0
+    x, y = g.accepted_curve.getData()
+    assert list(y) == [r.accepted for r in trace.rounds]
+    assert sum(g._hist) == sum(1 for r in trace.rounds if r.drafted)
+    assert g.alpha == trace.get_stats().acceptance_rate
+    x, y = g.theory_curve.getData()
+    assert len(x) == 16  # predicted speedup for γ = 1..16 with the measured α and c
+    assert g.break_even.value() == 1.0
+
+
+def test_close_while_generating_exits_quickly(make_window, qtbot):
+    w = make_window(max_new_tokens=5000)
+    with qtbot.waitSignal(w.generation_event, timeout=60_000):
+        w.send("A long one")
+    t = time.perf_counter()
+    w.close()
+    from app.worker import live_workers
+
+    qtbot.waitUntil(lambda: not live_workers(), timeout=2000)
+    assert time.perf_counter() - t < 2.0
+
+
+def test_regenerate_and_edit_and_resend(make_window, qtbot, send_and_wait):
+    w = make_window()
+    send_and_wait(w, "First")
+    send_and_wait(w, "Second")
+    assert len(w.conv.messages) == 4
+    with qtbot.waitSignal(w.reply_finished, timeout=60_000):
+        w.regenerate(w.chat.bubbles[3])
+    assert [m.role for m in w.conv.messages] == ["user", "assistant", "user", "assistant"]
+    assert len(w.chat.bubbles) == 4
+    # edit the second question: it and everything after leave the chat; its text is back in the composer
+    w.edit_message(w.chat.bubbles[2])
+    assert w.composer.toPlainText() == "Second" and len(w.conv.messages) == 2
+    w.composer.setPlainText("Second, edited")
+    with qtbot.waitSignal(w.reply_finished, timeout=60_000):
+        qtbot.keyClick(w.composer, Qt.Key.Key_Return)
+    assert w.conv.messages[2].content == "Second, edited" and len(w.conv.messages) == 4
+
+
+def test_shift_enter_is_a_new_line(make_window, qtbot):
+    w = make_window(load=False)
+    qtbot.keyClicks(w.composer, "line one")
+    qtbot.keyClick(w.composer, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(w.composer, "line two")
+    assert w.composer.toPlainText() == "line one\nline two" and not w.conv.messages
+
+
+def test_race_runs_off_then_on_and_compares_greedy_texts(make_window, qtbot):
+    w = make_window(max_new_tokens=24)
+    w.composer.setPlainText("Race me")
+    with qtbot.waitSignal(w.race_finished, timeout=120_000) as done:
+        w.race()
+    off, on = w.graphs.race.traces["off"], w.graphs.race.traces["on"]
+    assert {t.state for t in off.tokens} == {"plain"} and on.speculative
+    assert off.text == on.text and "identical" in done.args[0]
+    assert len(w.graphs.race.on_curve.getData()[0]) == len(on.rounds) + 1
+    assert not w.conv.messages  # a race is a measurement, not a chat turn
+
+
+def slow_load(request, progress, cancelled, previous=None):
+    """Stands in for a long model load: reports progress (which raises once cancelled)."""
+    from app.session import LoadStep
+
+    for i in range(600):
+        progress(LoadStep("verifier", "downloading", i / 600))
+        time.sleep(0.05)
+    raise AssertionError("the load was not cancelled")
+
+
+def test_cancel_load_keeps_the_app_usable(make_window, qtbot, monkeypatch):
+    import app.session
+
+    w = make_window()
+    loaded = w.session
+    monkeypatch.setattr(app.session, "load_session", slow_load)
+    w.load_models()
+    qtbot.waitUntil(lambda: w.progress.isVisible() and w.progress.maximum() == 1000, timeout=5000)
+    assert w.cancel_load_button.isVisible()
+    w.cancel_load_button.click()
+    qtbot.waitUntil(lambda: w.busy == "", timeout=2000)
+    assert w.session is loaded and not w.progress.isVisible()
+
+
+def test_close_while_loading_exits_quickly(make_window, qtbot, monkeypatch):
+    import app.session
+
+    w = make_window(load=False)
+    monkeypatch.setattr(app.session, "load_session", slow_load)
+    w.load_models()
+    qtbot.waitUntil(lambda: w.busy == "load", timeout=2000)
+    t = time.perf_counter()
+    w.close()
+    from app.worker import live_workers
+
+    qtbot.waitUntil(lambda: not live_workers(), timeout=2000)
+    assert time.perf_counter() - t < 2.0
+
+
+def test_settings_panel_changes_persist(make_window, data_dir):
+    from app.store import Settings
+
+    w = make_window(load=False)
+    w.settings_panel.gamma.setValue(6)
+    w.settings_panel.temperature.setValue(0.7)
+    w.settings_panel.use_lookup.setChecked(True)
+    w.spec_button.setChecked(False)
+    saved = Settings.load(data_dir)
+    assert (saved.gamma, saved.temperature, saved.drafter, saved.speculate) == (6, 0.7, "prompt-lookup", False)
+    assert w.settings_panel.load_button.text().endswith("●")  # a model change asks for a reload
