@@ -4,6 +4,9 @@ from pathlib import Path
 
 import pytest
 
+# Before torch loads: idle OpenMP threads sleep instead of spinning, so a busy core elsewhere (another
+# test process, the GUI thread) does not make every forward pass wait at its barriers.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download anything
 sys.path.insert(0, str(Path(__file__).parent))  # for `import tiny`
