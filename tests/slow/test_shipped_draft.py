@@ -1,0 +1,88 @@
+"""The shipped draft (assets/smollm2-135m-draft) with the real embedded verifier: it loads offline, the
+doctor passes the pair, greedy speculation reproduces the verifier's own output, and the figures its
+model card states still hold (so the card cannot drift from the model)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from specdec_core.config import GenerationConfig
+from specdec_core.distill.measure import measure_pair
+from specdec_core.distill.prompts import read_jsonl
+from specdec_core.doctor import check_models
+from specdec_core.drafters import ModelDrafter
+from specdec_core.engine import Engine
+from specdec_core.events import Finished
+from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, load_model
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+DRAFT_DIR = ROOT / "assets" / EMBEDDED_DRAFT
+HELD_OUT = ROOT / "assets" / "prompts" / "distill-heldout.jsonl"
+
+
+@pytest.fixture(scope="module")
+def pair():
+    # conftest.py sets HF_HUB_OFFLINE: loading the pair must need no network.
+    verifier = load_model(EMBEDDED_VERIFIER, device="cpu")
+    draft = load_model(EMBEDDED_DRAFT, device="cpu")
+    return verifier, draft
+
+
+@pytest.fixture(scope="module")
+def card() -> dict:
+    return json.loads((DRAFT_DIR / "card.json").read_text())
+
+
+def test_shipped_draft_loads_offline_small_and_in_fp32(pair):
+    _, draft = pair
+    assert type(draft.model).__name__ == "SpecdecDraftForCausalLM"
+    assert draft.source == "the draft shipped in assets/"
+    assert str(draft.dtype) == "torch.float32"
+    size = sum(p.stat().st_size for p in DRAFT_DIR.iterdir() if p.is_file())
+    assert size <= 30e6, f"the shipped draft folder is {size / 1e6:.1f} MB"
+
+
+def test_doctor_passes_the_embedded_pair(pair):
+    verifier, draft = pair
+    verdict = check_models(verifier, draft)
+    assert verdict.compatible, verdict.report()
+    assert not verdict.warnings, verdict.report()
+    assert verdict.shared_vocab_size == len(verifier.tokenizer) == 49152
+
+
+def test_greedy_speculation_reproduces_the_verifier(pair):
+    verifier, draft = pair
+    engine = Engine(verifier, ModelDrafter(draft))
+    from specdec_core.chat import build_prompt
+
+    for messages in read_jsonl(HELD_OUT)[:3]:
+        ids = build_prompt(verifier.tokenizer, messages, context_length=verifier.context_length).ids
+        replies = []
+        for config in (GenerationConfig(max_new_tokens=40, speculate=False), GenerationConfig(max_new_tokens=40,
+                                                                                               gamma=4)):
+            engine.reset_caches()
+            replies.append([e for e in engine.generate(ids, config) if isinstance(e, Finished)][0].token_ids)
+        assert replies[0] == replies[1]
+
+
+def test_model_card_figures_hold(pair, card):
+    """Greedy acceptance depends on the weights and the prompts only (not on timing), so a fresh quick
+    measurement must reproduce the card's quick check closely, and the card's headline figure loosely."""
+    verifier, draft = pair
+    quick = card["quick_check"]
+    prompts = read_jsonl(HELD_OUT)[:quick["prompts"]]
+    figures = measure_pair(verifier, draft, prompts, gammas=(quick["gamma"],), max_new_tokens=quick["max_new_tokens"],
+                           sampled_gamma=quick["gamma"])
+    assert figures["identical_greedy_output"]
+    assert figures["greedy_acceptance_rate"] == pytest.approx(quick["greedy_acceptance_rate"], abs=0.03)
+    assert figures["greedy_acceptance_rate"] == pytest.approx(card["greedy_acceptance_rate"], abs=0.12)
+    # The human-readable card states the same headline figures as card.json.
+    text = (DRAFT_DIR / "README.md").read_text()
+    stated = re.search(r"greedy acceptance rate[^0-9]*([0-9.]+)", text, re.IGNORECASE)
+    assert stated and float(stated.group(1)) == pytest.approx(card["greedy_acceptance_rate"], abs=0.005)
