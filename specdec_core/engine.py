@@ -16,7 +16,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafters import Draft, Drafter, ModelDrafter
-from specdec_core.errors import PromptTooLongError
+from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
     DraftedTokenVerdict,
@@ -31,7 +31,7 @@ from specdec_core.events import (
     TokenRejected,
     TokenState,
 )
-from specdec_core.kv import CachedForward, common_prefix_length
+from specdec_core.kv import CachedForward
 from specdec_core.sampling import accept_drafts, processed_probs
 from specdec_core.stats import StatsAccumulator
 from specdec_core.textstream import TextStream
@@ -76,6 +76,7 @@ class Engine:
         self.verifier = verifier
         self.target = CachedForward(verifier.model, verifier.device)
         self.generator = torch.Generator(device=verifier.device)
+        self._token_texts: dict[int, str] = {}
         self.drafter: Drafter | None = None
         self.set_drafter(drafter)
 
@@ -97,6 +98,8 @@ class Engine:
         """Yield the events of one reply to `prompt_ids` (see events.py for their order)."""
         config.validate()
         prompt = list(prompt_ids)
+        if not prompt:
+            raise ConfigError("the prompt is empty: there is nothing to continue")
         context = self.verifier.context_length
         if len(prompt) >= context:
             raise PromptTooLongError(
@@ -112,15 +115,15 @@ class Engine:
         if self.drafter is not None:
             self.drafter.reset(config.seed)
 
-        # 1. Prefill: both models read the prompt except its last token, which each round feeds again
-        #    together with the drafts (the verifier's input is always: last committed token + drafts).
+        # 1. Prefill: both models read the whole prompt. Each round's verifier input is the last committed
+        #    token + the drafts; in the first round the last committed token is the prompt's, whose
+        #    distribution the prefill already computed (kv.py keeps it), so only the drafts are fed.
         start = time.perf_counter()
-        reused = min(common_prefix_length(self.target.cached_ids, prompt), len(prompt) - 1)
         try:
-            if len(prompt) > 1:
-                self.target.logits_for(prompt[:-1])
-                if self.drafter is not None and self._speculating(config, controls):
-                    self.drafter.prefill(prompt)
+            self.target.logits_for(prompt)
+            reused = len(prompt) - self.target.last_run
+            if self.drafter is not None and self._speculating(config, controls):
+                self.drafter.prefill(prompt)
             _synchronize(self.verifier.device)
         except (RuntimeError, torch.OutOfMemoryError) as error:
             yield self._failed(error, "", [], stats)
@@ -278,9 +281,16 @@ class Engine:
         return ""
 
     def _alternatives(self, top, row: int) -> tuple[Alternative, ...]:
-        decode = self.verifier.tokenizer.decode
-        return tuple(Alternative(token_id=int(t), text=decode([int(t)]), prob=float(p))
+        return tuple(Alternative(token_id=t, text=self._token_text(t), prob=p)
                      for t, p in zip(top.indices[row].tolist(), top.values[row].tolist()))
+
+    def _token_text(self, token_id: int) -> str:
+        """One token decoded on its own (for tooltips), memoised: a few alternatives per position
+        would otherwise cost a tokenizer call each, every round."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self.verifier.tokenizer.decode([token_id])
+        return text
 
     def _failed(self, error: BaseException, text: str, new_ids: list[int], stats: StatsAccumulator) -> Finished:
         # The caches may hold a half-written step: start clean next time.

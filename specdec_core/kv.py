@@ -6,11 +6,16 @@ asks for logits of a sequence, the cache is cut back to the longest common prefi
 (rejected draft tokens, or the part of a previous chat turn that no longer matches) and only the new
 suffix is run. This one rule covers rejection rollback, the draft's missing last token after a fully
 accepted round, and reusing the conversation prefix from one chat turn to the next.
+
+The logits of the last position run are kept as well: when the next call starts exactly there (a
+prefill of the whole prompt, then the first round), that distribution is reused rather than
+recomputed by feeding the last token again, so a reply costs one verifier call less.
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Sequence
 
 import torch
@@ -35,35 +40,66 @@ class CachedForward:
         self.device = device
         self.cached_ids: list[int] = []
         self.cache = DynamicCache(config=getattr(model, "config", None))
+        self._next_logits: torch.Tensor | None = None  # [V] predicting the token after cached_ids, if known
+        self.last_run = 0  # tokens the last logits_for() call fed to the model
         # Computing the LM head only for the rows we read saves a [n, V] matmul per call.
         params = inspect.signature(model.forward).parameters
         self._logits_to_keep = "logits_to_keep" in params
         # transformers is renaming `past_key_values` to `cache`; pass whichever this model takes.
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        # Running totals for benchmarks: time spent inside the model's forward (engine overhead is the
+        # rest of a round). On CPU this is exact; on a GPU set `synchronize_timing` to wait for the kernels.
+        self.forward_s = 0.0
+        self.forward_calls = 0
+        self.synchronize_timing = False
 
     def reset(self) -> None:
         self.cached_ids = []
         self.cache = DynamicCache(config=getattr(self.model, "config", None))
+        self._next_logits = None
 
     def roll_back(self, keep: int) -> None:
         """Drop cached positions from `keep` on (rejected drafts, or a conversation that diverged)."""
         drop = len(self.cached_ids) - keep
         if drop > 0:
-            self.cache.crop(-drop)  # transformers >= 5.2x: a negative count removes that many positions
+            # A negative count removes that many positions in every transformers 5.x (5.0 called the
+            # argument max_length and read a negative value the same way; 5.2x refuses positive ones).
+            self.cache.crop(-drop)
             del self.cached_ids[keep:]
+            self._next_logits = None
 
     @torch.inference_mode()
     def logits_for(self, ids: Sequence[int], n_last: int = 1) -> torch.Tensor:
         """Logits [n_last, V] predicting the tokens after each of the last `n_last` positions of `ids`.
 
-        Runs the model only on the part of `ids` the cache does not hold (at least `n_last` tokens).
+        Runs the model only on the part of `ids` the cache does not hold (at least `n_last` tokens, or
+        one fewer when the first row wanted is the kept distribution after the cached tokens).
         """
-        keep = min(common_prefix_length(self.cached_ids, ids), len(ids) - n_last)
+        held = common_prefix_length(self.cached_ids, ids)
+        first_row = len(ids) - n_last  # position whose logits predict the first token asked for
+        if self._next_logits is not None and held == len(self.cached_ids) == first_row + 1:
+            known = self._next_logits[None]
+            if n_last == 1:
+                self.last_run = 0
+                return known
+            return torch.cat([known, self._run(ids[held:], n_last - 1)])
+        keep = min(held, first_row)
         self.roll_back(keep)
-        new_ids = ids[keep:]
+        return self._run(ids[keep:], n_last)
+
+    def _run(self, new_ids: Sequence[int], n_last: int) -> torch.Tensor:
+        """Feed `new_ids` after the cached tokens; logits [n_last, V] of the last n_last positions."""
         input_ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
         extra = {"logits_to_keep": n_last} if self._logits_to_keep else {}
         extra[self._cache_kwarg] = self.cache  # updated in place
+        start = time.perf_counter()
         out = self.model(input_ids=input_ids, use_cache=True, **extra)
+        if self.synchronize_timing and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.forward_s += time.perf_counter() - start
+        self.forward_calls += 1
+        self.last_run = len(new_ids)
         self.cached_ids.extend(new_ids)
-        return out.logits[0, -n_last:]
+        logits = out.logits[0, -n_last:]
+        self._next_logits = logits[-1]
+        return logits

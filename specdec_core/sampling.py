@@ -37,10 +37,18 @@ def processed_probs(logits: torch.Tensor, config: GenerationConfig) -> torch.Ten
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One token id from a [V] distribution (argmax of a one-hot is itself, so greedy needs no branch)."""
+    """One token id from a [V] distribution (a one-hot gives its argmax, so greedy needs no branch).
+
+    Inverse CDF: the first id whose cumulative mass exceeds u * total, for one uniform u in [0, 1).
+    A zero-probability id adds nothing to the sum, so it can never be the first to exceed it.
+    (torch.multinomial draws V exponentials per call: ~1 ms for V = 49,152 on a CPU core, where
+    one cumulative sum in float64 costs ~0.06 ms.)
+    """
     if probs.device != generator.device:
         probs = probs.to(generator.device)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand(1, generator=generator, device=generator.device, dtype=torch.float64) * cdf[-1]
+    return min(int(torch.searchsorted(cdf, u, right=True)), probs.shape[-1] - 1)
 
 
 @dataclass(frozen=True)

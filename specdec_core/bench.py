@@ -1,0 +1,904 @@
+"""`specdec bench` and `specdec rank-drafts`: speculation measured, not assumed.
+
+`bench` runs every prompt with speculation off and on (and, with --hf-reference, through transformers'
+own assisted generation), alternating, after a warm-up, in one process, and reports medians.
+`rank-drafts` answers "which draft should I use with this verifier on this machine".
+
+How each figure is measured (all runs start from empty KV caches, so no run profits from another):
+- tokens/s            = new tokens / decode wall time, from the Prefilled event to the Finished event
+                        (the stats module's definition, measured by the caller's clock, so it includes
+                        the time spent building and yielding events);
+- end-to-end tokens/s = new tokens / wall time from the call to the Finished event (prefill included).
+                        transformers' generate() cannot be split, so the comparison with it uses this;
+- overhead            = decode wall time minus the time spent inside the two models' forward passes;
+- c                   = draft time per drafted token / verifier time per speculative call (stats.py);
+- predicted speedup   = (f E + 1 - f) / (f g c + 1), with E = (1 - a^(g+1)) / (1 - a) the expected
+                        tokens per call (Leviathan et al. 2023, eq. 1), a the acceptance rate, g the mean
+                        draft length of the rounds that drafted and f the share of rounds that drafted
+                        (prompt lookup drafts nothing when it finds no match); f = 1 gives the paper's
+                        E / (g c + 1);
+- efficiency          = measured speedup / predicted speedup;
+- verify cost ratio   = verifier time per speculative call / per plain call. The prediction assumes
+                        checking g + 1 tokens costs as much as producing one; on a CPU it does not,
+                        and this ratio is the factor the prediction misses.
+Medians are taken over repeats of per-repeat totals (tokens and seconds summed over the prompt set).
+
+This module knows the engine only through its event stream and its caches' counters; torch,
+transformers and matplotlib are imported when a command runs, so `specdec --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specdec_core.config import GenerationConfig
+from specdec_core.errors import ConfigError, ModelLoadError, SpecdecError
+from specdec_core.events import Finished, Prefilled, RoundVerified
+from specdec_core.stats import expected_tokens_per_call
+
+if TYPE_CHECKING:
+    from specdec_core.engine import Engine
+    from specdec_core.models import LoadedModel
+
+PROMPTS_DIR = Path(__file__).resolve().parent.parent / "assets" / "prompts"
+BUNDLED_SETS = ("chat", "code", "rewrite", "multiturn")  # `--prompts all` runs these, in this order
+
+
+class BenchError(SpecdecError):
+    pass
+
+
+# --------------------------------------------------------------------------- prompt sets
+
+
+@dataclass(frozen=True)
+class PromptCase:
+    name: str
+    messages: tuple[dict, ...]  # the conversation so far, ending on a user turn
+    system: str | None = None
+
+
+def resolve_prompt_files(spec: str) -> list[Path]:
+    """A file path, a bundled set's name (chat, code, rewrite, multiturn), or `all` (the four sets)."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return [path]
+    names = BUNDLED_SETS if spec == "all" else (spec,)
+    files = [PROMPTS_DIR / f"{name}.jsonl" for name in names]
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise BenchError(f"no prompt file {spec!r}: pass a file (one chat prompt per line) or a bundled set "
+                         f"({', '.join(BUNDLED_SETS)}, all)")
+    return files
+
+
+def load_prompts(spec: str) -> list[PromptCase]:
+    """Read prompt files: one chat prompt per line.
+
+    A line is plain text (one user message), or JSON: a string (a message with newlines), a list of
+    messages, or an object with "messages" (or "prompt") and optional "name" and "system".
+    Blank lines and lines starting with '#' are skipped.
+    """
+    cases: list[PromptCase] = []
+    for path in resolve_prompt_files(spec):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            where = f"{path.name}:{number}"
+            try:
+                cases.append(_parse_prompt(text, f"{path.stem}-{len(cases) + 1}"))
+            except (ValueError, TypeError, KeyError) as error:
+                raise BenchError(f"{where}: not a prompt ({error})") from error
+    if not cases:
+        raise BenchError(f"{spec!r} holds no prompts")
+    return cases
+
+
+def _parse_prompt(text: str, default_name: str) -> PromptCase:
+    if not text.startswith(("{", "[", '"')):
+        return PromptCase(default_name, ({"role": "user", "content": text},))
+    data = json.loads(text)
+    name, system = default_name, None
+    if isinstance(data, str):
+        messages: Any = [{"role": "user", "content": data}]
+    elif isinstance(data, list):
+        messages = data
+    elif isinstance(data, dict):
+        messages = data.get("messages") or [{"role": "user", "content": data["prompt"]}]
+        name = str(data.get("name", name))
+        system = data.get("system")
+    else:
+        raise TypeError("expected text, a JSON string, list or object")
+    if system is None and messages and messages[0].get("role") == "system":
+        system, messages = messages[0]["content"], messages[1:]
+    if not messages or messages[-1].get("role") != "user" or any("content" not in m for m in messages):
+        raise ValueError("the conversation must end on a user message, each with a content")
+    return PromptCase(name, tuple({"role": m["role"], "content": m["content"]} for m in messages), system)
+
+
+# --------------------------------------------------------------------------- one timed reply
+
+
+@dataclass
+class Reply:
+    """One timed reply: ours (speculation off or on) or transformers' own generate()."""
+
+    kind: str  # "off" | "on" | "hf"
+    token_ids: tuple[int, ...]
+    wall_s: float  # call -> last token, prefill included
+    decode_s: float  # Prefilled event -> Finished event (ours only; hf: equals wall_s)
+    forward_s: float = 0.0  # inside the models' forward passes during decoding
+    verifier_calls: int = 0  # the verifier's forward passes, prefill included
+    rounds: int = 0  # verifier calls during decoding
+    drafted: int = 0
+    accepted: int = 0
+    drafting_rounds: int = 0  # rounds that proposed at least one token
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    drafted_at: list[int] = field(default_factory=list)  # per draft position: drafted, accepted
+    accepted_at: list[int] = field(default_factory=list)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+def _forwards(engine: Engine) -> list:
+    from specdec_core.drafters import ModelDrafter
+
+    out = [engine.target]
+    if isinstance(engine.drafter, ModelDrafter):
+        out.append(engine.drafter.forward)
+    return out
+
+
+def time_reply(engine: Engine, prompt_ids: Sequence[int], config: GenerationConfig) -> Reply:
+    """Run one reply from empty caches, consuming every event the way a viewer would."""
+    engine.reset_caches()
+    forwards = _forwards(engine)
+    calls = engine.target.forward_calls
+    start = time.perf_counter()
+    decode_start, forward_start = start, 0.0
+    reply = Reply(kind="on" if config.speculate else "off", token_ids=(), wall_s=0.0, decode_s=0.0)
+    finished: Finished | None = None
+    for event in engine.generate(prompt_ids, config):
+        if isinstance(event, Prefilled):
+            decode_start = time.perf_counter()
+            forward_start = sum(f.forward_s for f in forwards)
+        elif isinstance(event, RoundVerified):
+            k = len(event.drafted)
+            reply.rounds += 1
+            reply.draft_s += event.draft_s
+            reply.verify_s += event.verify_s
+            if k:
+                reply.drafting_rounds += 1
+                reply.drafted += k
+                reply.accepted += event.n_accepted
+                _grow(reply.drafted_at, k)
+                _grow(reply.accepted_at, k)
+                for i in range(k):
+                    reply.drafted_at[i] += 1
+                    reply.accepted_at[i] += i < event.n_accepted
+        elif isinstance(event, Finished):
+            finished = event
+    end = time.perf_counter()
+    assert finished is not None
+    if finished.error:
+        raise BenchError(f"generation failed during the benchmark: {finished.error}")
+    reply.token_ids = finished.token_ids
+    reply.wall_s = end - start
+    reply.decode_s = end - decode_start
+    reply.forward_s = sum(f.forward_s for f in forwards) - forward_start
+    reply.verifier_calls = engine.target.forward_calls - calls
+    return reply
+
+
+def _grow(counts: list[int], n: int) -> None:
+    counts.extend([0] * (n - len(counts)))
+
+
+def hf_reference(verifier: LoadedModel, draft: LoadedModel | None, prompt_ids: Sequence[int],
+                 config: GenerationConfig, max_ngram: int = 3) -> Reply:
+    """transformers' own assisted generation on the same pair, prompt and draft length.
+
+    With a draft model: generate(assistant_model=draft) with `num_assistant_tokens` = gamma and the
+    constant schedule ("heuristic_transient", its +2/-1 rule, when --adaptive), and no confidence cutoff
+    unless ours has one. Without: prompt lookup with `prompt_lookup_num_tokens` = gamma."""
+    import torch
+
+    model = verifier.model
+    inputs = torch.tensor([list(prompt_ids)], dtype=torch.long, device=verifier.device)
+    sampling: dict[str, Any] = {"do_sample": False}
+    if not config.greedy:
+        sampling = {"do_sample": True, "temperature": config.temperature, "top_k": config.top_k,
+                    "top_p": config.top_p}
+    eos = sorted(verifier.eos_token_ids)
+    kwargs: dict[str, Any] = dict(
+        max_new_tokens=config.max_new_tokens, eos_token_id=eos, attention_mask=torch.ones_like(inputs),
+        pad_token_id=verifier.tokenizer.pad_token_id if verifier.tokenizer.pad_token_id is not None else eos[0],
+        **sampling)
+    saved = None
+    if draft is not None:
+        assistant_config = draft.model.generation_config
+        saved = {key: getattr(assistant_config, key, None) for key in
+                 ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
+        # The candidate generator reads these from the assistant's own generation config.
+        assistant_config.num_assistant_tokens = config.gamma
+        assistant_config.num_assistant_tokens_schedule = "heuristic_transient" if config.adaptive else "constant"
+        assistant_config.assistant_confidence_threshold = config.confidence_cutoff
+        kwargs.update(assistant_model=draft.model, num_assistant_tokens=config.gamma)
+    else:
+        kwargs.update(prompt_lookup_num_tokens=config.gamma, max_matching_ngram_size=max_ngram)
+    if not config.greedy:
+        torch.manual_seed(config.seed)
+    calls = [0]
+    counter = model.register_forward_pre_hook(lambda module, args: calls.__setitem__(0, calls[0] + 1))
+    try:
+        start = time.perf_counter()
+        with torch.inference_mode():
+            output = model.generate(inputs, **kwargs)
+        if verifier.device.type == "cuda":
+            torch.cuda.synchronize(verifier.device)
+        wall = time.perf_counter() - start
+    finally:
+        counter.remove()
+        if saved is not None:
+            for key, value in saved.items():
+                setattr(draft.model.generation_config, key, value)  # type: ignore[union-attr]
+    new = output[0, inputs.shape[1]:].tolist()  # like ours, ends with the EOS when one was generated
+    return Reply(kind="hf", token_ids=tuple(new), wall_s=wall, decode_s=wall, verifier_calls=calls[0])
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def _sum(replies: Iterable[Reply], attribute: str) -> float:
+    return float(sum(getattr(r, attribute) for r in replies))
+
+
+def summarize(replies: list[Reply]) -> dict:
+    """Totals of one kind of run (off, on or hf) -> its figures."""
+    tokens = _sum(replies, "new_tokens")
+    decode, wall = _sum(replies, "decode_s"), _sum(replies, "wall_s")
+    rounds, drafted = _sum(replies, "rounds"), _sum(replies, "drafted")
+    accepted, drafting = _sum(replies, "accepted"), _sum(replies, "drafting_rounds")
+    draft_s, verify_s, forward_s = _sum(replies, "draft_s"), _sum(replies, "verify_s"), _sum(replies, "forward_s")
+    width = max((len(r.drafted_at) for r in replies), default=0)
+    drafted_at, accepted_at = [0] * width, [0] * width
+    for r in replies:
+        for i, (d, a) in enumerate(zip(r.drafted_at, r.accepted_at)):
+            drafted_at[i] += d
+            accepted_at[i] += a
+    verify_per_call = verify_s / rounds if rounds else 0.0
+    alpha = accepted / drafted if drafted else 0.0
+    mean_gamma = drafted / drafting if drafting else 0.0
+    c = (draft_s / drafted) / verify_per_call if drafted and verify_per_call else 0.0
+    share = drafting / rounds if rounds else 0.0
+    overhead = max(0.0, decode - forward_s)
+    return {
+        "new_tokens": int(tokens),
+        "tokens_per_s": tokens / decode if decode else 0.0,
+        "end_to_end_tokens_per_s": tokens / wall if wall else 0.0,
+        "prefill_s_per_reply": (wall - decode) / len(replies) if replies else 0.0,
+        "verifier_calls_per_reply": _sum(replies, "verifier_calls") / len(replies) if replies else 0.0,
+        "rounds": int(rounds),
+        "acceptance_rate": alpha,
+        "mean_accepted_length": tokens / rounds if rounds else 0.0,
+        "per_position_acceptance": [a / d for a, d in zip(accepted_at, drafted_at) if d],
+        "draft_s_per_round": draft_s / rounds if rounds else 0.0,
+        "verify_s_per_round": verify_per_call,
+        "overhead_s_per_round": overhead / rounds if rounds else 0.0,
+        "overhead_fraction": overhead / decode if decode else 0.0,
+        "c": c,
+        "mean_gamma": mean_gamma,
+        "drafting_rounds_fraction": share,
+        "predicted_tokens_per_call": share * expected_tokens_per_call(alpha, mean_gamma) + 1 - share
+        if drafting else 1.0,
+        "predicted_speedup": predict_speedup(alpha, mean_gamma, c, share) if drafting else 1.0,
+    }
+
+
+def predict_speedup(alpha: float, gamma: float, c: float, share: float = 1.0) -> float:
+    """Leviathan et al.'s E / (g c + 1), mixed with plain rounds when only a share of rounds drafts."""
+    tokens = share * expected_tokens_per_call(alpha, gamma) + (1.0 - share)
+    return tokens / (share * gamma * c + 1.0)
+
+
+def _median(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else float("nan")
+
+
+def _median_summary(per_repeat: list[dict]) -> dict:
+    """Each figure's median over repeats (lists element-wise)."""
+    out: dict = {}
+    for key in per_repeat[0]:
+        values = [s[key] for s in per_repeat]
+        if isinstance(values[0], list):
+            width = min(len(v) for v in values)
+            out[key] = [_median([v[i] for v in values]) for i in range(width)]
+        elif isinstance(values[0], int):
+            out[key] = int(_median(values))
+        else:
+            out[key] = _median(values)
+    return out
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+# --------------------------------------------------------------------------- bench
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    repeats: int = 3
+    hf_reference: bool = False
+    warmup_tokens: int = 16  # the warm-up reply's length (first calls allocate and pick kernels)
+
+
+def run_bench(engine: Engine, verifier: LoadedModel, draft: LoadedModel | None, cases: list[PromptCase],
+              config: GenerationConfig, settings: BenchSettings,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Time every prompt with speculation off and on (and transformers' reference), alternating."""
+    from specdec_core.chat import build_prompt
+
+    say = progress or (lambda message: None)
+    if settings.repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1 (got {settings.repeats})")
+    if engine.drafter is None:
+        raise ConfigError("the benchmark needs a drafter (a draft model or prompt lookup)")
+    prompts = [build_prompt(verifier.tokenizer, list(case.messages), system=case.system,
+                            context_length=verifier.context_length,
+                            reserve_new_tokens=config.max_new_tokens).ids for case in cases]
+    off, on = config.with_(speculate=False), config.with_(speculate=True)
+    kinds = ["off", "on"] + (["hf"] if settings.hf_reference else [])
+
+    def run(kind: str, ids: Sequence[int], cfg_off=off, cfg_on=on) -> Reply:
+        if kind == "hf":
+            return hf_reference(verifier, draft, ids, cfg_on)
+        return time_reply(engine, ids, cfg_off if kind == "off" else cfg_on)
+
+    say("warming up")
+    warm = config.with_(max_new_tokens=min(settings.warmup_tokens, config.max_new_tokens))
+    for kind in kinds:
+        run(kind, prompts[0], warm.with_(speculate=False), warm.with_(speculate=True))
+
+    # replies[kind][prompt][repeat]
+    replies: dict[str, list[list[Reply]]] = {kind: [[] for _ in cases] for kind in kinds}
+    for repeat in range(settings.repeats):
+        for p, ids in enumerate(prompts):
+            say(f"repeat {repeat + 1}/{settings.repeats}, prompt {p + 1}/{len(prompts)} ({cases[p].name})")
+            # Alternate the order from one prompt and repeat to the next, so that neither mode always
+            # runs first (caches, clocks and the neighbours' load drift over a run).
+            shift = (repeat + p) % len(kinds)
+            for kind in kinds[shift:] + kinds[:shift]:
+                replies[kind][p].append(run(kind, ids))
+    return _bench_result(cases, prompts, replies, config, settings, verifier, engine, draft)
+
+
+def _bench_result(cases, prompts, replies, config: GenerationConfig, settings: BenchSettings, verifier, engine,
+                  draft) -> dict:
+    repeats = settings.repeats
+    by_repeat = {kind: [summarize([replies[kind][p][r] for p in range(len(cases))]) for r in range(repeats)]
+                 for kind in replies}
+    baseline = _median_summary(by_repeat["off"])
+    speculative = _median_summary(by_repeat["on"])
+    speedups = [on["tokens_per_s"] / off["tokens_per_s"] for on, off in zip(by_repeat["on"], by_repeat["off"])]
+    e2e = [on["end_to_end_tokens_per_s"] / off["end_to_end_tokens_per_s"]
+           for on, off in zip(by_repeat["on"], by_repeat["off"])]
+    speedup = _median(speedups)
+    predicted = speculative["predicted_speedup"]
+    verify_ratio = speculative["verify_s_per_round"] / baseline["verify_s_per_round"] \
+        if baseline["verify_s_per_round"] else float("nan")
+    result: dict[str, Any] = {
+        "setup": _setup(config, settings, verifier, engine, draft, len(cases)),
+        "baseline": {k: baseline[k] for k in ("tokens_per_s", "end_to_end_tokens_per_s", "new_tokens",
+                                              "prefill_s_per_reply", "verifier_calls_per_reply",
+                                              "verify_s_per_round",
+                                              "overhead_s_per_round", "overhead_fraction")},
+        "speculative": {k: v for k, v in speculative.items() if k != "predicted_speedup"},
+        "speedup": speedup,
+        "end_to_end_speedup": _median(e2e),
+        "predicted_speedup": predicted,
+        "efficiency": speedup / predicted if predicted else float("nan"),
+        "verify_cost_ratio": verify_ratio,
+        "efficiency_given_verify_cost": speedup * verify_ratio / predicted if predicted else float("nan"),
+    }
+    identical_all = True
+    rows = []
+    for p, case in enumerate(cases):
+        off_p, on_p = summarize(replies["off"][p]), summarize(replies["on"][p])
+        speedups_p = [b.new_tokens / b.decode_s / (a.new_tokens / a.decode_s) if a.decode_s and b.decode_s and
+                      a.new_tokens else float("nan") for a, b in zip(replies["off"][p], replies["on"][p])]
+        row: dict[str, Any] = {
+            "name": case.name, "prompt_tokens": len(prompts[p]), "turns": len(case.messages),
+            "new_tokens": replies["on"][p][0].new_tokens,
+            "baseline_tokens_per_s": _median([r.new_tokens / r.decode_s for r in replies["off"][p]]),
+            "speculative_tokens_per_s": _median([r.new_tokens / r.decode_s for r in replies["on"][p]]),
+            "speedup": _median(speedups_p),
+            "acceptance_rate": on_p["acceptance_rate"],
+            "mean_accepted_length": on_p["mean_accepted_length"],
+            "c": on_p["c"],
+            "predicted_speedup": on_p["predicted_speedup"],
+            "verify_cost_ratio": on_p["verify_s_per_round"] / off_p["verify_s_per_round"]
+            if off_p["verify_s_per_round"] else float("nan"),
+        }
+        reference = replies["off"][p][0].token_ids
+        if config.greedy:
+            differences = [_first_difference(reference, r.token_ids) for r in replies["on"][p] + replies["off"][p]]
+            first = next((d for d in differences if d is not None), None)
+            row["identical"] = first is None
+            row["first_difference"] = first
+            identical_all &= first is None
+        row["end_to_end_speedup"] = _median([a.wall_s / b.wall_s * b.new_tokens / a.new_tokens
+                                             for a, b in zip(replies["off"][p], replies["on"][p]) if a.new_tokens])
+        if "hf" in replies:
+            row["hf_tokens_per_s"] = _median([r.new_tokens / r.wall_s for r in replies["hf"][p]])
+            row["hf_end_to_end_speedup"] = _median([a.wall_s / h.wall_s * h.new_tokens / a.new_tokens
+                                                    for a, h in zip(replies["off"][p], replies["hf"][p])
+                                                    if a.new_tokens])
+            row["speculative_end_to_end_tokens_per_s"] = _median([r.new_tokens / r.wall_s for r in replies["on"][p]])
+            if config.greedy:
+                row["hf_identical"] = all(r.token_ids == reference for r in replies["hf"][p])
+        row["text"] = verifier.tokenizer.decode(list(replies["on"][p][0].token_ids), skip_special_tokens=True)
+        rows.append(row)
+    if config.greedy:
+        result["identical"] = identical_all
+    if "hf" in replies:
+        hf = _median_summary(by_repeat["hf"])
+        ratio = [on["end_to_end_tokens_per_s"] / h["end_to_end_tokens_per_s"]
+                 for on, h in zip(by_repeat["on"], by_repeat["hf"])]
+        result["hf_assisted"] = {
+            "tokens_per_s": hf["end_to_end_tokens_per_s"],  # end to end: generate() cannot be split
+            "speedup_vs_baseline": _median([h["end_to_end_tokens_per_s"] / off["end_to_end_tokens_per_s"]
+                                            for h, off in zip(by_repeat["hf"], by_repeat["off"])]),
+            "ours_over_hf": _median(ratio),
+            "verifier_calls_per_reply": hf["verifier_calls_per_reply"],  # its prefill included, like ours
+            "method": "assistant_model" if draft is not None else "prompt_lookup_num_tokens",
+        }
+        if config.greedy:
+            result["hf_assisted"]["identical"] = all(row["hf_identical"] for row in rows)
+    result["per_prompt"] = rows
+    return result
+
+
+def _setup(config: GenerationConfig, settings: BenchSettings, verifier, engine, draft, n_prompts: int) -> dict:
+    import torch
+    import transformers
+
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "verifier": verifier.name, "drafter": engine.drafter.name if engine.drafter else None,
+        "draft": draft.name if draft is not None else None,
+        "device": str(verifier.device), "dtype": str(verifier.dtype).removeprefix("torch."),
+        "gamma": config.gamma, "adaptive": config.adaptive, "max_new_tokens": config.max_new_tokens,
+        "temperature": config.temperature, "seed": config.seed, "repeats": settings.repeats,
+        "prompts": n_prompts, "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+        "machine": machine_description(verifier.device),
+    }
+
+
+def machine_description(device=None) -> str:
+    import os
+
+    import torch
+
+    if device is not None and getattr(device, "type", None) == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()}"
+
+
+# --------------------------------------------------------------------------- rank-drafts
+
+
+@dataclass(frozen=True)
+class Candidate:
+    spec: str | None  # None: prompt lookup
+
+
+def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidate], cases: list[PromptCase],
+                config: GenerationConfig, gammas: Sequence[int], repeats: int,
+                load: Callable[[str], LoadedModel], progress: Callable[[str], None] | None = None) -> dict:
+    """For each candidate: the doctor's verdict, then (when compatible) α, c and speedup at each gamma;
+    the best gamma is the one measured fastest. Rows come back sorted by that speedup."""
+    from specdec_core.chat import build_prompt
+    from specdec_core.doctor import check_models
+    from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
+
+    say = progress or (lambda message: None)
+    if repeats < 1:
+        raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
+    prompts = [build_prompt(verifier.tokenizer, list(case.messages), system=case.system,
+                            context_length=verifier.context_length,
+                            reserve_new_tokens=config.max_new_tokens).ids for case in cases]
+    off = config.with_(speculate=False)
+    rows = []
+    for candidate in candidates:
+        row: dict[str, Any] = {"draft": candidate.spec or "prompt lookup",
+                               "kind": "model" if candidate.spec else "prompt-lookup"}
+        draft = None
+        if candidate.spec is None:
+            row["verdict"] = "compatible: no model, copies from the conversation"
+            row["compatible"] = True
+            drafter: Any = PromptLookupDrafter()
+        else:
+            say(f"loading {candidate.spec}")
+            try:
+                draft = load(candidate.spec)
+            except ModelLoadError as error:
+                rows.append({**row, "compatible": False, "verdict": f"could not load: {error}"})
+                continue
+            verdict = check_models(verifier, draft)
+            row.update(draft=draft.name, spec=candidate.spec, verdict=verdict.summary(),
+                       compatible=verdict.compatible)
+            if not verdict.compatible:
+                rows.append(row)
+                continue
+            drafter = ModelDrafter(draft)
+        engine.set_drafter(drafter)
+        time_reply(engine, prompts[0], off.with_(max_new_tokens=8))  # warm-up, both models
+        time_reply(engine, prompts[0], config.with_(max_new_tokens=8, gamma=gammas[0]))
+        base: list[Reply] = []
+        spec: dict[int, list[Reply]] = {g: [] for g in gammas}
+        for repeat in range(repeats):
+            for p, ids in enumerate(prompts):
+                say(f"{row['draft']}: repeat {repeat + 1}/{repeats}, prompt {p + 1}/{len(prompts)}")
+                base.append(time_reply(engine, ids, off))
+                for g in gammas:
+                    spec[g].append(time_reply(engine, ids, config.with_(gamma=g, speculate=True,
+                                                                         gamma_max=max(g, config.gamma_max))))
+        baseline = summarize(base)
+        by_gamma = {}
+        for g in gammas:
+            s = summarize(spec[g])
+            by_gamma[str(g)] = {"tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / baseline["tokens_per_s"],
+                           "acceptance_rate": s["acceptance_rate"], "c": s["c"],
+                           "mean_accepted_length": s["mean_accepted_length"],
+                           "predicted_speedup": s["predicted_speedup"]}
+        best = max(gammas, key=lambda g: by_gamma[str(g)]["speedup"])
+        row.update(best_gamma=best, baseline_tokens_per_s=baseline["tokens_per_s"], by_gamma=by_gamma,
+                   **{k: by_gamma[str(best)][k] for k in ("tokens_per_s", "speedup", "acceptance_rate", "c",
+                                                     "mean_accepted_length", "predicted_speedup")})
+        rows.append(row)
+        engine.set_drafter(None)
+        del drafter, draft
+    rows.sort(key=lambda r: (not r.get("compatible") or "speedup" not in r, -r.get("speedup", 0.0)))
+    return {"setup": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                      "verifier": verifier.name, "gammas": list(gammas), "repeats": repeats,
+                      "max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
+                      "prompts": len(cases), "machine": machine_description(verifier.device)},
+            "ranking": rows}
+
+
+# --------------------------------------------------------------------------- presentation
+
+
+def _fmt(value: Any, spec: str = ".2f") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else format(value, spec)
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
+    """Fixed-width columns: numbers right-aligned, the `text_columns` left-aligned (the last one unpadded)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    last = len(header) - 1
+
+    def line(cells: list[str]) -> str:
+        out = [c.ljust(w) if i in text_columns else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        if last in text_columns:
+            out[last] = cells[last]
+        return "  ".join(out).rstrip()
+
+    rule = ["-" * (len(h) if i == last and i in text_columns else w) for i, (h, w) in enumerate(zip(header, widths))]
+    return "\n".join([line(header), line(rule)] + [line(r) for r in rows])
+
+
+def format_bench(result: dict) -> str:
+    setup, base, spec = result["setup"], result["baseline"], result["speculative"]
+    lines = [f"{setup['verifier']} + {setup['drafter']}, gamma {setup['gamma']}"
+             f"{' (adaptive)' if setup['adaptive'] else ''}, {setup['max_new_tokens']} new tokens, "
+             f"temperature {setup['temperature']}, {setup['prompts']} prompts x {setup['repeats']} repeats, "
+             f"{setup['torch_threads']} thread(s), {setup['machine']}", ""]
+    figures = [
+        ("baseline tokens/s", _fmt(base["tokens_per_s"], ".1f")),
+        ("speculative tokens/s", _fmt(spec["tokens_per_s"], ".1f")),
+        ("measured speedup", _fmt(result["speedup"]) + "x"),
+        ("end-to-end speedup (prefill included)", _fmt(result["end_to_end_speedup"]) + "x"),
+        ("acceptance rate", _fmt(spec["acceptance_rate"], ".1%")),
+        ("mean accepted length (tokens/call)", _fmt(spec["mean_accepted_length"])),
+        ("  predicted from α (independent tokens)", _fmt(spec["predicted_tokens_per_call"])),
+        ("per-position acceptance", " ".join(f"{a:.2f}" for a in spec["per_position_acceptance"]) or "-"),
+        ("draft / verify ms per round", f"{spec['draft_s_per_round'] * 1e3:.1f} / {spec['verify_s_per_round'] * 1e3:.1f}"),
+        ("verify ms per call, speculation off", f"{base['verify_s_per_round'] * 1e3:.1f}"),
+        ("c (draft per token / verify per call)", _fmt(spec["c"], ".3f")),
+        ("rounds that drafted", _fmt(spec["drafting_rounds_fraction"], ".0%")),
+        ("predicted speedup", _fmt(result["predicted_speedup"]) + "x"),
+        ("efficiency (measured / predicted)", _fmt(result["efficiency"])),
+        ("verify cost ratio (k+1 tokens / 1)", _fmt(result["verify_cost_ratio"])),
+        ("efficiency given that cost", _fmt(result["efficiency_given_verify_cost"])),
+        ("engine overhead per round", f"{spec['overhead_s_per_round'] * 1e3:.2f} ms "
+                                      f"({spec['overhead_fraction']:.1%} of decoding)"),
+    ]
+    if "identical" in result:
+        figures.append(("greedy replies identical to baseline", "yes" if result["identical"] else "NO"))
+    hf = result.get("hf_assisted")
+    if hf:
+        figures += [("speculative tokens/s, end to end", _fmt(spec["end_to_end_tokens_per_s"], ".1f")),
+                    (f"transformers assisted ({hf['method']}) tokens/s, end to end", _fmt(hf["tokens_per_s"], ".1f")),
+                    ("ours / transformers (end to end)", _fmt(hf["ours_over_hf"]) + "x"),
+                    ("verifier calls per reply, ours / transformers",
+                     f"{spec['verifier_calls_per_reply']:.1f} / {hf['verifier_calls_per_reply']:.1f}")]
+        if "identical" in hf:
+            figures.append(("transformers' greedy text equals ours", "yes" if hf["identical"] else "NO"))
+    width = max(len(name) for name, _ in figures)
+    lines += [f"{name.ljust(width)}  {value}" for name, value in figures]
+    header = ["prompt", "tokens", "off tok/s", "on tok/s", "speedup", "accept", "tok/call", "predicted"]
+    if "identical" in result:
+        header.append("same")
+    if hf:
+        header.append("hf tok/s")
+    rows = []
+    for row in result["per_prompt"]:
+        cells = [row["name"], str(row["new_tokens"]), _fmt(row["baseline_tokens_per_s"], ".1f"),
+                 _fmt(row["speculative_tokens_per_s"], ".1f"), _fmt(row["speedup"]) + "x",
+                 _fmt(row["acceptance_rate"], ".0%"), _fmt(row["mean_accepted_length"]),
+                 _fmt(row["predicted_speedup"]) + "x"]
+        if "identical" in result:
+            cells.append("yes" if row["identical"] else f"no@{row['first_difference']}")
+        if hf:
+            cells.append(_fmt(row["hf_tokens_per_s"], ".1f"))
+        rows.append(cells)
+    return "\n".join(lines) + "\n\n" + _table(header, rows)
+
+
+def format_ranking(result: dict) -> str:
+    setup = result["setup"]
+    head = (f"Drafts for {setup['verifier']} on {setup['machine']}: gammas {setup['gammas']}, "
+            f"{setup['prompts']} prompts x {setup['repeats']} repeats, {setup['max_new_tokens']} new tokens")
+    rows = []
+    for rank, row in enumerate(result["ranking"], 1):
+        measured = "speedup" in row
+        rows.append([str(rank) if measured else "-", row["draft"],
+                     _fmt(row.get("speedup")) + ("x" if measured else ""), _fmt(row.get("best_gamma")),
+                     _fmt(row.get("acceptance_rate"), ".0%") if measured else "-",
+                     _fmt(row.get("c"), ".3f") if measured else "-",
+                     _fmt(row.get("tokens_per_s"), ".1f") if measured else "-", row["verdict"]])
+    return head + "\n\n" + _table(["#", "draft", "speedup", "best gamma", "accept", "c", "tok/s", "doctor"], rows,
+                                    text_columns=(1, 7))
+
+
+def plot_bench(result: dict, path: str) -> None:
+    """Three panels: speedup per prompt, acceptance by draft position, predicted against measured."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise BenchError("--plot needs matplotlib: pip install matplotlib (or the project's [bench] extra)") \
+            from error
+    rows = result["per_prompt"]
+    names = [r["name"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    x = range(len(rows))
+    hf = "hf_assisted" in result
+    width = 0.4 if hf else 0.7
+    if hf:  # transformers' generate() cannot be timed without its prefill: compare end to end
+        ax.bar([i - width / 2 for i in x], [r["end_to_end_speedup"] for r in rows], width, label="specdec")
+        ax.bar([i + width / 2 for i in x], [r["hf_end_to_end_speedup"] for r in rows], width,
+               label="transformers assisted generation")
+        ax.legend(fontsize=8)
+        ax.set_ylabel("speedup over speculation off (end to end)")
+    else:
+        ax.bar(list(x), [r["speedup"] for r in rows], width)
+        ax.set_ylabel("speedup over speculation off")
+    ax.axhline(1.0, color="grey", lw=1, ls="--")
+    ax.set_xticks(list(x), names, rotation=60, ha="right", fontsize=8)
+    ax.set_title("Measured speedup per prompt")
+    ax = axes[1]
+    acceptance = result["speculative"]["per_position_acceptance"]
+    positions = list(range(1, len(acceptance) + 1))
+    ax.bar(positions, acceptance, color="tab:green")
+    ax.set_xticks(positions)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("accepted / drafted")
+    ax.set_title("Acceptance by position")
+    ax = axes[2]
+    predicted = [r["predicted_speedup"] for r in rows]
+    measured = [r["speedup"] for r in rows]
+    ax.scatter(predicted, measured, label="prompts")
+    ax.scatter([result["predicted_speedup"]], [result["speedup"]], marker="*", s=200, color="tab:red",
+               label="all prompts")
+    top = max([1.5, *predicted, *measured]) * 1.05
+    ax.plot([0, top], [0, top], color="grey", lw=1, label="measured = predicted")
+    ax.axhline(1.0, color="tab:orange", lw=1, ls="--", label="break-even")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_xlabel("predicted speedup (measured α, c)")
+    ax.set_ylabel("measured speedup")
+    ax.set_title("Predicted against measured")
+    ax.legend(fontsize=8)
+    setup = result["setup"]
+    fig.suptitle(f"{setup['verifier']} + {setup['drafter']}, γ={setup['gamma']}, {setup['machine']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def _say(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _finite(value: Any) -> Any:
+    """NaN (a figure with nothing to measure, e.g. no rounds) becomes null: strict JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _write_json(result: dict, target: str | None) -> None:
+    if not target:
+        return
+    text = json.dumps(_finite(result), indent=2, allow_nan=False)
+    if target == "-":
+        print(text)
+    else:
+        Path(target).write_text(text + "\n", encoding="utf-8")
+        _say(f"wrote {target}")
+
+
+def _apply_threads(threads: int | None) -> None:
+    from specdec_core.threads import prefer_passive_waiting, set_threads
+
+    prefer_passive_waiting()  # before torch loads (see threads.py)
+    set_threads(threads)
+
+
+def cmd_bench(args) -> int:
+    from specdec_core.cli import _config, _load  # the CLI's own rules for settings and loading
+
+    if args.no_speculation:
+        raise BenchError("bench runs with speculation both off and on; drop --no-speculation")
+    _apply_threads(args.threads)
+    config = _config(args)
+    cases = load_prompts(args.prompts)
+    if args.system:
+        cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
+    pair = _load(args)
+    settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference)
+    result = run_bench(pair.engine, pair.verifier, pair.draft, cases, config, settings, progress=_say)
+    result["setup"]["prompt_file"] = args.prompts
+    table_out = sys.stderr if args.json == "-" else sys.stdout
+    print(format_bench(result), file=table_out, flush=True)
+    _write_json(result, args.json)
+    if args.plot:
+        plot_bench(result, args.plot)
+        _say(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_rank_drafts(args) -> int:
+    from specdec_core.cli import _config, _progress
+    from specdec_core.engine import Engine
+    from specdec_core.models import load_model
+
+    _apply_threads(args.threads)
+    config = _config(args)
+    gammas = _parse_gammas(args.gammas)
+    cases = load_prompts(args.prompts)
+    load = dict(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    from specdec_core.pairing import DEFAULT_VERIFIER
+
+    verifier = load_model(args.verifier or DEFAULT_VERIFIER, progress=_progress(), **load)
+    candidates = ([] if args.no_prompt_lookup else [Candidate(None)]) + [Candidate(spec) for spec in args.drafts]
+    if not candidates:
+        raise BenchError("nothing to rank: pass --drafts SPEC ... (or drop --no-prompt-lookup)")
+    result = rank_drafts(Engine(verifier), verifier, candidates, cases, config, gammas, args.repeats,
+                         load=lambda spec: load_model(spec, **load), progress=_say)
+    result["setup"]["prompt_file"] = args.prompts
+    table_out = sys.stderr if args.json == "-" else sys.stdout
+    print(format_ranking(result), file=table_out, flush=True)
+    _write_json(result, args.json)
+    return 0
+
+
+def _parse_gammas(text: str) -> list[int]:
+    try:
+        gammas = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError as error:
+        raise BenchError(f"--gammas expects numbers separated by commas, e.g. 2,4,8 (got {text!r})") from error
+    if not gammas or gammas[0] < 1:
+        raise BenchError(f"--gammas must list draft lengths of at least 1 (got {text!r})")
+    return gammas
+
+
+def _threads_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="CPU threads for PyTorch (default: PyTorch's choice, one per core); idle threads "
+                             "sleep rather than spin unless OMP_WAIT_POLICY is set (see docs/performance.md)")
+
+
+def add_parser(subparsers, add_model_options: Callable, add_generation_options: Callable) -> None:
+    """Register `specdec bench` and `specdec rank-drafts` (called by cli.build_parser)."""
+    bench = subparsers.add_parser(
+        "bench", help="measure speculation against plain decoding (and transformers' assisted generation)",
+        description="Run each prompt with speculation off and on, alternating, after a warm-up, and report "
+                    "medians: tokens/s, speedup, acceptance, c, predicted speedup and efficiency.")
+    bench.add_argument("--prompts", default="all", metavar="FILE",
+                       help="one chat prompt per line (text or JSON), or a bundled set: "
+                            f"{', '.join(BUNDLED_SETS)}, all (default: all)")
+    bench.add_argument("--repeats", type=int, default=3, help="runs of each prompt in each mode (default 3)")
+    bench.add_argument("--hf-reference", action="store_true",
+                       help="also time transformers' generate(assistant_model=..., num_assistant_tokens=gamma) "
+                            "or its prompt lookup, on the same prompts, pair and gamma")
+    bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
+    bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
+                                                     "predicted against measured speedup (needs matplotlib)")
+    _threads_option(bench)
+    add_model_options(bench)
+    add_generation_options(bench)
+    bench.set_defaults(func=cmd_bench, max_new_tokens=48)
+
+    rank = subparsers.add_parser(
+        "rank-drafts", help="rank candidate drafts (and prompt lookup) for a verifier by measured speedup",
+        description="For each candidate draft: the doctor's verdict, then the acceptance rate, c and speedup "
+                    "measured at each draft length; sorted by the best speedup.")
+    rank.add_argument("--verifier", default=None, metavar="SPEC",
+                      help="hub id, local folder, .gguf file or embedded name (default: the embedded verifier)")
+    rank.add_argument("--drafts", nargs="*", default=[], metavar="SPEC", help="candidate draft models")
+    rank.add_argument("--prompts", default="all", metavar="FILE",
+                      help=f"prompt file or bundled set ({', '.join(BUNDLED_SETS)}, all; default: all)")
+    rank.add_argument("--gammas", default="2,4,8", help="draft lengths to try (default 2,4,8)")
+    rank.add_argument("--repeats", type=int, default=1, help="runs of each prompt per setting (default 1)")
+    rank.add_argument("--no-prompt-lookup", action="store_true", help="rank draft models only")
+    rank.add_argument("--json", metavar="OUT", help="write the ranking as JSON (- for stdout)")
+    rank.add_argument("--device", default="auto")
+    rank.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    rank.add_argument("--trust-remote-code", action="store_true")
+    _threads_option(rank)
+    group = rank.add_argument_group("generation")
+    group.add_argument("--max-new-tokens", type=int, default=48)
+    group.add_argument("--temperature", type=float, default=0.0)
+    group.add_argument("--top-k", type=int, default=0)
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--seed", type=int, default=0)
+    rank.set_defaults(func=cmd_rank_drafts, verifier=None, gamma=4, adaptive=False, confidence_cutoff=0.0,
+                      no_speculation=False)

@@ -1,0 +1,118 @@
+"""`specdec bench` and `specdec rank-drafts` on tiny folder models: the documented JSON, the identity
+check, per-prompt rows, and a ranking that lists an incompatible draft with the doctor's reason."""
+
+import importlib.util
+import json
+
+import pytest
+
+import tiny
+from specdec_core.bench import load_prompts, predict_speedup
+from specdec_core.cli import main
+from specdec_core.stats import predicted_speedup
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tiny_tokenizer):
+    root = tmp_path_factory.mktemp("bench_models")
+    verifier = tiny.save_model(root / "verifier", "llama", tiny_tokenizer, seed=1, logit_scale=8.0)
+    draft = tiny.save_model(root / "draft", "llama", tiny_tokenizer, seed=1, logit_scale=8.0, noise=0.3,
+                            noise_seed=7)
+    other = tiny.make_tokenizer(corpus=[line.upper() for line in tiny.CORPUS])  # a different vocabulary
+    stranger = tiny.save_model(root / "stranger", "llama", other, seed=2)
+    prompts = root / "prompts.jsonl"
+    prompts.write_text(
+        "# a comment, then plain text, a JSON string, a multi-turn list and an object with a system prompt\n"
+        "The capital of France is\n"
+        '"Once upon a time\\nthere was"\n'
+        '[{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi."},'
+        ' {"role": "user", "content": "1 2 3 4"}]\n'
+        '{"name": "robot", "system": "Be brief.", "messages": [{"role": "user", "content": "a little robot"}]}\n')
+    return {"verifier": str(verifier), "draft": str(draft), "stranger": str(stranger), "prompts": str(prompts),
+            "root": root}
+
+
+def bench(capsys, folders, tmp_path, *extra):
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--prompts", folders["prompts"], "--verifier", folders["verifier"], "--device", "cpu",
+                 "--repeats", "2", "--max-new-tokens", "12", "--json", str(out), *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(out.read_text()), captured.out
+
+
+def test_prompt_files_take_text_json_strings_lists_and_objects(folders):
+    cases = load_prompts(folders["prompts"])
+    assert [len(c.messages) for c in cases] == [1, 1, 3, 1]
+    assert cases[1].messages[0]["content"] == "Once upon a time\nthere was"
+    assert cases[3].name == "robot" and cases[3].system == "Be brief."
+
+
+def test_bench_writes_the_documented_json_and_greedy_replies_are_identical(capsys, folders, tmp_path):
+    plot = ["--plot", str(tmp_path / "bench.png")] if importlib.util.find_spec("matplotlib") else []
+    result, table = bench(capsys, folders, tmp_path, "--draft", folders["draft"], "--gamma", "3", "--hf-reference",
+                          *plot)
+    assert result["baseline"]["tokens_per_s"] > 0
+    assert set(result["speculative"]) >= {"tokens_per_s", "acceptance_rate", "mean_accepted_length",
+                                          "per_position_acceptance", "draft_s_per_round", "verify_s_per_round", "c"}
+    for key in ("speedup", "predicted_speedup", "efficiency"):
+        assert result[key] > 0
+    assert result["identical"] is True
+    assert 0 < result["speculative"]["acceptance_rate"] < 1  # the noisy draft is sometimes wrong
+    assert len(result["speculative"]["per_position_acceptance"]) == 3
+    assert result["hf_assisted"]["tokens_per_s"] > 0 and result["hf_assisted"]["identical"] is True
+    rows = result["per_prompt"]
+    assert [r["turns"] for r in rows] == [1, 1, 3, 1] and all(r["identical"] for r in rows)
+    assert all(r["speedup"] > 0 and r["baseline_tokens_per_s"] > 0 for r in rows)
+    assert "measured speedup" in table and "robot" in table
+    if plot:
+        assert (tmp_path / "bench.png").stat().st_size > 0
+
+
+def test_bench_with_prompt_lookup_compares_with_transformers_prompt_lookup(capsys, folders, tmp_path):
+    result, _ = bench(capsys, folders, tmp_path, "--drafter", "prompt-lookup", "--hf-reference")
+    assert result["setup"]["drafter"] == "prompt lookup"
+    assert result["hf_assisted"]["method"] == "prompt_lookup_num_tokens"
+    assert result["identical"] is True and result["hf_assisted"]["identical"] is True
+
+
+def test_sampled_bench_has_no_identity_check(capsys, folders, tmp_path):
+    result, _ = bench(capsys, folders, tmp_path, "--draft", folders["draft"], "--temperature", "0.8",
+                      "--repeats", "1")
+    assert "identical" not in result and "identical" not in result["per_prompt"][0]
+
+
+def test_rank_drafts_sorts_by_speedup_and_explains_an_incompatible_draft(capsys, folders, tmp_path):
+    out = tmp_path / "rank.json"
+    code = main(["rank-drafts", "--verifier", folders["verifier"], "--drafts", folders["draft"], folders["stranger"],
+                 str(folders["root"] / "missing"), "--prompts", folders["prompts"], "--gammas", "1,3",
+                 "--max-new-tokens", "10", "--device", "cpu", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    rows = json.loads(out.read_text())["ranking"]
+    measured = [r for r in rows if "speedup" in r]
+    assert {r["kind"] for r in measured} == {"model", "prompt-lookup"}
+    assert [r["speedup"] for r in measured] == sorted((r["speedup"] for r in measured), reverse=True)
+    assert rows[:len(measured)] == measured  # unmeasured candidates come last
+    for r in measured:
+        assert r["best_gamma"] in (1, 3) and set(r["by_gamma"]) == {"1", "3"}
+        assert r["compatible"] and "acceptance_rate" in r and "c" in r
+    stranger = next(r for r in rows if r.get("spec") == folders["stranger"])
+    assert stranger["compatible"] is False and stranger["verdict"].startswith("incompatible: token")
+    missing = next(r for r in rows if r["draft"].endswith("missing"))
+    assert missing["verdict"].startswith("could not load")
+    assert "incompatible" in captured.out and "prompt lookup" in captured.out
+
+
+def test_bad_bench_input_is_one_error_line(capsys, folders, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('[{"role": "assistant", "content": "no user turn"}]\n')
+    for args in (["--prompts", str(bad)], ["--prompts", "no-such-set"], ["--no-speculation"], ["--repeats", "0"]):
+        code = main(["bench", "--verifier", folders["verifier"], "--device", "cpu", "--max-new-tokens", "4", *args])
+        err = capsys.readouterr().err
+        assert code == 2 and len([line for line in err.splitlines() if line.startswith("error:")]) == 1, args
+
+
+def test_prediction_reduces_to_the_papers_formula_when_every_round_drafts():
+    assert predict_speedup(0.7, 4, 0.1) == pytest.approx(predicted_speedup(0.7, 4, 0.1))
+    assert predict_speedup(0.7, 4, 0.1, share=0.0) == 1.0
