@@ -309,6 +309,9 @@ def _error(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from specdec_core.threads import prefer_passive_waiting
+
+    prefer_passive_waiting()  # before torch loads: idle OpenMP threads sleep rather than spin
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
