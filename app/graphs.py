@@ -41,6 +41,7 @@ from app.trace import ReplyTrace
 from specdec_core.stats import predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
+_MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
 
 
 def _with_alpha(c: QColor, a: int) -> QColor:
@@ -241,9 +242,11 @@ class LiveGraphs(QWidget):
             return False
         for r in trace.rounds[self._n:]:
             self.b_t.append(r.t_end)
-            self.b_tps.append(r.tokens_after / r.t_end if r.t_end > 0 else 0.0)
+            # A rate over a few milliseconds is noise (the first token comes from the prefill's logits
+            # and costs a round almost nothing): leave those points out rather than spike the axis.
+            self.b_tps.append(r.tokens_after / r.t_end if r.t_end >= _MIN_RATE_S else np.nan)
             emitted = r.accepted + 1
-            self.b_tps_round.append(emitted / r.total_s if r.total_s > 0 else 0.0)
+            self.b_tps_round.append(emitted / r.total_s if r.total_s >= _MIN_RATE_S / 10 else np.nan)
             self.b_drafted.append(r.drafted)
             self.b_accepted.append(r.accepted)
             self._sum_drafted += r.drafted
@@ -298,7 +301,8 @@ class LiveGraphs(QWidget):
         """The running figure while streaming; the engine's final Stats once the reply is done."""
         if self.trace is not None and self.trace.stats and self._n >= len(self.trace.rounds):
             return float(self.trace.stats.get("tokens_per_s") or 0.0)
-        return float(self.b_tps.data[-1]) if self.b_tps.n else 0.0
+        last = float(self.b_tps.data[-1]) if self.b_tps.n else 0.0
+        return last if np.isfinite(last) else 0.0
 
     def _draw(self, force: bool = False) -> None:
         n = self.b_t.n
@@ -307,10 +311,12 @@ class LiveGraphs(QWidget):
             self._bars_key = ()
             self._shown_caption = None  # type: ignore[assignment]
         edges = np.arange(n + 1, dtype=float) + 0.5  # step curves: round i spans [i+0.5, i+1.5]
-        self.tps_curve.setData(self.b_t.data, self.b_tps.data)
-        self.tps_round.setData(self.b_t.data, self.b_tps_round.data)
-        top = max(float(self.b_tps.data.max()) if n else 0.0, self.baseline_tps or 0.0,
-                  float(np.percentile(self.b_tps_round.data, 90)) if n else 0.0)
+        self.tps_curve.setData(self.b_t.data, self.b_tps.data, connect="finite")
+        self.tps_round.setData(self.b_t.data, self.b_tps_round.data, connect="finite")
+        running = self.b_tps.data[np.isfinite(self.b_tps.data)]
+        per_round = self.b_tps_round.data[np.isfinite(self.b_tps_round.data)]
+        top = max(float(running.max()) if running.size else 0.0, self.baseline_tps or 0.0,
+                  float(np.percentile(per_round, 90)) if per_round.size else 0.0)
         if top > 0:
             self.tps_plot.getPlotItem().setYRange(0, top * 1.12, padding=0)
         self.drafted_curve.setData(edges, self.b_drafted.data)
