@@ -29,7 +29,7 @@ test: $(STAMP)
 
 # The README's screenshot, made by the app's own automation on the embedded default.
 screenshot: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/specdec-chat --prompt "Repeat this sentence three times, one per line: The quick brown fox jumps over the lazy dog near the river bank." --screenshot docs/screenshot.png --quit-when-done --max-new-tokens 120
+	QT_QPA_PLATFORM=offscreen $(BIN)/specdec-chat --prompt "Repeat this sentence three times, one per line: The quick brown fox jumps over the lazy dog near the river bank." --screenshot docs/screenshot.png --quit-when-done --max-new-tokens 120 --data-dir "$$(mktemp -d)"
 
 # Event-loop latency of the window while it streams a reply (printed, not asserted).
 bench-ui: $(STAMP)

@@ -246,7 +246,7 @@ class LiveGraphs(QWidget):
             # and costs a round almost nothing): leave those points out rather than spike the axis.
             self.b_tps.append(r.tokens_after / r.t_end if r.t_end >= _MIN_RATE_S else np.nan)
             emitted = r.accepted + 1
-            self.b_tps_round.append(emitted / r.total_s if r.total_s >= _MIN_RATE_S / 10 else np.nan)
+            self.b_tps_round.append(emitted / r.total_s if r.t_end >= _MIN_RATE_S and r.total_s > 0 else np.nan)
             self.b_drafted.append(r.drafted)
             self.b_accepted.append(r.accepted)
             self._sum_drafted += r.drafted
