@@ -42,6 +42,7 @@ from specdec_core.stats import predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
+_PARTS = 3  # panel groups updated on successive ticks while streaming
 
 
 def _with_alpha(c: QColor, a: int) -> QColor:
@@ -198,6 +199,7 @@ class LiveGraphs(QWidget):
 
     # -- buffers ------------------------------------------------------------------------------------
     def _reset_buffers(self) -> None:
+        self._pending_parts: list[int] = []
         self.b_t = Buffer()
         self.b_tps = Buffer()
         self.b_tps_round = Buffer()
@@ -239,6 +241,9 @@ class LiveGraphs(QWidget):
                 self._drew_final = True
                 self._draw()
                 return True
+            if self._pending_parts:  # finish the panels the last ticks did not reach
+                self._draw_part(self._pending_parts.pop(0))
+                return True
             return False
         for r in trace.rounds[self._n:]:
             self.b_t.append(r.t_end)
@@ -271,7 +276,11 @@ class LiveGraphs(QWidget):
                         self._pos_accepted[i] += 1
         self._n = len(trace.rounds)
         self._drew_final = trace.finished
-        self._draw()
+        if trace.finished:
+            self._draw()
+        else:
+            self._pending_parts = list(range(_PARTS))
+            self._draw_next_part()
         return True
 
     # -- drawing ------------------------------------------------------------------------------------
@@ -305,32 +314,48 @@ class LiveGraphs(QWidget):
         return last if np.isfinite(last) else 0.0
 
     def _draw(self, force: bool = False) -> None:
-        n = self.b_t.n
+        """Update every panel (a new trace, a new baseline, the final figures)."""
         self.updates += 1
         if force:
             self._bars_key = ()
             self._shown_caption = None  # type: ignore[assignment]
-        edges = np.arange(n + 1, dtype=float) + 0.5  # step curves: round i spans [i+0.5, i+1.5]
-        self.tps_curve.setData(self.b_t.data, self.b_tps.data, connect="finite")
-        self.tps_round.setData(self.b_t.data, self.b_tps_round.data, connect="finite")
-        running = self.b_tps.data[np.isfinite(self.b_tps.data)]
-        per_round = self.b_tps_round.data[np.isfinite(self.b_tps_round.data)]
-        top = max(float(running.max()) if running.size else 0.0, self.baseline_tps or 0.0,
-                  float(np.percentile(per_round, 90)) if per_round.size else 0.0)
-        if top > 0:
-            self.tps_plot.getPlotItem().setYRange(0, top * 1.12, padding=0)
-        self.drafted_curve.setData(edges, self.b_drafted.data)
-        self.accepted_curve.setData(edges, self.b_accepted.data)
-        self.rate_curve.setData(np.arange(1, n + 1, dtype=float), self.b_rate.data, connect="finite")
-        self.draft_curve.setData(edges, self.b_draft_ms.data)
-        self.dv_curve.setData(edges, self.b_verify_ms.data)
-        self.total_curve.setData(edges, self.b_total_ms.data)
-        bars_key = (tuple(self._hist), tuple(self._pos_drafted), tuple(self._pos_accepted))
-        if bars_key != self._bars_key:  # bar items rebuild their picture on every setOpts
-            self._bars_key = bars_key
-            self._draw_bars()
+        self._pending_parts = []
+        for part in range(_PARTS):
+            self._draw_part(part)
 
-        self._draw_rest(n)
+    def _draw_next_part(self) -> None:
+        """While a reply streams, one group of panels per tick: each repaint then costs a third of a full
+        one, so no single timer tick blocks the event loop for long (bench/ui_latency.py)."""
+        if not self._pending_parts:
+            self._pending_parts = list(range(_PARTS))
+        self.updates += 1
+        self._draw_part(self._pending_parts.pop(0))
+
+    def _draw_part(self, part: int) -> None:
+        n = self.b_t.n
+        edges = np.arange(n + 1, dtype=float) + 0.5  # step curves: round i spans [i+0.5, i+1.5]
+        if part == 0:
+            self.tps_curve.setData(self.b_t.data, self.b_tps.data, connect="finite")
+            self.tps_round.setData(self.b_t.data, self.b_tps_round.data, connect="finite")
+            running = self.b_tps.data[np.isfinite(self.b_tps.data)]
+            per_round = self.b_tps_round.data[np.isfinite(self.b_tps_round.data)]
+            top = max(float(running.max()) if running.size else 0.0, self.baseline_tps or 0.0,
+                      float(np.percentile(per_round, 90)) if per_round.size else 0.0)
+            if top > 0:
+                self.tps_plot.getPlotItem().setYRange(0, top * 1.12, padding=0)
+        elif part == 1:
+            self.drafted_curve.setData(edges, self.b_drafted.data)
+            self.accepted_curve.setData(edges, self.b_accepted.data)
+            self.rate_curve.setData(np.arange(1, n + 1, dtype=float), self.b_rate.data, connect="finite")
+            self.draft_curve.setData(edges, self.b_draft_ms.data)
+            self.dv_curve.setData(edges, self.b_verify_ms.data)
+            self.total_curve.setData(edges, self.b_total_ms.data)
+        else:
+            bars_key = (tuple(self._hist), tuple(self._pos_drafted), tuple(self._pos_accepted))
+            if bars_key != self._bars_key:  # bar items rebuild their picture on every setOpts
+                self._bars_key = bars_key
+                self._draw_bars()
+            self._draw_rest(n)
 
     def _draw_bars(self) -> None:
         if self._hist:

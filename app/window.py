@@ -59,9 +59,10 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, StopReason
 
 FLUSH_MS = 40
-# Graphs repaint on every GRAPH_EVERY-th tick while a reply streams (160 ms): six antialiased plots
-# cost tens of milliseconds to paint on a 2-core CPU, text does not; the last flush always draws.
-GRAPH_EVERY = 4
+# Graphs update on every GRAPH_EVERY-th tick while a reply streams, one third of the panels at a time
+# (graphs.py): six antialiased plots cost tens of milliseconds to paint on a 2-core CPU, text does not;
+# the last flush always draws everything.
+GRAPH_EVERY = 2
 
 
 class Composer(QPlainTextEdit):
