@@ -35,7 +35,7 @@ from pathlib import Path
 
 from specdec_core.threads import prefer_passive_waiting
 
-prefer_passive_waiting()  # before torch loads: idle OpenMP threads sleep instead of spinning (threads.py)
+prefer_passive_waiting()  # before torch loads: the CPU thread defaults of threads.py (1 thread on 2 cores)
 
 import torch  # noqa: E402
 
@@ -76,7 +76,7 @@ PLANS = {
     "cuda": Plan("Llama-3.1-8B shape", LLAMA_8B, "Llama-3.2-1B shape", LLAMA_1B, torch.bfloat16, prefill=512,
                  new_tokens=128, ks=tuple(range(1, 17)), reps=20, copy_mib=4096),
     "cpu": Plan("small Llama (CPU stand-in)", SMALL_VERIFIER, "tiny Llama (CPU stand-in)", SMALL_DRAFT,
-                torch.float32, prefill=128, new_tokens=40, ks=tuple(range(1, 17)), reps=3, copy_mib=256),
+                torch.float32, prefill=128, new_tokens=40, ks=tuple(range(1, 17)), reps=7, copy_mib=256),
 }
 
 
@@ -174,7 +174,6 @@ def measure_bandwidth(device: torch.device, mib: int) -> float:
     src = torch.empty(n, dtype=torch.uint8, device=device).fill_(1)
     dst = torch.empty_like(src)
     seconds = median_time(lambda: dst.copy_(src), reps=10, device=device)
-    del src, dst
     return 2 * n / seconds  # each byte is read once and written once
 
 
@@ -197,9 +196,13 @@ def verify_costs(loaded: LoadedModel, plan: Plan) -> dict[int, float]:
     costs = {}
     for k in plan.ks:
         extra = torch.randint(1, vocab, (k,), generator=generator).tolist()
-        # logits_for rolls the cache back to the prompt each time: the k tokens differ from what it holds.
-        costs[k] = median_time(lambda: forward.logits_for(prompt + extra, n_last=k), plan.reps, loaded.device)
-        forward.logits_for(prompt)  # leave the cache at the prompt for the next width
+
+        def step(extra: list[int] = extra, k: int = k) -> torch.Tensor:
+            # Drop the k tokens the previous step cached (and the logits it kept), then run them again.
+            forward.roll_back(len(prompt))
+            return forward.logits_for(prompt + extra, n_last=k)
+
+        costs[k] = median_time(step, plan.reps, loaded.device)
     return costs
 
 

@@ -1,11 +1,17 @@
 """CPU threads for PyTorch: how many, and how idle ones wait.
 
 Batch-1 decoding runs hundreds of small parallel regions per forward pass. PyTorch's OpenMP threads
-spin between regions by default; when another process holds one of the cores, a spinning thread
-waits for a descheduled sibling at every barrier and a forward pass can become 5-20x slower
-(measured in docs/performance.md). Letting idle threads sleep (OMP_WAIT_POLICY=PASSIVE) removes that
-cliff. OpenMP reads the setting once, when PyTorch loads, so `prefer_passive_waiting` must run before
-the first `import torch`; the `specdec` commands call it first thing.
+spin between regions by default; when another process (or the app's GUI thread) takes one of the
+cores, the spinning threads wait for a descheduled sibling at every barrier and a forward pass
+becomes 5-50x slower. Measured on a 2-core CPU with the embedded 135M verifier (docs/performance.md,
+"Threads"): 1 thread is within a few percent of the best setting when the machine is quiet and the
+best one when it is busy; 2 spinning threads are 20% faster for a 5-token verify when quiet and
+10x slower when busy; 2 sleeping (OMP_WAIT_POLICY=PASSIVE) threads never beat 1 thread.
+
+So, before torch loads, `prefer_passive_waiting` sets two defaults the user can override:
+OMP_WAIT_POLICY=PASSIVE (idle threads sleep), and on machines with 2 logical CPUs or fewer
+OMP_NUM_THREADS=1. $SPECDEC_THREADS, or `--threads` on the bench commands, picks another count.
+OpenMP reads these once, when PyTorch loads, so the `specdec` commands call this first thing.
 """
 
 from __future__ import annotations
@@ -14,16 +20,28 @@ import os
 import sys
 
 
+def default_threads() -> int | None:
+    """$SPECDEC_THREADS, else 1 on a machine with at most 2 logical CPUs, else None (PyTorch decides)."""
+    chosen = os.environ.get("SPECDEC_THREADS", "").strip()
+    if chosen.isdigit() and int(chosen) > 0:
+        return int(chosen)
+    return 1 if (os.cpu_count() or 1) <= 2 else None
+
+
 def prefer_passive_waiting() -> bool:
-    """Ask OpenMP to let idle threads sleep, unless the user chose a policy. True if it can take effect."""
+    """Set the CPU thread defaults above unless the user chose them. True if they can take effect
+    (PyTorch is not loaded yet)."""
     if "torch" in sys.modules:
         return False
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    threads = default_threads()
+    if threads is not None:
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     return True
 
 
 def set_threads(threads: int | None) -> int:
-    """Use `threads` intra-op threads (None: PyTorch's default). Returns the number in use."""
+    """Use `threads` intra-op threads (None: keep the default). Returns the number in use."""
     import torch
 
     if threads is not None:

@@ -5,8 +5,8 @@ import importlib.util
 import json
 
 import pytest
-
 import tiny
+
 from specdec_core.bench import load_prompts, predict_speedup
 from specdec_core.cli import main
 from specdec_core.stats import predicted_speedup
