@@ -161,10 +161,9 @@ class ConversationStore:
 # ---- settings -----------------------------------------------------------------------------------
 
 DEFAULT_VERIFIER = "smollm2-135m-instruct"
-# The one place the default draft lives. No draft model ships yet, so the default drafter is prompt
-# lookup; when a draft ships, set DEFAULT_DRAFT to its spec and DEFAULT_DRAFTER to "model".
-DEFAULT_DRAFT = ""
-DEFAULT_DRAFTER = "prompt-lookup"  # "model" | "prompt-lookup"
+# The one place the app's default draft lives (the CLI's is specdec_core.pairing.DEFAULT_DRAFTS).
+DEFAULT_DRAFT = "smollm2-135m-draft"  # specdec_core.models.EMBEDDED_DRAFT, the head distilled from the verifier
+DEFAULT_DRAFTER = "model"  # "model" | "prompt-lookup"
 
 
 @dataclass

@@ -156,11 +156,13 @@ class Reply:
 
 
 def _forwards(engine: Engine) -> list:
-    from specdec_core.drafters import ModelDrafter
+    from specdec_core.drafters import FeatureDrafter, ModelDrafter
 
     out = [engine.target]
     if isinstance(engine.drafter, ModelDrafter):
         out.append(engine.drafter.forward)
+    elif isinstance(engine.drafter, FeatureDrafter):
+        out.append(engine.drafter)  # counts the head's own forward time
     return out
 
 
@@ -480,6 +482,8 @@ def _bench_result(cases, prompts, replies, config: GenerationConfig, settings: B
 
 
 def _setup(config: GenerationConfig, settings: BenchSettings, verifier, engine, draft, n_prompts: int) -> dict:
+    import os
+
     import torch
     import transformers
 
@@ -491,6 +495,7 @@ def _setup(config: GenerationConfig, settings: BenchSettings, verifier, engine, 
         "gamma": config.gamma, "adaptive": config.adaptive, "max_new_tokens": config.max_new_tokens,
         "temperature": config.temperature, "seed": config.seed, "repeats": settings.repeats,
         "prompts": n_prompts, "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default (spin)"),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "machine": machine_description(verifier.device),
     }
@@ -529,7 +534,7 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     the best gamma is the one measured fastest. Rows come back sorted by that speedup."""
     from specdec_core.chat import build_prompt
     from specdec_core.doctor import check_models
-    from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
+    from specdec_core.drafters import PromptLookupDrafter, drafter_for
 
     say = progress or (lambda message: None)
     if repeats < 1:
@@ -560,7 +565,7 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
             if not verdict.compatible:
                 rows.append(row)
                 continue
-            drafter = ModelDrafter(draft)
+            drafter = drafter_for(draft)
         engine.set_drafter(drafter)
         time_reply(engine, prompts[0], off.with_(max_new_tokens=8))  # warm-up, both models
         time_reply(engine, prompts[0], config.with_(max_new_tokens=8, gamma=gammas[0]))
@@ -577,14 +582,13 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
         by_gamma = {}
         for g in gammas:
             s = summarize(spec[g])
-            by_gamma[str(g)] = {"tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / baseline["tokens_per_s"],
-                           "acceptance_rate": s["acceptance_rate"], "c": s["c"],
-                           "mean_accepted_length": s["mean_accepted_length"],
-                           "predicted_speedup": s["predicted_speedup"]}
+            by_gamma[str(g)] = {
+                "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / baseline["tokens_per_s"],
+                "acceptance_rate": s["acceptance_rate"], "c": s["c"],
+                "mean_accepted_length": s["mean_accepted_length"], "predicted_speedup": s["predicted_speedup"]}
         best = max(gammas, key=lambda g: by_gamma[str(g)]["speedup"])
         row.update(best_gamma=best, baseline_tokens_per_s=baseline["tokens_per_s"], by_gamma=by_gamma,
-                   **{k: by_gamma[str(best)][k] for k in ("tokens_per_s", "speedup", "acceptance_rate", "c",
-                                                     "mean_accepted_length", "predicted_speedup")})
+                   **by_gamma[str(best)])
         rows.append(row)
         engine.set_drafter(None)
         del drafter, draft
@@ -637,7 +641,8 @@ def format_bench(result: dict) -> str:
         ("mean accepted length (tokens/call)", _fmt(spec["mean_accepted_length"])),
         ("  predicted from α (independent tokens)", _fmt(spec["predicted_tokens_per_call"])),
         ("per-position acceptance", " ".join(f"{a:.2f}" for a in spec["per_position_acceptance"]) or "-"),
-        ("draft / verify ms per round", f"{spec['draft_s_per_round'] * 1e3:.1f} / {spec['verify_s_per_round'] * 1e3:.1f}"),
+        ("draft / verify ms per round",
+         f"{spec['draft_s_per_round'] * 1e3:.1f} / {spec['verify_s_per_round'] * 1e3:.1f}"),
         ("verify ms per call, speculation off", f"{base['verify_s_per_round'] * 1e3:.1f}"),
         ("c (draft per token / verify per call)", _fmt(spec["c"], ".3f")),
         ("rounds that drafted", _fmt(spec["drafting_rounds_fraction"], ".0%")),
@@ -803,6 +808,12 @@ def cmd_bench(args) -> int:
     if args.system:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
     pair = _load(args)
+    from specdec_core.drafters import FeatureDrafter
+
+    if args.hf_reference and isinstance(pair.drafter, FeatureDrafter):
+        raise BenchError(f"transformers' assisted generation cannot run {pair.draft.name}, a draft head that reads "
+                         "the verifier's hidden states: drop --hf-reference, or compare with --drafter "
+                         "prompt-lookup or a draft model")
     settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference)
     result = run_bench(pair.engine, pair.verifier, pair.draft, cases, config, settings, progress=_say)
     result["setup"]["prompt_file"] = args.prompts
@@ -852,8 +863,8 @@ def _parse_gammas(text: str) -> list[int]:
 
 def _threads_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, metavar="N",
-                        help="CPU threads for PyTorch (default: PyTorch's choice, one per core); idle threads "
-                             "sleep rather than spin unless OMP_WAIT_POLICY is set (see docs/performance.md)")
+                        help="CPU threads for PyTorch (default: $SPECDEC_THREADS, else 1 on machines with 2 "
+                             "CPUs or fewer, else PyTorch's choice; see docs/performance.md)")
 
 
 def add_parser(subparsers, add_model_options: Callable, add_generation_options: Callable) -> None:

@@ -71,9 +71,38 @@ class Verdict:
 
 
 def check_models(verifier: LoadedModel, draft: LoadedModel) -> Verdict:
-    """check_pair on two loaded models, with the row counts of their output layers."""
-    return check_pair(verifier.tokenizer, draft.tokenizer, verifier_logits=_output_rows(verifier.model),
-                      draft_logits=_output_rows(draft.model))
+    """check_pair on two loaded models, with the row counts of their output layers (and, for a draft
+    head, whether it can read this verifier's hidden states)."""
+    verdict = check_pair(verifier.tokenizer, draft.tokenizer, verifier_logits=_output_rows(verifier.model),
+                         draft_logits=_output_rows(draft.model))
+    findings = _head_findings(verifier, draft)
+    if not findings:
+        return verdict
+    compatible = verdict.compatible and not any(f.level == "error" for f in findings)
+    return Verdict(compatible=compatible, findings=verdict.findings + findings,
+                   shared_vocab_size=verdict.shared_vocab_size)
+
+
+def _head_findings(verifier: LoadedModel, draft: LoadedModel) -> tuple[Finding, ...]:
+    """A draft head reads the verifier's final hidden states: their width must match, and a head trained
+    on another verifier still works (exactly) but will rarely be accepted."""
+    from specdec_core.draft_head import MODEL_TYPE, embedding_fingerprint
+
+    config = draft.model.config
+    if getattr(config, "model_type", None) != MODEL_TYPE:
+        return ()
+    text_config = verifier.model.config.get_text_config()
+    width = getattr(text_config, "hidden_size", None)
+    trained_on = config.verifier_name or "another verifier"
+    if width != config.hidden_size:
+        return (Finding("error", f"the draft head reads hidden states {config.hidden_size} wide but this "
+                                 f"verifier's are {width}: it was made for {trained_on}"),)
+    embeddings = verifier.model.get_input_embeddings()
+    fingerprint = embedding_fingerprint(embeddings.weight) if embeddings is not None else None
+    if fingerprint is None or abs(fingerprint - config.verifier_fingerprint) > 1e-3 * (1 + abs(fingerprint)):
+        return (Finding("warning", f"the draft head was trained on {trained_on}, not on this verifier: its "
+                                   "drafts stay exact but few will be accepted"),)
+    return (Finding("ok", f"draft head trained on this verifier ({trained_on}); it reads its hidden states"),)
 
 
 def _output_rows(model) -> int | None:

@@ -9,15 +9,16 @@ A drafter need not be a model: prompt lookup copies from the conversation.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from specdec_core.config import GenerationConfig
+from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
-from specdec_core.kv import CachedForward
+from specdec_core.kv import CachedForward, common_prefix_length
 from specdec_core.sampling import processed_probs, sample
 
 if TYPE_CHECKING:
@@ -54,6 +55,43 @@ class Drafter(Protocol):
         ...
 
 
+def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator, first: bool
+          ) -> tuple[int, torch.Tensor, float] | None:
+    """One drafted token from the draft's logits [V]: (token, the processed distribution it was sampled
+    from, its probability as people read it), or None when the confidence cutoff ends the round."""
+    draft_probs = processed_probs(logits, config)
+    # What people see: when greedy the sampled distribution is a one-hot, so show the softmax.
+    shown_probs = torch.softmax(logits.float(), -1) if config.greedy else draft_probs
+    if config.confidence_cutoff and not first and float(shown_probs.max()) < config.confidence_cutoff:
+        return None
+    token = sample(draft_probs, generator)
+    return token, draft_probs, float(shown_probs[token])
+
+
+def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float, max_tokens: int,
+                 config: GenerationConfig, generator: torch.Generator, vocab_size: int,
+                 eos_token_ids: frozenset[int]) -> Draft:
+    """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)`."""
+    tokens: list[int] = []
+    rows: list[torch.Tensor] = []
+    shown: list[float] = []
+    stop = DraftStop.GAMMA if max_tokens > 0 else DraftStop.MAX_TOKENS
+    while len(tokens) < max_tokens:
+        picked = _pick(next_logits(tokens)[:vocab_size], config, generator, first=not tokens)
+        if picked is None:
+            stop = DraftStop.CONFIDENCE
+            break
+        token, draft_probs, shown_prob = picked
+        tokens.append(token)
+        rows.append(draft_probs)
+        shown.append(shown_prob)
+        if token in eos_token_ids:
+            stop = DraftStop.EOS
+            break
+    probs = torch.stack(rows) if rows else torch.empty(0, vocab_size)
+    return Draft(tuple(tokens), probs, tuple(shown), stop, time.perf_counter() - start)
+
+
 class ModelDrafter:
     """A small causal LM with its own KV cache, sampling from the same processed distribution rule
     as the verifier (temperature, top-k, top-p) so that the acceptance ratio is exact."""
@@ -76,32 +114,121 @@ class ModelDrafter:
                 eos_token_ids: frozenset[int]) -> Draft:
         start = time.perf_counter()
         context = list(ids)
-        tokens: list[int] = []
-        rows: list[torch.Tensor] = []
-        shown: list[float] = []
-        stop = DraftStop.GAMMA if max_tokens > 0 else DraftStop.MAX_TOKENS
-        while len(tokens) < max_tokens:
-            # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
-            logits = self.forward.logits_for(context)[-1, :vocab_size]
-            draft_probs = processed_probs(logits, config)
-            # What people see: when greedy the sampled distribution is a one-hot, so show the softmax.
-            shown_probs = torch.softmax(logits.float(), -1) if config.greedy else draft_probs
-            if config.confidence_cutoff and tokens and float(shown_probs.max()) < config.confidence_cutoff:
-                stop = DraftStop.CONFIDENCE
-                break
-            token = sample(draft_probs, self.generator)
-            tokens.append(token)
-            rows.append(draft_probs)
-            shown.append(float(shown_probs[token]))
-            context.append(token)
-            if token in eos_token_ids:
-                stop = DraftStop.EOS
-                break
-        probs = torch.stack(rows) if rows else torch.empty(0, vocab_size)
-        return Draft(tuple(tokens), probs, tuple(shown), stop, time.perf_counter() - start)
+        # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
+        return _autoregress(lambda drafted: self.forward.logits_for(context + drafted)[-1], start, max_tokens,
+                            config, self.generator, vocab_size, eos_token_ids)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
+
+
+class FeatureDrafter:
+    """A draft head (draft_head.py, after EAGLE) that reads the verifier's final hidden states.
+
+    Before each round the head catches up on the positions the verifier has verified since the last
+    round, fed with the verifier's true hidden states; then it drafts autoregressively, each step
+    feeding back its own prediction of the next hidden state with the token it just drafted. Its KV
+    cache keeps the positions computed from true hidden states and drops the rest, so a rejected draft
+    never leaves a predicted state behind.
+
+    The engine calls `attach` with the verifier's CachedForward, which then records hidden states."""
+
+    def __init__(self, head: LoadedModel):
+        self.draft = head
+        self.name = head.name
+        self.model = head.model
+        self.generator = torch.Generator(device=head.device)
+        self.cache = HeadCache()
+        self._cache_ids: list[int] = []  # token ids x_0..x_m behind the head's cached positions 0..m-1
+        self._true = 0  # cached positions computed from the verifier's true hidden states
+        self._next_state: torch.Tensor | None = None  # head's prediction of the state after its last true position
+        self.target: CachedForward | None = None
+        self.forward_s = 0.0  # time inside the head and its output rows (benchmarks: engine overhead is the rest)
+
+    def attach(self, target: CachedForward) -> None:
+        """Read the verifier's hidden states through `target`, and borrow its embeddings and output rows."""
+        verifier = target.model
+        self.target = target
+        target.record_hidden_states()
+        self.embed = verifier.get_input_embeddings()
+        head_ids = self.model.head_ids
+        output = verifier.get_output_embeddings().weight
+        self.head_ids = head_ids[head_ids < output.shape[0]].to(output.device)
+        self.output_rows = output.detach()[self.head_ids].to(self.draft.device, self.draft.dtype)
+        self.reset_cache()
+
+    def reset(self, seed: int) -> None:
+        self.generator.manual_seed(seed * 2 + 1)
+
+    def reset_cache(self) -> None:
+        self.cache = HeadCache()
+        self._cache_ids, self._true, self._next_state = [], 0, None
+
+    @torch.inference_mode()
+    def prefill(self, ids: Sequence[int]) -> None:
+        self._catch_up(list(ids))
+
+    def _step(self, states: torch.Tensor, tokens: Sequence[int], first_position: int) -> torch.Tensor:
+        """Run the head on (state f_i, token x_{i+1}) pairs from `first_position` on; predicted states [n, d]."""
+        device = self.draft.device
+        token_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.embed.weight.device)
+        embeds = self.embed(token_ids).to(device, self.draft.dtype)
+        positions = torch.arange(first_position, first_position + len(tokens), device=device)
+        start = time.perf_counter()
+        predicted = self.model(states[None].to(device, self.draft.dtype), embeds, positions, self.cache)[0]
+        self.forward_s += time.perf_counter() - start
+        return predicted
+
+    def _catch_up(self, ids: list[int]) -> torch.Tensor | None:
+        """Bring the head's cache up to the verifier's verified positions; the state to draft from."""
+        assert self.target is not None, "FeatureDrafter.attach() was not called (Engine does it)"
+        known = min(common_prefix_length(self.target.cached_ids, ids), self.target.hidden_len)
+        if known < len(ids) - 1:
+            return None  # the verifier has not read this sequence: nothing to draft from
+        # Head position i reads (f_i, x_{i+1}): those with true states run from 0 to len(ids) - 2.
+        stop = len(ids) - 1
+        valid = min(self._true, max(0, common_prefix_length(self._cache_ids, ids) - 1), stop)
+        if not (valid == stop == self._true and self._next_state is not None):
+            valid = min(valid, max(0, stop - 1))  # rerun at least the last position: its prediction is needed
+            self._next_state = None
+        self.cache.crop(valid)  # also drops the positions the last round predicted
+        if stop > valid:
+            predicted = self._step(self.target.hidden_states(valid, stop), ids[valid + 1:stop + 1], valid)
+            self._next_state = predicted[-1]
+        self._true = stop
+        self._cache_ids = ids[:stop + 1]
+        if known >= len(ids):
+            return self.target.hidden_states(len(ids) - 1, len(ids))[0]  # the verifier's own: exact
+        return self._next_state
+
+    def _logits(self, state: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        start = time.perf_counter()
+        scores = self.output_rows @ state.to(self.output_rows.dtype)
+        self.forward_s += time.perf_counter() - start
+        logits = scores.new_full((vocab_size,), float("-inf"))
+        return logits.index_copy_(0, self.head_ids.to(logits.device), scores)
+
+    @torch.inference_mode()
+    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
+                eos_token_ids: frozenset[int]) -> Draft:
+        start = time.perf_counter()
+        context = list(ids)
+        state = self._catch_up(context) if max_tokens > 0 else None
+        if state is None:
+            return _autoregress(lambda drafted: torch.empty(0), start, 0, config, self.generator, vocab_size,
+                                eos_token_ids)
+        current = [state]
+
+        def next_logits(drafted: list[int]) -> torch.Tensor:
+            if drafted:  # feed back the predicted state with the token drafted from it
+                position = len(context) - 1 + len(drafted) - 1
+                current[0] = self._step(current[0][None], drafted[-1:], position)[-1]
+            return self._logits(current[0], vocab_size)
+
+        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        pass  # the next propose() keeps only the positions computed from true states
 
 
 class PromptLookupDrafter:
@@ -166,3 +293,13 @@ class PromptLookupDrafter:
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass
+
+
+def is_draft_head(draft: LoadedModel) -> bool:
+    """A draft head (draft_head.py) reads the verifier's hidden states and cannot run on its own."""
+    return getattr(draft.model.config, "model_type", None) == "specdec_head"
+
+
+def drafter_for(draft: LoadedModel) -> Drafter:
+    """The drafter that runs this draft model: a FeatureDrafter for a draft head, else a ModelDrafter."""
+    return FeatureDrafter(draft) if is_draft_head(draft) else ModelDrafter(draft)

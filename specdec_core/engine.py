@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter, ModelDrafter
+from specdec_core.drafters import Draft, Drafter, FeatureDrafter, ModelDrafter
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
@@ -87,11 +87,15 @@ class Engine:
         if isinstance(drafter, ModelDrafter):
             rows += [len(drafter.draft.tokenizer), _output_rows(drafter.draft.model)]
         self.vocab_size = min(rows)
+        if isinstance(drafter, FeatureDrafter):
+            drafter.attach(self.target)  # it reads the verifier's hidden states
 
     def reset_caches(self) -> None:
         self.target.reset()
         if isinstance(self.drafter, ModelDrafter):
             self.drafter.forward.reset()
+        elif isinstance(self.drafter, FeatureDrafter):
+            self.drafter.reset_cache()
 
     def generate(self, prompt_ids: Sequence[int], config: GenerationConfig,
                  controls: Controls | None = None) -> Iterator[Event]:

@@ -10,6 +10,9 @@ accepted round, and reusing the conversation prefix from one chat turn to the ne
 The logits of the last position run are kept as well: when the next call starts exactly there (a
 prefill of the whole prompt, then the first round), that distribution is reused rather than
 recomputed by feeding the last token again, so a reply costs one verifier call less.
+
+On request (`record_hidden_states`) it also keeps the model's final hidden state at every cached
+position, cut back with the cache: a draft head (draft_head.py) reads the verifier's through it.
 """
 
 from __future__ import annotations
@@ -52,11 +55,35 @@ class CachedForward:
         self.forward_s = 0.0
         self.forward_calls = 0
         self.synchronize_timing = False
+        self.hidden_len = 0  # positions of `_hidden` that are valid (== len(cached_ids) when recording)
+        self._hidden: torch.Tensor | None = None  # [capacity, d]
+        self._hook = None
+        self._last_hidden: torch.Tensor | None = None
+
+    def record_hidden_states(self) -> None:
+        """From now on keep the final (post-norm) hidden state of every position this cache holds."""
+        if self._hook is not None:
+            return
+        base = getattr(self.model, "base_model", None)
+        if base is None or base is self.model:
+            raise ValueError("this model does not expose its decoder, so its hidden states cannot be read")
+
+        def keep(module, args, output) -> None:
+            self._last_hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+        self._hook = base.register_forward_hook(keep)
+        self.reset()  # positions cached so far have no hidden states
+
+    def hidden_states(self, start: int, stop: int) -> torch.Tensor:
+        """[stop - start, d] final hidden states of cached positions start..stop-1."""
+        assert self._hidden is not None and stop <= self.hidden_len
+        return self._hidden[start:stop]
 
     def reset(self) -> None:
         self.cached_ids = []
         self.cache = DynamicCache(config=getattr(self.model, "config", None))
         self._next_logits = None
+        self.hidden_len = 0
 
     def roll_back(self, keep: int) -> None:
         """Drop cached positions from `keep` on (rejected drafts, or a conversation that diverged)."""
@@ -67,6 +94,7 @@ class CachedForward:
             self.cache.crop(-drop)
             del self.cached_ids[keep:]
             self._next_logits = None
+            self.hidden_len = min(self.hidden_len, keep)
 
     @torch.inference_mode()
     def logits_for(self, ids: Sequence[int], n_last: int = 1) -> torch.Tensor:
@@ -99,7 +127,20 @@ class CachedForward:
         self.forward_s += time.perf_counter() - start
         self.forward_calls += 1
         self.last_run = len(new_ids)
+        if self._hook is not None:
+            self._store_hidden(self._last_hidden[0])
         self.cached_ids.extend(new_ids)
         logits = out.logits[0, -n_last:]
         self._next_logits = logits[-1]
         return logits
+
+    def _store_hidden(self, new: torch.Tensor) -> None:
+        """Append [n, d] hidden states, growing the buffer geometrically (no copy of the whole past per call)."""
+        end = self.hidden_len + new.shape[0]
+        if self._hidden is None or end > self._hidden.shape[0] or self._hidden.dtype != new.dtype:
+            grown = new.new_empty((max(256, 2 * end), new.shape[-1]))
+            if self._hidden is not None and self.hidden_len:
+                grown[:self.hidden_len] = self._hidden[:self.hidden_len]
+            self._hidden = grown
+        self._hidden[self.hidden_len:end] = new
+        self.hidden_len = end

@@ -398,7 +398,8 @@ def _check_remote_code(folder: Path, spec: str, trust_remote_code: bool) -> None
         raise ModelLoadError(f"cannot read {folder / 'config.json'}: {error}") from error
     from transformers import CONFIG_MAPPING
 
-    import specdec_core.draft_model  # noqa: F401 - registers our own draft architecture with transformers
+    import specdec_core.draft_head  # noqa: F401 - registers our own draft architectures with transformers
+    import specdec_core.draft_model  # noqa: F401
 
     model_type = config.get("model_type")
     if model_type in CONFIG_MAPPING or trust_remote_code:
@@ -449,21 +450,26 @@ def _first_line(error: BaseException) -> str:
 
 def _describe(model, tokenizer, *, spec: str, name: str, source: str, load_s: float) -> LoadedModel:
     """Read the facts the engine needs off a loaded model, and fill generation defaults it lacks."""
-    generation = model.generation_config
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    # A draft head (draft_head.py) cannot generate, so transformers gives it no generation config.
+    generation = getattr(model, "generation_config", None) or HFGenerationConfig()
     eos: set[int] = set()
     if tokenizer.eos_token_id is not None:
         eos.add(int(tokenizer.eos_token_id))
     eos |= _ids(generation.eos_token_id)
     if not eos:
         eos |= _ids(getattr(model.config, "eos_token_id", None))
-    if generation.eos_token_id is None and eos:
-        generation.eos_token_id = sorted(eos)
-    if generation.pad_token_id is None:
-        # Without one, generate() warns on every call and borrows EOS anyway; say so once, here.
-        pad = tokenizer.pad_token_id
-        generation.pad_token_id = pad if pad is not None else (min(eos) if eos else None)
+    if getattr(model, "generation_config", None) is not None:
+        if generation.eos_token_id is None and eos:
+            generation.eos_token_id = sorted(eos)
+        if generation.pad_token_id is None:
+            # Without one, generate() warns on every call and borrows EOS anyway; say so once, here.
+            pad = tokenizer.pad_token_id
+            generation.pad_token_id = pad if pad is not None else (min(eos) if eos else None)
 
-    embeddings = model.get_input_embeddings().weight
+    embeddings = model.get_input_embeddings()
+    embeddings = embeddings.weight if embeddings is not None else next(model.parameters())  # a head has none
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, name=name, device=embeddings.device,
                        dtype=embeddings.dtype, context_length=_context_length(model.config),
                        eos_token_ids=frozenset(eos), load_s=load_s, source=source)

@@ -5,14 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec_core.doctor import Verdict, check_models
-from specdec_core.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafters import Drafter, PromptLookupDrafter, drafter_for
 from specdec_core.engine import Engine
-from specdec_core.models import EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
+from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
 
 DRAFTER_KINDS = ("model", "prompt-lookup")
-# The embedded pair: until a shipped draft model exists, the embedded verifier with prompt lookup.
+# The embedded pair: the embedded verifier with the draft head distilled from it (assets/). Any other
+# verifier has no default draft and speculates with prompt lookup unless given one.
 DEFAULT_VERIFIER = EMBEDDED_VERIFIER
-DEFAULT_DRAFT: str | None = None
+DEFAULT_DRAFTS = {EMBEDDED_VERIFIER: EMBEDDED_DRAFT}
+
+
+def default_draft(verifier_spec: str | None) -> str | None:
+    """The draft that ships for this verifier, if any."""
+    return DEFAULT_DRAFTS.get(verifier_spec or DEFAULT_VERIFIER)
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
 
     Raises ModelLoadError for a model that cannot load and IncompatiblePairError (with the doctor's
     reason) for a pair that cannot work together."""
-    draft_spec = draft_spec or DEFAULT_DRAFT
+    if draft_spec is None and drafter in (None, "model"):
+        draft_spec = default_draft(verifier_spec)
     kind = choose_drafter_kind(drafter, draft_spec)
     if kind == "model" and not draft_spec:
         from specdec_core.errors import ConfigError
@@ -62,7 +69,7 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
         assert draft_spec is not None
         draft = load_model(draft_spec, **load)
         verdict = check_models(verifier, draft).raise_if_incompatible()
-        drafter_obj = ModelDrafter(draft)
+        drafter_obj = drafter_for(draft)
     else:
         drafter_obj = PromptLookupDrafter()
     return Pair(engine=Engine(verifier, drafter_obj), verifier=verifier, draft=draft, drafter=drafter_obj,

@@ -111,3 +111,30 @@ def make_pair(arch: str, tokenizer, *, noise: float = 0.3, **kwargs):
     draft = as_loaded(make_model(arch, tokenizer, seed=1, logit_scale=8.0, noise=noise, noise_seed=7),
                       tokenizer, f"{arch}-draft", **kwargs)
     return verifier, draft
+
+
+def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, scale: float = 1.0):
+    """A random draft head (draft_head.py) for an in-memory verifier, wrapped like a loaded model.
+
+    `scale` multiplies the residual branch so that its prediction starts near the state it read (a
+    random head then agrees with the verifier often enough for rounds to mix acceptances and rejections)."""
+    from specdec_core.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
+
+    model = verifier.model
+    text_config = model.config.get_text_config()
+    vocab = model.get_output_embeddings().weight.shape[0]
+    ids = list(range(vocab)) if head_ids is None else head_ids
+    torch.manual_seed(seed)
+    config = SpecdecHeadConfig(hidden_size=text_config.hidden_size, num_attention_heads=4, num_key_value_heads=2,
+                               intermediate_size=2 * text_config.hidden_size, vocab_size=vocab,
+                               head_size=len(ids), verifier_name=verifier.name,
+                               verifier_fingerprint=embedding_fingerprint(model.get_input_embeddings().weight))
+    head = SpecdecHeadModel(config).eval()
+    with torch.no_grad():
+        head.set_head_ids(torch.tensor(ids))
+        width = text_config.hidden_size
+        # fc reads [embedding ; state]: start close to passing the state through.
+        head.fc.weight[:, width:] += torch.eye(width) * 3
+        head.layer.o_proj.weight.mul_(scale)
+        head.layer.down_proj.weight.mul_(scale)
+    return as_loaded(head, verifier.tokenizer, f"{verifier.name}-head")

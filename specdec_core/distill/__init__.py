@@ -1,11 +1,18 @@
 """Distilling the shipped draft model from the embedded verifier (self-distillation), step by step.
 
     prompts   compose the prompt sets (train and held-out) from templates x topics -> assets/prompts/
-    generate  the verifier's own replies to the training prompts, greedy and sampled -> <work>/replies/
-    label     the verifier's top-k next-token distribution at every reply position -> <work>/labels/
-    train     a SpecdecDraftForCausalLM on those distributions -> <work>/checkpoints/
-    export    the trained draft as an fp16 folder with the verifier's tokenizer -> assets/<name>/
+    generate  the verifier's own replies to the training prompts, greedy and sampled -> <work>/replies/,
+              with its top-k next-token distributions (<work>/labels/) and final hidden states
+              (<work>/features/) recorded on the way
+    label     the top-k distributions again, for replies generated elsewhere -> <work>/labels/
+    features  the hidden states again, for replies generated elsewhere -> <work>/features/
+    train-head  the shipped draft: a draft head (draft_head.py, after EAGLE) on the hidden states
+              -> <work>/runs/<run>/
+    train     the alternative it replaced: a small standalone SpecdecDraftForCausalLM on the top-k
+              distributions -> <work>/runs/<run>/
+    export    a trained draft as an fp16 folder with the verifier's tokenizer -> assets/<name>/
     measure   acceptance and speed of the pair on held-out prompts, through the real engine
+    card      measure the exported draft and write its model card
 
 Every step is seeded, shows a progress bar, and resumes from the files it has already written.
 Run it with ``python -m specdec_core.distill <step> ...`` (``--help`` lists the options).

@@ -72,6 +72,23 @@ def cmd_train(args) -> None:
     print(json.dumps(figures, indent=2))
 
 
+def cmd_features(args) -> None:
+    from specdec_core.distill.head import compute_features
+
+    compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens)
+
+
+def cmd_train_head(args) -> None:
+    from specdec_core.distill.head import HeadSettings, train_head
+
+    settings = HeadSettings(head_size=args.head_size, intermediate=args.intermediate, steps=args.steps,
+                            max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
+                            cls_weight=args.cls_weight, noise=args.noise, seed=args.seed)
+    verifier = _load_verifier(args)
+    figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
+    print(json.dumps({k: v for k, v in figures.items() if k != "history"}, indent=2))
+
+
 def cmd_export(args) -> None:
     from specdec_core.distill.export import export_draft
     from specdec_core.models import load_model
@@ -184,6 +201,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=2e-3)
     p.set_defaults(run_step=cmd_train)
 
+    p = steps.add_parser("features", help="the verifier's hidden states over every reply (for a draft head)")
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.set_defaults(run_step=cmd_features)
+
+    p = steps.add_parser("train-head", help="train (or resume) a draft head on the verifier's hidden states")
+    p.add_argument("--run", default="head", help="name of this training run (its folder under <work>/runs)")
+    p.add_argument("--head-size", type=int, default=8192, help="token ids the head can propose")
+    p.add_argument("--intermediate", type=int, default=1536, help="MLP width of the head's layer")
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--max-minutes", type=float, default=60.0)
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--cls-weight", type=float, default=1.0)
+    p.add_argument("--noise", type=float, default=0.2)
+    p.set_defaults(run_step=cmd_train_head)
+
     p = steps.add_parser("export", help="write the trained draft to assets/")
     p.add_argument("--run", default="main")
     p.add_argument("--dest", type=Path, default=ASSETS / DEFAULT_NAME)
@@ -209,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(run_step=cmd_card)
 
     args = parser.parse_args(argv)
-    import specdec_core.draft_model  # noqa: F401 - registers the draft's model type with transformers
+    import specdec_core.draft_head  # noqa: F401 - registers the drafts' model types with transformers
+    import specdec_core.draft_model  # noqa: F401
 
     args.run_step(args)
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 
 def render_card(card: dict, distill: dict) -> str:
+    if distill.get("kind") == "head":
+        return render_head_card(card, distill)
     shape = distill.get("shape", {})
     settings = distill.get("settings", {})
     last = (distill.get("history") or [{}])[-1]
-    m = card["measurement"]
-    per_gamma = "\n".join(
-        f"| {g} | {f['acceptance_rate']:.3f} | {f['tokens_per_round']:.2f} | {f['tokens_per_s']:.2f} | "
-        f"{f['speedup']:.2f}x | {f['draft_ms_per_token']:.1f} |" for g, f in m["speculative"].items())
     status = ("" if card["speedup"] >= 1.0 else
               f"\n**Status: speculation with this draft is slower than the verifier alone ({card['speedup']:.2f}x).** "
               f"It was trained on {last.get('train_sequences', 0):,} replies only ({last.get('train_positions', 0):,} "
@@ -27,26 +25,7 @@ A draft model for speculative decoding with the embedded verifier SmolLM2-135M-I
 that verifier's own replies. Load it as `smollm2-135m-draft`; it uses the verifier's tokenizer (files
 included here), so the compatibility doctor passes the pair with no warnings.
 {status}
-## Figures (held-out prompts, measured by `python -m specdec_core.distill card`)
-
-- greedy acceptance rate: {card['greedy_acceptance_rate']:.3f} (best gamma {card['best_gamma']})
-- acceptance rate at temperature 0.7: {card['sampled_acceptance_rate_t0.7']:.3f} (gamma {m['sampled_t0.7']['gamma']})
-- measured speedup over speculation off, same run: {card['speedup']:.2f}x
-- greedy output identical to the verifier alone on every measured prompt: {card['identical_greedy_output']}
-- draft cost: {card['draft_ms_per_token']:.1f} ms per drafted token; verifier {card['verifier_ms_per_token']:.1f} ms
-  per plain token (c = {card['c']:.3f})
-- size on disk: {card['folder_bytes'] / 1e6:.1f} MB (weights in fp16, loaded as fp32 on the CPU)
-
-| gamma | acceptance | tokens per verifier call | tokens/s | speedup | draft ms/token |
-| --- | --- | --- | --- | --- | --- |
-{per_gamma}
-
-Verifier alone: {m['verifier_alone']['tokens_per_s']:.2f} tokens/s. {m['prompts']} held-out prompts
-(`assets/prompts/distill-heldout.jsonl`, first {m['prompts']}), {m['max_new_tokens']} new tokens each,
-torch threads {m['torch_threads']}, load average during the run {', '.join(f'{x:.1f}' for x in m['load_average'])}
-(the CPU was shared with other work, so tokens/s are noisy; acceptance rates are not timing-dependent).
-Command: `{m['command']}`.
-
+{_figures(card)}
 ## Architecture
 
 `SpecdecDraftForCausalLM` (`specdec_core/draft_model.py`): a Llama with {shape.get('layers')} layer(s)
@@ -87,3 +66,84 @@ On a CUDA machine `scripts/distill_gpu.sh` runs generate + train in one go.
 
 def _shape_arg(shape: dict) -> str:
     return ";".join(f"{k}={v}" for k, v in shape.items() if v != "")
+
+
+def _figures(card: dict) -> str:
+    m = card["measurement"]
+    per_gamma = "\n".join(
+        f"| {g} | {f['acceptance_rate']:.3f} | {f['tokens_per_round']:.2f} | {f['tokens_per_s']:.2f} | "
+        f"{f['speedup']:.2f}x | {f['draft_ms_per_token']:.1f} |" for g, f in m["speculative"].items())
+    return f"""## Figures (held-out prompts, measured by `python -m specdec_core.distill card`)
+
+- greedy acceptance rate: {card['greedy_acceptance_rate']:.3f} (best gamma {card['best_gamma']})
+- acceptance rate at temperature 0.7: {card['sampled_acceptance_rate_t0.7']:.3f} (gamma {m['sampled_t0.7']['gamma']})
+- measured speedup over speculation off, same run: {card['speedup']:.2f}x
+- greedy output identical to the verifier alone on every measured prompt: {card['identical_greedy_output']}
+- draft cost: {card['draft_ms_per_token']:.1f} ms per drafted token; verifier {card['verifier_ms_per_token']:.1f} ms
+  per plain token (c = {card['c']:.3f})
+- size on disk: {card['folder_bytes'] / 1e6:.1f} MB (weights in fp16, loaded as fp32 on the CPU)
+
+| gamma | acceptance | tokens per verifier call | tokens/s | speedup | draft ms/token |
+| --- | --- | --- | --- | --- | --- |
+{per_gamma}
+
+Verifier alone: {m['verifier_alone']['tokens_per_s']:.2f} tokens/s. {m['prompts']} held-out prompts
+(`assets/prompts/distill-heldout.jsonl`, first {m['prompts']}), {m['max_new_tokens']} new tokens each,
+torch threads {m['torch_threads']}, load average during the run {', '.join(f'{x:.1f}' for x in m['load_average'])}
+(tokens/s depend on the machine's load; acceptance rates do not depend on timing).
+Command: `{m['command']}`.
+"""
+
+
+def render_head_card(card: dict, distill: dict) -> str:
+    settings = distill.get("settings", {})
+    history = distill.get("history") or [{}]
+    last = history[-1]
+    slower = f"speculation with this draft is slower than the verifier alone ({card['speedup']:.2f}x)"
+    status = "" if card["speedup"] >= 1.0 else f"\n**Status: {slower}.**\n"
+    command = f"--run head --steps {settings.get('steps')} --batch-tokens {settings.get('batch_tokens')}"
+    return f"""# smollm2-135m-draft
+
+A draft head for speculative decoding with the embedded verifier SmolLM2-135M-Instruct, trained on that
+verifier's own replies and hidden states. Load it as `smollm2-135m-draft`; it uses the verifier's
+tokenizer (files included here), and the compatibility doctor checks that it reads this verifier.
+{status}
+{_figures(card)}
+## Architecture
+
+`SpecdecHeadModel` (`specdec_core/draft_head.py`), after EAGLE (Li et al. 2024): one Llama decoder layer
+(width {settings.get('hidden', 576)}, {settings.get('heads')} heads, {settings.get('kv_heads')} KV heads,
+MLP {settings.get('intermediate')}) that reads the verifier's final hidden state at position i and the
+embedding of token i+1 (concatenated, then projected), and predicts the verifier's hidden state at i+1.
+Tokens are scored with the verifier's own output layer, cut to the {settings.get('head_size')} token ids it
+emits most (covering {distill.get('head_coverage', 0):.1%} of its next-token probability mass on the
+training replies); the head proposes no other token, and verification stays exact. The token embedding
+and output rows are the verifier's, read when the pair loads, so only the layer is stored here.
+When drafting, `FeatureDrafter` (`specdec_core/drafters.py`) feeds the head the verifier's true hidden
+states up to the last verified token and its own predictions after that.
+
+## Data and training
+
+- prompts: `assets/prompts/distill-train.jsonl`, composed from templates x topics
+  (`specdec_core/distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
+- data: the verifier's own greedy replies, its final hidden state at every position of prompt + reply
+  and its top-16 next-token probabilities, all recorded while generating:
+  {last.get('train_sequences', 0):,} replies, {last.get('train_positions', 0):,} reply positions.
+- loss: smooth L1 between predicted and true hidden state + {settings.get('cls_weight')} x cross-entropy
+  from the verifier's top-16 distribution (restricted to the subset) to the head's; input states get
+  uniform noise of width {settings.get('noise')} standard deviations; bf16 autocast on the CPU.
+- training: {last.get('step', 0)} steps of {settings.get('batch_tokens')} reply positions, AdamW lr
+  {settings.get('lr')} (cosine to a tenth), {last.get('train_minutes', 0):.0f} minutes in the last run;
+  validation agreement with the verifier's top-1 token {distill.get('best_val_agreement', 0):.3f} (the best
+  validation checkpoint is the one exported).
+
+Reproduce (CPU; resumable, each step skips what is already written under `.distill/`):
+
+```
+python -m specdec_core.distill prompts
+python -m specdec_core.distill generate --modes greedy --shard-size 32 --batch-size 32
+python -m specdec_core.distill train-head {command}
+python -m specdec_core.distill export --run head
+python -m specdec_core.distill card
+```
+"""

@@ -9,9 +9,14 @@ Layout:
     <work>/labels/<mode>-<shard>.pt    {"top_ids": [int32 [n, k]], "top_logp": [fp16 [n, k]]}, one entry
                                        per non-empty reply, one row per reply token (the verifier's
                                        distribution before sampling it)
+    <work>/features/<mode>-<shard>.pt  {"states": [fp16 [m, d]]}, one entry per sequence of the replies
+                                       file: the verifier's final hidden state at each position of prompt
+                                       + reply (the last position may be missing: generation never feeds
+                                       the last token back in); what a draft head learns from (head.py)
 
-Generation records the labels as it goes (TopKRecorder); `label_replies` computes them with a separate
-forward pass for replies that came from elsewhere.
+Generation records the labels and the hidden states as it goes (TopKRecorder, StateRecorder);
+`label_replies` and head.compute_features compute them with a separate forward pass for replies that
+came from elsewhere.
 """
 
 from __future__ import annotations
@@ -70,6 +75,25 @@ class TopKRecorder:
                 torch.stack([logp[row] for _, logp in self.steps[:n]]))
 
 
+class StateRecorder:
+    """A forward hook on the verifier's decoder that keeps its final hidden states during generate():
+    the prompt's (prefill) and then one per decoding step."""
+
+    def __init__(self, decoder: torch.nn.Module):
+        self.steps: list[torch.Tensor] = []
+        self.handle = decoder.register_forward_hook(self)
+
+    def __call__(self, module, args, output) -> None:
+        hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
+        self.steps.append(hidden.to(torch.float16).cpu())
+
+    def row(self, row: int, prompt_length: int, n_reply: int) -> torch.Tensor:
+        """[prompt_length + n_reply - 1, d]: every position but the last reply token's (never fed back)."""
+        prefill = self.steps[0][row, self.steps[0].shape[1] - prompt_length:]
+        fed = [step[row] for step in self.steps[1:n_reply]]
+        return torch.cat([prefill, *fed]) if fed else prefill
+
+
 @torch.inference_mode()
 def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: list[str], shard_size: int = 256,
                      batch_size: int = 32, max_new_tokens: int = 256, seed: int = 0,
@@ -96,6 +120,7 @@ def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: li
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths share a batch
         replies: list[list[int]] = [[] for _ in encoded]
         labels: list[tuple[torch.Tensor, torch.Tensor] | None] = [None for _ in encoded]
+        states: list[torch.Tensor] = [torch.empty(0) for _ in encoded]
         tokens = 0
         for start in range(0, len(order), batch_size):
             batch = order[start:start + batch_size]
@@ -107,21 +132,25 @@ def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: li
                 mask[row, width - len(encoded[i]):] = 1
             # Temperature 1 for transformers: the recorder, which must see raw logits, applies the real one.
             recorder = TopKRecorder(top_k, temperature)
+            state_recorder = StateRecorder(model.base_model)
             sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if temperature else \
                 dict(do_sample=False, temperature=None, top_k=None, top_p=None)
             out = model.generate(input_ids=input_ids.to(verifier.device), attention_mask=mask.to(verifier.device),
                                  max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
                                  repetition_penalty=None, logits_processor=[recorder], **sampling)
+            state_recorder.handle.remove()
             for row, i in enumerate(batch):
                 reply = out[row, width:].tolist()
                 cut = next((j + 1 for j, t in enumerate(reply) if t in verifier.eos_token_ids), len(reply))
                 replies[i] = reply[:cut]
                 labels[i] = recorder.rows(row, cut) if cut else None
+                states[i] = state_recorder.row(row, len(encoded[i]), cut)
                 tokens += cut
             bar.update(len(batch))
             bar.set_postfix(mode=mode, shard=index, tokens=tokens)
         # Labels first: a replies file that exists always has its labels (one entry per non-empty reply,
         # the order load_sequences uses).
+        save_atomic({"states": [s for s, r in zip(states, replies) if r]}, work / "features" / f"{mode}-{index:05d}.pt")
         kept = [label for label in labels if label is not None]
         save_atomic({"top_ids": [ids for ids, _ in kept], "top_logp": [logp for _, logp in kept]},
                     work / "labels" / f"{mode}-{index:05d}.pt")

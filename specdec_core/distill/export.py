@@ -9,12 +9,15 @@ from pathlib import Path
 
 import torch
 
-from specdec_core.draft_model import SpecdecDraftForCausalLM
+import specdec_core.draft_head  # noqa: F401 - registers both draft types with transformers
+import specdec_core.draft_model  # noqa: F401
 
 
 def export_draft(trained: Path, tokenizer, dest: Path, facts: dict) -> Path:
     """Write `dest` (replacing it) from the `model` folder a training run saved under `trained`."""
-    model = SpecdecDraftForCausalLM.from_pretrained(trained / "model", dtype=torch.float32)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(trained / "model", dtype=torch.float32)
     partial = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     model.to(torch.float16).save_pretrained(partial)

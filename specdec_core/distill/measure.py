@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from specdec_core.chat import build_prompt
 from specdec_core.config import GenerationConfig
 from specdec_core.distill.prompts import Messages
-from specdec_core.drafters import ModelDrafter
+from specdec_core.drafters import drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
 
@@ -64,7 +64,7 @@ def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int,
                  max_new_tokens: int = 128, sampled_gamma: int = 4, temperature: float = 0.7, seed: int = 0,
                  adaptive: bool = False) -> dict:
     """Figures for the pair on `prompts`; see the module docstring."""
-    engine = Engine(verifier, ModelDrafter(draft))
+    engine = Engine(verifier, drafter_for(draft))
     base = GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, top_alternatives=0)
     off, on = Tally(), {g: Tally() for g in gammas}
     sampled = Tally()

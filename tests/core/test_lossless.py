@@ -12,7 +12,7 @@ import torch
 
 from specdec_core import drafters
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import ModelDrafter
+from specdec_core.drafters import ModelDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.sampling import processed_probs
 
@@ -40,7 +40,7 @@ def exact_joint(verifier, config):
 
 
 def sampled_joint(verifier, draft, config, runs=RUNS):
-    engine = Engine(verifier, ModelDrafter(draft))
+    engine = Engine(verifier, drafter_for(draft))
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(runs):
         *_, fin = engine.generate(PROMPT, GenerationConfig(**{**config.__dict__, "seed": seed}))
@@ -81,6 +81,14 @@ def test_the_test_pair_disagrees_enough_to_matter(pair):
 def test_first_two_tokens_follow_the_verifiers_processed_distribution(pair, config):
     verifier, draft = pair
     p_value = chi_square_p_value(sampled_joint(verifier, draft, config), exact_joint(verifier, config))
+    assert p_value > 1e-3
+
+
+def test_speculation_with_a_draft_head_follows_the_verifiers_processed_distribution(pair):
+    verifier, _ = pair
+    head = tiny.make_head(verifier, scale=0.5)  # reads the verifier's hidden states (draft_head.py)
+    config = CONFIGS[1]
+    p_value = chi_square_p_value(sampled_joint(verifier, head, config), exact_joint(verifier, config))
     assert p_value > 1e-3
 
 

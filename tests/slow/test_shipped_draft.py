@@ -14,7 +14,7 @@ from specdec_core.config import GenerationConfig
 from specdec_core.distill.measure import measure_pair
 from specdec_core.distill.prompts import read_jsonl
 from specdec_core.doctor import check_models
-from specdec_core.drafters import ModelDrafter
+from specdec_core.drafters import FeatureDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
 from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, load_model
@@ -41,7 +41,8 @@ def card() -> dict:
 
 def test_shipped_draft_loads_offline_small_and_in_fp32(pair):
     _, draft = pair
-    assert type(draft.model).__name__ == "SpecdecDraftForCausalLM"
+    assert type(draft.model).__name__ == "SpecdecHeadModel"  # a draft head: reads the verifier's hidden states
+    assert isinstance(drafter_for(draft), FeatureDrafter)
     assert draft.source == "the draft shipped in assets/"
     assert str(draft.dtype) == "torch.float32"
     size = sum(p.stat().st_size for p in DRAFT_DIR.iterdir() if p.is_file())
@@ -58,7 +59,7 @@ def test_doctor_passes_the_embedded_pair(pair):
 
 def test_greedy_speculation_reproduces_the_verifier(pair):
     verifier, draft = pair
-    engine = Engine(verifier, ModelDrafter(draft))
+    engine = Engine(verifier, drafter_for(draft))
     from specdec_core.chat import build_prompt
 
     for messages in read_jsonl(HELD_OUT)[:3]:

@@ -1,0 +1,340 @@
+"""Train a draft head (draft_head.py, after EAGLE) on the verifier's hidden states over its own replies.
+
+Two steps:
+
+- `compute_features`: one batched forward of the verifier over every (prompt + reply) sequence, keeping
+  its final hidden state at every position (fp16) -> <work>/features/<shard>.pt. Resumable per shard.
+- `train_head`: teacher forcing over those sequences. At position i the head reads the true state f_i
+  and the token x_{i+1}, and predicts f_{i+1}. The loss (Li et al. 2024) is a regression on the state,
+  smooth L1(f'_{i+1}, f_{i+1}), plus the cross-entropy from the verifier's distribution at i+1 to the
+  head's, both computed with the verifier's own output rows over the head's token subset. Input states
+  get a little uniform noise, because when drafting the head reads its own (imperfect) predictions.
+  Only positions whose target lies in the reply count. Checkpoints every few minutes; running the same
+  command again resumes.
+
+The token subset is the `head_size` token ids the verifier put most probability on over its replies
+(the labels the generate step recorded), plus every end-of-sequence id.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from specdec_core.distill.data import load_sequences, reply_files, save_atomic
+from specdec_core.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
+
+
+@dataclass(frozen=True)
+class HeadSettings:
+    head_size: int = 8192
+    intermediate: int = 1536
+    heads: int = 9
+    kv_heads: int = 3
+    steps: int = 3000
+    max_minutes: float = 60.0
+    batch_tokens: int = 4096  # target positions per step
+    max_length: int = 640  # longer sequences keep their last max_length tokens
+    lr: float = 1e-3
+    warmup: int = 100
+    weight_decay: float = 0.0
+    cls_weight: float = 1.0  # weight of the cross-entropy next to the state regression (EAGLE: 0.1)
+    noise: float = 0.2  # input states get uniform noise of this width, in units of their std
+    chain_steps: int = 3  # drafting steps trained on the head's own predictions (forward_chain)
+    seed: int = 0
+    checkpoint_minutes: float = 4.0
+    validate_every: int = 100
+    validation_fraction: float = 0.03
+
+
+# --------------------------------------------------------------------------- features
+
+
+@torch.inference_mode()
+def compute_features(verifier, work: Path, *, batch_tokens: int = 4096) -> None:
+    """The verifier's final hidden states over every sequence of every replies shard (see module doc)."""
+    files = [f for f in reply_files(work) if not (work / "features" / f.name).exists()]
+    base = verifier.model.base_model
+    bar = tqdm(total=len(files), desc="features", unit="shard")
+    for path in files:
+        sequences = load_sequences(path)
+        states: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+        order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].prompt_ids + sequences[i].reply_ids))
+        start = 0
+        while start < len(order):
+            width = len(sequences[order[start]].prompt_ids) + len(sequences[order[start]].reply_ids)
+            batch = order[start:start + max(1, batch_tokens // width)]
+            start += len(batch)
+            input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):  # right padding: causal attention never reads it
+                ids = sequences[i].prompt_ids + sequences[i].reply_ids
+                input_ids[row, :len(ids)] = torch.tensor(ids)
+            hidden = base(input_ids=input_ids.to(verifier.device)).last_hidden_state
+            for row, i in enumerate(batch):
+                n = len(sequences[i].prompt_ids) + len(sequences[i].reply_ids)
+                states[i] = hidden[row, :n].to(torch.float16).cpu()
+        save_atomic({"states": states}, work / "features" / path.name)
+        bar.update(1)
+    bar.close()
+
+
+@dataclass
+class Example:
+    ids: torch.Tensor  # [n] prompt + reply
+    states: torch.Tensor  # [<= n, d] fp16, the verifier's final hidden state at each position
+    first: int  # first head position whose target state lies in the reply (= len(prompt) - 2)
+    end: int  # one past the last head position that counts
+    top_ids: torch.Tensor  # [end - first, k] the verifier's top-k token ids scored by each target state
+    top_p: torch.Tensor  # [end - first, k] their probabilities
+
+
+def load_examples(work: Path, max_length: int, eos_ids: set[int]) -> list[Example]:
+    """Every sequence that has states and labels, cut to its last `max_length` positions."""
+    examples = []
+    for path in tqdm(reply_files(work), desc="load features", unit="shard"):
+        feature_path, label_path = work / "features" / path.name, work / "labels" / path.name
+        if not feature_path.exists() or not label_path.exists():
+            continue
+        states = torch.load(feature_path)["states"]
+        labels = torch.load(label_path)
+        for sequence, state, top_ids, top_logp in zip(load_sequences(path), states, labels["top_ids"],
+                                                      labels["top_logp"]):
+            ids = sequence.prompt_ids + sequence.reply_ids
+            # Head position i predicts state i + 1, which scores token i + 2: reply token j (label row j)
+            # comes from head position len(prompt) - 2 + j. A final EOS scores nothing that counts.
+            first = len(sequence.prompt_ids) - 2
+            end = min(len(ids) - 1 - (1 if ids[-1] in eos_ids else 0), len(state) - 1, first + len(top_ids))
+            cut = max(0, len(ids) - max_length)
+            start = max(first, cut, 0)
+            if end - start < 1:
+                continue
+            rows = slice(start - first, end - first)
+            examples.append(Example(torch.tensor(ids[cut:]), state[cut:], start - cut, end - cut,
+                                    top_ids[rows].long(), top_logp[rows].float().exp()))
+    return examples
+
+
+def label_mass(work: Path, vocab_size: int) -> torch.Tensor:
+    """How much probability the verifier put on each token id over all recorded reply positions (top-k)."""
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for path in sorted((work / "labels").glob("*.pt")):
+        labels = torch.load(path)
+        for ids, logp in zip(labels["top_ids"], labels["top_logp"]):
+            counts.index_add_(0, ids.reshape(-1).long(), logp.float().exp().reshape(-1).double())
+    return counts
+
+
+def choose_head_ids(work: Path, vocab_size: int, head_size: int, always: list[int]) -> torch.Tensor:
+    """The head_size ids the verifier put most probability on in its replies (labels), `always` first."""
+    counts = label_mass(work, vocab_size)
+    counts[always] = float("inf")
+    return torch.argsort(-counts, stable=True)[:head_size]
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _batches(examples: list[Example], batch_tokens: int, rng: random.Random):
+    order: list[int] = []
+    while True:
+        if not order:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+        batch, positions = [], 0
+        while order and positions < batch_tokens:
+            example = examples[order.pop()]
+            batch.append(example)
+            positions += example.end - example.first
+        yield batch
+
+
+def _collate(batch: list[Example], width_d: int, subset_index: torch.Tensor):
+    """ids [B, T], states [B, T, d] (fp32), mask [B, T-1] of head positions that count, and for those
+    positions (in mask order) the teacher's top-k as subset columns [N, k] (-1: outside) and probabilities."""
+    width = max(len(e.ids) for e in batch)
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    states = torch.zeros((len(batch), width, width_d))
+    mask = torch.zeros((len(batch), width - 1), dtype=torch.bool)
+    for row, e in enumerate(batch):
+        ids[row, :len(e.ids)] = e.ids
+        states[row, :len(e.states)] = e.states.float()
+        mask[row, e.first:e.end] = True
+    columns = subset_index[torch.cat([e.top_ids for e in batch])]
+    probs = torch.cat([e.top_p for e in batch])
+    return ids, states, mask, columns, probs
+
+
+def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: torch.Tensor, batch, *,
+                steps: int = 1, noise: float = 0.0, state_std: float = 1.0) -> dict[str, torch.Tensor]:
+    """Over the positions that count, averaged over `steps` drafting steps (SpecdecHeadModel.forward_chain):
+    the state regression, the cross-entropy from the verifier's top-k distribution (restricted to the
+    head's subset) to the head's, and top-1 agreement with the verifier per step (a top-1 token outside
+    the subset counts as a disagreement, as it would when drafting)."""
+    ids, states, mask, columns, probs = batch
+    inputs = states[:, :-1]
+    if noise:
+        inputs = inputs + (torch.rand_like(inputs) - 0.5) * noise * state_std
+    with torch.no_grad():
+        token_embeds = embed(ids[:, 1:])
+    inside = columns >= 0
+    weights = probs * inside
+    weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-9)
+    target = states[:, 1:]
+    losses: dict[str, torch.Tensor] = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=inputs.device.type == "cpu"):
+        chain = head.forward_chain(inputs, token_embeds, steps)
+    for step, out in enumerate(chain):
+        valid = mask.clone()
+        valid[:, :step] = False  # position i of step s needs s earlier positions
+        keep = valid[mask]  # which of the mask-ordered label rows this step scores
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=inputs.device.type == "cpu"):
+            scores = out[valid] @ output_rows.T
+        logp = torch.log_softmax(scores.float(), -1)
+        picked = logp.gather(-1, columns[keep].clamp_min(0))
+        step_losses = {
+            "regression": F.smooth_l1_loss(out[valid].float(), target[valid]),
+            "classification": -(weights[keep] * picked).sum(-1).mean(),
+            f"agreement{step + 1}": ((logp.argmax(-1) == columns[keep, 0]) & inside[keep, 0]).float().mean(),
+        }
+        for name, value in step_losses.items():
+            losses[name] = losses.get(name, 0) + value / (len(chain) if not name.startswith("agreement") else 1)
+    losses["agreement"] = losses["agreement1"]
+    return losses
+
+
+def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, special_ids: list[int]) -> dict:
+    """Train (or resume) a head in `run_dir`; saves run_dir/model (best validation agreement) and train.json."""
+    torch.manual_seed(settings.seed)
+    rng = random.Random(settings.seed)
+    model = verifier.model
+    text_config = model.config.get_text_config()
+    width = text_config.hidden_size
+    examples = load_examples(work, settings.max_length, set(verifier.eos_token_ids))
+    if not examples:
+        raise SystemExit(f"no features under {work / 'features'}: run the generate and features steps first")
+    rng.shuffle(examples)
+    n_val = max(1, int(len(examples) * settings.validation_fraction))
+    val, train = examples[:n_val], examples[n_val:]
+
+    checkpoint_path = run_dir / "checkpoint.pt"
+    embed = model.get_input_embeddings()
+    output = model.get_output_embeddings().weight.detach()
+    if checkpoint_path.exists():
+        checkpoint = torch.load(checkpoint_path, weights_only=False)
+        config = SpecdecHeadConfig(**checkpoint["config"])
+    else:
+        checkpoint = None
+        config = SpecdecHeadConfig(
+            hidden_size=width, num_attention_heads=settings.heads, num_key_value_heads=settings.kv_heads,
+            intermediate_size=settings.intermediate, rms_norm_eps=getattr(text_config, "rms_norm_eps", 1e-5),
+            vocab_size=output.shape[0], head_size=settings.head_size,
+            verifier_name=verifier.name, verifier_fingerprint=embedding_fingerprint(embed.weight))
+    head = SpecdecHeadModel(config)
+    if checkpoint is None:
+        head.set_head_ids(choose_head_ids(work, output.shape[0], settings.head_size, special_ids))
+    else:
+        head.load_state_dict(checkpoint["model"])
+    output_rows = output[head.head_ids]
+    subset_index = torch.full((output.shape[0],), -1, dtype=torch.long)
+    subset_index[head.head_ids] = torch.arange(len(head.head_ids))
+    state_std = float(torch.cat([e.states[:64].float() for e in train[:200]]).std())
+
+    optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay,
+                                  betas=(0.9, 0.95))
+    step, history, best = 0, [], -1.0
+    if checkpoint is not None:
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        step, history, best = checkpoint["step"], checkpoint["history"], checkpoint["best"]
+        rng.setstate(checkpoint["rng"])
+        torch.set_rng_state(checkpoint["torch_rng"])
+
+    def lr_at(s: int) -> float:
+        if s < settings.warmup:
+            return settings.lr * (s + 1) / settings.warmup
+        progress = (s - settings.warmup) / max(1, settings.steps - settings.warmup)
+        return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+    def validate() -> dict[str, float]:
+        """Agreement with the verifier's top-1 at each drafting step, on held-back replies."""
+        head.eval()
+        sums: dict[str, float] = {}
+        count = 0
+        with torch.no_grad():
+            for start in range(0, len(val), 8):
+                batch = _collate(val[start:start + 8], width, subset_index)
+                n = int(batch[2].sum())
+                losses = head_losses(head, embed, output_rows, batch, steps=settings.chain_steps)
+                for s in range(1, settings.chain_steps + 1):
+                    sums[f"val_agreement{s}"] = sums.get(f"val_agreement{s}", 0.0) + float(losses[f"agreement{s}"]) * n
+                count += n
+        head.train()
+        return {k: v / max(1, count) for k, v in sums.items()}
+
+    def save_checkpoint() -> None:
+        save_atomic({"model": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                     "history": history, "best": best, "config": config.to_dict(), "rng": rng.getstate(),
+                     "torch_rng": torch.get_rng_state(), "settings": asdict(settings)}, checkpoint_path)
+
+    started = time.monotonic()
+    last_checkpoint = started
+    head.train()
+    batches = _batches(train, settings.batch_tokens, rng)
+    bar = tqdm(total=settings.steps, initial=step, desc="train head", unit="step")
+    window: list[dict[str, float]] = []
+    while step < settings.steps:
+        if time.monotonic() - started > settings.max_minutes * 60:
+            tqdm.write(f"train-head: stopping after {settings.max_minutes} minutes; run again to continue")
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step)
+        losses = head_losses(head, embed, output_rows, _collate(next(batches), width, subset_index),
+                             steps=settings.chain_steps, noise=settings.noise, state_std=state_std)
+        loss = losses["regression"] + settings.cls_weight * losses["classification"]
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        window.append({k: float(v.detach()) for k, v in losses.items()})
+        window = window[-50:]
+        mean = {k: sum(w[k] for w in window) / len(window) for k in window[0]}
+        bar.update(1)
+        bar.set_postfix(reg=f"{mean['regression']:.3f}", cls=f"{mean['classification']:.2f}",
+                        agree=f"{mean['agreement']:.3f}")
+        if step % settings.validate_every == 0 or step == settings.steps:
+            val_figures = validate()
+            # The checkpoint kept is the one whose drafting steps agree best on average.
+            agreement = sum(val_figures.values()) / len(val_figures)
+            history.append({"step": step, "train_minutes": (time.monotonic() - started) / 60, **mean,
+                            **val_figures, "val_agreement": agreement, "train_sequences": len(train),
+                            "train_positions": sum(e.end - e.first for e in train)})
+            tqdm.write(json.dumps(history[-1]))
+            if agreement > best:
+                best = agreement
+                head.save_pretrained(run_dir / "model")
+        if time.monotonic() - last_checkpoint > settings.checkpoint_minutes * 60:
+            save_checkpoint()
+            last_checkpoint = time.monotonic()
+    bar.close()
+    save_checkpoint()
+    if not (run_dir / "model").exists():
+        head.save_pretrained(run_dir / "model")
+    summary = {"kind": "head", "settings": asdict(settings), "history": history, "best_val_agreement": best,
+               "head_coverage": _coverage(work, head.head_ids, output.shape[0])}
+    (run_dir / "train.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _coverage(work: Path, head_ids: torch.Tensor, vocab_size: int) -> float:
+    """Share of the verifier's top-k probability mass on the training replies that the subset covers."""
+    counts = label_mass(work, vocab_size)
+    total = float(counts.sum())
+    return float(counts[head_ids].sum()) / total if total else 0.0
