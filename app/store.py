@@ -162,8 +162,10 @@ class ConversationStore:
 
 DEFAULT_VERIFIER = "smollm2-135m-instruct"
 # The one place the app's default draft lives (the CLI's is specdec_core.pairing.DEFAULT_DRAFTS).
-DEFAULT_DRAFT = "smollm2-135m-draft"  # specdec_core.models.EMBEDDED_DRAFT, the head distilled from the verifier
-DEFAULT_DRAFTER = "model"  # "model" | "prompt-lookup"
+# Prompt lookup: the shipped draft head (smollm2-135m-draft) is slower than the verifier alone on this
+# class of machine (see its model card); pick it in the settings to see why.
+DEFAULT_DRAFT = "smollm2-135m-draft"  # what the draft field shows when the drafter is switched to "model"
+DEFAULT_DRAFTER = "prompt-lookup"  # "model" | "prompt-lookup"
 
 
 @dataclass

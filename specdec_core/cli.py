@@ -37,8 +37,7 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
                        "(default: smollm2-135m-instruct, embedded)")
     group.add_argument("--draft", metavar="SPEC", help="draft model spec (implies --drafter model)")
     group.add_argument("--drafter", choices=("model", "prompt-lookup"),
-                       help="what proposes tokens (default: model with --draft, or with the draft that ships for "
-                            "the embedded verifier; else prompt-lookup)")
+                       help="what proposes tokens (default: model with --draft, else prompt-lookup)")
     group.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     group.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")

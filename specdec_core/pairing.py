@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from specdec_core.doctor import Verdict, check_models
 from specdec_core.drafters import Drafter, PromptLookupDrafter, drafter_for
 from specdec_core.engine import Engine
-from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
+from specdec_core.models import EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
 
 DRAFTER_KINDS = ("model", "prompt-lookup")
-# The embedded pair: the embedded verifier with the draft head distilled from it (assets/). Any other
-# verifier has no default draft and speculates with prompt lookup unless given one.
+# The embedded pair is the embedded verifier with prompt lookup. The draft head distilled from it
+# (EMBEDDED_DRAFT, assets/) is not the default: on held-out prompts on a 2-core CPU it is slower than the
+# verifier alone (its model card), while prompt lookup gains 1.1x (docs/performance.md). A draft listed
+# here becomes the default of its verifier; any verifier without one speculates with prompt lookup.
 DEFAULT_VERIFIER = EMBEDDED_VERIFIER
-DEFAULT_DRAFTS = {EMBEDDED_VERIFIER: EMBEDDED_DRAFT}
+DEFAULT_DRAFTS: dict[str, str] = {}
 
 
 def default_draft(verifier_spec: str | None) -> str | None:

@@ -168,6 +168,22 @@ def load_sequences(path: Path) -> list[Sequence]:
     return [Sequence(p, r) for p, r in zip(data["prompt_ids"], data["reply_ids"]) if r]
 
 
+def padded_batches(sequences: list[Sequence], batch_tokens: int) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """(indices, input ids [B, T]) for every prompt + reply, longest first, about `batch_tokens` tokens
+    a batch, right-padded (causal attention never reads the padding)."""
+    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].prompt_ids + sequences[i].reply_ids))
+    start = 0
+    while start < len(order):
+        width = len(sequences[order[start]].prompt_ids) + len(sequences[order[start]].reply_ids)
+        batch = order[start:start + max(1, batch_tokens // width)]
+        start += len(batch)
+        input_ids = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids = sequences[i].prompt_ids + sequences[i].reply_ids
+            input_ids[row, :len(ids)] = torch.tensor(ids)
+        yield batch, input_ids
+
+
 @torch.inference_mode()
 def label_replies(verifier, work: Path, *, top_k: int = 16, batch_tokens: int = 8192) -> None:
     """The verifier's top-k log-probabilities at every reply position (the targets the draft learns)."""
@@ -176,18 +192,9 @@ def label_replies(verifier, work: Path, *, top_k: int = 16, batch_tokens: int = 
     bar = tqdm(total=len(files), desc="label replies", unit="shard")
     for path in files:
         sequences = load_sequences(path)
-        order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].prompt_ids + sequences[i].reply_ids))
         top_ids: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
         top_logp: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
-        start = 0
-        while start < len(order):
-            width = len(sequences[order[start]].prompt_ids) + len(sequences[order[start]].reply_ids)
-            batch = order[start:start + max(1, batch_tokens // width)]
-            start += len(batch)
-            input_ids = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):  # right padding: causal attention never looks at it
-                ids = sequences[i].prompt_ids + sequences[i].reply_ids
-                input_ids[row, :len(ids)] = torch.tensor(ids)
+        for batch, input_ids in padded_batches(sequences, batch_tokens):
             logits = model(input_ids=input_ids.to(verifier.device)).logits
             for row, i in enumerate(batch):
                 first, n = len(sequences[i].prompt_ids) - 1, len(sequences[i].reply_ids)

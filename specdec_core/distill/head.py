@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from specdec_core.distill.data import load_sequences, reply_files, save_atomic
+from specdec_core.distill.data import load_sequences, padded_batches, reply_files, save_atomic
+from specdec_core.distill.train import batches as endless_batches
 from specdec_core.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
 
 
@@ -67,16 +68,7 @@ def compute_features(verifier, work: Path, *, batch_tokens: int = 4096) -> None:
     for path in files:
         sequences = load_sequences(path)
         states: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
-        order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].prompt_ids + sequences[i].reply_ids))
-        start = 0
-        while start < len(order):
-            width = len(sequences[order[start]].prompt_ids) + len(sequences[order[start]].reply_ids)
-            batch = order[start:start + max(1, batch_tokens // width)]
-            start += len(batch)
-            input_ids = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):  # right padding: causal attention never reads it
-                ids = sequences[i].prompt_ids + sequences[i].reply_ids
-                input_ids[row, :len(ids)] = torch.tensor(ids)
+        for batch, input_ids in padded_batches(sequences, batch_tokens):
             hidden = base(input_ids=input_ids.to(verifier.device)).last_hidden_state
             for row, i in enumerate(batch):
                 n = len(sequences[i].prompt_ids) + len(sequences[i].reply_ids)
@@ -140,20 +132,6 @@ def choose_head_ids(work: Path, vocab_size: int, head_size: int, always: list[in
 
 
 # --------------------------------------------------------------------------- training
-
-
-def _batches(examples: list[Example], batch_tokens: int, rng: random.Random):
-    order: list[int] = []
-    while True:
-        if not order:
-            order = list(range(len(examples)))
-            rng.shuffle(order)
-        batch, positions = [], 0
-        while order and positions < batch_tokens:
-            example = examples[order.pop()]
-            batch.append(example)
-            positions += example.end - example.first
-        yield batch
 
 
 def _collate(batch: list[Example], width_d: int, subset_index: torch.Tensor):
@@ -286,7 +264,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     started = time.monotonic()
     last_checkpoint = started
     head.train()
-    batches = _batches(train, settings.batch_tokens, rng)
+    batches = endless_batches(train, settings.batch_tokens, rng, size=lambda e: e.end - e.first)
     bar = tqdm(total=settings.steps, initial=step, desc="train head", unit="step")
     window: list[dict[str, float]] = []
     while step < settings.steps:

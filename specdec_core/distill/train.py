@@ -116,8 +116,9 @@ def ranking_from_counts(counts: torch.Tensor, always: list[int]) -> torch.Tensor
     return torch.argsort(-score, stable=True)
 
 
-def batches(examples: list[Example], batch_tokens: int, rng: random.Random):
-    """Endless random batches of whole sequences, about `batch_tokens` reply positions each."""
+def batches(examples: list, batch_tokens: int, rng: random.Random, size=lambda example: len(example.top_ids)):
+    """Endless random batches of whole sequences, about `batch_tokens` positions that count each
+    (`size(example)` of them per example)."""
     order: list[int] = []
     while True:
         if not order:
@@ -127,7 +128,7 @@ def batches(examples: list[Example], batch_tokens: int, rng: random.Random):
         while order and positions < batch_tokens:
             example = examples[order.pop()]
             batch.append(example)
-            positions += len(example.top_ids)
+            positions += size(example)
         yield batch
 
 
