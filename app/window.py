@@ -112,7 +112,7 @@ class MainWindow(QMainWindow):
         self.persist_settings = persist_settings
         self.session: Session | None = None
         self.conv = Conversation(system=self.settings.system_prompt)
-        self.busy: str = ""  # "" | "load" | "reply" | "race"
+        self.busy: str = ""  # "" | "load" | "reply" | "race" | "rank"
         self._load_worker: FunctionWorker | None = None
         self._gen_worker: EventWorker | None = None
         self._controls = None
@@ -278,6 +278,7 @@ class MainWindow(QMainWindow):
         g.addSeparator()
         self._action(g, "Load models", self.load_models, "Ctrl+L")
         self._action(g, "Re-measure baseline (verifier alone)", self.remeasure_baseline)
+        self._action(g, "Rank drafts for this verifier…", self.rank_drafts)
 
         v = mb.addMenu("&View")
         v.addAction(self.left_dock.toggleViewAction())
@@ -293,6 +294,15 @@ class MainWindow(QMainWindow):
 
         h = mb.addMenu("&Help")
         self._action(h, "About the colours", self._about_colours)
+
+    def rank_drafts(self) -> None:
+        """Which draft is fastest with the loaded verifier on this machine (app/rank_dialog.py)."""
+        from app.rank_dialog import RankDialog
+
+        if getattr(self, "rank_dialog", None) is None:
+            self.rank_dialog = RankDialog(self)
+        self.rank_dialog.show()
+        self.rank_dialog.raise_()
 
     def _action(self, menu: QMenu, text: str, slot, shortcut=None) -> QAction:
         a = QAction(text, self)
@@ -348,6 +358,9 @@ class MainWindow(QMainWindow):
 
     def load_models(self) -> None:
         """Load the models named in the settings, in the background (keeps the current pair until done)."""
+        if self.busy == "rank":
+            self.status_label.setText("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
+            return
         if self.busy in ("reply", "race"):
             self.stop()
             QTimer.singleShot(100, self.load_models)
@@ -445,6 +458,9 @@ class MainWindow(QMainWindow):
         if not text:
             return
         if self.busy in ("reply", "race"):
+            return
+        if self.busy == "rank":
+            self.status_label.setText("A draft ranking is running (Generation ▸ Rank drafts): send when it ends.")
             return
         self.composer.clear()
         self.send(text)

@@ -1,0 +1,171 @@
+"""Generation → Rank drafts: `specdec rank-drafts` inside the app, for the loaded verifier.
+
+Each candidate draft (and prompt lookup) gets the doctor's verdict, then the measured acceptance rate,
+c and speedup at each γ on a bundled prompt set; the table comes back sorted by speedup. The work runs
+on a FunctionWorker with its own Engine (the chat's engine and caches are left alone); the window does
+not start a reply while a ranking runs, and the ranking does not start while a reply runs.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+)
+
+from app.worker import FunctionWorker
+
+PROMPT_SETS = ("all", "chat", "code", "rewrite", "multiturn")
+COLUMNS = ("#", "draft", "speedup", "best γ", "acceptance", "c", "tokens/s", "doctor")
+
+
+class RankDialog(QDialog):
+    ranked = Signal(object)  # the ranking dict, as `specdec rank-drafts --json` writes it
+
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.window_ = window
+        self.setWindowTitle("Rank drafts for this verifier")
+        self.resize(900, 420)
+        self.worker: FunctionWorker | None = None
+        self.result: dict | None = None
+
+        session = window.session
+        drafts = [session.request.draft] if session and session.request.draft else []
+        if "smollm2-135m-draft" not in drafts:
+            drafts.append("smollm2-135m-draft")
+        self.drafts = QLineEdit(" ".join(drafts))
+        self.drafts.setToolTip("Model specs separated by spaces; prompt lookup is always ranked too")
+        self.prompts = QComboBox()
+        self.prompts.addItems(PROMPT_SETS)
+        self.prompts.setCurrentText("chat")
+        self.gammas = QLineEdit("2,4")
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(8, 512)
+        self.max_tokens.setValue(48)
+
+        form = QFormLayout()
+        form.addRow("Drafts", self.drafts)
+        form.addRow("Prompt set", self.prompts)
+        form.addRow("γ values", self.gammas)
+        form.addRow("New tokens per prompt", self.max_tokens)
+
+        self.status = QLabel("Measures each draft with speculation off and on, on this machine.")
+        self.status.setWordWrap(True)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.run_button = QPushButton("Rank")
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.cancel_button.clicked.connect(self.cancel)
+        close = QPushButton("Close")
+        close.clicked.connect(self.close)
+
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        buttons.addStretch(1)
+        buttons.addWidget(close)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.status)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(buttons)
+
+    @property
+    def running(self) -> bool:
+        return self.worker is not None and self.worker.is_running
+
+    def start(self) -> None:
+        from specdec_core.bench import Candidate, _parse_gammas, load_prompts
+        from specdec_core.config import GenerationConfig
+        from specdec_core.errors import SpecdecError
+
+        window = self.window_
+        session = window.session
+        if session is None:
+            self.status.setText("Load a verifier first (Generation → Load models).")
+            return
+        if window.busy:
+            self.status.setText("Wait for the current reply (or loading) to finish, then rank.")
+            return
+        try:
+            gammas = _parse_gammas(self.gammas.text())
+            cases = load_prompts(self.prompts.currentText())
+        except SpecdecError as error:
+            self.status.setText(str(error).replace("--gammas", "γ values"))
+            return
+        candidates = [Candidate(None)] + [Candidate(spec) for spec in self.drafts.text().split() if spec]
+        config = GenerationConfig(max_new_tokens=self.max_tokens.value(), top_alternatives=0)
+        verifier, request = session.verifier, session.request
+
+        def work(progress, cancelled):
+            from specdec_core.bench import rank_drafts
+            from specdec_core.engine import Engine
+            from specdec_core.models import load_model
+
+            return rank_drafts(Engine(verifier), verifier, candidates, cases, config, gammas, 1,
+                               load=lambda spec: load_model(spec, device=request.device, dtype=request.dtype),
+                               progress=progress)
+
+        self.worker = worker = FunctionWorker(work, name="rank-drafts")
+        worker.progress.connect(lambda message: self.status.setText(str(message)))
+        worker.returned.connect(self._show)
+        worker.errored.connect(lambda error: self.status.setText(f"Ranking failed: {error}"))
+        worker.finished.connect(self._finished)
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        window.busy = "rank"
+        window._update_controls()
+        self.status.setText("Ranking…")
+        worker.start()
+
+    def cancel(self) -> None:
+        if self.worker is not None:
+            self.worker.abort()
+            self.status.setText("Cancelling after the current reply…")
+
+    def _finished(self) -> None:
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        if self.window_.busy == "rank":
+            self.window_.busy = ""
+            self.window_._update_controls()
+        if self.worker is not None and self.worker.abort_requested:
+            self.status.setText("Cancelled.")
+
+    def _show(self, result: dict) -> None:
+        self.result = result
+        rows = result["ranking"]
+        self.table.setRowCount(len(rows))
+        for index, row in enumerate(rows):
+            measured = "speedup" in row
+            cells = [str(index + 1) if measured else "–", row["draft"],
+                     f"{row['speedup']:.2f}×" if measured else "–", str(row.get("best_gamma", "–")),
+                     f"{row['acceptance_rate']:.0%}" if measured else "–", f"{row['c']:.3f}" if measured else "–",
+                     f"{row['tokens_per_s']:.1f}" if measured else "–", row["verdict"]]
+            for column, text in enumerate(cells):
+                self.table.setItem(index, column, QTableWidgetItem(text))
+        self.table.resizeColumnsToContents()
+        best = next((r for r in rows if "speedup" in r), None)
+        self.status.setText(f"Fastest here: {best['draft']} at {best['speedup']:.2f}× of the verifier alone "
+                            f"(γ {best['best_gamma']})." if best else "No draft could be measured.")
+        self.ranked.emit(result)
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.cancel()
+        super().closeEvent(event)
