@@ -106,6 +106,9 @@ class ModelDrafter:
         # Seeded apart from the verifier's generator so the two streams of draws never coincide.
         self.generator.manual_seed(seed * 2 + 1)
 
+    def reset_cache(self) -> None:
+        self.forward.reset()
+
     def prefill(self, ids: Sequence[int]) -> None:
         if ids:
             self.forward.logits_for(ids)  # the first propose() then reuses these logits (kv.py)
@@ -214,9 +217,9 @@ class FeatureDrafter:
         start = time.perf_counter()
         context = list(ids)
         state = self._catch_up(context) if max_tokens > 0 else None
-        if state is None:
-            return _autoregress(lambda drafted: torch.empty(0), start, 0, config, self.generator, vocab_size,
-                                eos_token_ids)
+        if state is None:  # no room left, or the verifier has not read `ids`: nothing to draft from
+            stop = DraftStop.MAX_TOKENS if max_tokens <= 0 else DraftStop.NO_MATCH
+            return Draft((), torch.empty(0, vocab_size), (), stop, time.perf_counter() - start)
         current = [state]
 
         def next_logits(drafted: list[int]) -> torch.Tensor:

@@ -92,10 +92,9 @@ class Engine:
 
     def reset_caches(self) -> None:
         self.target.reset()
-        if isinstance(self.drafter, ModelDrafter):
-            self.drafter.forward.reset()
-        elif isinstance(self.drafter, FeatureDrafter):
-            self.drafter.reset_cache()
+        reset = getattr(self.drafter, "reset_cache", None)  # drafters with a cache of their own
+        if reset is not None:
+            reset()
 
     def generate(self, prompt_ids: Sequence[int], config: GenerationConfig,
                  controls: Controls | None = None) -> Iterator[Event]:

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from specdec_core.distill.data import load_sequences, padded_batches, reply_files, save_atomic
 from specdec_core.distill.train import batches as endless_batches
+from specdec_core.distill.train import ranking_from_counts
 from specdec_core.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
 
 
@@ -124,13 +125,6 @@ def label_mass(work: Path, vocab_size: int) -> torch.Tensor:
     return counts
 
 
-def choose_head_ids(work: Path, vocab_size: int, head_size: int, always: list[int]) -> torch.Tensor:
-    """The head_size ids the verifier put most probability on in its replies (labels), `always` first."""
-    counts = label_mass(work, vocab_size)
-    counts[always] = float("inf")
-    return torch.argsort(-counts, stable=True)[:head_size]
-
-
 # --------------------------------------------------------------------------- training
 
 
@@ -216,8 +210,10 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
             vocab_size=output.shape[0], head_size=settings.head_size,
             verifier_name=verifier.name, verifier_fingerprint=embedding_fingerprint(embed.weight))
     head = SpecdecHeadModel(config)
+    mass = label_mass(work, output.shape[0])
     if checkpoint is None:
-        head.set_head_ids(choose_head_ids(work, output.shape[0], settings.head_size, special_ids))
+        # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
+        head.set_head_ids(ranking_from_counts(mass, special_ids)[:settings.head_size])
     else:
         head.load_state_dict(checkpoint["model"])
     output_rows = output[head.head_ids]
@@ -306,13 +302,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     if not (run_dir / "model").exists():
         head.save_pretrained(run_dir / "model")
     summary = {"kind": "head", "settings": asdict(settings), "history": history, "best_val_agreement": best,
-               "head_coverage": _coverage(work, head.head_ids, output.shape[0])}
+               # Share of the verifier's top-k probability mass on the training replies the subset covers.
+               "head_coverage": float(mass[head.head_ids].sum() / mass.sum().clamp_min(1e-12))}
     (run_dir / "train.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def _coverage(work: Path, head_ids: torch.Tensor, vocab_size: int) -> float:
-    """Share of the verifier's top-k probability mass on the training replies that the subset covers."""
-    counts = label_mass(work, vocab_size)
-    total = float(counts.sum())
-    return float(counts[head_ids].sum()) / total if total else 0.0
