@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from specdec_core import cpu_speed
 from specdec_core.errors import ModelLoadError
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ _CONVERT_LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class LoadProgress:
-    stage: str  # "resolve" | "download" | "convert" | "load" | "done"
+    stage: str  # "resolve" | "download" | "convert" | "load" | "tune" | "done"
     fraction: float | None  # 0..1 within the stage when known, None when indeterminate
     message: str  # human text, e.g. "Converting GGUF weights (first load only)"
 
@@ -327,6 +328,9 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
         shutil.rmtree(resolved.folder, ignore_errors=True)
         resolved = _resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
         model, tokenizer = load(resolved.folder)
+    if device_map is None and target.type == "cpu":
+        cpu_speed.speed_up(model, cache_dir=cache, on_measure=lambda: report(
+            "tune", None, "Timing this CPU's matrix kernels for the model's shapes (first load only)"))
     loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} from {resolved.source} in {loaded.load_s:.1f} s")

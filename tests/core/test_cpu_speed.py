@@ -1,0 +1,119 @@
+"""CPU fast paths: the few-row product form chosen per shape, its cached plans, and the growing KV cache."""
+
+import json
+
+import pytest
+import tiny
+import torch
+
+from specdec_core import cpu_speed
+from specdec_core.config import GenerationConfig
+from specdec_core.drafters import ModelDrafter
+from specdec_core.engine import Engine
+from specdec_core.events import Finished
+from specdec_core.kv import CachedForward, GrowingLayer
+
+
+def columns_everywhere(model) -> None:
+    """Force the columns form for every row count of every nn.Linear (the machine may not choose it)."""
+    shapes = {tuple(m.weight.shape) for m in model.modules() if type(m) is torch.nn.Linear}
+    everything = frozenset(range(1, cpu_speed.MAX_ROWS + 1))
+    cpu_speed.apply_plans(model, [cpu_speed.RowPlan(s, everything, {}, {}) for s in shapes])
+
+
+@pytest.mark.parametrize("rows", range(1, 10))
+def test_the_columns_form_computes_the_same_product_as_linear(rows):
+    generator = torch.Generator().manual_seed(rows)
+    weight = torch.randn(96, 40, generator=generator)
+    x = torch.randn(rows, 40, generator=generator)
+    got = cpu_speed.columns_product(x, weight)
+    assert got.shape == (rows, 96) and got.is_contiguous()
+    torch.testing.assert_close(got, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-5)
+
+
+def test_a_linear_with_bias_and_batched_input_gives_the_same_output_in_the_columns_form():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 48)
+    model = torch.nn.Sequential(layer)
+    x = torch.randn(1, 3, 24)
+    expected = layer(x)
+    columns_everywhere(model)
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
+    many = torch.randn(2, 8, 24)  # 16 rows: beyond MAX_ROWS, so plain F.linear
+    torch.testing.assert_close(layer(many), torch.nn.functional.linear(many, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_greedy_speculation_is_unchanged_when_every_product_uses_the_columns_form(tiny_tokenizer, arch, gamma):
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    config = GenerationConfig(max_new_tokens=40, gamma=gamma)
+    reference, _ = tiny.make_pair(arch, tiny_tokenizer)
+    expected = list(Engine(reference, None).generate(prompt, config))[-1].token_ids
+    verifier, draft = tiny.make_pair(arch, tiny_tokenizer)
+    columns_everywhere(verifier.model)
+    columns_everywhere(draft.model)
+    events = list(Engine(verifier, ModelDrafter(draft)).generate(prompt, config))
+    assert isinstance(events[-1], Finished)
+    assert events[-1].token_ids == expected
+    assert events[-1].stats.accepted > 0
+
+
+def test_plans_are_measured_once_per_machine_then_read_back(tiny_tokenizer, tmp_path):
+    measured = []
+    first = tiny.make_model("llama", tiny_tokenizer, seed=1)
+    plans = cpu_speed.speed_up(first, cache_dir=tmp_path, on_measure=lambda: measured.append(1))
+    assert measured == [1]
+    assert {p.shape for p in plans} == {tuple(m.weight.shape) for m in first.modules()
+                                        if type(m) is torch.nn.Linear}
+    for plan in plans:
+        assert set(plan.linear_ms) == set(plan.columns_ms) == set(range(1, cpu_speed.MAX_ROWS + 1))
+        assert all(plan.columns_ms[r] < plan.linear_ms[r] for r in plan.column_rows)
+
+    again = cpu_speed.speed_up(tiny.make_model("llama", tiny_tokenizer, seed=2), cache_dir=tmp_path,
+                               on_measure=lambda: measured.append(2))
+    assert measured == [1] and again == plans
+
+
+def test_a_damaged_plan_file_is_measured_again(tiny_tokenizer, tmp_path):
+    model = tiny.make_model("llama", tiny_tokenizer, seed=1)
+    cpu_speed.speed_up(model, cache_dir=tmp_path)
+    (plan_file,) = (tmp_path / "cpu-plans").iterdir()
+    plan_file.write_text("{not json")
+    measured = []
+    cpu_speed.speed_up(tiny.make_model("llama", tiny_tokenizer, seed=1), cache_dir=tmp_path,
+                       on_measure=lambda: measured.append(1))
+    assert measured == [1]
+    assert isinstance(json.loads(plan_file.read_text()), list)
+
+
+def test_the_off_switch_and_non_fp32_models_keep_plain_linear(tiny_tokenizer, tmp_path, monkeypatch):
+    half = tiny.make_model("llama", tiny_tokenizer, seed=1).to(torch.bfloat16)
+    assert cpu_speed.speed_up(half, cache_dir=tmp_path) == []
+    monkeypatch.setenv("SPECDEC_CPU_MATMUL", "off")
+    model = tiny.make_model("llama", tiny_tokenizer, seed=1)
+    assert cpu_speed.speed_up(model, cache_dir=tmp_path) == []
+    assert all("forward" not in vars(m) for m in model.modules())
+    assert not (tmp_path / "cpu-plans").exists()
+
+
+def test_the_growing_cache_gives_a_fresh_passs_logits_after_rollbacks_and_regrowth(tiny_tokenizer):
+    model = tiny.make_model("llama", tiny_tokenizer, seed=1, logit_scale=8.0)
+    cached = CachedForward(model, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, 300, (40,), generator=generator).tolist()
+    # Grow past the first buffer (256 positions), roll back into it, and grow again.
+    longest = 0
+    for step in range(14):
+        keep = max(1, len(ids) - int(torch.randint(0, 12, (1,), generator=generator)))
+        ids = ids[:keep] + torch.randint(5, 300, (int(torch.randint(1, 60, (1,), generator=generator)),),
+                                         generator=generator).tolist()
+        ids = ids[:480]
+        longest = max(longest, len(ids))
+        got = cached.logits_for(ids, n_last=3)
+        with torch.no_grad():
+            fresh = model(torch.tensor([ids])).logits[0, -3:]
+        torch.testing.assert_close(got, fresh, rtol=1e-4, atol=1e-4)
+    assert longest > 256
+    assert all(type(layer) is GrowingLayer for layer in cached.cache.layers)
+    assert cached.cache.get_seq_length() == len(cached.cached_ids)
