@@ -23,7 +23,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 "decoding as it happens.")
     p.add_argument("--verifier", metavar="SPEC", help="embedded name, model folder, .gguf file or hub id")
     p.add_argument("--draft", metavar="SPEC", help="draft model (implies --drafter model)")
-    p.add_argument("--drafter", choices=["model", "prompt-lookup"], help="who drafts (default: settings)")
+    p.add_argument("--drafter", choices=["model", "prompt-lookup", "hybrid"],
+                   help="who drafts: a draft model, copies from the conversation, or copies where they exist and "
+                   "the draft model elsewhere (default: settings)")
     p.add_argument("--device", help="auto, cpu, cuda, mps")
     p.add_argument("--dtype", help="auto, float32, bfloat16, float16")
     p.add_argument("--prompt", metavar="TEXT", help="send this prompt once the models are loaded")

@@ -13,6 +13,8 @@ from specdec_core.events import Finished
 
 PROMPT_LOOKUP = "prompt-lookup"
 MODEL = "model"
+HYBRID = "hybrid"  # prompt lookup where the conversation has a match, the draft model elsewhere
+USES_DRAFT = (MODEL, HYBRID)
 
 CALIBRATION_PROMPT = "Write a few sentences about why the sky is blue."
 CALIBRATION_TOKENS = 48
@@ -22,7 +24,8 @@ CALIBRATION_TOKENS = 48
 class LoadRequest:
     verifier: str
     draft: str = ""
-    drafter: str = PROMPT_LOOKUP  # "model" | "prompt-lookup"
+    drafter: str = PROMPT_LOOKUP  # "model" | "prompt-lookup" | "hybrid"
+    draft_tokens: int = 0  # hybrid: the draft model's tokens per round without a lookup match (0: γ)
     device: str = "auto"
     dtype: str = "auto"
     calibrate: bool = True
@@ -67,7 +70,8 @@ class Session:
             return ""
         if self.request.drafter == PROMPT_LOOKUP:
             return "prompt lookup"
-        return getattr(self.draft, "name", "") or self.request.draft
+        name = getattr(self.draft, "name", "") or self.request.draft
+        return f"{name} + prompt lookup" if self.request.drafter == HYBRID else name
 
 
 def _loader_progress(progress: Callable[[LoadStep], None], what: str) -> Callable[[Any], None]:
@@ -85,7 +89,7 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
     An incompatible draft does not fail the load: the session keeps the verifier alone and carries
     the doctor's reason, which the window shows next to the draft selector.
     """
-    from specdec_core.drafters import PromptLookupDrafter, drafter_for
+    from specdec_core.drafters import HybridDrafter, PromptLookupDrafter, drafter_for
     from specdec_core.engine import Engine
     from specdec_core.models import load_model
 
@@ -105,7 +109,7 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
     draft = None
     drafter = None
     verdict_ok, verdict, report = True, "", ""
-    if request.drafter == MODEL:
+    if request.drafter in USES_DRAFT:
         if not request.draft.strip():
             verdict_ok, verdict = False, "No draft model chosen: pick one, or use prompt lookup."
         else:
@@ -125,6 +129,8 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
             report = v.report()
             if verdict_ok:
                 drafter = drafter_for(draft)
+                if request.drafter == HYBRID:
+                    drafter = HybridDrafter(drafter, model_tokens=request.draft_tokens or None)
     else:
         drafter = PromptLookupDrafter()
         verdict = "Prompt lookup: drafts by copying earlier text of the conversation; pairs with any verifier."

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.session import MODEL, PROMPT_LOOKUP
+from app.session import HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT
 from app.store import DEFAULT_VERIFIER, Settings
 
 EMBEDDED_LABEL = " (embedded)"
@@ -120,13 +120,21 @@ class SettingsPanel(QScrollArea):
         self.use_lookup.setToolTip("Draft by copying earlier text of the conversation (no draft model)")
         self.use_model = QRadioButton("Draft model")
         self.use_model.setToolTip("A small model drafts; it must share the verifier's tokenizer")
+        self.use_hybrid = QRadioButton("Both")
+        self.use_hybrid.setToolTip("Prompt lookup where the conversation has a match, the draft model elsewhere")
         group = QButtonGroup(self)
-        group.addButton(self.use_lookup)
-        group.addButton(self.use_model)
-        dl.addWidget(self.use_lookup)
-        dl.addWidget(self.use_model)
+        for button in (self.use_lookup, self.use_model, self.use_hybrid):
+            group.addButton(button)
+            dl.addWidget(button)
         dl.addStretch(1)
         form.addRow("Drafter", drafter_row)
+        self.draft_tokens = QSpinBox()
+        self.draft_tokens.setRange(0, 16)
+        self.draft_tokens.setSpecialValueText("γ")
+        self.draft_tokens.setToolTip("With both: at most this many tokens from the draft model in a round where "
+                                     "prompt lookup finds nothing (γ: as many as gamma). A draft whose later "
+                                     "tokens are rarely accepted pays best with 1.")
+        form.addRow("Draft tokens", self.draft_tokens)
         self.draft = SpecCombo("draft: folder, .gguf or hub id")
         self.draft_row = _browse_row(self.draft, self)
         form.addRow("Draft", self.draft_row)
@@ -210,6 +218,8 @@ class SettingsPanel(QScrollArea):
         for w in (self.device, self.dtype):
             w.currentIndexChanged.connect(self._models_edited)
         self.use_lookup.toggled.connect(self._models_edited)
+        self.use_hybrid.toggled.connect(self._models_edited)
+        self.draft_tokens.valueChanged.connect(self._models_edited)
         for w in (self.gamma, self.top_k, self.max_new, self.seed):
             w.valueChanged.connect(self._edited)
         for w in (self.cutoff, self.temperature, self.top_p):
@@ -221,6 +231,7 @@ class SettingsPanel(QScrollArea):
         """Show the settings object's values (without emitting change signals)."""
         s = self.settings
         widgets = [self.verifier, self.draft, self.device, self.dtype, self.use_lookup, self.use_model,
+                   self.use_hybrid, self.draft_tokens,
                    self.gamma, self.adaptive, self.cutoff, self.temperature, self.top_k, self.top_p,
                    self.max_new, self.seed, self.system]
         for w in widgets:
@@ -230,7 +241,9 @@ class SettingsPanel(QScrollArea):
         self.device.setCurrentText(s.device)
         self.dtype.setCurrentText(s.dtype)
         self.use_lookup.setChecked(s.drafter == PROMPT_LOOKUP)
-        self.use_model.setChecked(s.drafter != PROMPT_LOOKUP)
+        self.use_hybrid.setChecked(s.drafter == HYBRID)
+        self.use_model.setChecked(s.drafter not in (PROMPT_LOOKUP, HYBRID))
+        self.draft_tokens.setValue(s.draft_tokens)
         self.gamma.setValue(s.gamma)
         self.adaptive.setChecked(s.adaptive)
         self.cutoff.setValue(s.confidence_cutoff)
@@ -243,17 +256,23 @@ class SettingsPanel(QScrollArea):
             self.system.setPlainText(s.system_prompt)
         for w in widgets:
             w.blockSignals(False)
-        self.draft_row.setEnabled(s.drafter == MODEL)
+        self._enable_draft_rows()
 
     def _models_edited(self, *_a) -> None:
         s = self.settings
         s.verifier = self.verifier.spec() or DEFAULT_VERIFIER
         s.draft = self.draft.spec()
-        s.drafter = PROMPT_LOOKUP if self.use_lookup.isChecked() else MODEL
+        s.drafter = (PROMPT_LOOKUP if self.use_lookup.isChecked() else HYBRID if self.use_hybrid.isChecked()
+                     else MODEL)
+        s.draft_tokens = self.draft_tokens.value()
         s.device = self.device.currentText()
         s.dtype = self.dtype.currentText()
-        self.draft_row.setEnabled(s.drafter == MODEL)
+        self._enable_draft_rows()
         self.models_changed.emit()
+
+    def _enable_draft_rows(self) -> None:
+        self.draft_row.setEnabled(self.settings.drafter in USES_DRAFT)
+        self.draft_tokens.setEnabled(self.settings.drafter == HYBRID)
 
     def _edited(self, *_a) -> None:
         s = self.settings

@@ -161,11 +161,12 @@ class ConversationStore:
 # ---- settings -----------------------------------------------------------------------------------
 
 DEFAULT_VERIFIER = "smollm2-135m-instruct"
-# The one place the app's default draft lives (the CLI's is specdec_core.pairing.DEFAULT_DRAFTS).
-# Prompt lookup: the shipped draft head (smollm2-135m-draft) is slower than the verifier alone on this
-# class of machine (see its model card); pick it in the settings to see why.
-DEFAULT_DRAFT = "smollm2-135m-draft"  # what the draft field shows when the drafter is switched to "model"
-DEFAULT_DRAFTER = "prompt-lookup"  # "model" | "prompt-lookup"
+# The app's default draft: the same as the CLI's (specdec_core.pairing.DEFAULT_DRAFTS, a test keeps
+# them equal; repeated here so that the settings load without importing torch). The shipped draft head
+# as a hybrid: prompt lookup where the conversation has a match, else one token from the head.
+DEFAULT_DRAFT = "smollm2-135m-draft"
+DEFAULT_DRAFTER = "hybrid"  # "model" | "prompt-lookup" | "hybrid"
+DEFAULT_DRAFT_TOKENS = 1  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
 
 
 @dataclass
@@ -173,6 +174,7 @@ class Settings:
     verifier: str = DEFAULT_VERIFIER
     draft: str = DEFAULT_DRAFT
     drafter: str = DEFAULT_DRAFTER
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS
     device: str = "auto"
     dtype: str = "auto"
     speculate: bool = True

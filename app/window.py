@@ -334,7 +334,7 @@ class MainWindow(QMainWindow):
         parts = [f"<b>{s.verifier_name}</b>"]
         if s.drafter is not None:
             parts.append(f"← {s.drafter_name}")
-        elif s.request.drafter == sess.MODEL:
+        elif s.request.drafter in sess.USES_DRAFT:
             parts.append("<span style='color:rgb(215,58,73)'>← no usable draft</span>")
         parts.append(f"· {dev.strip()}")
         if s.baseline_tps:
@@ -353,8 +353,8 @@ class MainWindow(QMainWindow):
     # ----------------------------------------------------------------------------------- loading --
     def load_request(self) -> LoadRequest:
         s = self.settings
-        return LoadRequest(verifier=s.verifier, draft=s.draft, drafter=s.drafter, device=s.device,
-                           dtype=s.dtype, calibrate=s.calibrate)
+        return LoadRequest(verifier=s.verifier, draft=s.draft, drafter=s.drafter, draft_tokens=s.draft_tokens,
+                           device=s.device, dtype=s.dtype, calibrate=s.calibrate)
 
     def load_models(self) -> None:
         """Load the models named in the settings, in the background (keeps the current pair until done)."""
@@ -382,10 +382,11 @@ class MainWindow(QMainWindow):
         self.cancel_load_button.setVisible(True)
         self.status_label.setText(f"Loading {request.verifier}…")
         self.model_label.setText(f"Loading <b>{request.verifier}</b>"
-                                 + (f" ← {request.draft}" if request.drafter == sess.MODEL else " ← prompt lookup")
+                                 + {sess.MODEL: f" ← {request.draft}", sess.HYBRID: f" ← {request.draft} + prompt lookup"}
+                                 .get(request.drafter, " ← prompt lookup")
                                  + "…")
         self.settings_panel.set_verdict("Checking the pair once the models are loaded…"
-                                        if request.drafter == sess.MODEL else "", None)
+                                        if request.drafter in sess.USES_DRAFT else "", None)
         self._update_controls()
         worker.start()
 
@@ -414,7 +415,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"The draft cannot be used with this verifier. {session.verdict}\n"
                             "Replies use the verifier alone until you pick another draft or prompt lookup.")
         s = self.settings
-        for spec in (s.verifier, s.draft if s.drafter == sess.MODEL else ""):
+        for spec in (s.verifier, s.draft if s.drafter in sess.USES_DRAFT else ""):
             if spec and spec != DEFAULT_VERIFIER and spec not in s.recent_specs:
                 s.recent_specs = ([spec] + s.recent_specs)[:10]
         self._save_settings()

@@ -156,13 +156,14 @@ class Reply:
 
 
 def _forwards(engine: Engine) -> list:
-    from specdec_core.drafters import FeatureDrafter, ModelDrafter
+    from specdec_core.drafters import FeatureDrafter, ModelDrafter, model_part
 
     out = [engine.target]
-    if isinstance(engine.drafter, ModelDrafter):
-        out.append(engine.drafter.forward)
-    elif isinstance(engine.drafter, FeatureDrafter):
-        out.append(engine.drafter)  # counts the head's own forward time
+    runs_model = model_part(engine.drafter)
+    if isinstance(runs_model, ModelDrafter):
+        out.append(runs_model.forward)
+    elif isinstance(runs_model, FeatureDrafter):
+        out.append(runs_model)  # counts the head's own forward time
     return out
 
 
@@ -808,12 +809,15 @@ def cmd_bench(args) -> int:
     if args.system:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
     pair = _load(args)
-    from specdec_core.drafters import FeatureDrafter
+    from specdec_core.drafters import FeatureDrafter, HybridDrafter
 
     if args.hf_reference and isinstance(pair.drafter, FeatureDrafter):
         raise BenchError(f"transformers' assisted generation cannot run {pair.draft.name}, a draft head that reads "
                          "the verifier's hidden states: drop --hf-reference, or compare with --drafter "
                          "prompt-lookup or a draft model")
+    if args.hf_reference and isinstance(pair.drafter, HybridDrafter):
+        raise BenchError("transformers' assisted generation has no hybrid of prompt lookup and a draft model: "
+                         "drop --hf-reference, or compare with --drafter prompt-lookup or --drafter model")
     settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference)
     result = run_bench(pair.engine, pair.verifier, pair.draft, cases, config, settings, progress=_say)
     result["setup"]["prompt_file"] = args.prompts

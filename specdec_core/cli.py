@@ -36,8 +36,13 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--verifier", metavar="SPEC", help="hub id, local folder, .gguf file or embedded name "
                        "(default: smollm2-135m-instruct, embedded)")
     group.add_argument("--draft", metavar="SPEC", help="draft model spec (implies --drafter model)")
-    group.add_argument("--drafter", choices=("model", "prompt-lookup"),
-                       help="what proposes tokens (default: model with --draft, else prompt-lookup)")
+    group.add_argument("--drafter", choices=("model", "prompt-lookup", "hybrid"),
+                       help="what proposes tokens: a draft model, copies from the conversation (prompt-lookup), "
+                       "or copies where they exist and the draft model elsewhere (hybrid) (default: model with "
+                       "--draft, else prompt-lookup)")
+    group.add_argument("--draft-tokens", type=int, metavar="N",
+                       help="hybrid: at most N tokens from the draft model in a round without a match "
+                       "(default: gamma)")
     group.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     group.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")
@@ -103,9 +108,13 @@ def _progress():
 def _load(args):
     from specdec_core.pairing import LoadOptions, load_pair
 
+    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup")
+                                          or (args.drafter is None and args.draft)):
+        raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                           device_map=args.device_map, max_memory=_max_memory(args.max_memory))
-    return load_pair(args.verifier, args.draft, args.drafter, options, progress=_progress())
+    return load_pair(args.verifier, args.draft, args.drafter, options, progress=_progress(),
+                     draft_tokens=args.draft_tokens)
 
 
 def _use_color(args, stream: TextIO) -> bool:

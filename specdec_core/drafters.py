@@ -8,6 +8,7 @@ A drafter need not be a model: prompt lookup copies from the conversation.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -296,6 +297,56 @@ class PromptLookupDrafter:
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass
+
+
+class HybridDrafter:
+    """Prompt lookup where the conversation has a match, the draft model everywhere else.
+
+    Copying is free and, after a 2-3 token match, often long and right (names, code, quoted text);
+    a model draft costs a step per token but proposes something at every position. Each round takes
+    the lookup's proposal if it found one, else asks the model for at most `model_tokens` tokens (a
+    cheaper verify of fewer rows may pay better than the full γ for a draft of modest acceptance).
+    Which one drafts depends only on the sequence so far, so verification stays exact: each round's
+    draft_probs are those of the drafter that proposed it."""
+
+    def __init__(self, model_drafter: Drafter, model_tokens: int | None = None,
+                 lookup: PromptLookupDrafter | None = None):
+        if model_tokens is not None and model_tokens < 1:
+            from specdec_core.errors import ConfigError
+
+            raise ConfigError(f"the draft model's tokens per round must be at least 1 (got {model_tokens})")
+        self.model_drafter = model_drafter
+        self.lookup = lookup or PromptLookupDrafter()
+        self.model_tokens = model_tokens
+        self.name = f"{model_drafter.name} + prompt lookup"
+
+    def reset(self, seed: int) -> None:
+        self.model_drafter.reset(seed)
+
+    def reset_cache(self) -> None:
+        reset = getattr(self.model_drafter, "reset_cache", None)
+        if reset is not None:
+            reset()
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        self.model_drafter.prefill(ids)
+
+    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
+                eos_token_ids: frozenset[int]) -> Draft:
+        copied = self.lookup.propose(ids, max_tokens, config, vocab_size, eos_token_ids)
+        if copied.token_ids or max_tokens <= 0:
+            return copied
+        budget = max_tokens if self.model_tokens is None else min(max_tokens, self.model_tokens)
+        drafted = self.model_drafter.propose(ids, budget, config, vocab_size, eos_token_ids)
+        return dataclasses.replace(drafted, draft_s=drafted.draft_s + copied.draft_s)
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        self.model_drafter.observe(n_drafted, n_accepted)
+
+
+def model_part(drafter: Drafter | None) -> Drafter | None:
+    """The drafter that runs a model inside `drafter` (itself unless it is a hybrid)."""
+    return drafter.model_drafter if isinstance(drafter, HybridDrafter) else drafter
 
 
 def is_draft_head(draft: LoadedModel) -> bool:

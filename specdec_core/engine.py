@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter, FeatureDrafter, ModelDrafter
+from specdec_core.drafters import Draft, Drafter, FeatureDrafter, ModelDrafter, model_part
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
@@ -84,11 +84,12 @@ class Engine:
         self.drafter = drafter
         # Distributions are compared over the token ids both sides know; padded logit rows are cut.
         rows = [len(self.verifier.tokenizer), _output_rows(self.verifier.model)]
-        if isinstance(drafter, ModelDrafter):
-            rows += [len(drafter.draft.tokenizer), _output_rows(drafter.draft.model)]
+        runs_model = model_part(drafter)
+        if isinstance(runs_model, ModelDrafter):
+            rows += [len(runs_model.draft.tokenizer), _output_rows(runs_model.draft.model)]
         self.vocab_size = min(rows)
-        if isinstance(drafter, FeatureDrafter):
-            drafter.attach(self.target)  # it reads the verifier's hidden states
+        if isinstance(runs_model, FeatureDrafter):
+            runs_model.attach(self.target)  # it reads the verifier's hidden states
 
     def reset_caches(self) -> None:
         self.target.reset()

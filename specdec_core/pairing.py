@@ -5,20 +5,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec_core.doctor import Verdict, check_models
-from specdec_core.drafters import Drafter, PromptLookupDrafter, drafter_for
+from specdec_core.drafters import Drafter, HybridDrafter, PromptLookupDrafter, drafter_for
 from specdec_core.engine import Engine
-from specdec_core.models import EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
+from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
 
-DRAFTER_KINDS = ("model", "prompt-lookup")
-# The embedded pair is the embedded verifier with prompt lookup. The draft head distilled from it
-# (EMBEDDED_DRAFT, assets/) is not the default: on held-out prompts on a 2-core CPU it is slower than the
-# verifier alone (its model card), while prompt lookup gains 1.1x (docs/performance.md). A draft listed
+DRAFTER_KINDS = ("model", "prompt-lookup", "hybrid")  # hybrid: prompt lookup where it matches, else the model
+
+
+@dataclass(frozen=True)
+class DraftDefault:
+    """How a verifier speculates when the user names no draft: which draft, run how."""
+
+    spec: str
+    kind: str = "model"  # "model" | "hybrid"
+    draft_tokens: int | None = None  # hybrid: the model's tokens per round without a lookup match (None: γ)
+
+
+# The embedded pair is the embedded verifier with the draft head distilled from it (EMBEDDED_DRAFT,
+# assets/), as a hybrid: prompt lookup where the conversation has a match, else one token from the head.
+# On a 2-core CPU that measured 1.27x over the verifier alone on the bundled prompts, against 1.15x for
+# prompt lookup alone and 1.18x for the head alone at its best γ (1): the head's second and later
+# tokens are accepted too rarely to pay for the extra verified rows (docs/performance.md). A draft listed
 # here becomes the default of its verifier; any verifier without one speculates with prompt lookup.
 DEFAULT_VERIFIER = EMBEDDED_VERIFIER
-DEFAULT_DRAFTS: dict[str, str] = {}
+DEFAULT_DRAFTS: dict[str, DraftDefault] = {
+    EMBEDDED_VERIFIER: DraftDefault(EMBEDDED_DRAFT, kind="hybrid", draft_tokens=1),
+}
 
 
-def default_draft(verifier_spec: str | None) -> str | None:
+def default_draft(verifier_spec: str | None) -> DraftDefault | None:
     """The draft that ships for this verifier, if any."""
     return DEFAULT_DRAFTS.get(verifier_spec or DEFAULT_VERIFIER)
 
@@ -49,29 +64,37 @@ def choose_drafter_kind(drafter: str | None, draft_spec: str | None) -> str:
 
 
 def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, drafter: str | None = None,
-              options: LoadOptions = LoadOptions(), progress: ProgressCallback | None = None) -> Pair:
+              options: LoadOptions = LoadOptions(), progress: ProgressCallback | None = None,
+              draft_tokens: int | None = None) -> Pair:
     """Load the verifier, then the draft (if any), check the pair, and build the engine.
 
-    Raises ModelLoadError for a model that cannot load and IncompatiblePairError (with the doctor's
-    reason) for a pair that cannot work together."""
-    if draft_spec is None and drafter in (None, "model"):
-        draft_spec = default_draft(verifier_spec)
+    `draft_tokens` caps what the model drafts per round in a hybrid (None: γ). Raises ModelLoadError
+    for a model that cannot load and IncompatiblePairError (with the doctor's reason) for a pair that
+    cannot work together."""
+    shipped = default_draft(verifier_spec) if draft_spec is None else None
+    if shipped is not None and drafter in (None, "model", "hybrid"):
+        draft_spec = shipped.spec
+        drafter = drafter or shipped.kind
+        if drafter == shipped.kind == "hybrid" and draft_tokens is None:
+            draft_tokens = shipped.draft_tokens
     kind = choose_drafter_kind(drafter, draft_spec)
-    if kind == "model" and not draft_spec:
+    if kind in ("model", "hybrid") and not draft_spec:
         from specdec_core.errors import ConfigError
 
-        raise ConfigError("the model drafter needs a draft model: pass --draft SPEC (or use prompt-lookup)")
+        raise ConfigError(f"the {kind} drafter needs a draft model: pass --draft SPEC (or use prompt-lookup)")
     load = dict(device=options.device, dtype=options.dtype, trust_remote_code=options.trust_remote_code,
                 progress=progress)
     verifier = load_model(verifier_spec or DEFAULT_VERIFIER, device_map=options.device_map,
                           max_memory=options.max_memory, **load)
     draft = verdict = None
     drafter_obj: Drafter
-    if kind == "model":
+    if kind in ("model", "hybrid"):
         assert draft_spec is not None
         draft = load_model(draft_spec, **load)
         verdict = check_models(verifier, draft).raise_if_incompatible()
         drafter_obj = drafter_for(draft)
+        if kind == "hybrid":
+            drafter_obj = HybridDrafter(drafter_obj, model_tokens=draft_tokens)
     else:
         drafter_obj = PromptLookupDrafter()
     return Pair(engine=Engine(verifier, drafter_obj), verifier=verifier, draft=draft, drafter=drafter_obj,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from app.session import PROMPT_LOOKUP, LoadRequest, PromptInfo, Session
+from app.session import HYBRID, MODEL, PROMPT_LOOKUP, LoadRequest, PromptInfo, Session
 from specdec_core.config import GenerationConfig
 from specdec_core.events import Finished, StopReason, TokenCommitted, TokenState
 from specdec_core.stats import Stats
@@ -45,7 +45,9 @@ class TalkContext:
 
 def session_from_pair(pair: Any, spec: str = "") -> Session:
     """An app Session around a specdec_core.pairing.Pair (for scripts and screenshots)."""
-    kind = "model" if pair.draft is not None else PROMPT_LOOKUP
+    from specdec_core.drafters import HybridDrafter
+
+    kind = (HYBRID if isinstance(pair.drafter, HybridDrafter) else MODEL) if pair.draft is not None else PROMPT_LOOKUP
     draft_spec = getattr(pair.draft, "spec", "") if pair.draft is not None else ""
     return Session(request=LoadRequest(verifier=spec or getattr(pair.verifier, "spec", ""), draft=draft_spec,
                                        drafter=kind),

@@ -326,3 +326,26 @@ def test_settings_panel_changes_persist(make_window, data_dir):
     saved = Settings.load(data_dir)
     assert (saved.gamma, saved.temperature, saved.drafter, saved.speculate) == (6, 0.7, "prompt-lookup", False)
     assert w.settings_panel.load_button.text().endswith("●")  # a model change asks for a reload
+
+
+def test_choosing_both_drafters_loads_a_hybrid_with_its_draft_token_cap(make_window, qtbot, send_and_wait,
+                                                                        data_dir):
+    from app.store import Settings
+    from specdec_core.drafters import HybridDrafter, ModelDrafter
+
+    w = make_window()
+    assert not w.settings_panel.draft_tokens.isEnabled()  # "Draft model" is chosen
+    w.settings_panel.use_hybrid.setChecked(True)
+    w.settings_panel.draft_tokens.setValue(2)
+    assert w.settings_panel.draft_tokens.isEnabled() and w.settings_panel.draft_row.isEnabled()
+    saved = Settings.load(data_dir)
+    assert (saved.drafter, saved.draft_tokens) == ("hybrid", 2)
+    with qtbot.waitSignal(w.models_loaded, timeout=60_000):
+        w.load_models()
+    qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
+    drafter = w.session.drafter
+    assert isinstance(drafter, HybridDrafter) and isinstance(drafter.model_drafter, ModelDrafter)
+    assert drafter.model_tokens == 2
+    assert "+ prompt lookup" in w.model_label.text()
+    trace = send_and_wait(w, "the robot said the robot said the robot")
+    assert trace.stats["drafted"] > 0

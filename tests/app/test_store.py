@@ -80,3 +80,13 @@ def test_exports_keep_text_colours_and_trace():
     assert "round 1, position 2" in page  # per-token hover titles
     data = json.loads(to_json(conv))
     assert data["messages"][1]["trace"]["tokens"][1]["state"] == "rejected"
+
+
+def test_the_apps_default_draft_is_the_one_the_cli_uses():
+    from app import store
+    from specdec_core.pairing import DEFAULT_VERIFIER, default_draft
+
+    shipped = default_draft(None)
+    assert store.DEFAULT_VERIFIER == DEFAULT_VERIFIER
+    assert (store.DEFAULT_DRAFT, store.DEFAULT_DRAFTER, store.DEFAULT_DRAFT_TOKENS) == (
+        shipped.spec, shipped.kind, shipped.draft_tokens or 0)

@@ -44,8 +44,10 @@ def test_greedy_output_is_the_same_with_and_without_speculation(capsys, folders)
     common = ["Once upon a time", "--verifier", folders["verifier"], "--max-new-tokens", "30"]
     _, on = run_json(capsys, *common, "--draft", folders["draft"], "--gamma", "3")
     _, lookup = run_json(capsys, *common, "--drafter", "prompt-lookup")
+    _, hybrid = run_json(capsys, *common, "--drafter", "hybrid", "--draft", folders["draft"], "--draft-tokens", "1")
     _, off = run_json(capsys, *common, "--no-speculation")
-    assert on[0]["token_ids"] == lookup[0]["token_ids"] == off[0]["token_ids"]
+    assert on[0]["token_ids"] == lookup[0]["token_ids"] == hybrid[0]["token_ids"] == off[0]["token_ids"]
+    assert max(len(r["drafted"]) for r in hybrid[0]["rounds"]) >= 1
     assert off[0]["stats"]["drafted"] == 0
 
 

@@ -30,20 +30,20 @@ def pair(tiny_tokenizer):
     return model(3), model(4)
 
 
-def exact_joint(verifier, config):
+def exact_joint(verifier, config, prompt=PROMPT):
     """P(first token = a, second token = b) under the verifier's processed distribution."""
     with torch.no_grad():
-        first = processed_probs(verifier.model(torch.tensor([PROMPT])).logits[0, -1], config)
-        nexts = processed_probs(verifier.model(torch.tensor([PROMPT + [a] for a in range(VOCAB)])).logits[:, -1],
+        first = processed_probs(verifier.model(torch.tensor([prompt])).logits[0, -1], config)
+        nexts = processed_probs(verifier.model(torch.tensor([prompt + [a] for a in range(VOCAB)])).logits[:, -1],
                                 config)
     return first[:, None] * nexts
 
 
-def sampled_joint(verifier, draft, config, runs=RUNS):
-    engine = Engine(verifier, drafter_for(draft))
+def sampled_joint(verifier, draft, config, runs=RUNS, prompt=PROMPT, drafter=None):
+    engine = Engine(verifier, drafter or drafter_for(draft))
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(runs):
-        *_, fin = engine.generate(PROMPT, GenerationConfig(**{**config.__dict__, "seed": seed}))
+        *_, fin = engine.generate(prompt, GenerationConfig(**{**config.__dict__, "seed": seed}))
         a, b = fin.token_ids[:2]
         counts[a, b] += 1
     return counts
@@ -90,6 +90,15 @@ def test_speculation_with_a_draft_head_follows_the_verifiers_processed_distribut
     config = CONFIGS[1]
     p_value = chi_square_p_value(sampled_joint(verifier, head, config), exact_joint(verifier, config))
     assert p_value > 1e-3
+
+
+def test_a_hybrid_of_prompt_lookup_and_a_draft_follows_the_verifiers_processed_distribution(pair):
+    verifier, draft = pair
+    prompt = [1, 3, 5, 1, 3]  # the lookup copies "5 1 3" in round one; later rounds mix both sources
+    config = CONFIGS[1]
+    hybrid = drafters.HybridDrafter(ModelDrafter(draft), model_tokens=2)
+    counts = sampled_joint(verifier, draft, config, prompt=prompt, drafter=hybrid)
+    assert chi_square_p_value(counts, exact_joint(verifier, config, prompt)) > 1e-3
 
 
 def test_the_check_catches_a_draft_that_samples_greedily_while_the_verifier_samples(pair, monkeypatch):

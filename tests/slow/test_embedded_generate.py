@@ -12,7 +12,15 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def pair():
-    return load_pair(options=LoadOptions(device="cpu"))  # the embedded default pair: verifier + prompt lookup
+    return load_pair(options=LoadOptions(device="cpu"))  # the embedded default pair
+
+
+def test_the_embedded_default_pair_is_the_shipped_head_with_prompt_lookup(pair):
+    from specdec_core.drafters import FeatureDrafter, HybridDrafter
+
+    assert isinstance(pair.drafter, HybridDrafter) and isinstance(pair.drafter.model_drafter, FeatureDrafter)
+    assert pair.drafter.model_tokens == 1
+    assert pair.verdict is not None and pair.verdict.compatible
 
 
 def test_capital_of_france_is_paris_with_speculation_on_and_off_and_identical(pair):
