@@ -55,6 +55,7 @@ class HeadSettings:
     checkpoint_minutes: float = 4.0
     validate_every: int = 100
     validation_fraction: float = 0.03
+    init_from: str = ""  # a trained head's folder to start from (its weights; ids, optimizer and steps start anew)
 
 
 # --------------------------------------------------------------------------- features
@@ -182,6 +183,17 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     return losses
 
 
+def _start_from(head: SpecdecHeadModel, folder: Path) -> None:
+    """Copy a trained head's weights into `head` (same widths); its token ids are chosen again from the data."""
+    previous = SpecdecHeadModel.from_pretrained(folder)
+    weights = {k: v for k, v in previous.state_dict().items() if k != "head_ids"}
+    mine = head.state_dict()
+    wrong = [k for k, v in weights.items() if k not in mine or mine[k].shape != v.shape]
+    if wrong:
+        raise SystemExit(f"cannot start from {folder}: its shapes differ ({', '.join(wrong[:3])})")
+    head.load_state_dict(weights, strict=False)
+
+
 def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, special_ids: list[int]) -> dict:
     """Train (or resume) a head in `run_dir`; saves run_dir/model (best validation agreement) and train.json."""
     torch.manual_seed(settings.seed)
@@ -212,6 +224,8 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     head = SpecdecHeadModel(config)
     mass = label_mass(work, output.shape[0])
     if checkpoint is None:
+        if settings.init_from:
+            _start_from(head, Path(settings.init_from))
         # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
         head.set_head_ids(ranking_from_counts(mass, special_ids)[:settings.head_size])
     else:

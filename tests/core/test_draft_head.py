@@ -1,6 +1,8 @@
 """The draft head (draft_head.py) and its drafter: exact output, caches in step with the verifier's hidden
 states, saving and loading, and the doctor's checks."""
 
+import copy
+
 import pytest
 import tiny
 import torch
@@ -183,3 +185,26 @@ def test_training_chain_steps_compute_what_the_drafter_computes_when_drafting(ve
             position = length - 2 + step
             predicted = drafter._step(predicted[None], [ids[position + 1]], position)[-1]
             torch.testing.assert_close(predicted, chain[step][0, position], atol=1e-5, rtol=1e-4)
+
+
+def test_training_can_start_from_an_earlier_heads_weights_but_not_from_another_width(verifiers, tmp_path):
+    from specdec_core.distill.head import _start_from
+
+    verifier = verifiers["llama"]
+    earlier = tiny.make_head(verifier, seed=5, head_ids=list(range(40)))
+    earlier.model.save_pretrained(tmp_path / "earlier")
+    fresh = tiny.make_head(verifier, seed=9, head_ids=list(range(40, 80))).model
+    _start_from(fresh, tmp_path / "earlier")
+    for name, weight in earlier.model.state_dict().items():
+        if name == "head_ids":
+            assert torch.equal(fresh.state_dict()[name], torch.arange(40, 80))  # chosen again from the data
+        else:
+            assert torch.equal(fresh.state_dict()[name], weight), name
+
+    from specdec_core.draft_head import SpecdecHeadModel
+
+    config = copy.deepcopy(fresh.config)
+    config.intermediate_size *= 2
+    wider = SpecdecHeadModel(config)
+    with pytest.raises(SystemExit, match="shapes differ"):
+        _start_from(wider, tmp_path / "earlier")
