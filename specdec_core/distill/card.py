@@ -68,12 +68,30 @@ def _shape_arg(shape: dict) -> str:
     return ";".join(f"{k}={v}" for k, v in shape.items() if v != "")
 
 
+def _as_shipped(card: dict) -> str:
+    shipped = card.get("as_shipped")
+    if not shipped:
+        return ""
+    return f"""## As shipped: the embedded pair's default drafter
+
+The embedded verifier speculates with this draft as a hybrid (`--drafter hybrid`): prompt lookup where
+the conversation has a match, else {shipped['draft_tokens']} token(s) from this draft; gamma {shipped['gamma']}.
+On the same held-out prompts, in the same run:
+
+- measured speedup over speculation off: **{shipped['speedup']:.2f}x** ({shipped['tokens_per_s']:.2f} tokens/s)
+- greedy acceptance rate: {shipped['acceptance_rate']:.3f}; {shipped['tokens_per_round']:.2f} tokens per verifier call
+- acceptance rate at temperature 0.7: {shipped['sampled_t0.7_acceptance_rate']:.3f}
+- greedy output identical to the verifier alone on every measured prompt: {shipped['identical_greedy_output']}
+
+"""
+
+
 def _figures(card: dict) -> str:
     m = card["measurement"]
     per_gamma = "\n".join(
         f"| {g} | {f['acceptance_rate']:.3f} | {f['tokens_per_round']:.2f} | {f['tokens_per_s']:.2f} | "
         f"{f['speedup']:.2f}x | {f['draft_ms_per_token']:.1f} |" for g, f in m["speculative"].items())
-    return f"""## Figures (held-out prompts, measured by `python -m specdec_core.distill card`)
+    return _as_shipped(card) + f"""## The draft alone (held-out prompts, measured by `python -m specdec_core.distill card`)
 
 - greedy acceptance rate: {card['greedy_acceptance_rate']:.3f} (best gamma {card['best_gamma']})
 - acceptance rate at temperature 0.7: {card['sampled_acceptance_rate_t0.7']:.3f} (gamma {m['sampled_t0.7']['gamma']})

@@ -1,8 +1,10 @@
 """What a draft is worth with its verifier on held-out prompts, measured through the real engine.
 
 For each prompt, in one process and interleaved (so both see the same machine load): the verifier alone
-(speculation off), then speculation with each gamma. Greedy runs check that every reply is token for
-token the verifier's own; a sampled run (temperature 0.7) gives the acceptance rate there.
+(speculation off), then speculation with each gamma, then (with `hybrid`) the draft as shipped: a
+HybridDrafter (prompt lookup where the conversation has a match, else the draft for at most N tokens).
+Greedy runs check that every reply is token for token the verifier's own; sampled runs (temperature
+0.7) give the acceptance rate there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from tqdm.auto import tqdm
 from specdec_core.chat import build_prompt
 from specdec_core.config import GenerationConfig
 from specdec_core.distill.prompts import Messages
-from specdec_core.drafters import drafter_for
+from specdec_core.drafters import HybridDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
 
@@ -62,12 +64,15 @@ def _run(engine: Engine, ids: list[int], config: GenerationConfig) -> Finished:
 
 def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int, ...] = (3, 4, 5),
                  max_new_tokens: int = 128, sampled_gamma: int = 4, temperature: float = 0.7, seed: int = 0,
-                 adaptive: bool = False) -> dict:
-    """Figures for the pair on `prompts`; see the module docstring."""
-    engine = Engine(verifier, drafter_for(draft))
+                 adaptive: bool = False, hybrid: tuple[int, int] | None = None) -> dict:
+    """Figures for the pair on `prompts`; `hybrid` = (gamma, draft tokens) also measures the hybrid.
+    See the module docstring."""
+    alone = drafter_for(draft)
+    mixed = HybridDrafter(alone, model_tokens=hybrid[1]) if hybrid else None
+    engine = Engine(verifier, alone)
     base = GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, top_alternatives=0)
     off, on = Tally(), {g: Tally() for g in gammas}
-    sampled = Tally()
+    sampled, mixed_greedy, mixed_sampled = Tally(), Tally(), Tally()
     started = time.perf_counter()
     for index, messages in enumerate(tqdm(prompts, desc="measure", unit="prompt")):
         ids = build_prompt(verifier.tokenizer, messages, context_length=verifier.context_length,
@@ -80,6 +85,15 @@ def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int,
             if result.token_ids != plain.token_ids:
                 on[gamma].mismatches.append(index)
         sampled.add(_run(engine, ids, base.with_(temperature=temperature, gamma=sampled_gamma, seed=seed + index)))
+        if mixed is not None:
+            engine.set_drafter(mixed)
+            result = _run(engine, ids, base.with_(gamma=hybrid[0]))
+            mixed_greedy.add(result)
+            if result.token_ids != plain.token_ids:
+                mixed_greedy.mismatches.append(index)
+            mixed_sampled.add(_run(engine, ids, base.with_(temperature=temperature, gamma=hybrid[0],
+                                                           seed=seed + index)))
+            engine.set_drafter(alone)
     figures_off = off.figures()
     per_gamma = {}
     for gamma, tally in on.items():
@@ -89,7 +103,15 @@ def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int,
     best = max(per_gamma, key=lambda g: per_gamma[g]["speedup"])
     verifier_ms = 1e3 * off.decode_s / off.new_tokens if off.new_tokens else 0.0
     draft_ms = per_gamma[best]["draft_ms_per_token"]
+    shipped = None
+    if mixed is not None:
+        shipped = {"gamma": hybrid[0], "draft_tokens": hybrid[1], **mixed_greedy.figures(),
+                   "speedup": mixed_greedy.figures()["tokens_per_s"] / figures_off["tokens_per_s"]
+                   if figures_off["tokens_per_s"] else 0.0,
+                   "identical_greedy_output": not mixed_greedy.mismatches,
+                   f"sampled_t{temperature:g}_acceptance_rate": mixed_sampled.figures()["acceptance_rate"]}
     return {
+        "hybrid": shipped,
         "prompts": len(prompts),
         "max_new_tokens": max_new_tokens,
         "verifier_alone": figures_off,

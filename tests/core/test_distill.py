@@ -137,9 +137,13 @@ def test_pipeline_generate_label_train_export_measure(tmp_path, tokenizer, verif
     assert next(model.parameters()).dtype == torch.float16  # stored in half precision
     draft = load_model(str(dest), device="cpu")
     assert draft.dtype == torch.float32  # loaded in fp32 on the CPU
-    figures = measure_pair(verifier, draft, PROMPTS[:2], gammas=(3,), max_new_tokens=10)
+    figures = measure_pair(verifier, draft, PROMPTS[:2], gammas=(3,), max_new_tokens=10, hybrid=(4, 1))
     assert figures["identical_greedy_output"]
     assert 0.0 <= figures["greedy_acceptance_rate"] <= 1.0
+    shipped = figures["hybrid"]  # the draft as the embedded pair runs it: with prompt lookup
+    assert shipped["identical_greedy_output"] and (shipped["gamma"], shipped["draft_tokens"]) == (4, 1)
+    assert shipped["new_tokens"] == figures["verifier_alone"]["new_tokens"]
+    assert 0.0 <= shipped["sampled_t0.7_acceptance_rate"] <= 1.0 and shipped["speedup"] > 0
 
 
 def test_greedy_with_subset_draft_matches_verifier_alone(tokenizer, verifier):
