@@ -37,6 +37,7 @@ MAX_ROWS = 9  # a verify of γ ≤ 8 drafts feeds γ + 1 rows
 _SAMPLE_BYTES = 64 * 2**20  # weights timed per shape: more than a CPU's last-level cache, so timing is cold
 _MIN_GAIN = 0.05  # the columns form must be this much faster to be used
 _DISABLE = "SPECDEC_CPU_MATMUL"  # "off": keep F.linear everywhere
+_PLAN_VERSION = 2  # part of the plan file's name: a new way of measuring measures again
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,14 +74,18 @@ def _planned_forward(plan_rows: frozenset[int]):
     return forward
 
 
-def _time_ms(fn, repeats: int = 2) -> float:
-    fn()  # warm: first-call allocations and kernel set-up
-    best = float("inf")
+def _best_ms(forms: dict[str, Callable[[], object]], repeats: int = 3) -> dict[str, float]:
+    """Best time of each form over `repeats` runs, alternating the forms so that both see the same
+    moments of machine load; the minimum discards runs slowed by other work."""
+    for fn in forms.values():
+        fn()  # warm: first-call allocations and kernel set-up
+    best = dict.fromkeys(forms, float("inf"))
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3
+        for name, fn in forms.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], (time.perf_counter() - start) * 1e3)
+    return best
 
 
 @torch.inference_mode()
@@ -91,8 +96,9 @@ def measure_plan(weights: list[torch.Tensor], max_rows: int = MAX_ROWS) -> RowPl
     columns_ms: dict[int, float] = {}
     for rows in range(1, max_rows + 1):
         x = torch.randn(rows, shape[1], dtype=weights[0].dtype)
-        linear_ms[rows] = _time_ms(lambda: [F.linear(x, w) for w in weights])
-        columns_ms[rows] = _time_ms(lambda: [columns_product(x, w) for w in weights])
+        best = _best_ms({"linear": lambda: [F.linear(x, w) for w in weights],
+                         "columns": lambda: [columns_product(x, w) for w in weights]})
+        linear_ms[rows], columns_ms[rows] = best["linear"], best["columns"]
     faster = frozenset(r for r in linear_ms if columns_ms[r] < (1 - _MIN_GAIN) * linear_ms[r])
     return RowPlan(shape=shape, column_rows=faster, linear_ms=linear_ms, columns_ms=columns_ms)
 
@@ -124,7 +130,8 @@ def speed_up(model: torch.nn.Module, max_rows: int = MAX_ROWS, cache_dir: Path |
     """Give each nn.Linear of a CPU fp32 `model` the faster few-row form measured here (no-op otherwise).
 
     Measuring takes a few seconds for a 135M model; with `cache_dir` the plans are kept in a JSON
-    file per CPU, thread count and torch version, so later loads reuse them; `on_measure` is called
+    file per CPU, thread count and torch version (<cache>/cpu-plans/; delete it to measure again, say
+    after a measurement disturbed by other work), so later loads reuse them; `on_measure` is called
     once before measuring, when the file does not have them. Returns the plans (one per weight shape)
     so callers can report what was chosen.
     """
@@ -164,7 +171,8 @@ def apply_plans(model: torch.nn.Module, plans: list[RowPlan]) -> None:
 def _plan_file(cache_dir: Path | None, max_rows: int) -> Path | None:
     if cache_dir is None:
         return None
-    machine = f"{platform.machine()}-{_cpu_name()}-t{torch.get_num_threads()}-torch{torch.__version__}-r{max_rows}"
+    machine = (f"v{_PLAN_VERSION}-{platform.machine()}-{_cpu_name()}-t{torch.get_num_threads()}"
+               f"-torch{torch.__version__}-r{max_rows}")
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in machine)
     return Path(cache_dir) / "cpu-plans" / f"{safe}.json"
 
