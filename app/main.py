@@ -1,6 +1,6 @@
 """`specdec-chat`: the desktop app's entry point, with flags for automation (tests, README screenshot).
 
-    specdec-chat [--verifier SPEC] [--draft SPEC] [--drafter model|prompt-lookup] [--prompt TEXT]
+    specdec-chat [--verifier SPEC] [--draft SPEC] [--drafter model|prompt-lookup|hybrid] [--prompt TEXT]
                  [--race] [--screenshot PATH] [--quit-when-done] [--timeout S] [--data-dir DIR]
 
 With --prompt the prompt is sent once the models are loaded; --race then races speculation off vs on;

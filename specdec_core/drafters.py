@@ -150,7 +150,10 @@ class FeatureDrafter:
         self.forward_s = 0.0  # time inside the head and its output rows (benchmarks: engine overhead is the rest)
 
     def attach(self, target: CachedForward) -> None:
-        """Read the verifier's hidden states through `target`, and borrow its embeddings and output rows."""
+        """Read the verifier's hidden states through `target`, and borrow its embeddings and output rows.
+        Attaching to the target it already reads is a no-op (keeps the head's cache)."""
+        if target is self.target:
+            return
         verifier = target.model
         self.target = target
         target.record_hidden_states()
@@ -331,6 +334,9 @@ class HybridDrafter:
     def prefill(self, ids: Sequence[int]) -> None:
         self.model_drafter.prefill(ids)
 
+    def attach(self, target: CachedForward) -> None:
+        attach_drafter(self.model_drafter, target)
+
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:
         copied = self.lookup.propose(ids, max_tokens, config, vocab_size, eos_token_ids)
@@ -342,6 +348,13 @@ class HybridDrafter:
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)
+
+
+def attach_drafter(drafter: Drafter | None, target: CachedForward) -> None:
+    """Let a drafter that reads the verifier (a draft head, or a wrapper around one) read `target`."""
+    attach = getattr(drafter, "attach", None)
+    if attach is not None:
+        attach(target)
 
 
 def model_part(drafter: Drafter | None) -> Drafter | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter, FeatureDrafter, ModelDrafter, model_part
+from specdec_core.drafters import Draft, Drafter, ModelDrafter, attach_drafter, model_part
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
@@ -88,8 +88,7 @@ class Engine:
         if isinstance(runs_model, ModelDrafter):
             rows += [len(runs_model.draft.tokenizer), _output_rows(runs_model.draft.model)]
         self.vocab_size = min(rows)
-        if isinstance(runs_model, FeatureDrafter):
-            runs_model.attach(self.target)  # it reads the verifier's hidden states
+        attach_drafter(drafter, self.target)  # a draft head reads the verifier's hidden states
 
     def reset_caches(self) -> None:
         self.target.reset()
@@ -108,6 +107,8 @@ class Engine:
         if len(prompt) >= context:
             raise PromptTooLongError(
                 f"the prompt is {len(prompt)} tokens long but the verifier's context holds {context}")
+        # A drafter shared with another engine (the app's side-by-side lanes) reads this one's verifier now.
+        attach_drafter(self.drafter, self.target)
         return self._generate(prompt, config, controls or Controls())
 
     def _generate(self, prompt: list[int], config: GenerationConfig, controls: Controls) -> Iterator[Event]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -125,11 +126,19 @@ class CachedForward:
         if base is None or base is self.model:
             raise ValueError("this model does not expose its decoder, so its hidden states cannot be read")
 
+        owner = weakref.ref(self)  # the hook must not keep this cache (and its KV tensors) alive
+
         def keep(module, args, output) -> None:
-            self._last_hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
+            me = owner()
+            if me is not None:
+                me._last_hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
 
         self._hook = base.register_forward_hook(keep)
         self.reset()  # positions cached so far have no hidden states
+
+    def __del__(self) -> None:
+        if getattr(self, "_hook", None) is not None:
+            self._hook.remove()
 
     def hidden_states(self, start: int, stop: int) -> torch.Tensor:
         """[stop - start, d] final hidden states of cached positions start..stop-1."""

@@ -124,6 +124,42 @@ def lane_events(ctx: TalkContext, lanes: list[Lane], controls: Any) -> Iterator[
             yield LaneEvent(lane.key, ev)
 
 
+def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfig, controls: Any
+               ) -> Iterator[object]:
+    """What a draft head writes with no verifier after the prompt: the verifier reads the prompt once
+    (the head needs its hidden states), then the head continues on its own predicted states, token after
+    token. Emitted as PLAIN tokens and a Finished, like a generation."""
+    from specdec_core.drafters import FeatureDrafter
+    from specdec_core.kv import CachedForward
+    from specdec_core.textstream import TextStream
+
+    target = CachedForward(verifier.model, verifier.device)
+    drafter = FeatureDrafter(head)
+    drafter.attach(target)
+    drafter.reset(config.seed)
+    target.logits_for(ids)
+    eos = verifier.eos_token_ids
+    vocab = min(len(verifier.tokenizer), verifier.model.get_output_embeddings().weight.shape[0])
+    stream = TextStream(verifier.tokenizer, ids)
+    # One proposal of the whole length (a few ms per token): the head's cache holds true states for the
+    # prompt only, so it drafts every token from its own predictions.
+    draft = drafter.propose(ids, config.max_new_tokens, config.with_(confidence_cutoff=0.0), vocab, eos)
+    new: list[int] = []
+    stop = StopReason.MAX_TOKENS
+    for tok in draft.token_ids:
+        if controls.cancelled:
+            stop = StopReason.CANCELLED
+            break
+        new.append(tok)
+        yield TokenCommitted(token_id=tok, text=stream.push(tok), state=TokenState.PLAIN, round_index=len(new) - 1,
+                             position=0, draft_prob=1.0, target_prob=1.0, accept_prob=None)
+        if tok in eos:
+            stop = StopReason.EOS
+            break
+    text = verifier.tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    yield Finished(stop_reason=stop, text=text, token_ids=tuple(new), stats=Stats(new_tokens=len(new)))
+
+
 def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig, controls: Any,
                         eos_token_ids: frozenset[int]) -> Iterator[object]:
     """What prompt lookup writes with no verifier: it copies earlier text while it finds a match, then

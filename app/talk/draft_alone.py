@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from app.talk import style as ts
-from app.talk.context import Lane, TalkContext, engine_lane, prompt_lookup_alone
+from app.talk.context import Lane, TalkContext, engine_lane, head_alone, prompt_lookup_alone
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun
 from app.theme import ACCENT
 
@@ -22,7 +22,13 @@ DRAFT_COLOR = ts.DRAFT
 
 
 def draft_lane(ctx: TalkContext) -> Lane:
+    from specdec_core.drafters import is_draft_head
+
     s = ctx.session
+    if s.draft is not None and is_draft_head(s.draft):
+        name = getattr(s.draft, "name", "") or "draft head"
+        return Lane("draft", f"the draft head alone ({name}, after the verifier read the prompt)",
+                    lambda ids, config, controls: head_alone(s.verifier, s.draft, ids, config, controls))
     if s.draft is not None:
         return engine_lane("draft", f"the draft model alone ({s.drafter_name})", s.draft, None, False)
     tok, eos = s.verifier.tokenizer, s.verifier.eos_token_ids

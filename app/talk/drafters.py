@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter
+from specdec_core.drafters import Draft, Drafter, attach_drafter
 from specdec_core.events import DraftStop
 
 
@@ -36,6 +36,9 @@ class WeakenedDrafter:
         self._pool = sorted(set(ids))
         if self.inner is not None:
             self.inner.prefill(ids)
+
+    def attach(self, target) -> None:
+        attach_drafter(self.inner, target)  # a wrapped draft head reads this engine's verifier
 
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:

@@ -84,6 +84,7 @@ def cmd_train_head(args) -> None:
     settings = HeadSettings(head_size=args.head_size, intermediate=args.intermediate, steps=args.steps,
                             max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
                             cls_weight=args.cls_weight, noise=args.noise, seed=args.seed, warmup=args.warmup,
+                            chain_steps=args.chain_steps,
                             init_from=str(args.work / "runs" / args.init_from / "model") if args.init_from else "")
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
@@ -213,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--init-from", metavar="RUN", help="start from the head trained by this earlier run (when the "
                    "data has grown: its weights, with token ids, optimizer and schedule anew)")
     p.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
+    p.add_argument("--chain-steps", type=int, default=3, help="drafting steps trained per position, each on the "
+                   "head's own previous prediction (1: teacher forcing only)")
     p.add_argument("--head-size", type=int, default=8192, help="token ids the head can propose")
     p.add_argument("--intermediate", type=int, default=1536, help="MLP width of the head's layer")
     p.add_argument("--steps", type=int, default=3000)

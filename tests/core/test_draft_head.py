@@ -208,3 +208,28 @@ def test_training_can_start_from_an_earlier_heads_weights_but_not_from_another_w
     wider = SpecdecHeadModel(config)
     with pytest.raises(SystemExit, match="shapes differ"):
         _start_from(wider, tmp_path / "earlier")
+
+
+def test_a_head_shared_by_two_engines_in_turn_drafts_for_each_and_stays_exact(verifiers, tiny_tokenizer):
+    verifier = verifiers["llama"]
+    drafter = FeatureDrafter(tiny.make_head(verifier, scale=0.5))
+    first, second = Engine(verifier, drafter), Engine(verifier, drafter)  # e.g. the app's chat and a race lane
+    for engine, text in ((first, "Once upon a time"), (second, "The little robot"), (first, "A quiet lake")):
+        ids = prompt(tiny_tokenizer, text)
+        events = generate(engine, ids, max_new_tokens=24, gamma=3)
+        assert list(events[-1].token_ids) == hf_greedy(verifier, ids, 24)
+        assert events[-1].stats.accepted > 0  # the head read this engine's verifier states
+
+
+def test_a_dropped_engine_leaves_no_hidden_state_hook_on_the_verifier(verifiers, tiny_tokenizer):
+    import gc
+
+    verifier = verifiers["qwen2"]
+    hooks = verifier.model.base_model._forward_hooks
+    before = len(hooks)
+    engine = Engine(verifier, FeatureDrafter(tiny.make_head(verifier)))
+    generate(engine, prompt(tiny_tokenizer), max_new_tokens=4)
+    assert len(hooks) == before + 1
+    del engine
+    gc.collect()
+    assert len(hooks) == before

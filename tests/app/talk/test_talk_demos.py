@@ -93,3 +93,57 @@ def test_slow_demo_measures_every_lane_against_the_verifier_alone(qtbot, tiny_se
     assert results["off"][2] == pytest.approx(1.0)
     assert all(tps > 0 for tps, _, _ in results.values())
     assert results["weak"][1] < results["good"][1]
+
+
+@pytest.fixture
+def head_session(tiny_tokenizer):
+    """An app Session like the embedded default: a draft head inside a hybrid with prompt lookup."""
+    import tiny
+
+    from app.session import HYBRID, LoadRequest, Session
+    from specdec_core.drafters import FeatureDrafter, HybridDrafter
+    from specdec_core.engine import Engine
+
+    verifier, _ = tiny.make_pair("llama", tiny_tokenizer)
+    head = tiny.make_head(verifier, scale=0.5)
+    drafter = HybridDrafter(FeatureDrafter(head), model_tokens=1)
+    return Session(request=LoadRequest(verifier="tiny-verifier", draft="tiny-head", drafter=HYBRID),
+                   verifier=verifier, engine=Engine(verifier, drafter), draft=head, drafter=drafter)
+
+
+def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtbot, head_session):
+    from app.talk.context import TalkContext
+    from app.talk.draft_alone import DraftAloneView
+    from specdec_core.drafters import FeatureDrafter
+    from specdec_core.kv import CachedForward
+
+    view = DraftAloneView()
+    qtbot.addWidget(view)
+    ctx = TalkContext(head_session, [{"role": "user", "content": "Hello"}], None, GenerationConfig(max_new_tokens=10))
+    with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
+        view.start(ctx)
+    draft_text, _ = blocker.args[0]
+    # The same thing by hand: the verifier reads the prompt, then the head drafts 10 tokens by itself.
+    target = CachedForward(head_session.verifier.model, head_session.verifier.device)
+    head = FeatureDrafter(head_session.draft)
+    head.attach(target)
+    target.logits_for(ctx.prompt_ids())
+    tokens = head.propose(ctx.prompt_ids(), 10, ctx.config, 320, head_session.verifier.eos_token_ids).token_ids
+    expected = head_session.verifier.tokenizer.decode(list(tokens), skip_special_tokens=True,
+                                                      clean_up_tokenization_spaces=False)
+    assert draft_text == expected and len(tokens) > 0
+    assert "draft head alone" in view.panes["draft"].title.text()
+
+
+def test_the_chat_keeps_drafting_with_its_head_after_a_demo_lane_used_it(head_session):
+    from app.talk.context import TalkContext, engine_lane, lane_events
+    from specdec_core.engine import Controls
+
+    ctx = TalkContext(head_session, [{"role": "user", "content": "Once upon a time"}], None,
+                      GenerationConfig(max_new_tokens=16, gamma=4))
+    lane = engine_lane("on", "speculation on", head_session.verifier, head_session.drafter, True)
+    list(lane_events(ctx, [lane], Controls()))  # a race lane: its own Engine, the session's drafter
+    finished = list(head_session.engine.generate(ctx.prompt_ids(), ctx.config))[-1]
+    alone = list(head_session.engine.generate(ctx.prompt_ids(), ctx.config.with_(speculate=False)))[-1]
+    assert finished.token_ids == alone.token_ids
+    assert finished.stats.accepted > 0
