@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QFormLayout,
@@ -53,12 +54,16 @@ class RankDialog(QDialog):
         self.max_tokens = QSpinBox()
         self.max_tokens.setRange(8, 512)
         self.max_tokens.setValue(48)
+        self.hybrid = QCheckBox("also each draft with prompt lookup (1 draft token where nothing matches)")
+        self.hybrid.setChecked(True)
+        self.hybrid.setToolTip("The embedded pair's default drafter is such a hybrid; this doubles the time")
 
         form = QFormLayout()
         form.addRow("Drafts", self.drafts)
         form.addRow("Prompt set", self.prompts)
         form.addRow("γ values", self.gammas)
         form.addRow("New tokens per prompt", self.max_tokens)
+        form.addRow("Hybrids", self.hybrid)
 
         self.status = QLabel("Measures each draft with speculation off and on, on this machine.")
         self.status.setWordWrap(True)
@@ -112,6 +117,7 @@ class RankDialog(QDialog):
         candidates = [Candidate(None)] + [Candidate(spec) for spec in self.drafts.text().split() if spec]
         config = GenerationConfig(max_new_tokens=self.max_tokens.value(), top_alternatives=0)
         verifier, request = session.verifier, session.request
+        hybrid_tokens = 1 if self.hybrid.isChecked() else None
 
         def work(progress, cancelled):
             from specdec_core.bench import rank_drafts
@@ -120,7 +126,7 @@ class RankDialog(QDialog):
 
             return rank_drafts(Engine(verifier), verifier, candidates, cases, config, gammas, 1,
                                load=lambda spec: load_model(spec, device=request.device, dtype=request.dtype),
-                               progress=progress)
+                               progress=progress, hybrid_tokens=hybrid_tokens)
 
         self.worker = worker = FunctionWorker(work, name="rank-drafts")
         worker.progress.connect(lambda message: self.status.setText(str(message)))

@@ -530,12 +530,15 @@ class Candidate:
 
 def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidate], cases: list[PromptCase],
                 config: GenerationConfig, gammas: Sequence[int], repeats: int,
-                load: Callable[[str], LoadedModel], progress: Callable[[str], None] | None = None) -> dict:
+                load: Callable[[str], LoadedModel], progress: Callable[[str], None] | None = None,
+                hybrid_tokens: int | None = None) -> dict:
     """For each candidate: the doctor's verdict, then (when compatible) α, c and speedup at each gamma;
-    the best gamma is the one measured fastest. Rows come back sorted by that speedup."""
+    the best gamma is the one measured fastest. With `hybrid_tokens`, each compatible draft model is
+    also ranked as a hybrid with prompt lookup (that many draft tokens per round without a match).
+    Rows come back sorted by that speedup."""
     from specdec_core.chat import build_prompt
     from specdec_core.doctor import check_models
-    from specdec_core.drafters import PromptLookupDrafter, drafter_for
+    from specdec_core.drafters import HybridDrafter, PromptLookupDrafter, drafter_for
 
     say = progress or (lambda message: None)
     if repeats < 1:
@@ -543,7 +546,6 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     prompts = [build_prompt(verifier.tokenizer, list(case.messages), system=case.system,
                             context_length=verifier.context_length,
                             reserve_new_tokens=config.max_new_tokens).ids for case in cases]
-    off = config.with_(speculate=False)
     rows = []
     for candidate in candidates:
         row: dict[str, Any] = {"draft": candidate.spec or "prompt lookup",
@@ -552,53 +554,63 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
         if candidate.spec is None:
             row["verdict"] = "compatible: no model, copies from the conversation"
             row["compatible"] = True
-            drafter: Any = PromptLookupDrafter()
-        else:
-            say(f"loading {candidate.spec}")
-            try:
-                draft = load(candidate.spec)
-            except ModelLoadError as error:
-                rows.append({**row, "compatible": False, "verdict": f"could not load: {error}"})
-                continue
-            verdict = check_models(verifier, draft)
-            row.update(draft=draft.name, spec=candidate.spec, verdict=verdict.summary(),
-                       compatible=verdict.compatible)
-            if not verdict.compatible:
-                rows.append(row)
-                continue
-            drafter = drafter_for(draft)
-        engine.set_drafter(drafter)
-        time_reply(engine, prompts[0], off.with_(max_new_tokens=8))  # warm-up, both models
-        time_reply(engine, prompts[0], config.with_(max_new_tokens=8, gamma=gammas[0]))
-        base: list[Reply] = []
-        spec: dict[int, list[Reply]] = {g: [] for g in gammas}
-        for repeat in range(repeats):
-            for p, ids in enumerate(prompts):
-                say(f"{row['draft']}: repeat {repeat + 1}/{repeats}, prompt {p + 1}/{len(prompts)}")
-                base.append(time_reply(engine, ids, off))
-                for g in gammas:
-                    spec[g].append(time_reply(engine, ids, config.with_(gamma=g, speculate=True,
-                                                                         gamma_max=max(g, config.gamma_max))))
-        baseline = summarize(base)
-        by_gamma = {}
-        for g in gammas:
-            s = summarize(spec[g])
-            by_gamma[str(g)] = {
-                "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / baseline["tokens_per_s"],
-                "acceptance_rate": s["acceptance_rate"], "c": s["c"],
-                "mean_accepted_length": s["mean_accepted_length"], "predicted_speedup": s["predicted_speedup"]}
-        best = max(gammas, key=lambda g: by_gamma[str(g)]["speedup"])
-        row.update(best_gamma=best, baseline_tokens_per_s=baseline["tokens_per_s"], by_gamma=by_gamma,
-                   **by_gamma[str(best)])
-        rows.append(row)
-        engine.set_drafter(None)
-        del drafter, draft
+            rows.append(_measured_row(engine, PromptLookupDrafter(), row, prompts, config, gammas, repeats, say))
+            continue
+        say(f"loading {candidate.spec}")
+        try:
+            draft = load(candidate.spec)
+        except ModelLoadError as error:
+            rows.append({**row, "compatible": False, "verdict": f"could not load: {error}"})
+            continue
+        verdict = check_models(verifier, draft)
+        row.update(draft=draft.name, spec=candidate.spec, verdict=verdict.summary(), compatible=verdict.compatible)
+        if not verdict.compatible:
+            rows.append(row)
+            continue
+        rows.append(_measured_row(engine, drafter_for(draft), row, prompts, config, gammas, repeats, say))
+        if hybrid_tokens is not None:
+            mixed = HybridDrafter(drafter_for(draft), model_tokens=hybrid_tokens)
+            rows.append(_measured_row(engine, mixed, {**row, "draft": f"{draft.name} + prompt lookup",
+                                                      "kind": "hybrid", "draft_tokens": hybrid_tokens},
+                                      prompts, config, gammas, repeats, say))
+        del draft
     rows.sort(key=lambda r: (not r.get("compatible") or "speedup" not in r, -r.get("speedup", 0.0)))
     return {"setup": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                       "verifier": verifier.name, "gammas": list(gammas), "repeats": repeats,
                       "max_new_tokens": config.max_new_tokens, "temperature": config.temperature,
-                      "prompts": len(cases), "machine": machine_description(verifier.device)},
+                      "prompts": len(cases), "machine": machine_description(verifier.device),
+                      "hybrid_draft_tokens": hybrid_tokens},
             "ranking": rows}
+
+
+def _measured_row(engine: Engine, drafter: Any, row: dict, prompts: list[list[int]], config: GenerationConfig,
+                  gammas: Sequence[int], repeats: int, say: Callable[[str], None]) -> dict:
+    """`row` plus the drafter's figures at each gamma (speculation off measured alongside)."""
+    off = config.with_(speculate=False)
+    engine.set_drafter(drafter)
+    time_reply(engine, prompts[0], off.with_(max_new_tokens=8))  # warm-up, both models
+    time_reply(engine, prompts[0], config.with_(max_new_tokens=8, gamma=gammas[0]))
+    base: list[Reply] = []
+    spec: dict[int, list[Reply]] = {g: [] for g in gammas}
+    for repeat in range(repeats):
+        for p, ids in enumerate(prompts):
+            say(f"{row['draft']}: repeat {repeat + 1}/{repeats}, prompt {p + 1}/{len(prompts)}")
+            base.append(time_reply(engine, ids, off))
+            for g in gammas:
+                spec[g].append(time_reply(engine, ids, config.with_(gamma=g, speculate=True,
+                                                                     gamma_max=max(g, config.gamma_max))))
+    engine.set_drafter(None)
+    baseline = summarize(base)
+    by_gamma = {}
+    for g in gammas:
+        s = summarize(spec[g])
+        by_gamma[str(g)] = {
+            "tokens_per_s": s["tokens_per_s"], "speedup": s["tokens_per_s"] / baseline["tokens_per_s"],
+            "acceptance_rate": s["acceptance_rate"], "c": s["c"],
+            "mean_accepted_length": s["mean_accepted_length"], "predicted_speedup": s["predicted_speedup"]}
+    best = max(gammas, key=lambda g: by_gamma[str(g)]["speedup"])
+    return {**row, "best_gamma": best, "baseline_tokens_per_s": baseline["tokens_per_s"], "by_gamma": by_gamma,
+            **by_gamma[str(best)]}
 
 
 # --------------------------------------------------------------------------- presentation
@@ -846,8 +858,10 @@ def cmd_rank_drafts(args) -> int:
     candidates = ([] if args.no_prompt_lookup else [Candidate(None)]) + [Candidate(spec) for spec in args.drafts]
     if not candidates:
         raise BenchError("nothing to rank: pass --drafts SPEC ... (or drop --no-prompt-lookup)")
+    if args.hybrid is not None and args.hybrid < 1:
+        raise BenchError(f"--hybrid expects the draft's tokens per round, at least 1 (got {args.hybrid})")
     result = rank_drafts(Engine(verifier), verifier, candidates, cases, config, gammas, args.repeats,
-                         load=lambda spec: load_model(spec, **load), progress=_say)
+                         load=lambda spec: load_model(spec, **load), progress=_say, hybrid_tokens=args.hybrid)
     result["setup"]["prompt_file"] = args.prompts
     table_out = sys.stderr if args.json == "-" else sys.stdout
     print(format_ranking(result), file=table_out, flush=True)
@@ -904,6 +918,8 @@ def add_parser(subparsers, add_model_options: Callable, add_generation_options: 
     rank.add_argument("--gammas", default="2,4,8", help="draft lengths to try (default 2,4,8)")
     rank.add_argument("--repeats", type=int, default=1, help="runs of each prompt per setting (default 1)")
     rank.add_argument("--no-prompt-lookup", action="store_true", help="rank draft models only")
+    rank.add_argument("--hybrid", type=int, metavar="N", help="also rank each draft as a hybrid with prompt lookup "
+                      "(the lookup's copy where it finds one, else N tokens from the draft)")
     rank.add_argument("--json", metavar="OUT", help="write the ranking as JSON (- for stdout)")
     rank.add_argument("--device", default="auto")
     rank.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))

@@ -15,12 +15,15 @@ def test_rank_dialog_ranks_the_loaded_verifiers_drafts_and_frees_the_window(make
         dialog.run_button.click()
         assert w.busy == "rank" and not w.send_button.isEnabled()
     ranking = blocker.args[0]["ranking"]
-    assert dialog.table.rowCount() == 3  # prompt lookup, the tiny draft, and one that cannot load
+    # prompt lookup, the tiny draft alone and as a hybrid with prompt lookup, and one that cannot load
+    assert dialog.table.rowCount() == 4
     assert {row["draft"] for row in ranking} >= {"prompt lookup"}
+    assert {row["kind"] for row in ranking if "speedup" in row} == {"prompt-lookup", "model", "hybrid"}
     measured = [row for row in ranking if "speedup" in row]
-    assert len(measured) == 2 and measured[0]["speedup"] >= measured[1]["speedup"]
+    assert len(measured) == 3 and [r["speedup"] for r in measured] == sorted((r["speedup"] for r in measured),
+                                                                            reverse=True)
     assert any("could not load" in row["verdict"] for row in ranking)
-    assert dialog.table.item(0, 0).text() == "1" and dialog.table.item(2, 0).text() == "–"
+    assert dialog.table.item(0, 0).text() == "1" and dialog.table.item(3, 0).text() == "–"
     assert "Fastest here" in dialog.status.text()
     qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
     assert w.send_button.isEnabled()

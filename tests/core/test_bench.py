@@ -104,6 +104,22 @@ def test_rank_drafts_sorts_by_speedup_and_explains_an_incompatible_draft(capsys,
     assert "incompatible" in captured.out and "prompt lookup" in captured.out
 
 
+def test_rank_drafts_can_rank_each_draft_as_a_hybrid_with_prompt_lookup_too(capsys, folders, tmp_path):
+    out = tmp_path / "rank.json"
+    code = main(["rank-drafts", "--verifier", folders["verifier"], "--drafts", folders["draft"], "--hybrid", "1",
+                 "--prompts", folders["prompts"], "--gammas", "2", "--max-new-tokens", "10", "--device", "cpu",
+                 "--json", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(out.read_text())
+    rows = {r["kind"]: r for r in result["ranking"]}
+    assert set(rows) == {"prompt-lookup", "model", "hybrid"} and result["setup"]["hybrid_draft_tokens"] == 1
+    assert rows["hybrid"]["draft"].endswith("+ prompt lookup") and rows["hybrid"]["draft_tokens"] == 1
+    assert rows["hybrid"]["compatible"] and 0.0 <= rows["hybrid"]["acceptance_rate"] <= 1.0
+    assert "+ prompt lookup" in captured.out
+    assert main(["rank-drafts", "--verifier", folders["verifier"], "--hybrid", "0", "--device", "cpu"]) == 2
+
+
 def test_bad_bench_input_is_one_error_line(capsys, folders, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('[{"role": "assistant", "content": "no user turn"}]\n')
