@@ -32,10 +32,12 @@ prefer_passive_waiting()  # before torch loads: 1 thread on 2 cores (threads.py)
 
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
+from transformers.integrations import sdpa_attention  # noqa: E402
 
 from specdec_core import cpu_speed, kv  # noqa: E402
 from specdec_core.models import default_cache_dir, load_model  # noqa: E402
 
+ORIGINAL_GQA_CHECK = sdpa_attention.use_gqa_in_sdpa  # before cpu_speed replaces it
 SETUPS = ("before", "+ linear form", "+ GQA in SDPA", "+ growing cache")
 
 
@@ -47,8 +49,9 @@ def setup(model, cached: kv.CachedForward, name: str, plans):
     saved = {m: vars(m).pop("forward", None) for m in linears}
     if level >= 1:
         cpu_speed.apply_plans(model, plans)
-    gqa = os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA")
-    os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1" if level >= 2 else "0"
+    patched = sdpa_attention.use_gqa_in_sdpa
+    if level < 2:
+        sdpa_attention.use_gqa_in_sdpa = ORIGINAL_GQA_CHECK
     try:
         yield
     finally:
@@ -56,10 +59,7 @@ def setup(model, cached: kv.CachedForward, name: str, plans):
             vars(m).pop("forward", None)
             if forward is not None:
                 m.forward = forward
-        if gqa is None:
-            os.environ.pop("TRANSFORMERS_SDPA_FORCE_GQA", None)
-        else:
-            os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = gqa
+        sdpa_attention.use_gqa_in_sdpa = patched
 
 
 def main() -> None:

@@ -117,3 +117,14 @@ def test_the_growing_cache_gives_a_fresh_passs_logits_after_rollbacks_and_regrow
     assert longest > 256
     assert all(type(layer) is GrowingLayer for layer in cached.cache.layers)
     assert cached.cache.get_seq_length() == len(cached.cached_ids)
+
+
+def test_cpu_attention_keeps_grouped_heads_in_the_kernel_even_with_a_mask(tiny_tokenizer, tmp_path):
+    from transformers.integrations import sdpa_attention
+
+    cpu_speed.speed_up(tiny.make_model("llama", tiny_tokenizer, seed=1), cache_dir=tmp_path)
+    mask = torch.ones(1, 1, 2, 3, dtype=torch.bool)
+    on_cpu = torch.zeros(1, 2, 3, 8)
+    elsewhere = torch.zeros(1, 2, 3, 8, device="meta")
+    assert sdpa_attention.use_gqa_in_sdpa(mask, on_cpu, on_cpu) is True
+    assert sdpa_attention.use_gqa_in_sdpa(mask, elsewhere, elsewhere) is False  # transformers' own answer
