@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QRadioButton,
@@ -64,17 +65,19 @@ class SpecCombo(QComboBox):
 
 
 def _browse_row(combo: SpecCombo, parent: QWidget) -> QWidget:
+    """The spec combo and one compact "…" button that offers a model folder or a GGUF file."""
     w = QWidget()
     lay = QHBoxLayout(w)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.setSpacing(4)
+    combo.setMinimumContentsLength(12)
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     lay.addWidget(combo, 1)
-    folder = QToolButton()
-    folder.setText("Folder…")
-    folder.setToolTip("A local model folder (transformers format)")
-    gguf = QToolButton()
-    gguf.setText(".gguf…")
-    gguf.setToolTip("A GGUF file (converted once, then cached)")
+    browse = QToolButton()
+    browse.setText("…")
+    browse.setToolTip("Choose a local model folder (transformers format) or a GGUF file")
+    browse.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+    menu = QMenu(browse)
 
     def pick_folder() -> None:
         path = QFileDialog.getExistingDirectory(parent, "Model folder")
@@ -86,10 +89,10 @@ def _browse_row(combo: SpecCombo, parent: QWidget) -> QWidget:
         if path:
             combo.setEditText(path)
 
-    folder.clicked.connect(pick_folder)
-    gguf.clicked.connect(pick_gguf)
-    lay.addWidget(folder)
-    lay.addWidget(gguf)
+    menu.addAction("Model folder…", pick_folder)
+    menu.addAction("GGUF file (converted once, then cached)…", pick_gguf)
+    browse.setMenu(menu)
+    lay.addWidget(browse)
     return w
 
 
@@ -114,20 +117,23 @@ class SettingsPanel(QScrollArea):
         self.verifier = SpecCombo("embedded name, folder, .gguf or hub id")
         form.addRow("Verifier", _browse_row(self.verifier, self))
         drafter_row = QWidget()
-        dl = QHBoxLayout(drafter_row)
+        dl = QVBoxLayout(drafter_row)  # stacked: three choices do not fit side by side in the panel
         dl.setContentsMargins(0, 0, 0, 0)
+        dl.setSpacing(2)
         self.use_lookup = QRadioButton("Prompt lookup")
         self.use_lookup.setToolTip("Draft by copying earlier text of the conversation (no draft model)")
         self.use_model = QRadioButton("Draft model")
         self.use_model.setToolTip("A small model drafts; it must share the verifier's tokenizer")
-        self.use_hybrid = QRadioButton("Both")
+        self.use_hybrid = QRadioButton("Both: lookup, else the draft")
         self.use_hybrid.setToolTip("Prompt lookup where the conversation has a match, the draft model elsewhere")
         group = QButtonGroup(self)
         for button in (self.use_lookup, self.use_model, self.use_hybrid):
             group.addButton(button)
             dl.addWidget(button)
-        dl.addStretch(1)
         form.addRow("Drafter", drafter_row)
+        self.draft = SpecCombo("draft: folder, .gguf or hub id")
+        self.draft_row = _browse_row(self.draft, self)
+        form.addRow("Draft", self.draft_row)
         self.draft_tokens = QSpinBox()
         self.draft_tokens.setRange(0, 16)
         self.draft_tokens.setSpecialValueText("γ")
@@ -135,9 +141,6 @@ class SettingsPanel(QScrollArea):
                                      "prompt lookup finds nothing (γ: as many as gamma). A draft whose later "
                                      "tokens are rarely accepted pays best with 1.")
         form.addRow("Draft tokens", self.draft_tokens)
-        self.draft = SpecCombo("draft: folder, .gguf or hub id")
-        self.draft_row = _browse_row(self.draft, self)
-        form.addRow("Draft", self.draft_row)
         self.verdict = QLabel("")
         self.verdict.setWordWrap(True)
         self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -239,7 +239,7 @@ class MainWindow(QMainWindow):
         self.right_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable |
                                     QDockWidget.DockWidgetFeature.DockWidgetClosable)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.right_dock)
-        self.resizeDocks([self.left_dock, self.right_dock], [290, 600], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.left_dock, self.right_dock], [350, 560], Qt.Orientation.Horizontal)
 
         # status bar: loading progress with a cancel button
         sb = self.statusBar()
