@@ -124,7 +124,9 @@ def cmd_measure(args) -> None:
         Path(args.out).write_text(text + "\n")
 
 
-QUICK_CHECK = {"prompts": 4, "max_new_tokens": 48, "gamma": 4}  # what tests/slow/test_shipped_draft.py re-measures
+# What tests/slow/test_shipped_draft.py re-measures: the draft alone at `gamma`, and as shipped (a hybrid
+# with prompt lookup at `hybrid_gamma`, `draft_tokens` per round).
+QUICK_CHECK = {"prompts": 4, "max_new_tokens": 48, "gamma": 1, "hybrid_gamma": 4, "draft_tokens": 1}
 
 
 def cmd_card(args) -> None:
@@ -141,26 +143,15 @@ def cmd_card(args) -> None:
                            max_new_tokens=args.max_new_tokens, sampled_gamma=args.sampled_gamma,
                            hybrid=(args.hybrid_gamma, args.hybrid_draft_tokens))
     quick = measure_pair(verifier, draft, held_out[:QUICK_CHECK["prompts"]], gammas=(QUICK_CHECK["gamma"],),
-                         max_new_tokens=QUICK_CHECK["max_new_tokens"], sampled_gamma=QUICK_CHECK["gamma"])
+                         max_new_tokens=QUICK_CHECK["max_new_tokens"], sampled_gamma=QUICK_CHECK["gamma"],
+                         hybrid=(QUICK_CHECK["hybrid_gamma"], QUICK_CHECK["draft_tokens"]))
     folder = Path(args.draft)
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name != "card.json")
-    card = {
-        "greedy_acceptance_rate": round(figures["greedy_acceptance_rate"], 4),
-        "sampled_acceptance_rate_t0.7": round(figures["sampled_acceptance_rate"], 4),
-        "speedup": round(figures["speedup"], 3),
-        "best_gamma": figures["best_gamma"],
-        "identical_greedy_output": figures["identical_greedy_output"],
-        "draft_ms_per_token": round(figures["draft_ms_per_token"], 2),
-        "verifier_ms_per_token": round(figures["verifier_ms_per_token"], 2),
-        "c": round(figures["c"], 4),
-        "folder_bytes": size,
-        "as_shipped": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in figures["hybrid"].items()},
-        "quick_check": {**QUICK_CHECK, "greedy_acceptance_rate": round(quick["greedy_acceptance_rate"], 4)},
-        "measurement": {**figures, "command": "python -m specdec_core.distill " + shlex.join(sys.argv[1:]),
-                        "torch_threads": __import__("torch").get_num_threads(), "load_average": os.getloadavg()},
-    }
+    from specdec_core.distill.card import build_card, render_card
+
+    card = build_card(figures, quick, QUICK_CHECK, size,
+                      command="python -m specdec_core.distill " + shlex.join(sys.argv[1:]))
     (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
-    from specdec_core.distill.card import render_card
 
     (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
     print(json.dumps({k: v for k, v in card.items() if k != "measurement"}, indent=2))

@@ -4,6 +4,31 @@ the facts of its training (distill.json), so that the card states only what was 
 from __future__ import annotations
 
 
+def build_card(figures: dict, quick: dict, quick_check: dict, folder_bytes: int, command: str) -> dict:
+    """card.json: the headline figures of `measure_pair` on the held-out prompts (with the hybrid as
+    shipped), the quick check the slow tests repeat, and the whole measurement."""
+    import os
+
+    import torch
+
+    return {
+        "greedy_acceptance_rate": round(figures["greedy_acceptance_rate"], 4),
+        "sampled_acceptance_rate_t0.7": round(figures["sampled_acceptance_rate"], 4),
+        "speedup": round(figures["speedup"], 3),
+        "best_gamma": figures["best_gamma"],
+        "identical_greedy_output": figures["identical_greedy_output"],
+        "draft_ms_per_token": round(figures["draft_ms_per_token"], 2),
+        "verifier_ms_per_token": round(figures["verifier_ms_per_token"], 2),
+        "c": round(figures["c"], 4),
+        "folder_bytes": folder_bytes,
+        "as_shipped": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in (figures["hybrid"] or {}).items()},
+        "quick_check": {**quick_check, "greedy_acceptance_rate": round(quick["greedy_acceptance_rate"], 4),
+                        "as_shipped_greedy_acceptance_rate": round((quick["hybrid"] or {}).get("acceptance_rate", 0), 4)},
+        "measurement": {**figures, "command": command, "torch_threads": torch.get_num_threads(),
+                        "load_average": os.getloadavg()},
+    }
+
+
 def render_card(card: dict, distill: dict) -> str:
     if distill.get("kind") == "head":
         return render_head_card(card, distill)
@@ -113,13 +138,46 @@ Command: `{m['command']}`.
 """
 
 
+def _train_command(run: str, settings: dict) -> str:
+    parts = [f"--run {run}"]
+    init = settings.get("init_from")
+    if init:
+        parts.append(f"--init-from {init.rstrip('/').split('/')[-2]}")
+    for flag, key, default in (("--chain-steps", "chain_steps", 3), ("--steps", "steps", None),
+                               ("--warmup", "warmup", 100), ("--lr", "lr", 1e-3),
+                               ("--batch-tokens", "batch_tokens", None)):
+        value = settings.get(key)
+        if value is not None and value != default:
+            parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return "python -m specdec_core.distill train-head " + " ".join(parts)
+
+
+def _runs(distill: dict) -> list[dict]:
+    """Every training run behind the exported head, oldest first (each started from the one before)."""
+    last = (distill.get("history") or [{}])[-1]
+    return [*distill.get("earlier_runs", []),
+            {"run": distill.get("run", "head"), "settings": distill.get("settings", {}), "last": last,
+             "best_val_agreement": distill.get("best_val_agreement")}]
+
+
 def render_head_card(card: dict, distill: dict) -> str:
     settings = distill.get("settings", {})
-    history = distill.get("history") or [{}]
-    last = history[-1]
-    slower = f"speculation with this draft is slower than the verifier alone ({card['speedup']:.2f}x)"
-    status = "" if card["speedup"] >= 1.0 else f"\n**Status: {slower}.**\n"
-    command = f"--run head --steps {settings.get('steps')} --batch-tokens {settings.get('batch_tokens')}"
+    runs = _runs(distill)
+    last = runs[-1]["last"]
+    shipped = card.get("as_shipped") or {}
+    speedup = shipped.get("speedup", card["speedup"])
+    status = ("" if speedup >= 1.0 else
+              f"\n**Status: speculation with this draft is slower than the verifier alone ({speedup:.2f}x).**\n")
+    names = {"greedy": "greedy", "t07": "sampled at temperature 0.7", "t10": "sampled at temperature 1"}
+    modes = " and ".join(sorted({names.get(m.rstrip("0123456789b"), m) for m in distill.get("reply_modes", [])}))
+    minutes = sum(r["last"].get("train_minutes", 0) for r in runs)
+    run_lines = "\n".join(
+        f"  {i + 1}. `{r['run']}`: {r['last'].get('step', 0)} steps of {r['settings'].get('batch_tokens')} positions, "
+        f"{r['settings'].get('chain_steps', 3)} drafting step(s) per position, lr {r['settings'].get('lr')}, "
+        f"on {r['last'].get('train_positions', 0):,} reply positions, {r['last'].get('train_minutes', 0):.0f} "
+        f"minutes; validation agreement (step 1) {r['last'].get('val_agreement1', 0):.3f}"
+        + (f", starting from `{runs[i - 1]['run']}`" if i else "") for i, r in enumerate(runs))
+    commands = "\n".join(_train_command(r["run"], r["settings"]) for r in runs)
     return f"""# smollm2-135m-draft
 
 A draft head for speculative decoding with the embedded verifier SmolLM2-135M-Instruct, trained on that
@@ -144,24 +202,28 @@ states up to the last verified token and its own predictions after that.
 
 - prompts: `assets/prompts/distill-train.jsonl`, composed from templates x topics
   (`specdec_core/distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
-- data: the verifier's own greedy replies, its final hidden state at every position of prompt + reply
-  and its top-16 next-token probabilities, all recorded while generating:
+- data: the verifier's own replies ({modes}), its final hidden state at every position of prompt +
+  reply and its top-16 next-token probabilities, all recorded while generating:
   {last.get('train_sequences', 0):,} replies, {last.get('train_positions', 0):,} reply positions.
 - loss: smooth L1 between predicted and true hidden state + {settings.get('cls_weight')} x cross-entropy
-  from the verifier's top-16 distribution (restricted to the subset) to the head's; input states get
-  uniform noise of width {settings.get('noise')} standard deviations; bf16 autocast on the CPU.
-- training: {last.get('step', 0)} steps of {settings.get('batch_tokens')} reply positions, AdamW lr
-  {settings.get('lr')} (cosine to a tenth), {last.get('train_minutes', 0):.0f} minutes in the last run;
-  validation agreement with the verifier's top-1 token {distill.get('best_val_agreement', 0):.3f} (the best
-  validation checkpoint is the one exported).
+  from the verifier's top-16 distribution (restricted to the subset) to the head's, at each drafting
+  step, the later steps reading the head's own predictions; input states get uniform noise of width
+  {settings.get('noise')} standard deviations; bf16 autocast on the CPU.
+- training, {minutes:.0f} minutes on the CPU in all, each run continuing the previous one as the data grew
+  (the best validation checkpoint of the last run is the one exported; validation replies are held back
+  from each run, but earlier runs may have trained on them, so these agreements run high: the held-out
+  figures above are the ones to trust):
+{run_lines}
 
-Reproduce (CPU; resumable, each step skips what is already written under `.distill/`):
+Reproduce (CPU; resumable, each step skips what is already written under `.distill/`; the data can grow
+between runs, as it did here):
 
 ```
 python -m specdec_core.distill prompts
 python -m specdec_core.distill generate --modes greedy --shard-size 32 --batch-size 32
-python -m specdec_core.distill train-head {command}
-python -m specdec_core.distill export --run head
-python -m specdec_core.distill card
+python -m specdec_core.distill generate --modes t07 --skip 3000 --shard-size 32 --batch-size 32
+{commands}
+python -m specdec_core.distill export --run {runs[-1]['run']}
+python -m specdec_core.distill card --gammas 1,2,3 --sampled-gamma 1
 ```
 """

@@ -13,6 +13,24 @@ import specdec_core.draft_head  # noqa: F401 - registers both draft types with t
 import specdec_core.draft_model  # noqa: F401
 
 
+def _earlier_runs(history: dict) -> list[dict]:
+    """The runs this one started from (`init_from`, then theirs), oldest first: settings and last figures."""
+    chain, seen = [], set()
+    folder = history.get("settings", {}).get("init_from")
+    while folder and folder not in seen:
+        seen.add(folder)
+        run = Path(folder).parent  # init_from names <run>/model
+        try:
+            earlier = json.loads((run / "train.json").read_text())
+        except (OSError, ValueError):
+            break
+        last = (earlier.get("history") or [{}])[-1]
+        chain.append({"run": run.name, "settings": earlier.get("settings", {}), "last": last,
+                      "best_val_agreement": earlier.get("best_val_agreement")})
+        folder = earlier.get("settings", {}).get("init_from")
+    return chain[::-1]
+
+
 def export_draft(trained: Path, tokenizer, dest: Path, facts: dict) -> Path:
     """Write `dest` (replacing it) from the `model` folder a training run saved under `trained`."""
     from transformers import AutoModelForCausalLM
@@ -23,7 +41,8 @@ def export_draft(trained: Path, tokenizer, dest: Path, facts: dict) -> Path:
     model.to(torch.float16).save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     history = json.loads((trained / "train.json").read_text())
-    (partial / "distill.json").write_text(json.dumps({**facts, **history}, indent=2) + "\n")
+    earlier = _earlier_runs(history)
+    (partial / "distill.json").write_text(json.dumps({**facts, **history, "earlier_runs": earlier}, indent=2) + "\n")
     for name in ("README.md", "card.json"):  # the card survives a re-export (`card` measures it again)
         if (dest / name).exists():
             shutil.copy(dest / name, partial / name)

@@ -2,6 +2,7 @@
 states, saving and loading, and the doctor's checks."""
 
 import copy
+import json
 
 import pytest
 import tiny
@@ -152,6 +153,25 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     untrained = measure_pair(verifier, tiny.make_head(verifier), held_out[:4], gammas=(3,), max_new_tokens=24)
     assert trained["identical_greedy_output"]
     assert trained["greedy_acceptance_rate"] > untrained["greedy_acceptance_rate"] + 0.1
+
+    # A second run continues the first (as when the data grows); the export and its card name both.
+    from dataclasses import replace
+
+    from specdec_core.distill.card import build_card, render_card
+
+    more = replace(settings, steps=20, warmup=5, chain_steps=2, init_from=str(work / "runs" / "h" / "model"))
+    train_head(verifier, work, work / "runs" / "h2", more, special)
+    dest = export_draft(work / "runs" / "h2", verifier.tokenizer, tmp_path / "head2",
+                        {"verifier": "tiny", "run": "h2", "reply_modes": ["greedy"]})
+    distill = json.loads((dest / "distill.json").read_text())
+    assert [r["run"] for r in distill["earlier_runs"]] == ["h"]
+    figures = measure_pair(verifier, load_model(str(dest), device="cpu"), held_out[:2], gammas=(1, 2),
+                           max_new_tokens=12, hybrid=(4, 1))
+    card = build_card(figures, figures, {"prompts": 2}, 1000, command="test")
+    text = render_card(card, distill)
+    assert "## As shipped" in text and "## The draft alone" in text
+    assert "train-head --run h " in text and "train-head --run h2 --init-from h --chain-steps 2" in text
+    assert f"{card['as_shipped']['acceptance_rate']:.3f}" in text
 
 
 def test_a_reloaded_head_computes_exactly_what_the_saved_one_did(verifiers, tiny_tokenizer, tmp_path):

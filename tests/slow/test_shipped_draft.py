@@ -79,11 +79,15 @@ def test_model_card_figures_hold(pair, card):
     quick = card["quick_check"]
     prompts = read_jsonl(HELD_OUT)[:quick["prompts"]]
     figures = measure_pair(verifier, draft, prompts, gammas=(quick["gamma"],), max_new_tokens=quick["max_new_tokens"],
-                           sampled_gamma=quick["gamma"])
-    assert figures["identical_greedy_output"]
+                           sampled_gamma=quick["gamma"], hybrid=(quick["hybrid_gamma"], quick["draft_tokens"]))
+    assert figures["identical_greedy_output"] and figures["hybrid"]["identical_greedy_output"]
     assert figures["greedy_acceptance_rate"] == pytest.approx(quick["greedy_acceptance_rate"], abs=0.03)
-    assert figures["greedy_acceptance_rate"] == pytest.approx(card["greedy_acceptance_rate"], abs=0.12)
-    # The human-readable card states the same headline figures as card.json.
+    assert figures["hybrid"]["acceptance_rate"] == pytest.approx(quick["as_shipped_greedy_acceptance_rate"], abs=0.03)
+    assert figures["hybrid"]["acceptance_rate"] == pytest.approx(card["as_shipped"]["acceptance_rate"], abs=0.12)
+    # The human-readable card states the same headline figures as card.json, as shipped and alone.
     text = (DRAFT_DIR / "README.md").read_text()
-    stated = re.search(r"greedy acceptance rate[^0-9]*([0-9.]+)", text, re.IGNORECASE)
+    shipped_part, alone_part = text.split("## The draft alone", 1)
+    stated = re.search(r"greedy acceptance rate[^0-9]*([0-9.]+)", shipped_part, re.IGNORECASE)
+    assert stated and float(stated.group(1)) == pytest.approx(card["as_shipped"]["acceptance_rate"], abs=0.005)
+    stated = re.search(r"greedy acceptance rate[^0-9]*([0-9.]+)", alone_part, re.IGNORECASE)
     assert stated and float(stated.group(1)) == pytest.approx(card["greedy_acceptance_rate"], abs=0.005)
