@@ -381,10 +381,9 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(True)
         self.cancel_load_button.setVisible(True)
         self.status_label.setText(f"Loading {request.verifier}…")
+        drafted_by = {sess.MODEL: f" ← {request.draft}", sess.HYBRID: f" ← {request.draft} + prompt lookup"}
         self.model_label.setText(f"Loading <b>{request.verifier}</b>"
-                                 + {sess.MODEL: f" ← {request.draft}", sess.HYBRID: f" ← {request.draft} + prompt lookup"}
-                                 .get(request.drafter, " ← prompt lookup")
-                                 + "…")
+                                 + drafted_by.get(request.drafter, " ← prompt lookup") + "…")
         self.settings_panel.set_verdict("Checking the pair once the models are loaded…"
                                         if request.drafter in sess.USES_DRAFT else "", None)
         self._update_controls()

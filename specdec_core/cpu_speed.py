@@ -98,8 +98,8 @@ def measure_plan(weights: list[torch.Tensor], max_rows: int = MAX_ROWS) -> RowPl
     columns_ms: dict[int, float] = {}
     for rows in range(1, max_rows + 1):
         x = torch.randn(rows, shape[1], dtype=weights[0].dtype)
-        best = _best_ms({"linear": lambda: [F.linear(x, w) for w in weights],
-                         "columns": lambda: [columns_product(x, w) for w in weights]})
+        best = _best_ms({"linear": lambda x=x: [F.linear(x, w) for w in weights],
+                         "columns": lambda x=x: [columns_product(x, w) for w in weights]})
         linear_ms[rows], columns_ms[rows] = best["linear"], best["columns"]
     faster = frozenset(r for r in linear_ms if columns_ms[r] < (1 - _MIN_GAIN) * linear_ms[r])
     return RowPlan(shape=shape, column_rows=faster, linear_ms=linear_ms, columns_ms=columns_ms)

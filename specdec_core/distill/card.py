@@ -11,6 +11,7 @@ def build_card(figures: dict, quick: dict, quick_check: dict, folder_bytes: int,
 
     import torch
 
+    shipped, quick_shipped = figures["hybrid"] or {}, quick["hybrid"] or {}
     return {
         "greedy_acceptance_rate": round(figures["greedy_acceptance_rate"], 4),
         "sampled_acceptance_rate_t0.7": round(figures["sampled_acceptance_rate"], 4),
@@ -21,9 +22,9 @@ def build_card(figures: dict, quick: dict, quick_check: dict, folder_bytes: int,
         "verifier_ms_per_token": round(figures["verifier_ms_per_token"], 2),
         "c": round(figures["c"], 4),
         "folder_bytes": folder_bytes,
-        "as_shipped": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in (figures["hybrid"] or {}).items()},
+        "as_shipped": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in shipped.items()},
         "quick_check": {**quick_check, "greedy_acceptance_rate": round(quick["greedy_acceptance_rate"], 4),
-                        "as_shipped_greedy_acceptance_rate": round((quick["hybrid"] or {}).get("acceptance_rate", 0), 4)},
+                        "as_shipped_greedy_acceptance_rate": round(quick_shipped.get("acceptance_rate", 0), 4)},
         "measurement": {**figures, "command": command, "torch_threads": torch.get_num_threads(),
                         "load_average": os.getloadavg()},
     }
@@ -116,7 +117,8 @@ def _figures(card: dict) -> str:
     per_gamma = "\n".join(
         f"| {g} | {f['acceptance_rate']:.3f} | {f['tokens_per_round']:.2f} | {f['tokens_per_s']:.2f} | "
         f"{f['speedup']:.2f}x | {f['draft_ms_per_token']:.1f} |" for g, f in m["speculative"].items())
-    return _as_shipped(card) + f"""## The draft alone (held-out prompts, measured by `python -m specdec_core.distill card`)
+    heading = "## The draft alone (held-out prompts, measured by `python -m specdec_core.distill card`)"
+    return _as_shipped(card) + heading + f"""
 
 - greedy acceptance rate: {card['greedy_acceptance_rate']:.3f} (best gamma {card['best_gamma']})
 - acceptance rate at temperature 0.7: {card['sampled_acceptance_rate_t0.7']:.3f} (gamma {m['sampled_t0.7']['gamma']})

@@ -104,7 +104,7 @@ def test_the_growing_cache_gives_a_fresh_passs_logits_after_rollbacks_and_regrow
     ids = torch.randint(5, 300, (40,), generator=generator).tolist()
     # Grow past the first buffer (256 positions), roll back into it, and grow again.
     longest = 0
-    for step in range(14):
+    for _ in range(14):
         keep = max(1, len(ids) - int(torch.randint(0, 12, (1,), generator=generator)))
         ids = ids[:keep] + torch.randint(5, 300, (int(torch.randint(1, 60, (1,), generator=generator)),),
                                          generator=generator).tolist()
