@@ -29,7 +29,7 @@ test: $(STAMP)
 
 # The README's screenshot, made by the app's own automation on the embedded default.
 screenshot: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/specdec-chat --prompt "Repeat this sentence three times, one per line: The quick brown fox jumps over the lazy dog near the river bank." --screenshot docs/screenshot.png --quit-when-done --max-new-tokens 120 --data-dir "$$(mktemp -d)"
+	QT_QPA_PLATFORM=offscreen $(BIN)/specdec-chat --prompt "Summarise this text in two sentences: Honey bees live in colonies of up to sixty thousand workers, a few hundred drones and a single queen. Young workers clean the hive and feed the larvae; older workers build comb, guard the entrance and finally fly out to collect nectar and pollen. A forager that finds a good patch of flowers returns to the hive and performs a waggle dance, whose angle and length tell her sisters the direction and distance of the food." --screenshot docs/screenshot.png --quit-when-done --max-new-tokens 120 --data-dir "$$(mktemp -d)"
 
 # Event-loop latency of the window while it streams a reply (printed, not asserted).
 bench-ui: $(STAMP)

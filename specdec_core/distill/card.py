@@ -171,7 +171,8 @@ def render_head_card(card: dict, distill: dict) -> str:
     status = ("" if speedup >= 1.0 else
               f"\n**Status: speculation with this draft is slower than the verifier alone ({speedup:.2f}x).**\n")
     names = {"greedy": "greedy", "t07": "sampled at temperature 0.7", "t10": "sampled at temperature 1"}
-    modes = " and ".join(sorted({names.get(m.rstrip("0123456789b"), m) for m in distill.get("reply_modes", [])}))
+    modes = " and ".join(sorted({names.get("greedy" if m.startswith("greedy") else m.rstrip("b"), m)
+                                 for m in distill.get("reply_modes", [])}))
     minutes = sum(r["last"].get("train_minutes", 0) for r in runs)
     run_lines = "\n".join(
         f"  {i + 1}. `{r['run']}`: {r['last'].get('step', 0)} steps of {r['settings'].get('batch_tokens')} positions, "
