@@ -131,7 +131,6 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     token. Emitted as PLAIN tokens and a Finished, like a generation."""
     from specdec_core.drafters import FeatureDrafter
     from specdec_core.kv import CachedForward
-    from specdec_core.textstream import TextStream
 
     target = CachedForward(verifier.model, verifier.device)
     drafter = FeatureDrafter(head)
@@ -140,49 +139,30 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     target.logits_for(ids)
     eos = verifier.eos_token_ids
     vocab = min(len(verifier.tokenizer), verifier.model.get_output_embeddings().weight.shape[0])
-    stream = TextStream(verifier.tokenizer, ids)
     # One proposal of the whole length (a few ms per token): the head's cache holds true states for the
     # prompt only, so it drafts every token from its own predictions.
-    draft = drafter.propose(ids, config.max_new_tokens, config.with_(confidence_cutoff=0.0), vocab, eos)
-    new: list[int] = []
-    stop = StopReason.MAX_TOKENS
-    for tok in draft.token_ids:
-        if controls.cancelled:
-            stop = StopReason.CANCELLED
-            break
-        new.append(tok)
-        yield TokenCommitted(token_id=tok, text=stream.push(tok), state=TokenState.PLAIN, round_index=len(new) - 1,
-                             position=0, draft_prob=1.0, target_prob=1.0, accept_prob=None)
-        if tok in eos:
-            stop = StopReason.EOS
-            break
-    text = verifier.tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    yield Finished(stop_reason=stop, text=text, token_ids=tuple(new), stats=Stats(new_tokens=len(new)))
+    tokens = drafter.propose(ids, config.max_new_tokens, config.with_(confidence_cutoff=0.0), vocab, eos).token_ids
+    yield from _plain_reply(verifier.tokenizer, ids, lambda new: tokens[len(new)] if len(new) < len(tokens) else None,
+                            config.max_new_tokens, controls, eos)
 
 
-def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig, controls: Any,
-                        eos_token_ids: frozenset[int]) -> Iterator[object]:
-    """What prompt lookup writes with no verifier: it copies earlier text while it finds a match, then
-    has nothing to say. Emitted as PLAIN tokens and a Finished, like a generation."""
-    from specdec_core.drafters import PromptLookupDrafter
+def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]], int | None], max_new_tokens: int,
+                 controls: Any, eos_token_ids: frozenset[int]) -> Iterator[object]:
+    """Tokens from `next_token(tokens so far)` (None: it has nothing more) as PLAIN TokenCommitted events
+    and a Finished, like a generation."""
     from specdec_core.textstream import TextStream
 
-    drafter = PromptLookupDrafter()
-    seq = list(ids)
     new: list[int] = []
     stream = TextStream(tokenizer, ids)
-    vocab = len(tokenizer)
     stop = StopReason.MAX_TOKENS
-    while len(new) < config.max_new_tokens:
+    while len(new) < max_new_tokens:
         if controls.cancelled:
             stop = StopReason.CANCELLED
             break
-        draft = drafter.propose(seq, 1, config, vocab, eos_token_ids)
-        if not draft.token_ids:
-            stop = StopReason.EOS  # nothing left to copy: prompt lookup cannot go on by itself
+        tok = next_token(new)
+        if tok is None:
+            stop = StopReason.EOS  # the drafter cannot go on by itself
             break
-        tok = draft.token_ids[0]
-        seq.append(tok)
         new.append(tok)
         yield TokenCommitted(token_id=tok, text=stream.push(tok), state=TokenState.PLAIN, round_index=len(new) - 1,
                              position=0, draft_prob=1.0, target_prob=1.0, accept_prob=None)
@@ -191,3 +171,20 @@ def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig
             break
     text = tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     yield Finished(stop_reason=stop, text=text, token_ids=tuple(new), stats=Stats(new_tokens=len(new)))
+
+
+def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig, controls: Any,
+                        eos_token_ids: frozenset[int]) -> Iterator[object]:
+    """What prompt lookup writes with no verifier: it copies earlier text while it finds a match, then
+    has nothing to say. Emitted as PLAIN tokens and a Finished, like a generation."""
+    from specdec_core.drafters import PromptLookupDrafter
+
+    drafter = PromptLookupDrafter()
+    vocab = len(tokenizer)
+
+    def next_token(new: list[int]) -> int | None:
+        # Nothing left to copy ends the reply: prompt lookup cannot go on by itself.
+        draft = drafter.propose(list(ids) + new, 1, config, vocab, eos_token_ids)
+        return draft.token_ids[0] if draft.token_ids else None
+
+    yield from _plain_reply(tokenizer, ids, next_token, config.max_new_tokens, controls, eos_token_ids)
