@@ -89,7 +89,7 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
     An incompatible draft does not fail the load: the session keeps the verifier alone and carries
     the doctor's reason, which the window shows next to the draft selector.
     """
-    from specdec_core.drafters import HybridDrafter, PromptLookupDrafter, drafter_for
+    from specdec_core.drafters import PromptLookupDrafter, drafter_for
     from specdec_core.engine import Engine
     from specdec_core.models import load_model
 
@@ -128,9 +128,8 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
             verdict_ok, verdict = bool(v.compatible), v.summary()
             report = v.report()
             if verdict_ok:
-                drafter = drafter_for(draft)
-                if request.drafter == HYBRID:
-                    drafter = HybridDrafter(drafter, model_tokens=request.draft_tokens or None)
+                drafter = drafter_for(draft, with_lookup=request.drafter == HYBRID,
+                                      model_tokens=request.draft_tokens or None)
     else:
         drafter = PromptLookupDrafter()
         verdict = "Prompt lookup: drafts by copying earlier text of the conversation; pairs with any verifier."

@@ -538,7 +538,7 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     Rows come back sorted by that speedup."""
     from specdec_core.chat import build_prompt
     from specdec_core.doctor import check_models
-    from specdec_core.drafters import HybridDrafter, PromptLookupDrafter, drafter_for
+    from specdec_core.drafters import PromptLookupDrafter, drafter_for
 
     say = progress or (lambda message: None)
     if repeats < 1:
@@ -569,7 +569,7 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
             continue
         rows.append(_measured_row(engine, drafter_for(draft), row, prompts, config, gammas, repeats, say))
         if hybrid_tokens is not None:
-            mixed = HybridDrafter(drafter_for(draft), model_tokens=hybrid_tokens)
+            mixed = drafter_for(draft, with_lookup=True, model_tokens=hybrid_tokens)
             rows.append(_measured_row(engine, mixed, {**row, "draft": f"{draft.name} + prompt lookup",
                                                       "kind": "hybrid", "draft_tokens": hybrid_tokens},
                                       prompts, config, gammas, repeats, say))

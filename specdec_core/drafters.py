@@ -367,6 +367,8 @@ def is_draft_head(draft: LoadedModel) -> bool:
     return getattr(draft.model.config, "model_type", None) == "specdec_head"
 
 
-def drafter_for(draft: LoadedModel) -> Drafter:
-    """The drafter that runs this draft model: a FeatureDrafter for a draft head, else a ModelDrafter."""
-    return FeatureDrafter(draft) if is_draft_head(draft) else ModelDrafter(draft)
+def drafter_for(draft: LoadedModel, *, with_lookup: bool = False, model_tokens: int | None = None) -> Drafter:
+    """The drafter that runs this draft model: a FeatureDrafter for a draft head, else a ModelDrafter;
+    `with_lookup` wraps it in a HybridDrafter (prompt lookup first, at most `model_tokens` from the model)."""
+    runs = FeatureDrafter(draft) if is_draft_head(draft) else ModelDrafter(draft)
+    return HybridDrafter(runs, model_tokens=model_tokens) if with_lookup else runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec_core.doctor import Verdict, check_models
-from specdec_core.drafters import Drafter, HybridDrafter, PromptLookupDrafter, drafter_for
+from specdec_core.drafters import Drafter, PromptLookupDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
 
@@ -93,9 +93,7 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
         assert draft_spec is not None
         draft = load_model(draft_spec, **load)
         verdict = check_models(verifier, draft).raise_if_incompatible()
-        drafter_obj = drafter_for(draft)
-        if kind == "hybrid":
-            drafter_obj = HybridDrafter(drafter_obj, model_tokens=draft_tokens)
+        drafter_obj = drafter_for(draft, with_lookup=kind == "hybrid", model_tokens=draft_tokens)
     else:
         drafter_obj = PromptLookupDrafter()
     return Pair(engine=Engine(verifier, drafter_obj), verifier=verifier, draft=draft, drafter=drafter_obj,

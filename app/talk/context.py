@@ -130,15 +130,13 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     (the head needs its hidden states), then the head continues on its own predicted states, token after
     token. Emitted as PLAIN tokens and a Finished, like a generation."""
     from specdec_core.drafters import FeatureDrafter
-    from specdec_core.kv import CachedForward
+    from specdec_core.engine import Engine
 
-    target = CachedForward(verifier.model, verifier.device)
     drafter = FeatureDrafter(head)
-    drafter.attach(target)
+    engine = Engine(verifier, drafter)  # attaches the head to the engine's verifier cache
     drafter.reset(config.seed)
-    target.logits_for(ids)
-    eos = verifier.eos_token_ids
-    vocab = min(len(verifier.tokenizer), verifier.model.get_output_embeddings().weight.shape[0])
+    engine.target.logits_for(ids)
+    eos, vocab = verifier.eos_token_ids, engine.vocab_size
     # One proposal of the whole length (a few ms per token): the head's cache holds true states for the
     # prompt only, so it drafts every token from its own predictions.
     tokens = drafter.propose(ids, config.max_new_tokens, config.with_(confidence_cutoff=0.0), vocab, eos).token_ids

@@ -42,8 +42,7 @@ def render_card(card: dict, distill: dict) -> str:
               "tokens), far too few for open chat: validation replies (same templates) agree well, held-out "
               "topics do not. Run the pipeline below at full size (all training prompts, greedy and sampled) "
               "before relying on it.\n")
-    names = {"greedy": "greedy", "t07": "temperature 0.7", "t10": "temperature 1"}
-    modes = ", ".join(sorted({names.get(m.rstrip("0123456789b"), m) for m in distill.get("reply_modes", [])}))
+    modes = _reply_modes(distill, ", ")
     layers = f"copies of verifier layers {shape['copy_layers']}" if shape.get("copy_layers") else "random init"
     return f"""# smollm2-135m-draft
 
@@ -88,6 +87,13 @@ python -m specdec_core.distill card
 
 On a CUDA machine `scripts/distill_gpu.sh` runs generate + train in one go.
 """
+
+
+def _reply_modes(distill: dict, joiner: str) -> str:
+    """The reply modes of the data in words ("greedy0" and "t07b" are more shards of greedy and t07)."""
+    names = {"greedy": "greedy", "t07": "sampled at temperature 0.7", "t10": "sampled at temperature 1"}
+    return joiner.join(sorted({names.get("greedy" if m.startswith("greedy") else m.rstrip("b"), m)
+                               for m in distill.get("reply_modes", [])}))
 
 
 def _shape_arg(shape: dict) -> str:
@@ -170,9 +176,7 @@ def render_head_card(card: dict, distill: dict) -> str:
     speedup = shipped.get("speedup", card["speedup"])
     status = ("" if speedup >= 1.0 else
               f"\n**Status: speculation with this draft is slower than the verifier alone ({speedup:.2f}x).**\n")
-    names = {"greedy": "greedy", "t07": "sampled at temperature 0.7", "t10": "sampled at temperature 1"}
-    modes = " and ".join(sorted({names.get("greedy" if m.startswith("greedy") else m.rstrip("b"), m)
-                                 for m in distill.get("reply_modes", [])}))
+    modes = _reply_modes(distill, " and ")
     minutes = sum(r["last"].get("train_minutes", 0) for r in runs)
     run_lines = "\n".join(
         f"  {i + 1}. `{r['run']}`: {r['last'].get('step', 0)} steps of {r['settings'].get('batch_tokens')} positions, "
