@@ -36,22 +36,25 @@ def _special_ids(verifier) -> list[int]:
 
 
 def cmd_prompts(args) -> None:
-    from specdec_core.distill.prompts import build_prompt_sets, write_jsonl
+    from specdec_core.distill.prompts import build_extra_train_set, build_prompt_sets, write_jsonl
 
     train, held_out = build_prompt_sets(seed=args.seed)
+    extra = build_extra_train_set(seed=args.seed)
     write_jsonl(args.prompts / "distill-train.jsonl", train)
+    write_jsonl(args.prompts / "distill-train-extra.jsonl", extra)
     write_jsonl(args.prompts / "distill-heldout.jsonl", held_out)
-    print(f"{len(train)} training and {len(held_out)} held-out prompts in {args.prompts}")
+    print(f"{len(train)} + {len(extra)} training and {len(held_out)} held-out prompts in {args.prompts}")
 
 
 def cmd_generate(args) -> None:
     from specdec_core.distill.data import generate_replies
     from specdec_core.distill.prompts import read_jsonl
 
-    prompts = read_jsonl(args.prompts / "distill-train.jsonl")[args.skip:][:args.limit or None]
+    name = "distill-train.jsonl" if args.set == "train" else f"distill-train-{args.set}.jsonl"
+    prompts = read_jsonl(args.prompts / name)[args.skip:][:args.limit or None]
     generate_replies(_load_verifier(args), prompts, args.work, modes=args.modes.split(","),
                      shard_size=args.shard_size, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                     seed=args.seed, max_minutes=args.max_minutes)
+                     seed=args.seed, max_minutes=args.max_minutes, set_name="" if args.set == "train" else args.set)
 
 
 def cmd_label(args) -> None:
@@ -84,7 +87,7 @@ def cmd_train_head(args) -> None:
     settings = HeadSettings(head_size=args.head_size, intermediate=args.intermediate, steps=args.steps,
                             max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
                             cls_weight=args.cls_weight, noise=args.noise, seed=args.seed, warmup=args.warmup,
-                            chain_steps=args.chain_steps,
+                            chain_steps=args.chain_steps, validation_shards=args.validation_shards,
                             init_from=str(args.work / "runs" / args.init_from / "model") if args.init_from else "")
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
@@ -96,9 +99,10 @@ def cmd_export(args) -> None:
     from specdec_core.models import load_model
 
     verifier = load_model(args.verifier, device="cpu")
-    modes = sorted({path.stem.rsplit("-", 1)[0] for path in (args.work / "replies").glob("*.pt")})
+    stems = [path.stem.split("-") for path in (args.work / "replies").glob("*.pt")]
     facts = {"verifier": args.verifier, "exported": time.strftime("%Y-%m-%d %H:%M:%S"), "run": args.run,
-             "reply_modes": modes}
+             "reply_modes": sorted({parts[0] for parts in stems}),
+             "prompt_sets": sorted({parts[1] if len(parts) > 2 else "train" for parts in stems})}
     dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts)
     size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     print(f"exported to {dest} ({size / 1e6:.1f} MB)")
@@ -172,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
 
     p = steps.add_parser("generate", help="the verifier's replies to the training prompts")
     p.add_argument("--modes", default="greedy,t07", help="reply modes: greedy, t07, t07b, t10")
+    p.add_argument("--set", default="train", choices=["train", "extra"],
+                   help="prompt set: distill-train.jsonl, or distill-train-extra.jsonl (more topics)")
     p.add_argument("--limit", type=int, default=0, help="use only the first N prompts (0: all)")
     p.add_argument("--skip", type=int, default=0,
                    help="start at this training prompt (shard files are numbered from there: use another mode "
@@ -204,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run", default="head", help="name of this training run (its folder under <work>/runs)")
     p.add_argument("--init-from", metavar="RUN", help="start from the head trained by this earlier run (when the "
                    "data has grown: its weights, with token ids, optimizer and schedule anew)")
+    p.add_argument("--validation-shards", default="", metavar="STEMS",
+                   help="comma-separated replies shards to validate on (default: a random 3%% of sequences)")
     p.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
     p.add_argument("--chain-steps", type=int, default=3, help="drafting steps trained per position, each on the "
                    "head's own previous prediction (1: teacher forcing only)")

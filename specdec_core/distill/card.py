@@ -153,7 +153,8 @@ def _train_command(run: str, settings: dict) -> str:
         parts.append(f"--init-from {init.rstrip('/').split('/')[-2]}")
     for flag, key, default in (("--chain-steps", "chain_steps", 3), ("--steps", "steps", None),
                                ("--warmup", "warmup", 100), ("--lr", "lr", 1e-3),
-                               ("--batch-tokens", "batch_tokens", None)):
+                               ("--batch-tokens", "batch_tokens", None), ("--noise", "noise", 0.2),
+                               ("--validation-shards", "validation_shards", "")):
         value = settings.get(key)
         if value is not None and value != default:
             parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
@@ -185,6 +186,11 @@ def render_head_card(card: dict, distill: dict) -> str:
         f"minutes; validation agreement (step 1) {r['last'].get('val_agreement1', 0):.3f}"
         + (f", starting from `{runs[i - 1]['run']}`" if i else "") for i, r in enumerate(runs))
     commands = "\n".join(_train_command(r["run"], r["settings"]) for r in runs)
+    extra = "extra" in distill.get("prompt_sets", [])
+    prompt_files = "`assets/prompts/distill-train.jsonl`" + (
+        " and `distill-train-extra.jsonl` (more topics)" if extra else "")
+    extra_command = ("python -m specdec_core.distill generate --set extra --modes greedy --shard-size 32 "
+                     "--batch-size 32\n" if extra else "")
     return f"""# smollm2-135m-draft
 
 A draft head for speculative decoding with the embedded verifier SmolLM2-135M-Instruct, trained on that
@@ -207,7 +213,7 @@ states up to the last verified token and its own predictions after that.
 
 ## Data and training
 
-- prompts: `assets/prompts/distill-train.jsonl`, composed from templates x topics
+- prompts: {prompt_files}, composed from templates x topics
   (`specdec_core/distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
 - data: the verifier's own replies ({modes}), its final hidden state at every position of prompt +
   reply and its top-16 next-token probabilities, all recorded while generating:
@@ -229,7 +235,7 @@ between runs, as it did here):
 python -m specdec_core.distill prompts
 python -m specdec_core.distill generate --modes greedy --shard-size 32 --batch-size 32
 python -m specdec_core.distill generate --modes t07 --skip 3000 --shard-size 32 --batch-size 32
-{commands}
+{extra_command}{commands}
 python -m specdec_core.distill export --run {runs[-1]['run']}
 python -m specdec_core.distill card --gammas 1,2,3 --sampled-gamma 1
 ```

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,16 +98,20 @@ class StateRecorder:
 @torch.inference_mode()
 def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: list[str], shard_size: int = 256,
                      batch_size: int = 32, max_new_tokens: int = 256, seed: int = 0,
-                     max_minutes: float = 0.0, top_k: int = 16) -> None:
+                     max_minutes: float = 0.0, top_k: int = 16, set_name: str = "") -> None:
     """The verifier's replies to `prompts`, once per mode, batched (left padding), one file per shard.
 
     Shards go in prompt order with the modes interleaved, so a run stopped early (or by `max_minutes`,
-    checked between shards) leaves a mix of modes over the first prompts."""
+    checked between shards) leaves a mix of modes over the first prompts. A `set_name` (another prompt
+    set) goes into the shard names, "<mode>-<set_name>-<index>", and into the seeds."""
     model, tokenizer = verifier.model, verifier.tokenizer
     eos = sorted(verifier.eos_token_ids)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    def stem(mode: str, index: int) -> str:
+        return f"{mode}-{set_name}-{index:05d}" if set_name else f"{mode}-{index:05d}"
+
     jobs = [(mode, index, chunk) for index, chunk in shards(prompts, shard_size) for mode in modes
-            if not (work / "replies" / f"{mode}-{index:05d}.pt").exists()]
+            if not (work / "replies" / f"{stem(mode, index)}.pt").exists()]
     started = time.monotonic()
     bar = tqdm(total=sum(len(chunk) for _, _, chunk in jobs), desc="generate replies", unit="reply")
     for mode, index, chunk in jobs:
@@ -114,7 +119,7 @@ def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: li
             tqdm.write(f"generate: stopping after {max_minutes} minutes; run again to continue")
             break
         temperature = MODES[mode]
-        torch.manual_seed(seed * 100_003 + index * 17 + list(MODES).index(mode))
+        torch.manual_seed(seed * 100_003 + index * 17 + list(MODES).index(mode) + zlib.crc32(set_name.encode()))
         encoded = [build_prompt(tokenizer, m, context_length=verifier.context_length,
                                 reserve_new_tokens=max_new_tokens).ids for m in chunk]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths share a batch
@@ -150,12 +155,13 @@ def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: li
             bar.set_postfix(mode=mode, shard=index, tokens=tokens)
         # Labels first: a replies file that exists always has its labels (one entry per non-empty reply,
         # the order load_sequences uses).
-        save_atomic({"states": [s for s, r in zip(states, replies) if r]}, work / "features" / f"{mode}-{index:05d}.pt")
+        save_atomic({"states": [s for s, r in zip(states, replies) if r]},
+                    work / "features" / f"{stem(mode, index)}.pt")
         kept = [label for label in labels if label is not None]
         save_atomic({"top_ids": [ids for ids, _ in kept], "top_logp": [logp for _, logp in kept]},
-                    work / "labels" / f"{mode}-{index:05d}.pt")
+                    work / "labels" / f"{stem(mode, index)}.pt")
         save_atomic({"prompt_ids": encoded, "reply_ids": replies, "mode": mode}, work / "replies" /
-                    f"{mode}-{index:05d}.pt")
+                    f"{stem(mode, index)}.pt")
     bar.close()
 
 

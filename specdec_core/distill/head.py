@@ -56,6 +56,9 @@ class HeadSettings:
     validate_every: int = 100
     validation_fraction: float = 0.03
     init_from: str = ""  # a trained head's folder to start from (its weights; ids, optimizer and steps start anew)
+    # Comma-separated replies shards (stems) to validate on instead of a random share of sequences. A run
+    # that starts from an earlier head needs shards that head never trained on, or its figures flatter it.
+    validation_shards: str = ""
 
 
 # --------------------------------------------------------------------------- features
@@ -88,6 +91,7 @@ class Example:
     end: int  # one past the last head position that counts
     top_ids: torch.Tensor  # [end - first, k] the verifier's top-k token ids scored by each target state
     top_p: torch.Tensor  # [end - first, k] their probabilities
+    shard: str = ""  # the replies file it came from (its stem)
 
 
 def load_examples(work: Path, max_length: int, eos_ids: set[int]) -> list[Example]:
@@ -112,7 +116,7 @@ def load_examples(work: Path, max_length: int, eos_ids: set[int]) -> list[Exampl
                 continue
             rows = slice(start - first, end - first)
             examples.append(Example(torch.tensor(ids[cut:]), state[cut:], start - cut, end - cut,
-                                    top_ids[rows].long(), top_logp[rows].float().exp()))
+                                    top_ids[rows].long(), top_logp[rows].float().exp(), path.stem))
     return examples
 
 
@@ -205,8 +209,15 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     if not examples:
         raise SystemExit(f"no features under {work / 'features'}: run the generate and features steps first")
     rng.shuffle(examples)
-    n_val = max(1, int(len(examples) * settings.validation_fraction))
-    val, train = examples[:n_val], examples[n_val:]
+    if settings.validation_shards:
+        named = set(settings.validation_shards.split(","))
+        val = [e for e in examples if e.shard in named]
+        train = [e for e in examples if e.shard not in named]
+        if not val:
+            raise SystemExit(f"no sequences in the validation shards {settings.validation_shards}")
+    else:
+        n_val = max(1, int(len(examples) * settings.validation_fraction))
+        val, train = examples[:n_val], examples[n_val:]
 
     checkpoint_path = run_dir / "checkpoint.pt"
     embed = model.get_input_embeddings()

@@ -51,6 +51,55 @@ TOPICS = [
     "mythology", "fairy tales", "comic books", "dance", "photography exhibitions",
 ]
 
+# More topics for a second training set (distill-train-extra.jsonl), added when the held-out acceptance
+# showed the head fitting the first set's topics (agreement 0.76 on replies it trained on, 0.62 on new
+# prompts over the same topics, 0.57 on held-out topics). None of them is a held-out topic, nor close to one
+# (build_extra_train_set checks the first; the second was checked by hand).
+EXTRA_TOPICS = [
+    # science and nature
+    "photons", "quantum computing", "the Big Bang", "neutron stars", "the greenhouse effect", "fossils",
+    "ocean currents", "hurricanes", "lightning", "the human skeleton", "muscles", "digestion", "hormones",
+    "allergies", "the sense of smell", "colour blindness", "ants", "spiders", "sharks", "penguins",
+    "elephants", "wolves", "mushrooms", "trees in autumn", "seeds", "soil", "wetlands", "mangroves",
+    "the Amazon river", "the Sahara", "Antarctica", "Saturn's rings", "asteroids",
+    "telescopes", "microscopes", "sound waves", "friction", "nuclear power",
+    "hydrogen fuel", "water purification", "genetics", "cells", "stem cells", "nutrition", "vitamins",
+    "the common cold", "first aid", "ageing",
+    # technology
+    "search engines", "social media", "online privacy", "encryption", "programming languages", "Python",
+    "JavaScript", "APIs", "unit testing", "debugging", "data science", "statistics", "neural networks",
+    "chatbots", "drones", "satellites", "QR codes",
+    "barcodes", "printers", "keyboards", "touch screens", "virtual reality", "podcasts", "streaming music",
+    "e-books", "online shopping", "digital cameras", "smart homes", "spam email", "backups",
+    # history and society
+    "ancient Greece", "the Vikings", "the Great Wall of China", "the Maya", "the Cold War",
+    "the Wright brothers", "the steam engine", "the history of writing", "castles", "pirates",
+    "elections", "human rights", "volunteering", "charity", "insurance", "mortgages", "credit cards",
+    "small businesses", "marketing", "advertising", "negotiation", "teamwork", "leadership",
+    "remote meetings", "customer service", "tourism", "farming", "fishing", "the postal service",
+    # everyday life
+    "making tea", "grilling vegetables", "vegetarian cooking", "baking cookies", "making soup",
+    "growing tomatoes", "composting", "bird watching", "knitting", "woodworking", "fixing a bike",
+    "painting a room", "morning routines", "journaling", "getting better sleep",
+    "learning to code", "preparing for a job fair", "asking for a raise",
+    "planning a wedding", "raising children", "talking to teenagers", "caring for elderly parents",
+    "first day at a new job", "road trips", "flying with children", "visiting Japan", "visiting Italy",
+    "learning to cook", "choosing running shoes", "stretching", "strength training", "swimming pools",
+    "hiking safety", "saving energy at home", "living with roommates", "writing thank-you notes",
+    # arts and culture
+    "rock music", "hip hop", "opera", "the piano", "drums", "Shakespeare", "science fiction",
+    "detective novels", "animation", "street art", "pottery", "origami", "magic tricks",
+    "stand-up comedy", "crossword puzzles", "video game design", "cricket", "cycling races", "skiing",
+]
+EXTRA_CODE_TASKS = [
+    "counts how often each word appears in a text", "checks whether a year is a leap year",
+    "returns the longest word in a sentence", "converts minutes to hours and minutes",
+    "finds all even numbers in a list", "reverses the order of words in a sentence",
+    "computes the area of a circle", "checks whether a list is sorted", "generates a random password",
+    "returns the intersection of two lists", "counts the lines in a string that contain a given word",
+    "converts a number to its English ordinal (1st, 2nd, 3rd)",
+]
+
 CODE_TASKS = [
     "reverses a string", "checks whether a number is prime", "returns the n-th Fibonacci number",
     "counts the words in a sentence", "finds the largest number in a list", "removes duplicates from a list",
@@ -262,6 +311,25 @@ def build_prompt_sets(seed: int = 0, held_out_fraction: float = 0.1, per_topic: 
     rng.shuffle(train)
     rng.shuffle(held_out)
     return train, held_out
+
+
+def build_extra_train_set(seed: int = 0, per_topic: int = 24) -> list[Messages]:
+    """A second training set over EXTRA_TOPICS and EXTRA_CODE_TASKS, with the training side's snippets
+    and passages left out (the first set has them); nothing in it repeats a prompt of either set."""
+    train, held_out = build_prompt_sets(seed=seed)
+    clash = set(EXTRA_TOPICS) & set(TOPICS) or set(EXTRA_CODE_TASKS) & set(CODE_TASKS)
+    if clash:
+        raise ValueError(f"extra topics must be new: {sorted(clash)}")
+    rng = random.Random(seed + 1)
+    seen = {json.dumps(m, sort_keys=True) for m in train + held_out}
+    extra = {}
+    for messages in _compose(EXTRA_TOPICS, EXTRA_CODE_TASKS, [], [], rng, per_topic):
+        key = json.dumps(messages, sort_keys=True)
+        if key not in seen:
+            extra[key] = messages
+    prompts = list(extra.values())
+    rng.shuffle(prompts)
+    return prompts
 
 
 def write_jsonl(path: Path, prompts: list[Messages]) -> None:

@@ -13,7 +13,7 @@ from specdec_core.config import GenerationConfig
 from specdec_core.distill.data import generate_replies, label_replies, load_sequences, reply_files
 from specdec_core.distill.export import export_draft
 from specdec_core.distill.measure import measure_pair
-from specdec_core.distill.prompts import build_prompt_sets, read_jsonl, write_jsonl
+from specdec_core.distill.prompts import TOPICS, build_extra_train_set, build_prompt_sets, read_jsonl, write_jsonl
 from specdec_core.distill.train import DraftShape, TrainSettings, train
 from specdec_core.doctor import check_models
 from specdec_core.draft_model import SpecdecDraftConfig, SpecdecDraftForCausalLM
@@ -60,6 +60,19 @@ def test_prompt_sets_are_seeded_and_held_out_by_topic(tmp_path):
     assert any("```" in m[-1]["content"] or "def " in m[-1]["content"] for m in train_set)  # code
     write_jsonl(tmp_path / "p.jsonl", held_out[:5])
     assert read_jsonl(tmp_path / "p.jsonl") == held_out[:5]
+
+
+def test_the_extra_training_set_brings_new_topics_and_never_a_held_out_one():
+    train_set, held_out = build_prompt_sets(seed=0)
+    extra = build_extra_train_set(seed=0)
+    assert extra == build_extra_train_set(seed=0) and len(extra) > 2000
+    earlier = {json.dumps(m, sort_keys=True) for m in train_set + held_out}
+    assert not any(json.dumps(m, sort_keys=True) in earlier for m in extra)
+    held_topics = {t for t in TOPICS if any(t in m[-1]["content"] for m in held_out)} - \
+        {t for t in TOPICS if any(t in m[-1]["content"] for m in train_set)}
+    assert len(held_topics) > 10
+    assert not any(t in message["content"] for m in extra for message in m for t in held_topics)
+    assert sum("rock music" in m[-1]["content"] for m in extra) > 5
 
 
 def test_draft_logits_are_full_vocabulary_with_minus_inf_outside_the_subset():

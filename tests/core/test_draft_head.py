@@ -123,7 +123,7 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     from specdec_core.distill.export import export_draft
     from specdec_core.distill.head import HeadSettings, compute_features, train_head
     from specdec_core.distill.measure import measure_pair
-    from specdec_core.distill.prompts import build_prompt_sets
+    from specdec_core.distill.prompts import build_extra_train_set, build_prompt_sets
 
     verifier = verifiers["llama"]
     train_prompts, held_out = build_prompt_sets(seed=0)
@@ -159,10 +159,17 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
 
     from specdec_core.distill.card import build_card, render_card
 
-    more = replace(settings, steps=20, warmup=5, chain_steps=2, init_from=str(work / "runs" / "h" / "model"))
-    train_head(verifier, work, work / "runs" / "h2", more, special)
+    # It brings more replies, over the extra prompt set, and validates on a shard the first run never saw.
+    generate_replies(verifier, build_extra_train_set(seed=0)[:16], work, modes=["greedy"], shard_size=16,
+                     batch_size=16, max_new_tokens=40, set_name="extra")
+    assert all((work / kind / "greedy-extra-00000.pt").exists() for kind in ("replies", "features", "labels"))
+    more = replace(settings, steps=20, warmup=5, chain_steps=2, init_from=str(work / "runs" / "h" / "model"),
+                   validation_shards="greedy-extra-00000")
+    second = train_head(verifier, work, work / "runs" / "h2", more, special)
+    assert second["history"][-1]["train_sequences"] == 48
     dest = export_draft(work / "runs" / "h2", verifier.tokenizer, tmp_path / "head2",
-                        {"verifier": "tiny", "run": "h2", "reply_modes": ["greedy"]})
+                        {"verifier": "tiny", "run": "h2", "reply_modes": ["greedy"],
+                         "prompt_sets": ["extra", "train"]})
     distill = json.loads((dest / "distill.json").read_text())
     assert [r["run"] for r in distill["earlier_runs"]] == ["h"]
     figures = measure_pair(verifier, load_model(str(dest), device="cpu"), held_out[:2], gammas=(1, 2),
@@ -171,6 +178,7 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     text = render_card(card, distill)
     assert "## As shipped" in text and "## The draft alone" in text
     assert "train-head --run h " in text and "train-head --run h2 --init-from h --chain-steps 2" in text
+    assert "--validation-shards greedy-extra-00000" in text and "generate --set extra" in text
     assert f"{card['as_shipped']['acceptance_rate']:.3f}" in text
 
 
