@@ -94,6 +94,25 @@ def cmd_train_head(args) -> None:
     print(json.dumps({k: v for k, v in figures.items() if k != "history"}, indent=2))
 
 
+def cmd_agreement(args) -> None:
+    from specdec_core.distill.head import agreement_by_step, load_examples
+    from specdec_core.draft_head import SpecdecHeadModel
+
+    verifier = _load_verifier(args)
+    folder = args.work / "runs" / args.run / "model" if args.run else Path(args.draft)
+    head = SpecdecHeadModel.from_pretrained(folder).eval()
+    shards = set(args.shards.split(",")) if args.shards else None
+    examples = load_examples(args.work, 640, set(verifier.eos_token_ids), shards)
+    if not examples:
+        raise SystemExit(f"no replies with features and labels under {args.work} ({args.shards or 'all shards'})")
+    model = verifier.model
+    figures = agreement_by_step(head, model.get_input_embeddings(), model.get_output_embeddings().weight.detach(),
+                                examples, args.steps)
+    print(json.dumps({"head": str(folder), "shards": args.shards or "all", "replies": len(examples),
+                      "positions": sum(e.end - e.first for e in examples),
+                      **{f"agreement{s}": round(v, 4) for s, v in figures.items()}}, indent=2))
+
+
 def cmd_export(args) -> None:
     from specdec_core.distill.export import export_draft
     from specdec_core.models import load_model
@@ -224,6 +243,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cls-weight", type=float, default=1.0)
     p.add_argument("--noise", type=float, default=0.2)
     p.set_defaults(run_step=cmd_train_head)
+
+    p = steps.add_parser("agreement", help="a head's teacher-forced agreement with the verifier on replies shards")
+    p.add_argument("--run", default="", help="the head of this training run (default: --draft)")
+    p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="a head's folder")
+    p.add_argument("--shards", default="", metavar="STEMS", help="comma-separated replies shards (default: all)")
+    p.add_argument("--steps", type=int, default=3, help="drafting steps")
+    p.set_defaults(run_step=cmd_agreement)
 
     p = steps.add_parser("export", help="write the trained draft to assets/")
     p.add_argument("--run", default="main")

@@ -94,10 +94,12 @@ class Example:
     shard: str = ""  # the replies file it came from (its stem)
 
 
-def load_examples(work: Path, max_length: int, eos_ids: set[int]) -> list[Example]:
-    """Every sequence that has states and labels, cut to its last `max_length` positions."""
+def load_examples(work: Path, max_length: int, eos_ids: set[int], shards: set[str] | None = None) -> list[Example]:
+    """Every sequence that has states and labels (of the named shards only, if given), cut to its last
+    `max_length` positions."""
     examples = []
-    for path in tqdm(reply_files(work), desc="load features", unit="shard"):
+    files = [p for p in reply_files(work) if shards is None or p.stem in shards]
+    for path in tqdm(files, desc="load features", unit="shard"):
         feature_path, label_path = work / "features" / path.name, work / "labels" / path.name
         if not feature_path.exists() or not label_path.exists():
             continue
@@ -187,6 +189,32 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     return losses
 
 
+def _subset(head: SpecdecHeadModel, output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The verifier's output rows for the head's token ids, and each vocabulary id's column among them
+    (-1: outside the subset)."""
+    subset_index = torch.full((output.shape[0],), -1, dtype=torch.long)
+    subset_index[head.head_ids] = torch.arange(len(head.head_ids))
+    return output[head.head_ids], subset_index
+
+
+@torch.no_grad()
+def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: torch.Tensor,
+                      examples: list[Example], steps: int) -> dict[int, float]:
+    """Teacher-forced agreement with the verifier's top-1 at drafting steps 1..steps over `examples`
+    (head_losses; `output` is the verifier's full output matrix). Step 1 estimates greedy acceptance at
+    gamma 1 through the engine, which drafts at only some of the same positions."""
+    output_rows, subset_index = _subset(head, output)
+    sums, count = dict.fromkeys(range(1, steps + 1), 0.0), 0
+    for start in range(0, len(examples), 8):
+        batch = _collate(examples[start:start + 8], output.shape[1], subset_index)
+        n = int(batch[2].sum())
+        losses = head_losses(head, embed, output_rows, batch, steps=steps)
+        for s in sums:
+            sums[s] += float(losses[f"agreement{s}"]) * n
+        count += n
+    return {s: value / max(1, count) for s, value in sums.items()}
+
+
 def _start_from(head: SpecdecHeadModel, folder: Path) -> None:
     """Copy a trained head's weights into `head` (same widths); its token ids are chosen again from the data."""
     previous = SpecdecHeadModel.from_pretrained(folder)
@@ -241,9 +269,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
         head.set_head_ids(ranking_from_counts(mass, special_ids)[:settings.head_size])
     else:
         head.load_state_dict(checkpoint["model"])
-    output_rows = output[head.head_ids]
-    subset_index = torch.full((output.shape[0],), -1, dtype=torch.long)
-    subset_index[head.head_ids] = torch.arange(len(head.head_ids))
+    output_rows, subset_index = _subset(head, output)
     state_std = float(torch.cat([e.states[:64].float() for e in train[:200]]).std())
 
     optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay,
@@ -264,18 +290,9 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     def validate() -> dict[str, float]:
         """Agreement with the verifier's top-1 at each drafting step, on held-back replies."""
         head.eval()
-        sums: dict[str, float] = {}
-        count = 0
-        with torch.no_grad():
-            for start in range(0, len(val), 8):
-                batch = _collate(val[start:start + 8], width, subset_index)
-                n = int(batch[2].sum())
-                losses = head_losses(head, embed, output_rows, batch, steps=settings.chain_steps)
-                for s in range(1, settings.chain_steps + 1):
-                    sums[f"val_agreement{s}"] = sums.get(f"val_agreement{s}", 0.0) + float(losses[f"agreement{s}"]) * n
-                count += n
+        figures = agreement_by_step(head, embed, output, val, settings.chain_steps)
         head.train()
-        return {k: v / max(1, count) for k, v in sums.items()}
+        return {f"val_agreement{s}": value for s, value in figures.items()}
 
     def save_checkpoint() -> None:
         save_atomic({"model": head.state_dict(), "optimizer": optimizer.state_dict(), "step": step,

@@ -119,6 +119,7 @@ def test_the_doctor_rejects_a_head_for_another_width_and_warns_for_another_verif
 
 
 def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_head(tmp_path, verifiers):
+    from specdec_core.distill import head as head_training
     from specdec_core.distill.data import generate_replies
     from specdec_core.distill.export import export_draft
     from specdec_core.distill.head import HeadSettings, compute_features, train_head
@@ -148,6 +149,13 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     dest = export_draft(work / "runs" / "h", verifier.tokenizer, tmp_path / "head", {"verifier": "tiny"})
     head = load_model(str(dest), device="cpu")
     assert isinstance(drafter_for(head), FeatureDrafter) and check_models(verifier, head).compatible
+
+    # Teacher-forced agreement (the `agreement` step) ranks the trained head above an untrained one too.
+    examples = head_training.load_examples(work, 640, set(verifier.eos_token_ids), {"greedy-00000"})
+    output = verifier.model.get_output_embeddings().weight.detach()
+    by_step = {name: head_training.agreement_by_step(h, verifier.model.get_input_embeddings(), output, examples, 2)
+               for name, h in (("trained", head.model), ("untrained", tiny.make_head(verifier).model))}
+    assert by_step["trained"][1] > by_step["untrained"][1] + 0.1 and set(by_step["trained"]) == {1, 2}
 
     trained = measure_pair(verifier, head, held_out[:4], gammas=(3,), max_new_tokens=24)
     untrained = measure_pair(verifier, tiny.make_head(verifier), held_out[:4], gammas=(3,), max_new_tokens=24)
