@@ -84,8 +84,6 @@ python -m specdec_core.distill train --run main --shape '{_shape_arg(shape)}' --
 python -m specdec_core.distill export --run main
 python -m specdec_core.distill card
 ```
-
-On a CUDA machine `scripts/distill_gpu.sh` runs generate + train in one go.
 """
 
 
@@ -239,4 +237,6 @@ python -m specdec_core.distill generate --modes t07 --skip 3000 --shard-size 32 
 python -m specdec_core.distill export --run {runs[-1]['run']}
 python -m specdec_core.distill card --gammas 1,2,3 --sampled-gamma 1
 ```
+
+On a lent CUDA machine `scripts/distill_gpu.sh` runs generate, train-head and export in one go.
 """

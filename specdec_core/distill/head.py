@@ -258,7 +258,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
         config = SpecdecHeadConfig(
             hidden_size=width, num_attention_heads=settings.heads, num_key_value_heads=settings.kv_heads,
             intermediate_size=settings.intermediate, rms_norm_eps=getattr(text_config, "rms_norm_eps", 1e-5),
-            vocab_size=output.shape[0], head_size=settings.head_size,
+            vocab_size=output.shape[0], head_size=min(settings.head_size, output.shape[0]),  # a small vocabulary: all
             verifier_name=verifier.name, verifier_fingerprint=embedding_fingerprint(embed.weight))
     head = SpecdecHeadModel(config)
     mass = label_mass(work, output.shape[0])
@@ -266,7 +266,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
         if settings.init_from:
             _start_from(head, Path(settings.init_from))
         # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
-        head.set_head_ids(ranking_from_counts(mass, special_ids)[:settings.head_size])
+        head.set_head_ids(ranking_from_counts(mass, special_ids)[:config.head_size])
     else:
         head.load_state_dict(checkpoint["model"])
     output_rows, subset_index = _subset(head, output)
