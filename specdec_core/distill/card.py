@@ -184,6 +184,12 @@ def render_head_card(card: dict, distill: dict) -> str:
         f"minutes; validation agreement (step 1) {r['last'].get('val_agreement1', 0):.3f}"
         + (f", starting from `{runs[i - 1]['run']}`" if i else "") for i, r in enumerate(runs))
     commands = "\n".join(_train_command(r["run"], r["settings"]) for r in runs)
+    validation = ("validation replies are held back from each run, but earlier runs may have trained on them, "
+                  "so these agreements run high: the held-out figures above are the ones to trust")
+    if runs[-1]["settings"].get("validation_shards"):
+        validation = (f"the last run validated on shards no earlier run saw "
+                      f"({runs[-1]['settings']['validation_shards'].replace(',', ', ')}); the earlier runs' "
+                      "validation replies may have been trained on by the runs before them")
     extra = "extra" in distill.get("prompt_sets", [])
     prompt_files = "`assets/prompts/distill-train.jsonl`" + (
         " and `distill-train-extra.jsonl` (more topics)" if extra else "")
@@ -221,9 +227,7 @@ states up to the last verified token and its own predictions after that.
   step, the later steps reading the head's own predictions; input states get uniform noise of width
   {settings.get('noise')} standard deviations; bf16 autocast on the CPU.
 - training, {minutes:.0f} minutes on the CPU in all, each run continuing the previous one as the data grew
-  (the best validation checkpoint of the last run is the one exported; validation replies are held back
-  from each run, but earlier runs may have trained on them, so these agreements run high: the held-out
-  figures above are the ones to trust):
+  (the best validation checkpoint of the last run is the one exported; {validation}):
 {run_lines}
 
 Reproduce (CPU; resumable, each step skips what is already written under `.distill/`; the data can grow

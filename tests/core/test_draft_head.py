@@ -187,6 +187,7 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     assert "## As shipped" in text and "## The draft alone" in text
     assert "train-head --run h " in text and "train-head --run h2 --init-from h --chain-steps 2" in text
     assert "--validation-shards greedy-extra-00000" in text and "generate --set extra" in text
+    assert "validated on shards no earlier run saw (greedy-extra-00000)" in text
     assert f"{card['as_shipped']['acceptance_rate']:.3f}" in text
 
 
