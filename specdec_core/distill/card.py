@@ -194,7 +194,8 @@ def render_head_card(card: dict, distill: dict) -> str:
     prompt_files = "`assets/prompts/distill-train.jsonl`" + (
         " and `distill-train-extra.jsonl` (more topics)" if extra else "")
     extra_command = ("python -m specdec_core.distill generate --set extra --modes greedy --shard-size 32 "
-                     "--batch-size 32\n" if extra else "")
+                     "--batch-size 32\npython -m specdec_core.distill generate --set extra --modes t07 --skip 2000 "
+                     "--shard-size 32 --batch-size 32\n" if extra else "")
     return f"""# smollm2-135m-draft
 
 A draft head for speculative decoding with the embedded verifier SmolLM2-135M-Instruct, trained on that
