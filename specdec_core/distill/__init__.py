@@ -1,7 +1,9 @@
 """Distilling the shipped draft model from the embedded verifier (self-distillation), step by step.
 
-    prompts   compose the prompt sets (train and held-out) from templates x topics -> assets/prompts/
-    generate  the verifier's own replies to the training prompts, greedy and sampled -> <work>/replies/,
+    prompts   compose the prompt sets (train, extra: more topics, held-out) from templates x topics
+              -> assets/prompts/
+    generate  the verifier's own replies to the training prompts (--set train or extra), greedy and
+              sampled -> <work>/replies/,
               with its top-k next-token distributions (<work>/labels/) and final hidden states
               (<work>/features/) recorded on the way
     label     the top-k distributions again, for replies generated elsewhere -> <work>/labels/
@@ -10,6 +12,7 @@
               -> <work>/runs/<run>/
     train     the alternative it replaced: a small standalone SpecdecDraftForCausalLM on the top-k
               distributions -> <work>/runs/<run>/
+    agreement a head's teacher-forced agreement with the verifier, per drafting step, on replies shards
     export    a trained draft as an fp16 folder with the verifier's tokenizer -> assets/<name>/
     measure   acceptance and speed of the pair on held-out prompts, through the real engine
     card      measure the exported draft and write its model card
