@@ -50,11 +50,12 @@ def cmd_generate(args) -> None:
     from specdec_core.distill.data import generate_replies
     from specdec_core.distill.prompts import read_jsonl
 
-    name = "distill-train.jsonl" if args.set == "train" else f"distill-train-{args.set}.jsonl"
-    prompts = read_jsonl(args.prompts / name)[args.skip:][:args.limit or None]
-    generate_replies(_load_verifier(args), prompts, args.work, modes=args.modes.split(","),
-                     shard_size=args.shard_size, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                     seed=args.seed, max_minutes=args.max_minutes, set_name="" if args.set == "train" else args.set)
+    set_name = "" if args.set == "train" else args.set  # the first set keeps its unsuffixed names
+    prompts = read_jsonl(args.prompts / f"distill-train{'-' * bool(set_name)}{set_name}.jsonl")
+    generate_replies(_load_verifier(args), prompts[args.skip:][:args.limit or None], args.work,
+                     modes=args.modes.split(","), shard_size=args.shard_size, batch_size=args.batch_size,
+                     max_new_tokens=args.max_new_tokens, seed=args.seed, max_minutes=args.max_minutes,
+                     set_name=set_name)
 
 
 def cmd_label(args) -> None:
@@ -95,14 +96,14 @@ def cmd_train_head(args) -> None:
 
 
 def cmd_agreement(args) -> None:
-    from specdec_core.distill.head import agreement_by_step, load_examples
+    from specdec_core.distill.head import HeadSettings, agreement_by_step, load_examples
     from specdec_core.draft_head import SpecdecHeadModel
 
     verifier = _load_verifier(args)
     folder = args.work / "runs" / args.run / "model" if args.run else Path(args.draft)
     head = SpecdecHeadModel.from_pretrained(folder).eval()
     shards = set(args.shards.split(",")) if args.shards else None
-    examples = load_examples(args.work, 640, set(verifier.eos_token_ids), shards)
+    examples = load_examples(args.work, HeadSettings.max_length, set(verifier.eos_token_ids), shards)
     if not examples:
         raise SystemExit(f"no replies with features and labels under {args.work} ({args.shards or 'all shards'})")
     model = verifier.model
