@@ -343,11 +343,15 @@ class MainWindow(QMainWindow):
         self.model_label.setToolTip(s.baseline_source and f"Baseline: {s.baseline_source}")
 
     def show_error(self, text: str) -> None:
+        if self._closing:
+            return  # a worker reporting after the window closed: its widgets may be deleted
         self.chat.add_notice(text, "error")
         self.status_label.setText(text.splitlines()[0][:160])
         self.error_shown.emit(text)
 
     def show_info(self, text: str) -> None:
+        if self._closing:
+            return
         self.chat.add_notice(text, "info")
 
     # ----------------------------------------------------------------------------------- loading --
@@ -437,11 +441,11 @@ class MainWindow(QMainWindow):
             return
         self._load_worker = None
         self.busy = ""
+        if self._closing:
+            return
         self.progress.setVisible(False)
         self.cancel_load_button.setVisible(False)
         self._update_controls()
-        if self._closing:
-            return
         if self._pending_prompt is not None and self.session is not None:
             text, self._pending_prompt = self._pending_prompt, None
             self.send(text)
@@ -531,12 +535,13 @@ class MainWindow(QMainWindow):
                                "history keeps everything.")
             return
         trace.apply(ev)
+        if isinstance(ev, Finished) and self._message is not None:
+            self._message.content = ev.text
+        if self._closing:
+            return  # the window is closed (its widgets may be deleted): keep the data, touch no widget
         self.generation_event.emit(ev)
-        if isinstance(ev, Finished):
-            if self._message is not None:
-                self._message.content = ev.text
-            if ev.stop_reason is StopReason.ERROR or ev.error:
-                self.show_error(f"Generation failed: {ev.error or 'unknown error'}")
+        if isinstance(ev, Finished) and (ev.stop_reason is StopReason.ERROR or ev.error):
+            self.show_error(f"Generation failed: {ev.error or 'unknown error'}")
 
     def _on_gen_error(self, exc: BaseException) -> None:
         """The engine refused the input (prompt too long, bad settings, incompatible pair) or crashed."""
@@ -555,6 +560,11 @@ class MainWindow(QMainWindow):
             trace.stop_reason = StopReason.CANCELLED.value  # the worker stopped before Finished arrived
         if message is not None and trace is not None and not message.content:
             message.content = trace.text
+        if self._closing:
+            # The reply ended after the window closed (closeEvent waits only 1 s): save what it
+            # wrote, and touch no widget, since they may be deleted by now.
+            self._store_quietly()
+            return
         # A reply that produced nothing (error before the first token) leaves no empty bubble behind.
         if message is not None and trace is not None and not trace.tokens and trace.error:
             if self.conv.messages and self.conv.messages[-1] is message:
@@ -689,6 +699,8 @@ class MainWindow(QMainWindow):
         if worker is not self._gen_worker:
             return
         self._gen_worker = None
+        if self._closing:
+            return
         self.busy = ""
         self.timer.stop()
         html = self.graphs.race.finish(self._race_greedy)
@@ -759,13 +771,22 @@ class MainWindow(QMainWindow):
     def _save_conversation(self) -> None:
         if not self.conv.messages:
             return
-        try:
-            self.store.save(self.conv)
-        except OSError as exc:
-            self.show_error(f"Could not save the conversation: {exc}. It stays open here; earlier saves are "
+        error = self._store_quietly()
+        if error is not None:
+            self.show_error(f"Could not save the conversation: {error}. It stays open here; earlier saves are "
                             "intact.")
         self.setWindowTitle(f"specdec — {self.conv.title}")
         self._refresh_sidebar()
+
+    def _store_quietly(self) -> OSError | None:
+        """Save the conversation atomically; the error if that failed (earlier saves stay intact)."""
+        if not self.conv.messages:
+            return None
+        try:
+            self.store.save(self.conv)
+        except OSError as exc:
+            return exc
+        return None
 
     def _refresh_sidebar(self) -> None:
         self.conv_list.blockSignals(True)

@@ -238,6 +238,24 @@ def test_close_while_generating_exits_quickly(make_window, qtbot):
     assert time.perf_counter() - t < 2.0
 
 
+def test_a_reply_ending_after_the_window_is_gone_is_saved_without_touching_widgets(make_window, qtbot):
+    import shiboken6
+
+    from app.worker import live_workers
+
+    w = make_window(max_new_tokens=5000)
+    w.send("A long one")
+    qtbot.waitUntil(lambda: w._trace is not None and len(w._trace.tokens) >= 3, timeout=60_000)
+    conv_id, store = w.conv.id, w.store
+    w.close()  # aborts the reply; its last events and `finished` are still queued for the GUI thread
+    shiboken6.delete(w.chat)  # its widgets are gone (as after qtbot's teardown) before those signals arrive
+    qtbot.waitUntil(lambda: not live_workers(), timeout=5000)
+    qtbot.wait(100)  # deliver them: pytest-qt fails the test on any exception raised in a slot
+    saved = store.load(conv_id)
+    assert [m.role for m in saved.messages] == ["user", "assistant"]
+    assert saved.messages[1].content and saved.messages[1].trace.stop_reason == "cancelled"
+
+
 def test_regenerate_and_edit_and_resend(make_window, qtbot, send_and_wait):
     w = make_window()
     send_and_wait(w, "First")
