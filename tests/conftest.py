@@ -1,3 +1,4 @@
+import faulthandler
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download anything
 sys.path.insert(0, str(Path(__file__).parent))  # for `import tiny`
 
 import tiny  # noqa: E402
+
+# A test that runs this long is hung, not slow (the slowest, on the real model, take well under a
+# minute on 2 cores). faulthandler's watchdog is a C thread that needs no GIL, so it also fires on a
+# deadlock that holds the GIL: it prints every thread's stack and ends the run, which CI then shows,
+# instead of waiting out CI's own limit in silence.
+HUNG_TEST_S = float(os.environ.get("SPECDEC_HUNG_TEST_S", "600"))
+_real_stderr = None  # the terminal's stderr, kept before pytest captures fd 2 during each test
+
+
+def pytest_configure(config):
+    global _real_stderr
+    _real_stderr = os.fdopen(os.dup(sys.stderr.fileno()), "w")
+
+
+@pytest.fixture(autouse=True)
+def hung_test_watchdog():
+    if _real_stderr is not None:
+        faulthandler.dump_traceback_later(HUNG_TEST_S, exit=True, file=_real_stderr)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")
