@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import gc_pin
 from app import session as sess
 from app.chat_view import ChatView, Legend, MessageBubble, copy_text
 from app.graphs import GraphsPanel, stats_csv, stats_json
@@ -107,6 +108,8 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: Settings | None = None, store: ConversationStore | None = None,
                  *, persist_settings: bool = True) -> None:
         super().__init__()
+        gc_pin.collector().acquire()  # released by closeEvent; see app/gc_pin.py
+        self._gc_pinned = True
         self.store = store or ConversationStore()
         self.settings = settings or Settings.load(self.store.root)
         self.persist_settings = persist_settings
@@ -901,6 +904,9 @@ class MainWindow(QMainWindow):
             self._save_conversation()  # keep what was generated so far
         self._save_settings()
         wait_all(1.0)  # a reply stops within a round; a model load may not (main() then exits anyway)
+        if self._gc_pinned:
+            self._gc_pinned = False
+            gc_pin.collector().release()
         event.accept()
 
 

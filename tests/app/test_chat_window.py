@@ -367,3 +367,59 @@ def test_choosing_both_drafters_loads_a_hybrid_with_its_draft_token_cap(make_win
     assert "+ prompt lookup" in w.model_label.text()
     trace = send_and_wait(w, "the robot said the robot said the robot")
     assert trace.stats["drafted"] > 0
+
+
+def test_garbage_is_collected_on_the_gui_thread_only_while_a_window_is_open(make_window, qtbot):
+    import gc
+    import threading
+
+    from app import gc_pin
+
+    w = make_window(load=False)
+    assert not gc.isenabled() and gc_pin.collector().active
+    finalised_on: list[str] = []
+
+    class Cyclic:
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            finalised_on.append(threading.current_thread().name)
+
+    def allocate_like_a_worker() -> None:  # far past the young generation's threshold
+        Cyclic()
+        junk = [[i] for i in range(20 * gc.get_threshold()[0])]
+        del junk
+
+    worker = threading.Thread(target=allocate_like_a_worker, name="worker")
+    worker.start()
+    worker.join()
+    assert finalised_on == []  # the worker's allocations did not start a collection there
+    qtbot.waitUntil(lambda: bool(finalised_on), timeout=3000)  # the GUI thread's timer collected it
+    assert finalised_on == [threading.main_thread().name]
+    w.close()
+    assert gc.isenabled() and not gc_pin.collector().active
+
+
+def test_the_gui_thread_collector_makes_a_full_collection_only_when_the_old_generation_grew():
+    import gc
+
+    from app.gc_pin import GuiThreadCollector
+
+    c = GuiThreadCollector()
+    c.acquire()
+    try:
+        gen0, _, _ = gc.get_threshold()
+        keep = [[i] for i in range(2 * gen0)]
+        assert c.collect() == 0  # only the young generation is past its threshold
+        assert c.collect() is None  # nothing allocated since
+        c._long_lived = 10**9  # as if the last full collection had left a huge old generation
+        while gc.get_count()[2] <= gc.get_threshold()[2]:  # young collections until both older ones pass
+            keep.append([[i] for i in range(gen0 + 1)])
+            assert c.collect() in (0, 1)
+        c._long_lived = 0  # now it has grown by more than a quarter
+        keep.append([[i] for i in range(2 * gen0)])
+        assert c.collect() == 2
+    finally:
+        c.release()
+    assert gc.isenabled()
