@@ -9,7 +9,7 @@ thread waited for the GIL.
 
 So while a window is open, automatic collection is off, and a timer on the GUI thread collects
 instead, by the collector's own rules. pyqtgraph, calibre and novelWriter do the same for the same
-reason.
+reason. The GUI waits no longer than before: a collection holds the GIL on whichever thread runs it.
 """
 
 from __future__ import annotations
