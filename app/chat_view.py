@@ -214,8 +214,8 @@ class MessageBubble(QFrame):
         head.addWidget(self.header)
         self.meta = QLabel("")
         self.meta.setObjectName("muted")
-        head.addWidget(self.meta)
-        head.addStretch(1)
+        self.meta.setWordWrap(True)  # a long pair name wraps: the bubble never grows past the chat's width
+        head.addWidget(self.meta, 1)
         self.actions: dict[str, QToolButton] = {}
         names = ("Copy", "Edit") if role == "user" else ("Graphs", "Copy", "Regenerate")
         for name in names:

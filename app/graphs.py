@@ -72,9 +72,12 @@ class Buffer:
         return self._a[: self.n]
 
 
+PLOT_MIN_WIDTH = 262  # fits the longest title (the throughput and theory captions) next to the axes
+
+
 def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     w = pg.PlotWidget()
-    w.setMinimumSize(220, 150)
+    w.setMinimumSize(PLOT_MIN_WIDTH, 150)
     pi = w.getPlotItem()
     pi.setTitle(f"<span style='font-size:10pt'>{title}</span>")
     pi.setLabel("left", left)
@@ -161,7 +164,7 @@ class LiveGraphs(QWidget):
         grid.addWidget(self.hist_plot, 1, 0)
 
         # 4. acceptance by position
-        self.pos_plot = _plot("Acceptance by position in round", "accepted / drafted", "draft position")
+        self.pos_plot = _plot("Acceptance by draft position", "accepted / drafted", "draft position")
         self.pos_plot.getPlotItem().setYRange(0, 1.02)
         self.pos_bars = pg.BarGraphItem(x=[1], height=[0], width=0.8, brush=VERIFY_COLOR)
         self.pos_plot.getPlotItem().addItem(self.pos_bars)

@@ -154,6 +154,7 @@ class MainWindow(QMainWindow):
         self.model_label = QLabel("No models loaded")
         self.model_label.setObjectName("muted")
         self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.model_label.setWordWrap(True)  # a long pair name wraps instead of squeezing the graphs dock
         top.addWidget(self.model_label, 1)
         self.spec_button = QPushButton("Speculation ON")
         self.spec_button.setObjectName("spec_toggle")

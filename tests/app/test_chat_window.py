@@ -423,3 +423,19 @@ def test_the_gui_thread_collector_makes_a_full_collection_only_when_the_old_gene
     finally:
         c.release()
     assert gc.isenabled()
+
+
+def test_graphs_and_bubbles_fit_the_default_window_after_a_reply(make_window, qtbot, send_and_wait):
+    w = make_window(max_new_tokens=24)  # the tiny models' names are long temp-folder paths
+    send_and_wait(w, "Tell me about Paris")
+    w.graphs.live.flush()
+    qtbot.wait(50)  # let the layout settle
+    live = w.graphs.live
+    for plot in (live.tps_plot, live.acc_plot, live.hist_plot, live.pos_plot, live.time_plot, live.theory_plot):
+        title = plot.getPlotItem().titleLabel.text
+        assert plot.getPlotItem().minimumWidth() <= plot.viewport().width(), f"clipped plot: {title}"
+    assert w.graphs.width() <= w.right_dock.width()
+    viewport = w.chat.viewport().width()
+    for bubble in w.chat.bubbles:
+        right = bubble.mapTo(w.chat.viewport(), bubble.rect().topRight()).x()
+        assert right <= viewport, f"a {bubble.role} bubble runs past the chat's right edge"
