@@ -203,7 +203,7 @@ class MessageBubble(QFrame):
         self.role = role
         self.index = index  # the message's index in the conversation
         self.setObjectName(f"bubble_{role}")
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Maximum)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 8, 12, 6)
         lay.setSpacing(2)

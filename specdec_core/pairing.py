@@ -23,9 +23,9 @@ class DraftDefault:
 
 # The embedded pair is the embedded verifier with the draft head distilled from it (EMBEDDED_DRAFT,
 # assets/), as a hybrid: prompt lookup where the conversation has a match, else one token from the head.
-# On a 2-core CPU (docs/performance.md, 2026-11-30) it measured 1.38-1.39x over the verifier alone on the 16
-# bundled prompts, against 1.12x for prompt lookup alone and 1.25x for the head alone at its best γ (1),
-# and 1.52x on the 12 held-out prompts of the head's model card (the head alone: 1.45x). The head's
+# On a 2-core CPU (docs/performance.md, 2026-11-30) it measured 1.38x over the verifier alone on the 16
+# bundled prompts, against 1.12x for prompt lookup alone and 1.24x for the head alone at its best γ (1),
+# and 1.45-1.48x on the 12 held-out prompts of the head's model card (the head alone: 1.44x). The head's
 # second token is accepted too rarely to pay for checking a third row. A draft listed here becomes the
 # default of its verifier; any verifier without one speculates with prompt lookup.
 DEFAULT_VERIFIER = EMBEDDED_VERIFIER

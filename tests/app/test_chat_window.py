@@ -439,3 +439,30 @@ def test_graphs_and_bubbles_fit_the_default_window_after_a_reply(make_window, qt
     for bubble in w.chat.bubbles:
         right = bubble.mapTo(w.chat.viewport(), bubble.rect().topRight()).x()
         assert right <= viewport, f"a {bubble.role} bubble runs past the chat's right edge"
+        body = bubble.body
+        assert body.height() >= body.document().size().height(), "the reply's last lines are cut off"
+        if bubble.footer.isVisible():
+            assert bubble.footer.y() >= body.geometry().bottom(), "the footer covers the reply's text"
+
+
+def test_a_narrow_bubble_grows_to_hold_its_wrapped_header_text_and_footer(qtbot):
+    from app.chat_view import ChatView
+    from app.trace import ReplyTrace, TokenRecord
+
+    chat = ChatView()
+    qtbot.addWidget(chat)
+    chat.resize(520, 700)
+    chat.show()
+    trace = ReplyTrace(verifier="A-verifier-with-a-rather-long-name-Instruct",
+                       drafter="a-draft-with-a-long-name + prompt lookup", stop_reason="max_tokens",
+                       error="the footer wraps too: " + "a long message " * 12)
+    words = "Honey bees live in colonies of up to sixty thousand workers and a single queen. " * 4
+    trace.tokens = [TokenRecord(0, word + " ", "plain", 0, 0, None, None, None) for word in words.split()]
+    bubble = chat.add_assistant(trace, 1)
+    qtbot.wait(100)
+    assert bubble.meta.height() > bubble.meta.fontMetrics().height() * 1.5  # the header wrapped
+    body, footer = bubble.body, bubble.footer
+    assert body.height() >= body.document().size().height()
+    if footer.isVisible():
+        assert footer.y() >= body.geometry().bottom(), "the footer covers the reply's text"
+        assert footer.geometry().bottom() <= bubble.height()
