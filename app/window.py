@@ -108,8 +108,7 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: Settings | None = None, store: ConversationStore | None = None,
                  *, persist_settings: bool = True) -> None:
         super().__init__()
-        gc_pin.collector().acquire()  # released by closeEvent; see app/gc_pin.py
-        self._gc_pinned = True
+        gc_pin.collector().acquire()  # released by the first closeEvent; see app/gc_pin.py
         self.store = store or ConversationStore()
         self.settings = settings or Settings.load(self.store.root)
         self.persist_settings = persist_settings
@@ -899,14 +898,14 @@ class MainWindow(QMainWindow):
     # ----------------------------------------------------------------------------------- closing --
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         """Stop whatever runs and leave within the 2 s the spec allows (workers are daemon threads)."""
+        first_close = not self._closing
         self._closing = True
         self.timer.stop()
         if self.busy in ("reply", "race") and self._trace is not None and self.conv.messages:
             self._save_conversation()  # keep what was generated so far
         self._save_settings()
         wait_all(1.0)  # a reply stops within a round; a model load may not (main() then exits anyway)
-        if self._gc_pinned:
-            self._gc_pinned = False
+        if first_close:
             gc_pin.collector().release()
         event.accept()
 

@@ -29,8 +29,7 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def hung_test_watchdog():
-    if _real_stderr is not None:
-        faulthandler.dump_traceback_later(HUNG_TEST_S, exit=True, file=_real_stderr)
+    faulthandler.dump_traceback_later(HUNG_TEST_S, exit=True, file=_real_stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
 
