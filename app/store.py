@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from app.trace import ReplyTrace
+from specdec_core import defaults
 
 FORMAT_VERSION = 1
 
@@ -160,13 +161,12 @@ class ConversationStore:
 
 # ---- settings -----------------------------------------------------------------------------------
 
-DEFAULT_VERIFIER = "smollm2-135m-instruct"
-# The app's default draft: the same as the CLI's (specdec_core.pairing.DEFAULT_DRAFTS, a test keeps
-# them equal; repeated here so that the settings load without importing torch). The shipped draft head
-# as a hybrid: prompt lookup where the conversation has a match, else one token from the head.
-DEFAULT_DRAFT = "smollm2-135m-draft"
-DEFAULT_DRAFTER = "hybrid"  # "model" | "prompt-lookup" | "hybrid"
-DEFAULT_DRAFT_TOKENS = 1  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
+# The app's defaults are the CLI's (specdec_core.defaults, torch-free): the embedded verifier with the
+# shipped draft head as a hybrid, one head token per round where prompt lookup finds nothing.
+DEFAULT_VERIFIER = defaults.VERIFIER
+DEFAULT_DRAFT = defaults.DRAFT
+DEFAULT_DRAFTER = defaults.DRAFTER  # "model" | "prompt-lookup" | "hybrid"
+DEFAULT_DRAFT_TOKENS = defaults.DRAFT_TOKENS  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
 
 
 @dataclass
@@ -178,7 +178,7 @@ class Settings:
     device: str = "auto"
     dtype: str = "auto"
     speculate: bool = True
-    gamma: int = 4
+    gamma: int = defaults.GAMMA
     adaptive: bool = False
     confidence_cutoff: float = 0.0
     temperature: float = 0.0

@@ -12,7 +12,12 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from specdec_core.config import GenerationConfig
+from specdec_core.cli_options import UsageError, progress_state
+from specdec_core.cli_options import add_generation_options as _add_generation_options
+from specdec_core.cli_options import add_model_options as _add_model_options
+from specdec_core.cli_options import config_from_args as _config
+from specdec_core.cli_options import load_from_args as _load
+from specdec_core.cli_options import progress_bar as _progress
 from specdec_core.errors import ConfigError, IncompatiblePairError, SpecdecError
 from specdec_core.events import Event, Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState
 
@@ -25,96 +30,6 @@ ANSI = {
 }
 RESET = "\x1b[0m"
 LEGEND = "\x1b[32maccepted\x1b[0m \x1b[31;9mrejected\x1b[0m \x1b[33mcorrected\x1b[0m \x1b[34mbonus\x1b[0m plain"
-
-
-class UsageError(SpecdecError):
-    pass
-
-
-def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("models")
-    group.add_argument("--verifier", metavar="SPEC", help="hub id, local folder, .gguf file or embedded name "
-                       "(default: smollm2-135m-instruct, embedded)")
-    group.add_argument("--draft", metavar="SPEC", help="draft model spec (implies --drafter model)")
-    group.add_argument("--drafter", choices=("model", "prompt-lookup", "hybrid"),
-                       help="what proposes tokens: a draft model, copies from the conversation (prompt-lookup), "
-                       "or copies where they exist and the draft model elsewhere (hybrid) (default: model with "
-                       "--draft, else prompt-lookup)")
-    group.add_argument("--draft-tokens", type=int, metavar="N",
-                       help="hybrid: at most N tokens from the draft model in a round without a match "
-                       "(default: gamma)")
-    group.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
-    group.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
-    group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")
-    group.add_argument("--max-memory", metavar="DEV=SIZE,...", help="with --device-map: e.g. 0=20GiB,cpu=64GiB")
-    group.add_argument("--trust-remote-code", action="store_true",
-                       help="allow code from a model repository to run (off by default)")
-
-
-def _add_generation_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("generation")
-    group.add_argument("--no-speculation", action="store_true", help="decode with the verifier alone")
-    group.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (default 4)")
-    group.add_argument("--adaptive", action="store_true", help="grow gamma after full acceptance, shrink after "
-                       "a rejection")
-    group.add_argument("--confidence-cutoff", type=float, default=0.0,
-                       help="stop drafting when the draft's top probability is below this")
-    group.add_argument("--max-new-tokens", type=int, default=256)
-    group.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--seed", type=int, default=0)
-    group.add_argument("--system", metavar="TEXT", help="system prompt")
-    group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                       help="colour tokens by state (default: when writing to a terminal)")
-
-
-def _config(args) -> GenerationConfig:
-    return GenerationConfig(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        max_new_tokens=args.max_new_tokens, speculate=not args.no_speculation, gamma=args.gamma,
-        adaptive=args.adaptive, gamma_max=max(16, args.gamma), confidence_cutoff=args.confidence_cutoff,
-    ).validate()
-
-
-def _max_memory(text: str | None) -> dict | None:
-    if not text:
-        return None
-    out: dict = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
-        if not value:
-            raise UsageError(f"--max-memory expects DEV=SIZE pairs, got {part!r}")
-        out[int(key) if key.strip().isdigit() else key.strip()] = value.strip()
-    return out
-
-
-_progress_drawn = False  # a progress bar may have left the cursor mid-line on stderr
-
-
-def _progress():
-    from specdec_core.models import tqdm_progress
-
-    draw = tqdm_progress(sys.stderr)
-
-    def report(progress) -> None:
-        global _progress_drawn
-        _progress_drawn = progress.stage != "done"
-        draw(progress)
-
-    return report
-
-
-def _load(args):
-    from specdec_core.pairing import LoadOptions, load_pair
-
-    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup")
-                                          or (args.drafter is None and args.draft)):
-        raise UsageError("--draft-tokens applies to --drafter hybrid only")
-    options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                          device_map=args.device_map, max_memory=_max_memory(args.max_memory))
-    return load_pair(args.verifier, args.draft, args.drafter, options, progress=_progress(),
-                     draft_tokens=args.draft_tokens)
 
 
 def _use_color(args, stream: TextIO) -> bool:
@@ -299,20 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--trust-remote-code", action="store_true")
     doctor.set_defaults(func=cmd_doctor)
 
-    try:
-        from specdec_core import bench
-    except ImportError:
-        bench = None  # type: ignore[assignment]
-    if bench is not None:
-        bench.add_parser(sub, _add_model_options, _add_generation_options)
+    from specdec_core import bench_cli
+
+    bench_cli.add_parser(sub)
     return parser
 
 
 def _error(message: str) -> int:
-    global _progress_drawn
-    if _progress_drawn:  # finish the progress bar's line so the error starts a line of its own
+    if progress_state.drawn:  # finish the progress bar's line so the error starts a line of its own
         sys.stderr.write("\n")
-        _progress_drawn = False
+        progress_state.drawn = False
     print(f"error: {message}", file=sys.stderr)
     return 2
 

@@ -119,12 +119,12 @@ def test_the_doctor_rejects_a_head_for_another_width_and_warns_for_another_verif
 
 
 def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_head(tmp_path, verifiers):
-    from specdec_core.distill import head as head_training
-    from specdec_core.distill.data import generate_replies
-    from specdec_core.distill.export import export_draft
-    from specdec_core.distill.head import HeadSettings, compute_features, train_head
-    from specdec_core.distill.measure import measure_pair
-    from specdec_core.distill.prompts import build_extra_train_set, build_prompt_sets
+    from distill import head as head_training
+    from distill.data import generate_replies
+    from distill.export import export_draft
+    from distill.head import HeadSettings, compute_features, train_head
+    from distill.measure import measure_pair
+    from distill.prompts import build_extra_train_set, build_prompt_sets
 
     verifier = verifiers["llama"]
     train_prompts, held_out = build_prompt_sets(seed=0)
@@ -165,7 +165,7 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     # A second run continues the first (as when the data grows); the export and its card name both.
     from dataclasses import replace
 
-    from specdec_core.distill.card import build_card, render_card
+    from distill.card import build_card, render_card
 
     # It brings more replies, over the extra prompt set, and validates on a shard the first run never saw.
     generate_replies(verifier, build_extra_train_set(seed=0)[:16], work, modes=["greedy"], shard_size=16,
@@ -225,7 +225,7 @@ def test_training_chain_steps_compute_what_the_drafter_computes_when_drafting(ve
 
 
 def test_training_can_start_from_an_earlier_heads_weights_but_not_from_another_width(verifiers, tmp_path):
-    from specdec_core.distill.head import _start_from
+    from distill.head import _start_from
 
     verifier = verifiers["llama"]
     earlier = tiny.make_head(verifier, seed=5, head_ids=list(range(40)))

@@ -6,24 +6,23 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from distill.measure import measure_pair
+from distill.prompts import read_jsonl
 from specdec_core.config import GenerationConfig
-from specdec_core.distill.measure import measure_pair
-from specdec_core.distill.prompts import read_jsonl
 from specdec_core.doctor import check_models
 from specdec_core.drafters import FeatureDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
 from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, load_model
+from specdec_core.resources import assets_dir
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-DRAFT_DIR = ROOT / "assets" / EMBEDDED_DRAFT
-HELD_OUT = ROOT / "assets" / "prompts" / "distill-heldout.jsonl"
+DRAFT_DIR = assets_dir() / EMBEDDED_DRAFT
+HELD_OUT = assets_dir() / "prompts" / "distill-heldout.jsonl"
 
 
 @pytest.fixture(scope="module")
