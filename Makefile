@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test chat screenshot bench-ui clean
+.PHONY: setup run test test-fast wheel-check chat screenshot bench-ui clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,15 @@ chat: $(STAMP)
 
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+# The core tier only: the engine, CLI, benchmarks and distillation on tiny models (no Qt, no real model).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/core
+
+# A non-editable install: build the wheel, install it into a fresh venv outside the checkout, and
+# generate a reply from another directory with the shipped draft (about a minute).
+wheel-check: $(STAMP)
+	scripts/wheel_check.sh
 
 # The README's screenshot, made by the app's own automation on the embedded default.
 screenshot: $(STAMP)
