@@ -51,15 +51,16 @@ def _run(engine: Engine, ids: list[int], config: GenerationConfig, tally: StatsA
 
 def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int, ...] = (3, 4, 5),
                  max_new_tokens: int = 128, sampled_gamma: int = 4, temperature: float = 0.7, seed: int = 0,
-                 adaptive: bool = False, hybrid: tuple[int, int] | None = None) -> dict:
+                 adaptive: bool = False, hybrid: tuple[int, int] | None = None, sampled: bool = True) -> dict:
     """Figures for the pair on `prompts`; `hybrid` = (gamma, draft tokens) also measures the hybrid.
-    See the module docstring."""
+    `sampled=False` leaves out the sampled runs (their figures come back as None). See the module
+    docstring."""
     alone = drafter_for(draft)
     mixed = HybridDrafter(alone, model_tokens=hybrid[1]) if hybrid else None
     engine = Engine(verifier, alone)
     base = GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, top_alternatives=0)
     off, on = StatsAccumulator(), {g: StatsAccumulator() for g in gammas}
-    sampled, mixed_greedy, mixed_sampled = StatsAccumulator(), StatsAccumulator(), StatsAccumulator()
+    at_temperature, mixed_greedy, mixed_sampled = StatsAccumulator(), StatsAccumulator(), StatsAccumulator()
     mismatches: dict[object, list[int]] = {g: [] for g in gammas} | {"hybrid": []}
     started = time.perf_counter()
     for index, messages in enumerate(tqdm(prompts, desc="measure", unit="prompt")):
@@ -70,13 +71,17 @@ def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int,
             result = _run(engine, ids, base.with_(gamma=gamma, adaptive=adaptive), on[gamma])
             if result.token_ids != plain.token_ids:
                 mismatches[gamma].append(index)
-        _run(engine, ids, base.with_(temperature=temperature, gamma=sampled_gamma, seed=seed + index), sampled)
+        if sampled:
+            _run(engine, ids, base.with_(temperature=temperature, gamma=sampled_gamma, seed=seed + index),
+                 at_temperature)
         if mixed is not None:
             engine.set_drafter(mixed)
             result = _run(engine, ids, base.with_(gamma=hybrid[0]), mixed_greedy)
             if result.token_ids != plain.token_ids:
                 mismatches["hybrid"].append(index)
-            _run(engine, ids, base.with_(temperature=temperature, gamma=hybrid[0], seed=seed + index), mixed_sampled)
+            if sampled:
+                _run(engine, ids, base.with_(temperature=temperature, gamma=hybrid[0], seed=seed + index),
+                     mixed_sampled)
             engine.set_drafter(alone)
     figures_off = _figures(off)
     per_gamma = {}
@@ -95,7 +100,8 @@ def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int,
                    "speedup": figures_mixed["tokens_per_s"] / figures_off["tokens_per_s"]
                    if figures_off["tokens_per_s"] else 0.0,
                    "identical_greedy_output": not mismatches["hybrid"],
-                   f"sampled_t{temperature:g}_acceptance_rate": _figures(mixed_sampled)["acceptance_rate"]}
+                   f"sampled_t{temperature:g}_acceptance_rate":
+                       _figures(mixed_sampled)["acceptance_rate"] if sampled else None}
     return {
         "hybrid": shipped,
         "prompts": len(prompts),
@@ -112,7 +118,7 @@ def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int,
         # the best gamma. (Until head5's card it was the draft's time per token over the verifier-alone
         # time per token, which the card's "c = 0.084" still is.)
         "c": per_gamma[best]["c"],
-        f"sampled_t{temperature:g}": {"gamma": sampled_gamma, **_figures(sampled)},
-        "sampled_acceptance_rate": _figures(sampled)["acceptance_rate"],
+        f"sampled_t{temperature:g}": {"gamma": sampled_gamma, **_figures(at_temperature)} if sampled else None,
+        "sampled_acceptance_rate": _figures(at_temperature)["acceptance_rate"] if sampled else None,
         "wall_s": time.perf_counter() - started,
     }

@@ -78,7 +78,8 @@ def test_model_card_figures_hold(pair, card):
     quick = card["quick_check"]
     prompts = read_jsonl(HELD_OUT)[:quick["prompts"]]
     figures = measure_pair(verifier, draft, prompts, gammas=(quick["gamma"],), max_new_tokens=quick["max_new_tokens"],
-                           sampled_gamma=quick["gamma"], hybrid=(quick["hybrid_gamma"], quick["draft_tokens"]))
+                           hybrid=(quick["hybrid_gamma"], quick["draft_tokens"]),
+                           sampled=False)  # no assertion reads the sampled runs: 2 of 5 runs per prompt saved
     assert figures["identical_greedy_output"] and figures["hybrid"]["identical_greedy_output"]
     assert figures["greedy_acceptance_rate"] == pytest.approx(quick["greedy_acceptance_rate"], abs=0.03)
     assert figures["hybrid"]["acceptance_rate"] == pytest.approx(quick["as_shipped_greedy_acceptance_rate"], abs=0.03)
