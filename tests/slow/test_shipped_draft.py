@@ -16,7 +16,7 @@ from specdec_core.doctor import check_models
 from specdec_core.drafters import FeatureDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
-from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, load_model
+from specdec_core.models import EMBEDDED_DRAFT
 from specdec_core.resources import assets_dir
 
 pytestmark = pytest.mark.slow
@@ -26,11 +26,10 @@ HELD_OUT = assets_dir() / "prompts" / "distill-heldout.jsonl"
 
 
 @pytest.fixture(scope="module")
-def pair():
-    # conftest.py sets HF_HUB_OFFLINE: loading the pair must need no network.
-    verifier = load_model(EMBEDDED_VERIFIER, device="cpu")
-    draft = load_model(EMBEDDED_DRAFT, device="cpu")
-    return verifier, draft
+def pair(embedded_pair):
+    # The session's embedded pair (conftest.py sets HF_HUB_OFFLINE: loading it needed no network).
+    assert embedded_pair.verifier.name == "SmolLM2-135M-Instruct" and embedded_pair.draft.spec == EMBEDDED_DRAFT
+    return embedded_pair.verifier, embedded_pair.draft
 
 
 @pytest.fixture(scope="module")
