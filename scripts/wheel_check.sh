@@ -32,6 +32,7 @@ export HF_HUB_OFFLINE=1 PYTHONNOUSERSITE=1
 where=$("$WORK/venv/bin/python" -c "from specdec_core.resources import assets_dir; print(assets_dir())")
 echo "assets: $where"
 case "$where" in "$WORK/venv/"*) ;; *) echo "FAIL: the assets do not come from the installed wheel"; exit 1;; esac
+"$WORK/venv/bin/python" -m distill --help > /dev/null  # the training pipeline installs too
 "$WORK/venv/bin/specdec" generate "What is the capital of France?" --max-new-tokens 8 --json > reply.json
 "$WORK/venv/bin/python" - reply.json <<'PYCHECK'
 import json, sys
