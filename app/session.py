@@ -115,21 +115,22 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
         verdict_ok, verdict = False, "No draft model chosen: pick one, or use prompt lookup."
     else:
         pair = load_pair(request.verifier, request.draft.strip() or None, request.drafter,
-                         draft_tokens=request.draft_tokens or None, loader=load, strict=False)
+                         draft_tokens=request.draft_tokens or None, loader=load, strict=False,
+                         engine=prev.engine if prev is not None else None)
         verifier, draft, drafter, engine = pair.verifier, pair.draft, pair.drafter, pair.engine
         if pair.verdict is not None:
             verdict_ok, verdict, report = bool(pair.verdict.compatible), pair.verdict.summary(), pair.verdict.report()
         else:
             verdict = "Prompt lookup: drafts by copying earlier text of the conversation; pairs with any verifier."
 
-    # The previous engine stays when the verifier did (its caches hold the conversation so far).
-    if prev is not None and prev.verifier is verifier:
-        engine = prev.engine
-        engine.set_drafter(drafter)
-    elif engine is None:
-        from specdec_core.engine import Engine
+    if engine is None:  # no draft chosen: the verifier alone (the previous engine, if it runs this verifier)
+        if prev is not None and prev.verifier is verifier:
+            engine = prev.engine
+            engine.set_drafter(None)
+        else:
+            from specdec_core.engine import Engine
 
-        engine = Engine(verifier, None)
+            engine = Engine(verifier, None)
     session = Session(request=request, verifier=verifier, engine=engine, draft=draft, drafter=drafter,
                       verdict_ok=verdict_ok, verdict=verdict, verdict_report=report)
 

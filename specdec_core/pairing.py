@@ -70,14 +70,15 @@ ModelLoader = Callable[[str, str], LoadedModel]
 def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, drafter: str | None = None,
               options: LoadOptions = LoadOptions(), progress: ProgressCallback | None = None,
               draft_tokens: int | None = None, *, loader: ModelLoader | None = None,
-              strict: bool = True) -> Pair:
+              strict: bool = True, engine: Engine | None = None) -> Pair:
     """Load the verifier, then the draft (if any), check the pair, and build the engine.
 
     `draft_tokens` caps what the model drafts per round in a hybrid (None: γ). Raises ModelLoadError
     for a model that cannot load and IncompatiblePairError (with the doctor's reason) for a pair that
     cannot work together; with `strict=False` an incompatible pair comes back as the verifier alone
     (no drafter), with the doctor's verdict, instead. `loader` replaces load_model (then `options` and
-    `progress` are the loader's business)."""
+    `progress` are the loader's business). `engine`, when it runs the verifier that comes back, is kept
+    (with the new drafter) instead of building another: its caches hold the conversation so far."""
     shipped = default_draft(verifier_spec) if draft_spec is None else None
     if shipped is not None and drafter in (None, "model", "hybrid"):
         draft_spec = shipped.spec
@@ -104,8 +105,11 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
             if verdict.compatible else None
     else:
         drafter_obj = PromptLookupDrafter()
-    return Pair(engine=Engine(verifier, drafter_obj), verifier=verifier, draft=draft, drafter=drafter_obj,
-                verdict=verdict)
+    if engine is not None and engine.verifier is verifier:
+        engine.set_drafter(drafter_obj)
+    else:
+        engine = Engine(verifier, drafter_obj)
+    return Pair(engine=engine, verifier=verifier, draft=draft, drafter=drafter_obj, verdict=verdict)
 
 
 def _model_loader(options: LoadOptions, progress: ProgressCallback | None) -> ModelLoader:
