@@ -11,6 +11,7 @@ trap 'rm -rf "$WORK"' EXIT  # the venv holds torch: removing it takes a while on
 start=$(date +%s)
 
 # 1. the wheel (with .venv's setuptools when there is one: no download)
+rm -rf build  # setuptools' own build folder (git-ignored): a stale copy of a removed module would ship
 BUILD=("$PY" -m pip wheel --no-deps -w "$WORK/dist" .)
 [ -x .venv/bin/python ] && BUILD=(.venv/bin/python -m pip wheel --no-deps --no-build-isolation -w "$WORK/dist" .)
 "${BUILD[@]}" > "$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }

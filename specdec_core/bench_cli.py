@@ -14,12 +14,9 @@ from typing import Any
 
 from specdec_core import defaults
 from specdec_core.bench import (
-    BUNDLED_SETS,
     BenchError,
     BenchSettings,
     Candidate,
-    PromptCase,
-    load_prompts,
     parse_gammas,
     rank_drafts,
     run_bench,
@@ -32,6 +29,7 @@ from specdec_core.cli_options import (
     load_from_args,
     progress_bar,
 )
+from specdec_core.prompt_sets import BUNDLED_SETS, PromptCase, load_prompts
 
 # --------------------------------------------------------------------------- presentation
 
