@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, ModelLoadError, SpecdecError
 from specdec_core.events import Finished, Prefilled, RoundVerified
-from specdec_core.prompt_sets import PromptCase, load_prompts  # noqa: F401 - load_prompts: app/rank_dialog.py imports it here
+from specdec_core.prompt_sets import PromptCase, load_prompts  # noqa: F401 - app/rank_dialog.py imports it here
 from specdec_core.stats import StatsAccumulator, expected_tokens_per_call
 
 if TYPE_CHECKING:
