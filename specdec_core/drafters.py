@@ -69,16 +69,31 @@ def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gener
     return token, draft_probs, float(shown_probs[token])
 
 
+def in_verifier_ids(logits: torch.Tensor, known: int, vocab_size: int) -> torch.Tensor:
+    """A draft's logits over its own ids [V_draft] placed into the verifier's id space [vocab_size].
+
+    Ids `known` and past (tokens the draft's vocabulary lacks, or its padding rows) get -inf: zero draft
+    probability. The draft never proposes them, and the acceptance rule's residual max(0, target - draft)
+    keeps all of their verifier mass, so the verifier can still produce them: the output stays exact."""
+    known = min(known, vocab_size, logits.shape[-1])
+    if known == vocab_size:
+        return logits[:vocab_size]
+    placed = logits.new_full((vocab_size,), float("-inf"))
+    placed[:known] = logits[:known]
+    return placed
+
+
 def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float, max_tokens: int,
                  config: GenerationConfig, generator: torch.Generator, vocab_size: int,
                  eos_token_ids: frozenset[int]) -> Draft:
-    """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)`."""
+    """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)` ([vocab_size] logits
+    over the verifier's ids)."""
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     shown: list[float] = []
     stop = DraftStop.GAMMA if max_tokens > 0 else DraftStop.MAX_TOKENS
     while len(tokens) < max_tokens:
-        picked = _pick(next_logits(tokens)[:vocab_size], config, generator, first=not tokens)
+        picked = _pick(next_logits(tokens), config, generator, first=not tokens)
         if picked is None:
             stop = DraftStop.CONFIDENCE
             break
@@ -95,13 +110,28 @@ def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float,
 
 class ModelDrafter:
     """A small causal LM with its own KV cache, sampling from the same processed distribution rule
-    as the verifier (temperature, top-k, top-p) so that the acceptance ratio is exact."""
+    as the verifier (temperature, top-k, top-p) so that the acceptance ratio is exact.
+
+    The draft may know fewer token ids than the verifier (the doctor has checked that the ids both know
+    mean the same text). It proposes only ids it knows, and reads the verifier's other ids as its unknown
+    token, or not at all when it has none: what the draft reads changes only how good its guesses are,
+    never the output's distribution."""
 
     def __init__(self, draft: LoadedModel):
         self.draft = draft
         self.name = draft.name
         self.forward = CachedForward(draft.model, draft.device)
         self.generator = torch.Generator(device=draft.device)
+        self.known_ids = draft.producible_ids  # ids 0..known_ids-1 mean the same to both models
+        self.unknown_id: int | None = getattr(draft.tokenizer, "unk_token_id", None)
+
+    def _readable(self, ids: Sequence[int]) -> list[int]:
+        """`ids` as the draft can read them (the same ids unless the verifier produced one it lacks)."""
+        ids = list(ids)
+        if not ids or max(ids) < self.known_ids:
+            return ids
+        return [t if t < self.known_ids else self.unknown_id for t in ids  # type: ignore[misc]
+                if t < self.known_ids or self.unknown_id is not None]
 
     def reset(self, seed: int) -> None:
         # Seeded apart from the verifier's generator so the two streams of draws never coincide.
@@ -111,16 +141,22 @@ class ModelDrafter:
         self.forward.reset()
 
     def prefill(self, ids: Sequence[int]) -> None:
-        if ids:
-            self.forward.logits_for(ids)  # the first propose() then reuses these logits (kv.py)
+        readable = self._readable(ids)
+        if readable:
+            self.forward.logits_for(readable)  # the first propose() then reuses these logits (kv.py)
 
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:
         start = time.perf_counter()
-        context = list(ids)
-        # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
-        return _autoregress(lambda drafted: self.forward.logits_for(context + drafted)[-1], start, max_tokens,
-                            config, self.generator, vocab_size, eos_token_ids)
+        context = self._readable(ids)
+        if not context:  # the draft can read nothing of this sequence: it has nothing to continue
+            return Draft((), torch.empty(0, vocab_size), (), DraftStop.NO_MATCH, time.perf_counter() - start)
+
+        def next_logits(drafted: list[int]) -> torch.Tensor:
+            # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
+            return in_verifier_ids(self.forward.logits_for(context + drafted)[-1], self.known_ids, vocab_size)
+
+        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
@@ -344,7 +380,9 @@ class HybridDrafter:
             return copied
         budget = max_tokens if self.model_tokens is None else min(max_tokens, self.model_tokens)
         drafted = self.model_drafter.propose(ids, budget, config, vocab_size, eos_token_ids)
-        return dataclasses.replace(drafted, draft_s=drafted.draft_s + copied.draft_s)
+        # Drafting the whole budget below the round's length limit stopped at the model's cap, not at γ.
+        stop = DraftStop.DRAFT_CAP if drafted.stop is DraftStop.GAMMA and budget < max_tokens else drafted.stop
+        return dataclasses.replace(drafted, stop=stop, draft_s=drafted.draft_s + copied.draft_s)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)

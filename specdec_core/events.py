@@ -30,10 +30,11 @@ class DraftStop(str, Enum):
     """Why drafting stopped in a round."""
 
     GAMMA = "gamma"  # drafted the round's full length
+    DRAFT_CAP = "draft_cap"  # a hybrid's draft model drafted its cap (--draft-tokens), below the round's γ
     CONFIDENCE = "confidence"  # the draft's top probability fell under the cutoff
     EOS = "eos"  # the draft proposed end of sequence
     MAX_TOKENS = "max_tokens"  # the reply's token budget leaves no room for more drafts
-    NO_MATCH = "no_match"  # prompt lookup found no earlier n-gram to copy from
+    NO_MATCH = "no_match"  # nothing to draft from: prompt lookup found no earlier n-gram to copy
     OFF = "off"  # speculation is off
 
 

@@ -134,3 +134,17 @@ def test_the_check_catches_draft_probabilities_taken_from_raw_logits(pair, monke
     counts = sampled_joint(verifier, draft, config, runs=1000)  # a subtler bias than the greedy draft's
     monkeypatch.undo()
     assert chi_square_p_value(counts, exact_joint(verifier, config)) < 1e-6
+
+
+def test_a_draft_with_a_smaller_vocabulary_still_follows_the_verifiers_processed_distribution(pair, tiny_tokenizer):
+    # The draft knows ids 0-5 of the verifier's 8: it never proposes 6 or 7, yet the verifier emits them
+    # at its own rate (the residual max(0, target - draft) carries their mass).
+    verifier, _ = pair
+    small = tiny.make_model("llama", tiny_tokenizer, seed=4, vocab_size=VOCAB - 2, logit_scale=20.0, layers=1,
+                            hidden=16)
+    draft = tiny.as_loaded(small, tiny_tokenizer, eos_token_ids=frozenset())
+    for config in CONFIGS:
+        exact = exact_joint(verifier, config)
+        assert float(exact[VOCAB - 2:].sum() + exact[:, VOCAB - 2:].sum()) > 0.05  # the test needs such mass
+        p_value = chi_square_p_value(sampled_joint(verifier, draft, config, runs=600), exact)
+        assert p_value > 1e-3
