@@ -9,6 +9,8 @@ A drafter need not be a model: prompt lookup copies from the conversation.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,96 @@ class Draft:
     display_probs: tuple[float, ...]  # draft(x_i) for people: softmax at temperature 1 when greedy
     stop: DraftStop
     draft_s: float
+
+
+TREE_WIDTH = 4  # candidates considered under each expanded node (the tree keeps the best of them overall)
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """Candidate continuations as a tree: node i is token_ids[i] after node parents[i] (-1: after the last
+    committed token). Nodes come best first, so every parent precedes its children and any prefix of the
+    nodes is a tree too. Each candidate is chosen, not sampled: the verifier checks it as a one-hot
+    proposal (sampling.accept_tree), which is exact whatever the draft's distribution."""
+
+    token_ids: tuple[int, ...]
+    parents: tuple[int, ...]
+    values: tuple[float, ...]  # the draft's probability that the whole path to the node is right
+    display_probs: tuple[float, ...]  # draft(x) given the path above it, as people read it
+    stop: DraftStop
+    draft_s: float
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def prefix(self, n: int) -> DraftTree:
+        """The n best nodes (a tree, since parents come first)."""
+        return dataclasses.replace(self, token_ids=self.token_ids[:n], parents=self.parents[:n],
+                                   values=self.values[:n], display_probs=self.display_probs[:n])
+
+    def path_to(self, node: int) -> list[int]:
+        """Nodes from the root's child down to `node`."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    @property
+    def depth(self) -> int:
+        return max((len(self.path_to(i)) for i in range(len(self))), default=0)
+
+    @staticmethod
+    def chain(draft: Draft) -> DraftTree:
+        """A chain as a tree (prompt lookup's copies: one candidate per position)."""
+        k = len(draft.token_ids)
+        return DraftTree(draft.token_ids, tuple(range(-1, k - 1)), tuple(1.0 for _ in range(k)),
+                         draft.display_probs, draft.stop, draft.draft_s)
+
+
+def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], start: float, max_nodes: int,
+               max_depth: int, config: GenerationConfig, eos_token_ids: frozenset[int]) -> DraftTree:
+    """Best-first growth (after EAGLE-2): the node whose path the draft finds likeliest joins the tree next,
+    and is expanded into its TREE_WIDTH likeliest children. `logits_after(path, path_tokens)` gives the
+    draft's logits over the verifier's ids after the nodes `path` ([] for the root) whose ids are
+    `path_tokens`. A node is expanded only while the tree has room for its children."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    values: list[float] = []
+    shown: list[float] = []
+    depths: list[int] = []
+    frontier: list[tuple[float, int, int, int, float]] = []  # (-value, order, parent, token, prob)
+    order = itertools.count()
+
+    def expand(parent: int, path: list[int], value: float) -> None:
+        logits = logits_after(path, [tokens[i] for i in path])
+        # Greedy: rank by the softmax (the sampled one-hot says nothing); sampling: by the processed probs.
+        probs = torch.softmax(logits.float(), -1) if config.greedy else processed_probs(logits, config)
+        top = torch.topk(probs, min(TREE_WIDTH, probs.shape[-1]))
+        for prob, token in zip(top.values.tolist(), top.indices.tolist()):
+            if prob > 0:
+                heapq.heappush(frontier, (-value * prob, next(order), parent, token, prob))
+
+    expand(-1, [], 1.0)
+    while frontier and len(tokens) < max_nodes:
+        negative_value, _, parent, token, prob = heapq.heappop(frontier)
+        node = len(tokens)
+        tokens.append(token)
+        parents.append(parent)
+        values.append(-negative_value)
+        shown.append(prob)
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+        if depths[node] + 1 < max_depth and token not in eos_token_ids and len(tokens) < max_nodes:
+            path = [node]
+            while parents[path[0]] >= 0:
+                path.insert(0, parents[path[0]])
+            expand(node, path, -negative_value)
+    stop = DraftStop.TREE if tokens else DraftStop.NO_MATCH
+    return DraftTree(tuple(tokens), tuple(parents), tuple(values), tuple(shown), stop, time.perf_counter() - start)
+
+
+def _no_tree(stop: DraftStop, start: float) -> DraftTree:
+    return DraftTree((), (), (), (), stop, time.perf_counter() - start)
 
 
 class Drafter(Protocol):
@@ -158,6 +250,20 @@ class ModelDrafter:
 
         return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
 
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int]) -> DraftTree:
+        """Up to `max_nodes` candidates at most `max_depth` deep. Each expansion runs the draft on its path;
+        the cache's prefix rule makes moving to another branch cost only the part that differs."""
+        start = time.perf_counter()
+        context = self._readable(ids)
+        if not context or max_nodes <= 0 or max_depth <= 0:
+            return _no_tree(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
+
+        def logits_after(path: list[int], path_tokens: list[int]) -> torch.Tensor:
+            return in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids, vocab_size)
+
+        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids)
+
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
 
@@ -269,6 +375,40 @@ class FeatureDrafter:
             return self._logits(current[0], vocab_size)
 
         return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+
+    @torch.inference_mode()
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int]) -> DraftTree:
+        """Up to `max_nodes` candidates at most `max_depth` deep, best first.
+
+        A node at depth d is fed to the head at the position after the last true one plus d, with the state
+        its parent predicted; the head's cache holds the draft positions of one branch at a time and is cut
+        back to the branch point when the next expansion lies on another branch."""
+        start = time.perf_counter()
+        context = list(ids)
+        root_state = self._catch_up(context) if max_nodes > 0 and max_depth > 0 else None
+        if root_state is None:
+            return _no_tree(DraftStop.MAX_TOKENS if max_nodes <= 0 or max_depth <= 0 else DraftStop.NO_MATCH, start)
+        first_position = len(context) - 1
+        predicted: dict[int, torch.Tensor] = {}  # node -> the state the head predicts after it
+        parent_of: dict[int, int] = {}
+        cached: list[int] = []  # nodes whose draft positions follow the true ones in the head's cache
+
+        def logits_after(path: list[int], path_tokens: list[int]) -> torch.Tensor:
+            if not path:
+                return self._logits(root_state, vocab_size)
+            for parent, node in zip([-1, *path[:-1]], path):
+                parent_of[node] = parent
+            shared = common_prefix_length(cached, path)
+            self.cache.crop(self._true + shared)
+            missing = path[shared:]
+            states = torch.stack([root_state if parent_of[n] < 0 else predicted[parent_of[n]] for n in missing])
+            for node, state in zip(missing, self._step(states, path_tokens[shared:], first_position + shared)):
+                predicted[node] = state
+            cached[:] = path
+            return self._logits(predicted[path[-1]], vocab_size)
+
+        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # the next propose() keeps only the positions computed from true states
@@ -384,8 +524,24 @@ class HybridDrafter:
         stop = DraftStop.DRAFT_CAP if drafted.stop is DraftStop.GAMMA and budget < max_tokens else drafted.stop
         return dataclasses.replace(drafted, stop=stop, draft_s=drafted.draft_s + copied.draft_s)
 
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int]) -> DraftTree:
+        """Prompt lookup's copy as a chain where it finds one (up to max_depth tokens), else the draft's tree."""
+        copied = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids)
+        if copied.token_ids or max_depth <= 0:
+            return DraftTree.chain(copied)
+        tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config, vocab_size,  # type: ignore[attr-defined]
+                                               eos_token_ids)
+        return dataclasses.replace(tree, draft_s=tree.draft_s + copied.draft_s)
+
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)
+
+
+def grows_trees(drafter: Drafter | None) -> bool:
+    """Whether `drafter` can propose a tree of candidates (a draft model or head, alone or in a hybrid)."""
+    inner = model_part(drafter)
+    return inner is not None and hasattr(inner, "propose_tree") and hasattr(drafter, "propose_tree")
 
 
 def attach_drafter(drafter: Drafter | None, target: CachedForward) -> None:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter, attach_drafter
+from specdec_core.cost import TreeSizer
+from specdec_core.drafters import Draft, Drafter, DraftTree, attach_drafter, grows_trees
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
@@ -32,9 +33,10 @@ from specdec_core.events import (
     TokenCommitted,
     TokenRejected,
     TokenState,
+    TreeNodeVerdict,
 )
-from specdec_core.kv import CachedForward
-from specdec_core.sampling import Acceptance, accept_drafts, processed_probs
+from specdec_core.kv import CachedForward, supports_trees
+from specdec_core.sampling import Acceptance, TreeAcceptance, accept_drafts, accept_tree, processed_probs
 from specdec_core.stats import StatsAccumulator
 from specdec_core.textstream import TextStream
 
@@ -119,6 +121,17 @@ def _ends_on_eos(draft: Draft, n_accepted: int, eos_token_ids: frozenset[int]) -
     return n_accepted == len(draft.token_ids) > 0 and draft.token_ids[-1] in eos_token_ids
 
 
+def _mainline(tree: DraftTree, path: tuple[int, ...]) -> list[int]:
+    """The accepted path, then the draft's best guess below it (each node's first child, as drafted)."""
+    line = list(path)
+    while True:
+        parent = line[-1] if line else -1
+        child = next((node for node, p in enumerate(tree.parents) if p == parent), None)
+        if child is None:
+            return line
+        line.append(child)
+
+
 class Engine:
     """A verifier, an optional drafter, and the KV caches they keep between replies."""
 
@@ -127,6 +140,7 @@ class Engine:
         self.target = CachedForward(verifier.model, verifier.device)
         self.generator = torch.Generator(device=verifier.device)
         self._token_texts: dict[int, str] = {}
+        self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
         self.drafter: Drafter | None = None
         self.set_drafter(drafter)
 
@@ -137,6 +151,7 @@ class Engine:
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
         self.vocab_size = self.verifier.producible_ids
         attach_drafter(drafter, self.target)  # a draft head reads the verifier's hidden states
+        self.grows_trees = grows_trees(drafter) and supports_trees(self.verifier.model)
 
     def reset_caches(self) -> None:
         self.target.reset()
@@ -222,6 +237,8 @@ class Engine:
         """One verifier call: draft, verify, accept (rollback is implicit, see step 5), emit."""
         round_start = time.perf_counter()
         speculating = self._speculating(config, controls)
+        if speculating and config.tree_nodes and self.grows_trees:
+            return self._tree_round(reply, remaining, config, round_start)
         # 2. Draft: up to gamma tokens, leaving room in the budget for the correction or bonus token.
         draft = self._draft(reply.ids, reply.gamma, remaining - 1, config) if speculating else \
             Draft((), torch.empty(0, self.vocab_size), (), DraftStop.OFF, 0.0)
@@ -229,6 +246,7 @@ class Engine:
         verify_start = time.perf_counter()
         logits, target_probs = self._verify(reply.ids, draft, config)
         verify_s = time.perf_counter() - verify_start
+        self.sizer.cost.observe(self.target.last_run, verify_s)
         # 4. Accept: a prefix of the drafts, then the verifier's correction or bonus token.
         acceptance, committed = self._accept(draft, target_probs)
         # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
@@ -244,6 +262,68 @@ class Engine:
         timing = _Timing(draft_s=draft.draft_s, verify_s=verify_s, overhead_s=overhead_s)
         return self._emit(reply, draft, logits, target_probs, acceptance, committed, timing, config,
                           reply.gamma if speculating else None)
+
+    def _tree_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float
+                    ) -> RoundResult:
+        """One verifier call over a tree of candidates: the same steps as a chain's round."""
+        # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py).
+        tree = self._draft_tree(reply.ids, reply.gamma, remaining - 1, config)
+        # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
+        verify_start = time.perf_counter()
+        logits = self.target.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
+        target_probs = processed_probs(logits, config)
+        _synchronize(self.verifier.device)
+        verify_s = time.perf_counter() - verify_start
+        self.sizer.cost.observe(self.target.last_run, verify_s)
+        # 4. Accept the longest path the verifier agrees with, then its correction or bonus token.
+        acceptance = accept_tree(tree.token_ids, tree.parents, target_probs, self.generator)
+        path_tokens = tuple(tree.token_ids[node] for node in acceptance.path)
+        ends_on_eos = bool(path_tokens) and path_tokens[-1] in self.verifier.eos_token_ids
+        committed = path_tokens if ends_on_eos else (*path_tokens, acceptance.next_token)
+        # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
+        if len(tree):
+            self.target.keep_path(acceptance.path)
+        if tree.stop is DraftStop.TREE:
+            self.sizer.observe(tree.values, len(acceptance.path))
+        assert self.drafter is not None
+        self.drafter.observe(len(tree), len(acceptance.path))
+        mainline = _mainline(tree, acceptance.path)
+        overhead_s = max(0.0, time.perf_counter() - round_start - tree.draft_s - verify_s)
+        reply.stats.add_round(drafted=len(tree), accepted=len(acceptance.path), emitted=len(committed),
+                              draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s,
+                              positions=len(mainline))
+        # 6. Emit the main line (the accepted path and the draft's best guess below it) as a chain would be,
+        #    and every node of the tree with the verdict.
+        rows = [0] + [node + 1 for node in mainline]  # the distribution each main-line position was drawn at
+        chain = Draft(tuple(tree.token_ids[i] for i in mainline), torch.empty(0), tuple(tree.display_probs[i]
+                      for i in mainline), tree.stop, tree.draft_s)
+        chain_acceptance = Acceptance(len(acceptance.path), acceptance.next_token,
+                                      tuple(acceptance.accept_probs[i] or 0.0 for i in mainline), (), ())
+        timing = _Timing(draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s)
+        result = self._emit(reply, chain, logits[rows], target_probs[rows], chain_acceptance, committed, timing,
+                            config, reply.gamma)
+        nodes = self._tree_verdicts(tree, acceptance, logits, target_probs, config)
+        return dataclasses.replace(result, verified=dataclasses.replace(result.verified, tree=nodes))
+
+    def _draft_tree(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> DraftTree:
+        assert self.drafter is not None
+        budget = self.sizer.budget(config.tree_nodes) if config.cost_aware else config.tree_nodes
+        tree = self.drafter.propose_tree(ids, budget, min(gamma, room), config,  # type: ignore[attr-defined]
+                                         self.vocab_size, self.verifier.eos_token_ids)
+        if config.cost_aware and tree.stop is DraftStop.TREE:
+            size = self.sizer.best_size(tree.values, extra_rows=1, draft_s=tree.draft_s)
+            tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
+        return tree
+
+    def _tree_verdicts(self, tree: DraftTree, acceptance: TreeAcceptance, logits: torch.Tensor,
+                       target_probs: torch.Tensor, config: GenerationConfig) -> tuple[TreeNodeVerdict, ...]:
+        shown = torch.softmax(logits.float(), -1) if config.greedy else target_probs
+        on_path = set(acceptance.path)
+        return tuple(
+            TreeNodeVerdict(token_id=token, text=self._token_text(token), parent=parent,
+                            draft_prob=tree.display_probs[node], target_prob=float(shown[parent + 1, token]),
+                            accept_prob=acceptance.accept_probs[node], accepted=node in on_path)
+            for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
 
     def _draft(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> Draft:
         """Up to `gamma` tokens, and at most `room` (what the reply's budget leaves besides the verifier's token)."""

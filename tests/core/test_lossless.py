@@ -148,3 +148,24 @@ def test_a_draft_with_a_smaller_vocabulary_still_follows_the_verifiers_processed
         assert float(exact[VOCAB - 2:].sum() + exact[:, VOCAB - 2:].sum()) > 0.05  # the test needs such mass
         p_value = chi_square_p_value(sampled_joint(verifier, draft, config, runs=600), exact)
         assert p_value > 1e-3
+
+
+TREE_CONFIGS = [
+    GenerationConfig(temperature=1.0, max_new_tokens=3, gamma=3, top_alternatives=0, tree_nodes=6,
+                     cost_aware=False),
+    GenerationConfig(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3, gamma=3, top_alternatives=0,
+                     tree_nodes=6, cost_aware=False),
+]
+
+
+@pytest.mark.parametrize("config", TREE_CONFIGS, ids=["t1", "t0.7-topk6-topp0.9"])
+@pytest.mark.parametrize("kind", ["model", "head"])
+def test_draft_trees_follow_the_verifiers_processed_distribution(pair, config, kind):
+    # Trees forced on (every drafted node checked): several candidates per position, each a one-hot proposal.
+    verifier, draft = pair
+    drafter = ModelDrafter(draft) if kind == "model" else drafters.FeatureDrafter(tiny.make_head(verifier, scale=0.5))
+    engine = Engine(verifier, drafter)
+    *_, probe = engine.generate(PROMPT, config)
+    assert probe.stats.drafted > probe.stats.rounds  # more than one node per round: really a tree
+    counts = sampled_joint(verifier, draft, config, runs=800, drafter=drafter)
+    assert chi_square_p_value(counts, exact_joint(verifier, config)) > 1e-3
