@@ -159,13 +159,15 @@ TREE_CONFIGS = [
 
 
 @pytest.mark.parametrize("config", TREE_CONFIGS, ids=["t1", "t0.7-topk6-topp0.9"])
-@pytest.mark.parametrize("kind", ["model", "head"])
+@pytest.mark.parametrize("kind", ["model", "head", "hybrid"])
 def test_draft_trees_follow_the_verifiers_processed_distribution(pair, config, kind):
     # Trees forced on (every drafted node checked): several candidates per position, each a one-hot proposal.
     verifier, draft = pair
-    drafter = ModelDrafter(draft) if kind == "model" else drafters.FeatureDrafter(tiny.make_head(verifier, scale=0.5))
+    head = drafters.FeatureDrafter(tiny.make_head(verifier, scale=0.5))
+    drafter = {"model": ModelDrafter(draft), "head": head, "hybrid": drafters.HybridDrafter(head)}[kind]
+    prompt = [1, 3, 5, 1, 3] if kind == "hybrid" else PROMPT  # the hybrid's tree also holds the copy "5 1 3"
     engine = Engine(verifier, drafter)
-    *_, probe = engine.generate(PROMPT, config)
+    *_, probe = engine.generate(prompt, config)
     assert probe.stats.drafted > probe.stats.rounds  # more than one node per round: really a tree
-    counts = sampled_joint(verifier, draft, config, runs=800, drafter=drafter)
-    assert chi_square_p_value(counts, exact_joint(verifier, config)) > 1e-3
+    counts = sampled_joint(verifier, draft, config, runs=800, prompt=prompt, drafter=drafter)
+    assert chi_square_p_value(counts, exact_joint(verifier, config, prompt)) > 1e-3

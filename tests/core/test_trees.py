@@ -152,3 +152,20 @@ def test_the_sizer_checks_nothing_when_a_plain_step_is_faster_and_more_when_chec
     sizer.observe([0.9] * 4, accepted=0)
     assert sizer.best_size([0.9, 0.8, 0.7, 0.6], extra_rows=1, draft_s=0.002) < 3
     assert VerifyCost({1: 0.05, 3: 0.07}).estimate(2) == pytest.approx(0.06)
+
+
+def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_guesses(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
+    repeated = tiny_tokenizer("one two three four one two three four one two").input_ids
+    copied = hybrid.lookup.propose(repeated, 3, GenerationConfig(), len(tiny_tokenizer), frozenset()).token_ids
+    assert len(copied) == 3
+    tree = hybrid.propose_tree(repeated, 12, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    # the copy is one branch, root to depth 3
+    node, parent = None, -1
+    for token in copied:
+        node = next(i for i, (t, p) in enumerate(zip(tree.token_ids, tree.parents)) if t == token and p == parent)
+        parent = node
+    assert len(tree.path_to(node)) == 3
+    assert len({p for p in tree.parents if p == -1}) == 1 and tree.parents.count(-1) > 1  # other guesses too
+    assert len(set(zip(tree.parents, tree.token_ids))) == len(tree)  # no candidate twice under one parent
