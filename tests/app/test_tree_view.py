@@ -37,7 +37,7 @@ def test_a_tree_round_is_laid_out_with_the_drafts_best_line_on_the_first_row(tre
             assert node.column == by_index[node.parent].column + 1  # a child sits one position right
         accepted = [n for n in placed if n.state == "accepted"]
         assert len(accepted) == rnd.accepted
-        emitted = placed[-1] if placed[-1].index == len(rnd.tree) else next(n for n in placed if n.index == len(rnd.tree))
+        emitted = next(n for n in placed if n.index == len(rnd.tree))
         assert emitted.state in ("corrected", "bonus")
         assert emitted.column == rnd.accepted + 1  # right after the accepted path
 
