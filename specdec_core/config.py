@@ -27,6 +27,12 @@ class GenerationConfig:
     # Stop drafting when the draft's most likely next token has a probability below this (0 disables).
     # A hesitant draft is usually wrong, and every rejected token costs draft time for nothing.
     confidence_cutoff: float = 0.0
+    # Draft trees (drafters that can grow them: a draft model or head, alone or in a hybrid): at most this
+    # many candidate nodes checked per round in one verifier pass, gamma deep at most. 0 keeps one chain.
+    tree_nodes: int = 0
+    # With trees: check only as many of the nodes as maximise expected tokens per second, from the verify
+    # cost measured on this machine (cost.py); possibly none. False checks every node drafted.
+    cost_aware: bool = True
     top_alternatives: int = 3  # verifier's top tokens reported with each token, for hover tooltips
 
     @property
@@ -46,6 +52,8 @@ class GenerationConfig:
             raise ConfigError(f"top-k must be >= 0 (got {self.top_k})")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
+        if self.tree_nodes < 0:
+            raise ConfigError(f"tree nodes must be >= 0 (got {self.tree_nodes})")
         if not (0.0 <= self.confidence_cutoff < 1.0):
             raise ConfigError(f"confidence cutoff must be in [0, 1) (got {self.confidence_cutoff})")
         return self

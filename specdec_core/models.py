@@ -113,6 +113,14 @@ class LoadedModel:
     def vocab_size(self) -> int:
         return len(self.tokenizer)
 
+    @property
+    def producible_ids(self) -> int:
+        """Token ids 0..n-1 this model can produce: its tokenizer's, cut to its output layer's rows
+        (rows past the tokenizer are padding; a layer smaller than the tokenizer drops the rest)."""
+        head = self.model.get_output_embeddings()
+        rows = int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
+        return min(len(self.tokenizer), rows)
+
 
 # --------------------------------------------------------------------------- devices and dtypes
 

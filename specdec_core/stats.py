@@ -78,7 +78,8 @@ class StatsAccumulator:
     accepted_lengths: list[int] = field(default_factory=list)
 
     def add_round(self, *, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
-                  overhead_s: float) -> None:
+                  overhead_s: float, positions: int | None = None) -> None:
+        """`positions`: draft positions the round had (a tree's depth), when not `drafted` (a chain's length)."""
         self.rounds += 1
         self.drafted += drafted
         self.accepted += accepted
@@ -87,10 +88,11 @@ class StatsAccumulator:
         self.verify_s += verify_s
         self.overhead_s += overhead_s
         if drafted:
-            while len(self.drafted_at) < drafted:
+            positions = drafted if positions is None else positions
+            while len(self.drafted_at) < positions:
                 self.drafted_at.append(0)
                 self.accepted_at.append(0)
-            for i in range(drafted):
+            for i in range(positions):
                 self.drafted_at[i] += 1
                 if i < accepted:
                     self.accepted_at[i] += 1
@@ -103,8 +105,10 @@ class StatsAccumulator:
         # The round emits its accepted drafts plus the correction, bonus or plain token, unless it
         # ended on an accepted end-of-sequence draft (then the emitted token is that accepted draft).
         emitted = event.n_accepted + (event.emitted_state is not TokenState.ACCEPTED)
-        self.add_round(drafted=len(event.drafted), accepted=event.n_accepted, emitted=emitted,
-                       draft_s=event.draft_s, verify_s=event.verify_s, overhead_s=event.overhead_s)
+        # A tree round checked every node of its tree; its draft positions are those of its main line.
+        drafted, positions = (len(event.tree), len(event.drafted)) if event.tree else (len(event.drafted), None)
+        self.add_round(drafted=drafted, accepted=event.n_accepted, emitted=emitted, draft_s=event.draft_s,
+                       verify_s=event.verify_s, overhead_s=event.overhead_s, positions=positions)
 
     @property
     def drafting_rounds(self) -> int:

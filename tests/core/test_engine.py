@@ -285,8 +285,10 @@ def test_folding_the_round_events_gives_the_engines_own_stats_and_tallies_merge(
     verifier, draft = pairs["llama"]
     engine = Engine(verifier, ModelDrafter(draft))
     tallies, stats = [], []
-    for text, gamma in (("The capital of France is", 4), ("Once upon a time", 2)):
-        events = run(engine, prompt_ids(tiny_tokenizer, text), max_new_tokens=20, gamma=gamma)
+    for text, gamma, tree_nodes in (("The capital of France is", 4, 0), ("Once upon a time", 2, 0),
+                                     ("Hello! How can I help", 3, 8)):  # the last one drafts trees
+        events = run(engine, prompt_ids(tiny_tokenizer, text), max_new_tokens=20, gamma=gamma, tree_nodes=tree_nodes,
+                     cost_aware=False)
         tally = StatsAccumulator()
         for event in events:
             if isinstance(event, RoundVerified):
@@ -298,10 +300,11 @@ def test_folding_the_round_events_gives_the_engines_own_stats_and_tallies_merge(
             assert getattr(folded, name) == pytest.approx(getattr(own, name)), name
         tallies.append(tally)
         stats.append(own)
+    assert any(isinstance(e, RoundVerified) and e.tree for e in events)
     both = (tallies[0] + tallies[1]).snapshot()
     assert both.drafted == stats[0].drafted + stats[1].drafted
     assert both.accepted == stats[0].accepted + stats[1].accepted
     assert both.acceptance_rate == pytest.approx(both.accepted / both.drafted)
-    assert StatsAccumulator.total(tallies).snapshot() == both
-    assert len(both.per_position_acceptance) == max(len(s.per_position_acceptance) for s in stats)
+    assert StatsAccumulator.total(tallies[:2]).snapshot() == both
+    assert len(both.per_position_acceptance) == max(len(s.per_position_acceptance) for s in stats[:2])
     assert tallies[0].rounds == stats[0].rounds  # merging made a new tally and left both parts alone
