@@ -438,6 +438,15 @@ def _load_folder(folder: Path, *, spec: str, dtype: torch.dtype, device: torch.d
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         if device_map is None:
             model = model.to(device)
+        elif any(p.device.type == "meta" for p in model.parameters()):
+            # accelerate leaves weights that fit nowhere (max_memory too small, no disk offload) on the
+            # meta device, without data: the first forward pass would fail far from the cause.
+            placed = sorted({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()})
+            raise ModelLoadError(f"{spec!r} does not fit in the memory allowed by --max-memory "
+                                 f"({max_memory or 'none given'}; weights placed on: {', '.join(placed) or '?'}): "
+                                 "allow more memory")
+    except ModelLoadError:
+        raise
     except torch.OutOfMemoryError as error:
         raise ModelLoadError(f"out of memory while loading {spec!r} onto {device}: try a smaller dtype "
                              "(--dtype bf16 / fp16), another device, or --device-map auto") from error

@@ -366,3 +366,10 @@ def test_a_full_disk_during_conversion_is_one_error_line_and_leaves_nothing(caps
     code, err = run_cli(capsys, "generate", "hi", "--verifier", str(converted[0]), "--device", "cpu")
     assert code == 2 and "No space left" in one_error_line(err)
     assert list((tmp_path / "cache" / "gguf").iterdir()) == []
+
+
+def test_max_memory_too_small_for_the_model_is_a_load_error(folders):
+    """accelerate puts what fits nowhere on the meta device; the first forward pass then failed with
+    'Tensor.item() cannot be called on meta tensors' (a traceback, exit 1)."""
+    with pytest.raises(ModelLoadError, match="does not fit"):
+        load_model(folders["verifier"], device="cpu", device_map="auto", max_memory={"cpu": 2000})
