@@ -34,6 +34,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
+from specdec_core.events import TokenState
 from app.validate import InvalidData, checked_fields, conform, valid_text
 
 FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
@@ -100,7 +101,7 @@ class Message:
     def from_dict(cls, d: object, problems: list[str] | None = None) -> Message:
         """Validated; InvalidData when `d` is not a message at all (a bad trace is only dropped)."""
         problems = [] if problems is None else problems
-        known, unknown = checked_fields(cls, d, skip=("trace", "extra"), problems=problems)
+        known, unknown = checked_fields(cls, d, skip=("trace", "extra"), finite=True, problems=problems)
         if known.get("role") not in ROLES:
             raise InvalidData(f"a message needs a role ({', '.join(ROLES)})")
         trace = None
@@ -148,7 +149,7 @@ class Conversation:
         """Validated. InvalidData when `d` is not a conversation; a bad message or trace is dropped and
         described in `notices`. A newer format is read as far as it goes and marked read-only."""
         problems: list[str] = []
-        known, unknown = checked_fields(cls, d, skip=("messages", "read_only", "notices", "extra"),
+        known, unknown = checked_fields(cls, d, skip=("messages", "read_only", "notices", "extra"), finite=True,
                                         problems=problems)
         if not check_id(known.get("id")):
             raise InvalidData("it has no valid id")
@@ -206,11 +207,27 @@ def _records(cls: type, items: object) -> list[dict]:
     out = []
     for item in items:
         known, _ = checked_fields(cls, item)
-        if all(name in known for name in required):
+        if all(name in known for name in required) and _plausible(known):
             out.append(known)
     if len(out) < len(items):
         raise InvalidData(f"{len(items) - len(out)} of {len(items)} {cls.__name__} records are damaged")
     return out
+
+
+_STATES = frozenset(state.value for state in TokenState)
+_MAX_COUNT = 4096  # draft tokens per round and the like: the graphs size their buffers by these
+
+
+def _plausible(record: dict) -> bool:
+    """Values a record can really have: counts and indices are small and not negative (the graphs grow a
+    histogram to the largest γ they see), states are TokenState values."""
+    for key, value in record.items():
+        if isinstance(value, int) and not isinstance(value, bool) and key != "token_id":
+            if not 0 <= value <= (_MAX_COUNT if key in ("drafted", "accepted", "gamma", "position") else 10**9):
+                return False
+    if record.get("state", "accepted") not in _STATES or record.get("emitted_state", "accepted") not in _STATES:
+        return False
+    return not ("accepted" in record and "drafted" in record and record["accepted"] > record["drafted"])
 
 
 @dataclass(frozen=True)
@@ -549,7 +566,10 @@ class ConversationStore:
                 continue
             if seen.get(path.name) == (stat.st_size, stat.st_mtime_ns):
                 continue
-            outcome = self._import_one(conn, path)
+            try:
+                outcome = self._import_one(conn, path)
+            except (sqlite3.Error, ValueError, RecursionError) as error:  # never a reason not to start
+                outcome = f"it could not be imported ({error})"
             if outcome != "imported":
                 self.notices.append(f"Skipped {path.name} in {self.folder}: {outcome}")
             with _transaction(conn):

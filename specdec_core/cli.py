@@ -319,22 +319,24 @@ def chat_turn(pair, messages: list[dict], system: str | None, config: Generation
     from specdec_core.chat import build_prompt
 
     out = out or sys.stdout
-    build = build_prompt(pair.verifier.tokenizer, messages, system=system,
-                         context_length=pair.verifier.context_length, reserve_new_tokens=config.max_new_tokens)
-    if build.dropped_turns:
-        print(f"(the {build.dropped_turns} oldest messages no longer fit the context and were left out)",
-              file=sys.stderr)
-    events = pair.engine.generate(build.ids, config)
     committed: list[str] = []
     finished: Finished | None = None
+    events = None
     try:
+        build = build_prompt(pair.verifier.tokenizer, messages, system=system,
+                             context_length=pair.verifier.context_length, reserve_new_tokens=config.max_new_tokens)
+        if build.dropped_turns:
+            print(f"(the {build.dropped_turns} oldest messages no longer fit the context and were left out)",
+                  file=sys.stderr)
+        events = pair.engine.generate(build.ids, config)
         for event in render(events, out, color):
             if isinstance(event, TokenCommitted):
                 committed.append(event.text)
             elif isinstance(event, Finished):
                 finished = event
     except KeyboardInterrupt:
-        events.close()
+        if events is not None:
+            events.close()
         pair.engine.reset_caches()
         partial = "".join(committed)
         print("\n(stopped: the partial reply is kept" if partial else "\n(stopped before the first token",
@@ -399,6 +401,9 @@ def _error(message: str) -> int:
     if _progress_drawn:  # finish the progress bar's line so the error starts a line of its own
         sys.stderr.write("\n")
         _progress_drawn = False
+    # One line, whatever the message quotes (a line break, a carriage return or an escape code in an
+    # argument would split it or redraw the terminal): such characters are shown escaped.
+    message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
     print(f"error: {message}", file=sys.stderr)
     return 2
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 
 import pytest
@@ -269,3 +270,21 @@ def test_the_apps_default_draft_is_the_one_the_cli_uses():
     assert store.DEFAULT_VERIFIER == DEFAULT_VERIFIER
     assert (store.DEFAULT_DRAFT, store.DEFAULT_DRAFTER, store.DEFAULT_DRAFT_TOKENS) == (
         shipped.spec, shipped.kind, shipped.draft_tokens or 0)
+
+
+def test_a_conversation_with_nan_times_imports_with_a_notice(tmp_path):
+    """SQLite stores NaN as NULL: such a file once stopped the whole import (found by the fuzz tier)."""
+    legacy_file(tmp_path, "nan.json", '{"id": "n", "title": "t", "created": NaN, "updated": NaN, "messages": '
+                                      '[{"role": "user", "content": "hi", "created": Infinity}]}')
+    store = ConversationStore(tmp_path)
+    conv = store.load("n")
+    assert conv.messages[0].content == "hi" and math.isfinite(conv.created)
+    assert any("created" in n for n in store.notices)
+
+
+def test_implausible_trace_records_drop_the_trace(tmp_path):
+    """The graphs grow a histogram up to the largest γ they see: a stored γ of 10**12 must not reach them."""
+    doc = legacy_conversation()
+    doc["messages"][1]["trace"]["rounds"][0]["gamma"] = 10**12
+    legacy_file(tmp_path, "x.json", doc)
+    assert ConversationStore(tmp_path).load(doc["id"]).messages[1].trace is None
