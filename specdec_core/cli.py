@@ -213,7 +213,8 @@ def _checked_text(text: str, where: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise UsageError(f"{where} is not valid UTF-8 (byte {error.start + 1} of it cannot be decoded)") from None
+        raise UsageError(f"{where} is not valid UTF-8 (character {error.start + 1} of it is an undecodable "
+                         "byte)") from None
     return text
 
 
@@ -279,8 +280,7 @@ def cmd_chat(args) -> int:
         except EOFError:
             return 0
         except (UnicodeDecodeError, UsageError) as error:  # one bad line: say so, keep the conversation
-            print(f"error: {error if isinstance(error, UsageError) else 'that line is not valid UTF-8'}",
-                  file=sys.stderr)
+            _error(str(error) if isinstance(error, UsageError) else "that line is not valid UTF-8")
             continue
         command = line.strip()
         if command in ("/quit", "/exit"):
@@ -301,7 +301,7 @@ def cmd_chat(args) -> int:
             reply = chat_turn(pair, messages, args.system, config.with_(speculate=speculate), color)
         except SpecdecError as error:  # e.g. a template that refuses the conversation: drop the turn
             messages.pop()
-            print(f"error: {error}", file=sys.stderr)
+            _error(str(error))
             continue
         if reply is not None:
             messages.append(reply)

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import pickle
+import platform
 import re
 import shutil
 import tempfile
@@ -530,7 +531,7 @@ def _converted_gguf(gguf: Path, *, cache_dir: Path, report: _Reporter) -> tuple[
             return target, False
         try:
             root.mkdir(parents=True, exist_ok=True)
-            partial = Path(tempfile.mkdtemp(prefix=f".partial-{digest[:12]}-{os.getpid()}-", dir=root))
+            partial = Path(tempfile.mkdtemp(prefix=f".partial-{digest[:12]}-{os.getpid()}-{_HOST}-", dir=root))
         except OSError as error:
             raise ModelLoadError(f"cannot use the model cache {cache_dir} ({error.strerror or error}): set "
                                  "SPECDEC_CACHE_DIR to a writable folder") from error
@@ -631,14 +632,17 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-_PARTIAL_PID = re.compile(r"\.partial-[0-9a-f]{12}-(\d+)-")
+_PARTIAL_OWNER = re.compile(r"\.partial-[0-9a-f]{12}-(\d+)-([0-9a-f]{8})-")
+# A cache folder may be shared between machines (a network home): a process id means something only
+# on the machine that wrote it, so partial folders name their host too (hashed: names stay short).
+_HOST = hashlib.sha256(platform.node().encode()).hexdigest()[:8]
 
 
 def _remove_stale_partials(root: Path) -> None:
     """Remove conversion folders left by processes that died (a kill -9 mid-conversion leaves ~0.5 GB).
 
-    A folder names the process converting into it; it is stale once that process is gone. Folders
-    without a process id (older versions, moved-aside damaged copies) are stale after an hour."""
+    A folder names the process (and machine) converting into it; it is stale once that process is gone.
+    Other folders (another machine's, older versions', moved-aside damaged copies) are stale after an hour."""
     now = time.time()
     try:
         partials = list(root.glob(".partial-*"))
@@ -646,8 +650,8 @@ def _remove_stale_partials(root: Path) -> None:
         return
     for partial in partials:
         with contextlib.suppress(OSError):
-            match = _PARTIAL_PID.match(partial.name)
-            if match is not None and int(match.group(1)) != os.getpid():
+            match = _PARTIAL_OWNER.match(partial.name)
+            if match is not None and match.group(2) == _HOST and int(match.group(1)) != os.getpid():
                 stale = not _process_alive(int(match.group(1)))
             else:
                 stale = now - partial.stat().st_mtime > _STALE_PARTIAL_S

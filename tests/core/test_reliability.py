@@ -324,14 +324,16 @@ def test_a_cache_file_whose_hash_changed_is_rebuilt(converted, tmp_path):
 def test_stale_partial_conversions_are_removed_at_start(converted, tmp_path):
     gguf, cache, folder = cache_copy(converted, tmp_path)
     root = cache / "gguf"
-    dead = root / f".partial-{'a' * 12}-999999999-x1"  # no such process
-    alive = root / f".partial-{'b' * 12}-{os.getppid()}-x2"  # a conversion still running elsewhere
-    for partial in (dead, alive):
+    here = models._HOST
+    dead = root / f".partial-{'a' * 12}-999999999-{here}-x1"  # no such process
+    alive = root / f".partial-{'b' * 12}-{os.getppid()}-{here}-x2"  # a conversion still running
+    elsewhere = root / f".partial-{'c' * 12}-999999999-{'0' * 8}-x3"  # another machine's, sharing the cache
+    for partial in (dead, alive, elsewhere):
         partial.mkdir()
         (partial / "model.safetensors").write_bytes(b"\0" * 1000)
     loaded = load_model(str(gguf), device="cpu", cache_dir=cache)  # a cache hit: nothing to convert
     assert loaded.source.endswith("(cached safetensors)")
-    assert not dead.exists() and alive.exists()
+    assert not dead.exists() and alive.exists() and elsewhere.exists()
 
 
 def test_a_cache_dir_that_is_a_file_is_one_error_line(capsys, converted, tmp_path, monkeypatch):
