@@ -53,20 +53,21 @@ def run_cli(capsys, *args) -> tuple[int, str]:
 
 
 def interrupt_on_call(model, call: int):
-    """Make the model's `call`-th forward pass raise KeyboardInterrupt *after* it ran: its KV cache then
-    holds positions the engine never recorded, the worst place a Ctrl-C can land."""
-    real = model.forward
+    """Make the `call`-th pass through the model's last decoder layer raise KeyboardInterrupt: the
+    earlier layers have then cached keys and values for positions the later ones (and the engine's
+    record of cached ids) lack, which is where a real Ctrl-C usually lands."""
+    layer = model.model.layers[-1]
+    real = layer.forward
     count = {"n": 0}
 
     def forward(*args, **kwargs):
-        out = real(*args, **kwargs)
         count["n"] += 1
         if count["n"] == call:
             raise KeyboardInterrupt
-        return out
+        return real(*args, **kwargs)
 
-    model.forward = forward
-    return lambda: setattr(model, "forward", real)
+    layer.forward = forward
+    return lambda: setattr(layer, "forward", real)
 
 
 def test_ctrl_c_mid_reply_keeps_the_engine_and_history_consistent(folders, capsys):
