@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from app.store import ConversationStore, Settings
 from app.validate import InvalidData
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 scalars = st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=12)
 any_json = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
