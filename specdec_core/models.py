@@ -457,8 +457,11 @@ def _load_folder(folder: Path, *, spec: str, dtype: torch.dtype, device: torch.d
             raise ModelLoadError(f"{spec!r} needs custom code from its repository: if you trust its authors, "
                                  "pass --trust-remote-code") from error
         if isinstance(error, pickle.UnpicklingError):
-            raise ModelLoadError(f"refused to load {spec!r}: its .bin weights hold more than tensors (only plain "
-                                 f"weights are unpickled: {_first_line(error)})") from error
+            # torch's message opens with a paragraph on its defaults; the reason is on its own line.
+            reason = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(error))
+            raise ModelLoadError(f"refused to load {spec!r}: its .bin weights hold more than tensors, and only plain "
+                                 f"weights are unpickled ({reason.group(1) if reason else _first_line(error)})"
+                                 ) from error
         raise ModelLoadError(f"could not load {spec!r} from {folder}: {_first_line(error)}") from error
     model.eval()
     return model, tokenizer
