@@ -34,8 +34,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
+from app.validate import InvalidData, checked_fields, valid_text
 from specdec_core.events import TokenState
-from app.validate import InvalidData, checked_fields, conform, valid_text
 
 FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
 SCHEMA_VERSION = 1  # of the database (PRAGMA user_version); migrations below bring older ones up
