@@ -322,7 +322,7 @@ class ConversationStore:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             if self.read_only and self.db_path.exists():
-                conn = sqlite3.connect(f"{self.db_path.as_uri()}?mode=ro", uri=True, isolation_level=None,
+                conn = sqlite3.connect(f"{self.db_path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
                                        timeout=10)
             else:
                 conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=10)
@@ -505,11 +505,11 @@ class ConversationStore:
         return conv
 
     def delete(self, conv_id: str) -> None:
+        if self.read_only:
+            raise StoreReadOnlyError("the conversation store is read-only")
         with self._lock:
             self._pending[conv_id] = None
             self._saved.pop(conv_id, None)
-        if self.read_only:
-            raise StoreReadOnlyError("the conversation store is read-only")
 
         def write() -> None:
             conn = self._connect()
