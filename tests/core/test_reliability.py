@@ -356,13 +356,20 @@ def test_a_read_only_cache_is_one_error_line(capsys, converted, tmp_path, monkey
     assert code == 2 and "SPECDEC_CACHE_DIR" in one_error_line(err)
 
 
+@pytest.mark.parametrize("error", ["oserror", "safetensors"])
 def test_a_full_disk_during_conversion_is_one_error_line_and_leaves_nothing(capsys, converted, tmp_path,
-                                                                            monkeypatch):
+                                                                            monkeypatch, error):
+    """A full disk surfaces as OSError from Python's writes, but as safetensors' own SafetensorError (not an
+    OSError) from the weights' writer."""
+    from safetensors import SafetensorError
     from transformers import PreTrainedModel
 
     def disk_full(self, folder, *args, **kwargs):  # writes half a shard, then the disk is full
         (Path(folder) / "model.safetensors").write_bytes(b"\0" * 1000)
-        raise OSError(28, "No space left on device")
+        if error == "oserror":
+            raise OSError(28, "No space left on device")
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+                              '"No space left on device" })')
 
     monkeypatch.setattr(PreTrainedModel, "save_pretrained", disk_full)
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
