@@ -72,7 +72,7 @@ class GenerationConfig:
 
 
 _FLOATS = ("temperature", "top_p", "confidence_cutoff")
-_INTS = ("top_k", "seed", "max_new_tokens", "gamma", "gamma_max", "top_alternatives")
+_INTS = ("top_k", "seed", "max_new_tokens", "gamma", "gamma_max", "top_alternatives", "tree_nodes")  # where present
 _LABELS = {"top_p": "top-p", "top_k": "top-k", "max_new_tokens": "max new tokens",
            "confidence_cutoff": "confidence cutoff", "gamma_max": "gamma_max", "top_alternatives": "top alternatives"}
 _GAMMA_LIMIT = 128  # more drafts per round than any draft gets accepted; larger values only waste memory
