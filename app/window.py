@@ -104,6 +104,7 @@ class MainWindow(QMainWindow):
     race_finished = Signal(str)
     error_shown = Signal(str)
     generation_event = Signal(object)  # every event of the streaming reply, after it is folded in
+    save_failed = Signal(str)  # a background save's error (emitted from the store's writer thread)
 
     def __init__(self, settings: Settings | None = None, store: ConversationStore | None = None,
                  *, persist_settings: bool = True) -> None:
@@ -141,6 +142,10 @@ class MainWindow(QMainWindow):
 
         self._refresh_sidebar()
         self._update_controls()
+        self.save_failed.connect(lambda text: self.show_error(
+            f"Could not save the conversation: {text}. It stays open here; earlier saves are intact."))
+        for notice in (*getattr(self.settings, "notices", ()), *self.store.notices):  # files refused at start
+            self.show_info(notice)
 
     # ------------------------------------------------------------------------------------ layout --
     def _build(self) -> None:
@@ -743,6 +748,8 @@ class MainWindow(QMainWindow):
             return
         self.conv = conv
         self._render_conversation()
+        for notice in conv.notices:  # read-only (a newer format), or what was dropped as damaged
+            self.show_info(notice)
         last = next((m.trace for m in reversed(conv.messages) if m.trace is not None), None)
         self.graphs.live.set_trace(last, last.baseline_tps if last else None)
         if last is not None:
@@ -786,10 +793,22 @@ class MainWindow(QMainWindow):
         if not self.conv.messages:
             return None
         try:
-            self.store.save(self.conv)
+            if self._closing:
+                self.store.save(self.conv)  # the app is about to exit: wait for the write
+            else:  # written on the store's thread; a failure comes back through save_failed
+                self.store.save_in_background(self.conv).add_done_callback(self._background_save_done)
         except OSError as exc:
             return exc
         return None
+
+    def _background_save_done(self, future) -> None:
+        """Called on the store's writer thread: only emit (Qt queues the signal to the GUI thread)."""
+        error = future.exception()
+        if error is not None:
+            try:
+                self.save_failed.emit(str(error))
+            except RuntimeError:  # the window is already deleted
+                pass
 
     def _refresh_sidebar(self) -> None:
         self.conv_list.blockSignals(True)
@@ -821,9 +840,12 @@ class MainWindow(QMainWindow):
         if chosen is rename:
             title, ok = QInputDialog.getText(self, "Rename", "Title", text=item.text())
             if ok and title.strip():
-                conv = self.conv if conv_id == self.conv.id else self.store.load(conv_id)
-                conv.title = title.strip()
-                self.store.save(conv)
+                try:
+                    conv = self.conv if conv_id == self.conv.id else self.store.load(conv_id)
+                    conv.title = title.strip()
+                    self.store.save(conv)
+                except (OSError, ValueError, KeyError) as exc:
+                    self.show_error(f"Could not rename that conversation: {exc}")
                 self._refresh_sidebar()
         elif chosen is delete:
             if QMessageBox.question(self, "Delete", f"Delete “{item.text()}”?") == QMessageBox.StandardButton.Yes:

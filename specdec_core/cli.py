@@ -18,6 +18,7 @@ from specdec_core.cli_options import add_model_options as _add_model_options
 from specdec_core.cli_options import config_from_args as _config
 from specdec_core.cli_options import load_from_args as _load
 from specdec_core.cli_options import progress_bar as _progress
+from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, IncompatiblePairError, SpecdecError
 from specdec_core.events import Event, Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState
 
@@ -30,6 +31,13 @@ ANSI = {
 }
 RESET = "\x1b[0m"
 LEGEND = "\x1b[32maccepted\x1b[0m \x1b[31;9mrejected\x1b[0m \x1b[33mcorrected\x1b[0m \x1b[34mbonus\x1b[0m plain"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one `error:` line (main() prints it), not usage + error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 def _use_color(args, stream: TextIO) -> bool:
@@ -84,12 +92,29 @@ def reply_json(events: list[Event]) -> dict:
             "error": finished.error, "rounds": rounds, "stats": finished.stats.to_dict()}
 
 
+def _checked_text(text: str, where: str) -> str:
+    """`text` if it is valid Unicode. Python hands undecodable bytes of argv (and of stdin in some
+    locales) over as lone surrogates, which tokenizers refuse with an unhelpful TypeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UsageError(f"{where} is not valid UTF-8 (character {error.start + 1} of it is an undecodable "
+                         "byte)") from None
+    return text
+
+
 def _read_prompt(args) -> str:
     if args.prompt is not None and args.prompt != "-":
-        return args.prompt
+        return _checked_text(args.prompt, "the prompt")
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("no prompt: pass PROMPT or pipe it on standard input")
-    return sys.stdin.read()
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a replaced stdin (tests): already text
+        return _checked_text(sys.stdin.read(), "standard input")
+    try:
+        return stream.read().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"standard input is not valid UTF-8 (byte {error.start + 1} cannot be decoded)") from None
 
 
 def cmd_generate(args) -> int:
@@ -127,8 +152,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    from specdec_core.chat import build_prompt
-
     config = _config(args)
     pair = _load(args)
     color = _use_color(args, sys.stdout)
@@ -138,14 +161,18 @@ def cmd_chat(args) -> int:
     speculate = config.speculate
     while True:
         try:
-            line = input("\n> ")
+            line = _checked_text(input("\n> "), "that line")
         except EOFError:
             return 0
+        except (UnicodeDecodeError, UsageError) as error:  # one bad line: say so, keep the conversation
+            _error(str(error) if isinstance(error, UsageError) else "that line is not valid UTF-8")
+            continue
         command = line.strip()
         if command in ("/quit", "/exit"):
             return 0
         if command == "/reset":
             messages = []
+            pair.engine.reset_caches()
             print("(new conversation)", file=sys.stderr)
             continue
         if command in ("/spec on", "/spec off"):
@@ -155,23 +182,54 @@ def cmd_chat(args) -> int:
         if not command:
             continue
         messages.append({"role": "user", "content": line})
-        build = build_prompt(pair.verifier.tokenizer, messages, system=args.system,
-                             context_length=pair.verifier.context_length,
-                             reserve_new_tokens=config.max_new_tokens)
+        try:
+            reply = chat_turn(pair, messages, args.system, config.with_(speculate=speculate), color)
+        except SpecdecError as error:  # e.g. a template that refuses the conversation: drop the turn
+            messages.pop()
+            _error(str(error))
+            continue
+        if reply is not None:
+            messages.append(reply)
+
+
+def chat_turn(pair, messages: list[dict], system: str | None, config: GenerationConfig, color: bool,
+              out: TextIO | None = None) -> dict | None:
+    """Stream one reply to `messages`; the assistant message to add to the history, or None.
+
+    Ctrl-C can land anywhere, even inside a forward pass that has written some layers' keys and values
+    but not yet recorded which token ids they belong to; the engine's caches can no longer be trusted
+    then, so they are emptied (the next turn re-reads the prompt). The partial reply the user saw stays
+    in the history, marked as interrupted, so the conversation reads the way it happened.
+    """
+    from specdec_core.chat import build_prompt
+
+    out = out or sys.stdout
+    committed: list[str] = []
+    finished: Finished | None = None
+    events = None
+    try:
+        build = build_prompt(pair.verifier.tokenizer, messages, system=system,
+                             context_length=pair.verifier.context_length, reserve_new_tokens=config.max_new_tokens)
         if build.dropped_turns:
             print(f"(the {build.dropped_turns} oldest messages no longer fit the context and were left out)",
                   file=sys.stderr)
-        try:
-            events = list(render(pair.engine.generate(build.ids, config.with_(speculate=speculate)), sys.stdout,
-                                 color))
-        except KeyboardInterrupt:
-            print("\n(stopped)", file=sys.stderr)
-            messages.pop()
-            continue
-        finished = events[-1]
-        assert isinstance(finished, Finished)
-        print("\n" + stats_line(finished), file=sys.stderr)
-        messages.append({"role": "assistant", "content": finished.text})
+        events = pair.engine.generate(build.ids, config)
+        for event in render(events, out, color):
+            if isinstance(event, TokenCommitted):
+                committed.append(event.text)
+            elif isinstance(event, Finished):
+                finished = event
+    except KeyboardInterrupt:
+        if events is not None:
+            events.close()
+        pair.engine.reset_caches()
+        partial = "".join(committed)
+        print("\n(stopped: the partial reply is kept" if partial else "\n(stopped before the first token",
+              end=")\n", file=sys.stderr)
+        return {"role": "assistant", "content": partial, "interrupted": True} if partial else None
+    assert finished is not None
+    print("\n" + stats_line(finished), file=sys.stderr)
+    return {"role": "assistant", "content": finished.text}
 
 
 def cmd_doctor(args) -> int:
@@ -188,7 +246,7 @@ def cmd_doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding you can see.")
+    parser = _Parser(prog="specdec", description="Speculative decoding you can see.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     generate = sub.add_parser("generate", help="one reply to a prompt")
@@ -224,6 +282,9 @@ def _error(message: str) -> int:
     if progress_state.drawn:  # finish the progress bar's line so the error starts a line of its own
         sys.stderr.write("\n")
         progress_state.drawn = False
+    # One line, whatever the message quotes (a line break, a carriage return or an escape code in an
+    # argument would split it or redraw the terminal): such characters are shown escaped.
+    message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
     print(f"error: {message}", file=sys.stderr)
     return 2
 
@@ -233,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
 
     prefer_passive_waiting()  # before torch loads: idle OpenMP threads sleep rather than spin
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        for i, arg in enumerate(sys.argv[1:] if argv is None else argv):
+            _checked_text(arg, f"argument {i + 1}")
+        args = parser.parse_args(argv)
+    except UsageError as error:
+        return _error(str(error))
     try:
         return int(args.func(args) or 0)
     except IncompatiblePairError as error:
@@ -245,6 +311,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as error:  # a full disk, a read-only or missing folder: the system's own words
+        return _error(str(error))
+    except Exception as error:
+        # A bug, not bad input; SPECDEC_DEBUG=1 shows the traceback.
+        if os.environ.get("SPECDEC_DEBUG"):
+            raise
+        _error(f"unexpected {type(error).__name__}: {error} (a bug in specdec; SPECDEC_DEBUG=1 shows where)")
+        return 1
 
 
 if __name__ == "__main__":

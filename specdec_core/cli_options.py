@@ -7,6 +7,8 @@ neither imports the other's commands, so the command line has no import cycle.
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from typing import Any
 
@@ -17,6 +19,17 @@ from specdec_core.errors import SpecdecError
 
 class UsageError(SpecdecError):
     pass
+
+
+def finite_float(text: str) -> float:
+    """A float argument that is a real number: "nan" and "inf" parse as floats but break sampling."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +59,12 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
                        help=f"tokens drafted per round (default {defaults.GAMMA})")
     group.add_argument("--adaptive", action="store_true", help="grow gamma after full acceptance, shrink after "
                        "a rejection")
-    group.add_argument("--confidence-cutoff", type=float, default=0.0,
+    group.add_argument("--confidence-cutoff", type=finite_float, default=0.0,
                        help="stop drafting when the draft's top probability is below this")
     group.add_argument("--max-new-tokens", type=int, default=256)
-    group.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    group.add_argument("--temperature", type=finite_float, default=0.0, help="0 is greedy (default)")
     group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--top-p", type=finite_float, default=1.0)
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--system", metavar="TEXT", help="system prompt")
     group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -72,15 +85,33 @@ def config_from_args(args: Any) -> GenerationConfig:
     ).validate()
 
 
-def parse_max_memory(text: str | None) -> dict | None:
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_MIN_DEVICE_BYTES = 64 * 2**20  # less than this cannot hold even a tiny model's working set
+
+
+def parse_max_memory(text: str | None, device_map: str | None) -> dict | None:
+    """--max-memory DEV=SIZE,...: devices are GPU indices, cpu, mps or disk; sizes like 20GiB or 512MB."""
     if not text:
         return None
+    if device_map is None:
+        raise UsageError("--max-memory only applies with --device-map auto (it caps what each device gets)")
     out: dict = {}
     for part in text.split(","):
-        key, _, value = part.partition("=")
-        if not value:
-            raise UsageError(f"--max-memory expects DEV=SIZE pairs, got {part!r}")
-        out[int(key) if key.strip().isdigit() else key.strip()] = value.strip()
+        key, _, value = (x.strip() for x in part.partition("="))
+        if not value or not key:
+            raise UsageError(f"--max-memory expects DEV=SIZE pairs such as 0=20GiB,cpu=64GiB, got {part!r}")
+        if not (key.isdigit() or key in ("cpu", "mps", "disk")):
+            raise UsageError(f"--max-memory: unknown device {key!r} (use a GPU index, cpu, mps or disk)")
+        size = _SIZE.fullmatch(value)
+        if size is None:
+            raise UsageError(f"--max-memory: {value!r} is not a size (use e.g. 20GiB, 512MB or a byte count)")
+        nbytes = float(size.group(1)) * _SIZE_UNITS[(size.group(2) or "B").lower()]
+        if key != "disk" and nbytes < _MIN_DEVICE_BYTES:
+            raise UsageError(f"--max-memory: {key}={value} is too little memory to load a model on (at least "
+                             f"{_MIN_DEVICE_BYTES // 2**20} MiB)")
+        out[int(key) if key.isdigit() else key] = value
     return out
 
 
@@ -112,6 +143,6 @@ def load_from_args(args: Any):
                                           or (args.drafter is None and args.draft)):
         raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                          device_map=args.device_map, max_memory=parse_max_memory(args.max_memory))
+                          device_map=args.device_map, max_memory=parse_max_memory(args.max_memory, args.device_map))
     return load_pair(args.verifier, args.draft, args.drafter, options, progress=progress_bar(),
                      draft_tokens=args.draft_tokens)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+import numbers
+from dataclasses import dataclass, fields, replace
 
 from specdec_core.errors import ConfigError
 
@@ -40,6 +42,21 @@ class GenerationConfig:
         return self.temperature == 0.0
 
     def validate(self) -> GenerationConfig:
+        # Types first: a NaN temperature compares false with everything, so the range checks below would
+        # let it through, and NaN probabilities then accept every draft (the output would no longer be
+        # the verifier's distribution). A bool is an int to Python but never a valid number here.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _FLOATS:
+                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                    raise ConfigError(f"{_LABELS.get(f.name, f.name)} must be a finite number (got {value!r})")
+            elif f.name in _INTS:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise ConfigError(f"{_LABELS.get(f.name, f.name)} must be a whole number (got {value!r})")
+        if not (0 <= self.seed < 2**63):
+            raise ConfigError(f"seed must be in [0, 2^63) (got {self.seed})")
+        if self.gamma > _GAMMA_LIMIT or self.gamma_max > _GAMMA_LIMIT:
+            raise ConfigError(f"gamma must be at most {_GAMMA_LIMIT} (got {max(self.gamma, self.gamma_max)})")
         if self.gamma < 1:
             raise ConfigError(f"gamma must be at least 1 (got {self.gamma})")
         if self.gamma_max < self.gamma:
@@ -61,5 +78,11 @@ class GenerationConfig:
     def with_(self, **changes: object) -> GenerationConfig:
         return replace(self, **changes).validate()  # type: ignore[arg-type]
 
+
+_FLOATS = ("temperature", "top_p", "confidence_cutoff")
+_INTS = ("top_k", "seed", "max_new_tokens", "gamma", "gamma_max", "top_alternatives", "tree_nodes")  # where present
+_LABELS = {"top_p": "top-p", "top_k": "top-k", "max_new_tokens": "max new tokens",
+           "confidence_cutoff": "confidence cutoff", "gamma_max": "gamma_max", "top_alternatives": "top alternatives"}
+_GAMMA_LIMIT = 128  # more drafts per round than any draft gets accepted; larger values only waste memory
 
 __all__ = ["GenerationConfig"]
