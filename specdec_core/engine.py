@@ -307,11 +307,13 @@ class Engine:
 
     def _draft_tree(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> DraftTree:
         assert self.drafter is not None
-        budget = self.sizer.budget(config.tree_nodes) if config.cost_aware else config.tree_nodes
-        tree = self.drafter.propose_tree(ids, budget, min(gamma, room), config,  # type: ignore[attr-defined]
-                                         self.vocab_size, self.verifier.eos_token_ids)
+        worth = self.sizer.least_value if config.cost_aware else None
+        tree = self.drafter.propose_tree(ids, config.tree_nodes, min(gamma, room), config,  # type: ignore[attr-defined]
+                                         self.vocab_size, self.verifier.eos_token_ids, worth=worth)
+        if tree.stop is DraftStop.TREE:
+            self.sizer.observe_draft(len(tree), tree.draft_s)
         if config.cost_aware and tree.stop is DraftStop.TREE:
-            size = self.sizer.best_size(tree.values, extra_rows=1, draft_s=tree.draft_s)
+            size = self.sizer.best_size(tree.values)
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
         return tree
 
