@@ -28,6 +28,7 @@ from specdec_core.cli_options import (
     config_from_args,
     load_from_args,
     progress_bar,
+    tree_nodes,
 )
 from specdec_core.prompt_sets import BUNDLED_SETS, PromptCase, load_prompts
 
@@ -328,5 +329,7 @@ def add_parser(subparsers) -> None:
     group.add_argument("--top-k", type=int, default=0)
     group.add_argument("--top-p", type=float, default=1.0)
     group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--tree-nodes", type=tree_nodes, default="auto", metavar="N|auto",
+                       help="draft trees of at most N nodes per round for the draft models (see generate --help)")
     rank.set_defaults(func=cmd_rank_drafts, verifier=None, gamma=defaults.GAMMA, adaptive=False, confidence_cutoff=0.0,
                       no_speculation=False)

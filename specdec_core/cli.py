@@ -87,7 +87,11 @@ def reply_json(events: list[Event]) -> dict:
                                   else [])
             rounds.append({"drafted": drafted, "accepted": accepted, "emitted": emitted,
                            "stop": event.stop.value, "gamma": event.gamma,
-                           "draft_s": event.draft_s, "verify_s": event.verify_s})
+                           "draft_s": event.draft_s, "verify_s": event.verify_s,
+                           # a draft tree: every node checked in the round's one pass (empty for a chain)
+                           "tree": [{"parent": n.parent, "token_id": n.token_id, "draft_prob": n.draft_prob,
+                                     "target_prob": n.target_prob, "accept_prob": n.accept_prob,
+                                     "accepted": n.accepted} for n in event.tree]})
     return {"text": finished.text, "token_ids": list(finished.token_ids), "stop_reason": finished.stop_reason.value,
             "error": finished.error, "rounds": rounds, "stats": finished.stats.to_dict()}
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from specdec_core import defaults
-from specdec_core.config import GenerationConfig
+from specdec_core.config import TREE_AUTO, GenerationConfig
 from specdec_core.errors import SpecdecError
 
 
@@ -29,6 +29,18 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def tree_nodes(text: str) -> int:
+    if text.strip().lower() == "auto":
+        return TREE_AUTO
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of nodes or auto, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -61,6 +73,10 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
                        "a rejection")
     group.add_argument("--confidence-cutoff", type=finite_float, default=0.0,
                        help="stop drafting when the draft's top probability is below this")
+    group.add_argument("--tree-nodes", type=tree_nodes, default="auto", metavar="N|auto",
+                       help="draft trees: at most N candidates checked per round in one verifier pass, the cost "
+                       "model keeping what pays on this machine; 0 drafts one chain (default auto: trees of up to "
+                       f"{defaults.TREE_NODES} on a GPU, the chain on a CPU)")
     group.add_argument("--max-new-tokens", type=int, default=256)
     group.add_argument("--temperature", type=finite_float, default=0.0, help="0 is greedy (default)")
     group.add_argument("--top-k", type=int, default=0)
@@ -82,6 +98,7 @@ def config_from_args(args: Any) -> GenerationConfig:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
         max_new_tokens=args.max_new_tokens, speculate=not args.no_speculation, gamma=args.gamma,
         adaptive=args.adaptive, gamma_max=defaults.gamma_max(args.gamma), confidence_cutoff=args.confidence_cutoff,
+        tree_nodes=getattr(args, "tree_nodes", TREE_AUTO),
     ).validate()
 
 

@@ -27,6 +27,21 @@ GAMMA = 4  # tokens drafted per round (the starting value when adaptive)
 GAMMA_CEILING = 16  # the longest draft the settings offer, and adaptive drafting's usual ceiling
 
 
+# --- draft trees ---
+# `--tree-nodes auto`: on a GPU (CUDA or MPS) a forward pass over 16 tokens costs about what one does, so
+# the engine grows trees of up to TREE_NODES nodes and its cost model (cost.py) checks what pays. On a CPU
+# checking k tokens costs more with every token (docs/performance.md: 1.3x for 5 rows, 2x for 9 on the
+# 2-core machine); there the cost-aware trees measured 1.03x against the chain's 1.21x, so auto keeps the
+# chain. Any explicit number applies on every device.
+TREE_NODES = 16
+ACCELERATORS = ("cuda", "mps")
+
+
+def tree_nodes_for(device_type: str) -> int:
+    """What `--tree-nodes auto` means on a device of this type."""
+    return TREE_NODES if device_type in ACCELERATORS else 0
+
+
 def gamma_max(gamma: int) -> int:
     """Adaptive drafting's ceiling for a run starting at `gamma`: 16, or gamma itself when longer."""
     return max(GAMMA_CEILING, gamma)
