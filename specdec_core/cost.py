@@ -10,46 +10,63 @@ draft is unsure, a plain decoding step is the fastest choice.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Until a row count is measured its cost is guessed from the nearest measured one below it, rising by this
 # fraction per extra row. Optimistic on purpose: a size that is never tried is never measured.
 _GUESSED_SLOPE = 0.08
-_SMOOTHING = 0.25  # weight of a new measurement in the running mean (timings drift with context length)
+_SMOOTHING = 0.25  # weight of a new drafting time in its running mean
 
 
-@dataclass
 class VerifyCost:
-    """Seconds of a verifier pass by the number of tokens it fed (1 = a plain decoding step)."""
+    """Seconds of a verifier pass by the number of tokens it fed (1 = a plain decoding step).
 
-    seconds: dict[int, float] = field(default_factory=dict)
+    Each row count keeps its last few timings and reads their median: one pass slowed by other work on the
+    machine must not decide the next rounds' tree sizes. A row count timed fewer than SETTLED times reads no
+    more than the guess from below, so that a size is not written off after one unlucky pass."""
+
+    WINDOW = 9
+    SETTLED = 3
+
+    def __init__(self, seconds: dict[int, float] | None = None):
+        self._samples: dict[int, deque[float]] = {}
+        for rows, value in (seconds or {}).items():  # given figures count as settled
+            self._samples[rows] = deque([value] * self.SETTLED, maxlen=self.WINDOW)
+
+    def __repr__(self) -> str:
+        return f"VerifyCost({self.seconds})"
 
     def observe(self, rows: int, seconds: float) -> None:
         if rows < 1 or seconds <= 0:
             return
-        old = self.seconds.get(rows)
-        self.seconds[rows] = seconds if old is None else old + _SMOOTHING * (seconds - old)
+        self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append(seconds)
+
+    @property
+    def seconds(self) -> dict[int, float]:
+        """The median timing of each row count measured so far."""
+        return {rows: statistics.median(samples) for rows, samples in sorted(self._samples.items())}
 
     def estimate(self, rows: int) -> float | None:
         """Measured, else interpolated between measured sizes, else guessed from the nearest one below."""
-        if rows in self.seconds:
-            return self.seconds[rows]
-        below = max((r for r in self.seconds if r < rows), default=None)
-        above = min((r for r in self.seconds if r > rows), default=None)
+        seconds = self.seconds
+        below = max((r for r in seconds if r < rows), default=None)
+        guess = seconds[below] * (1 + _GUESSED_SLOPE * (rows - below)) if below is not None else None
+        if rows in seconds:
+            unsettled = len(self._samples[rows]) < self.SETTLED and guess is not None
+            return min(seconds[rows], guess) if unsettled else seconds[rows]  # type: ignore[type-var]
+        above = min((r for r in seconds if r > rows), default=None)
         if below is not None and above is not None:
             share = (rows - below) / (above - below)
-            return self.seconds[below] + share * (self.seconds[above] - self.seconds[below])
-        if below is not None:
-            return self.seconds[below] * (1 + _GUESSED_SLOPE * (rows - below))
-        if above is not None:
-            return self.seconds[above]
-        return None
+            return seconds[below] + share * (seconds[above] - seconds[below])
+        return guess if guess is not None else (seconds[above] if above is not None else None)
 
     def ratios(self) -> dict[int, float]:
         """Measured cost of each row count over a plain step's (empty until a plain step is measured)."""
         plain = self.estimate(1)
-        return {rows: s / plain for rows, s in sorted(self.seconds.items())} if plain else {}
+        return {rows: s / plain for rows, s in self.seconds.items()} if plain else {}
 
 
 @dataclass

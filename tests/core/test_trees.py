@@ -190,3 +190,15 @@ def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs,
     assert all(not r.tree and not r.drafted for r in rounds)
     assert all(r.stop is DraftStop.COST for r in rounds[:-1])  # the last round had no room to draft anyway
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 12)
+
+
+def test_one_slow_pass_does_not_move_the_verify_cost():
+    cost = VerifyCost()
+    for seconds in (0.050, 0.051, 0.049, 0.300, 0.050):  # one pass slowed by other work on the machine
+        cost.observe(1, seconds)
+    assert cost.estimate(1) == pytest.approx(0.050)
+    cost.observe(3, 0.200)  # timed once, and slowly: read no higher than the guess from below until settled
+    assert cost.estimate(3) < 0.06
+    cost.observe(3, 0.190)
+    cost.observe(3, 0.210)
+    assert cost.estimate(3) == pytest.approx(0.200)
