@@ -74,8 +74,10 @@ class Buffer:
         return self._a[: self.n]
 
 
-PLOT_MIN_WIDTH = 262  # fits the longest axis labels next to the axes
+PLOT_MIN_WIDTH = 250  # fits the axes, their labels and the short titles
 PLOT_MIN_HEIGHT = 150
+ONE_COLUMN_HEIGHT = 220
+QWIDGETSIZE_MAX = (1 << 24) - 1
 
 
 class CountAxis(pg.AxisItem):
@@ -129,7 +131,7 @@ class LiveGraphs(QWidget):
 
     Cost: the window's timer calls `flush()`; new rounds go into buffers (cheap), then while a reply
     streams only the next panel with new data is redrawn (one per tick, so each panel repaints a few
-    times a second), axis ranges grow in 1-2-5 steps so axes are re-laid out rarely, and nothing is
+    times a second), axis ranges grow in steps so axes are re-laid out rarely, and nothing is
     drawn while the panel is hidden. The header is a plain label (a plot title re-lays out its plot).
     """
 
@@ -268,7 +270,10 @@ class LiveGraphs(QWidget):
         for name in self.PANELS:
             self.grid.removeWidget(self.plots[name])
         for i, name in enumerate(self.PANELS):
-            self.grid.addWidget(self.plots[name], i // columns, i % columns)
+            plot = self.plots[name]
+            self.grid.addWidget(plot, i // columns, i % columns)
+            # One column scrolls: each plot a readable fixed height instead of stretching to fill.
+            plot.setMaximumHeight(ONE_COLUMN_HEIGHT if columns == 1 else QWIDGETSIZE_MAX)
         for r in range(6):
             self.grid.setRowStretch(r, 1 if r < 6 // columns else 0)
 
@@ -451,7 +456,7 @@ class LiveGraphs(QWidget):
         self._set_ranges(name)
 
     def _set_ranges(self, only: str | None = None, force: bool = False) -> None:
-        """Axis ranges from the data, never below zero, growing in 1-2-5 steps (an axis whose range did
+        """Axis ranges from the data, never below zero, growing in steps (app.speedup.nice_ceiling) (an axis whose range did
         not change is not re-laid out)."""
         n = self.b_t.n
         running = self.b_tps.data[np.isfinite(self.b_tps.data)]

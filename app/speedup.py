@@ -38,6 +38,7 @@ class Baseline:
     tokens_per_s: float
     how: str  # one sentence: what was measured, how many runs, at what prompt length and UI load
     samples: int
+    short: str = ""  # a few words for the bubble's footer, e.g. "like for like: 3 runs"
     verify_s_per_token: float | None = None
 
 
@@ -72,7 +73,10 @@ class BaselineBook:
         if not same_load:
             load += f" (no run yet with the graphs {'repainting' if graphs_live else 'idle'})"
         how = f"verifier alone: {runs} ({', '.join(sources)}) at {length}, {load}"
-        return Baseline(tps, how, len(near), statistics.median(verify) if verify else None)
+        short = (f"like for like: {'1 run' if len(near) == 1 else f'{len(near)} runs'}" if same_load
+                 else "vs an idle-window run")
+        return Baseline(tps, how, len(near), short=short,
+                        verify_s_per_token=statistics.median(verify) if verify else None)
 
 
 @dataclass(frozen=True)
@@ -151,11 +155,12 @@ def why_they_differ(alpha: float, gamma: float, c: float, costs: MeasuredCosts, 
 
 
 def nice_ceiling(x: float) -> float:
-    """The smallest of 1, 2, 5 × 10^k at or above x (axis ranges that change rarely)."""
+    """The smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 × 10^k at or above x: axis ranges that change rarely (each
+    change re-lays out an axis) yet leave at most a third of a plot empty."""
     if not math.isfinite(x) or x <= 0:
         return 1.0
     e = 10 ** math.floor(math.log10(x))
-    for m in (1, 2, 5, 10):
+    for m in (1, 1.5, 2, 3, 4, 5, 6, 8, 10):
         if m * e >= x * (1 - 1e-9):
             return m * e
     return 10 * e

@@ -403,10 +403,11 @@ class MainWindow(QMainWindow):
         elif s.request.drafter in sess.USES_DRAFT:
             parts.append("<span style='color:rgb(215,58,73)'>← no usable draft</span>")
         parts.append(f"· {dev.strip()}")
-        if s.baseline_tps:
-            parts.append(f"· baseline {s.baseline_tps:.1f} tok/s")
+        baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live())
+        if baseline is not None:
+            parts.append(f"· verifier alone {baseline.tokens_per_s:.1f} tok/s")
         self.model_label.setText(" ".join(parts))
-        self.model_label.setToolTip(s.baseline_source and f"Baseline: {s.baseline_source}")
+        self.model_label.setToolTip(f"Baseline for the speedup: {baseline.how}" if baseline else "")
 
     def show_error(self, text: str) -> None:
         if self._closing:
@@ -556,7 +557,7 @@ class MainWindow(QMainWindow):
         b = self.baselines.pick(prompt_tokens, self._graphs_live())
         if b is None:
             return
-        trace.baseline_tps, trace.baseline_source = b.tokens_per_s, b.how
+        trace.baseline_tps, trace.baseline_source, trace.baseline_note = b.tokens_per_s, b.how, b.short
         if self.graphs.live.trace is trace:
             self.graphs.live.set_baseline(b.tokens_per_s, b.how, b.verify_s_per_token)
 
