@@ -43,7 +43,7 @@ from app.fit import fit_to_screen
 from app import session as sess
 from app.chat_view import ChatView, Legend, MessageBubble, copy_text
 from app.graphs import GraphsPanel, stats_csv, stats_json
-from app.session import LoadRequest, LoadStep, PromptInfo, RaceEvent, Session
+from app.session import LoadRequest, LoadStep, PromptInfo, Session
 from app.settings_panel import SettingsPanel
 from app.speedup import BaselineBook, BaselineSample
 from app.store import (
@@ -728,7 +728,7 @@ class MainWindow(QMainWindow):
 
     def set_speculation(self, on: bool) -> None:
         self.settings.speculate = on
-        if self._controls is not None:
+        if self._controls is not None and self.busy == Busy.REPLY:  # a race's lanes keep their own setting
             self._controls.speculate = on  # the engine reads it at the start of the next round
         self._update_controls()
         self._save_settings()
@@ -828,7 +828,13 @@ class MainWindow(QMainWindow):
         self.graphs.race.start()
         self.graphs.tabs.setCurrentIndex(1)
         self.right_dock.show()
-        worker = EventWorker(lambda: sess.race_events(s, messages, system, config, controls),
+        # The same lanes as the Talk menu's race (app/talk/context.py): one race implementation.
+        from app.talk.context import TalkContext, engine_lane, lane_events
+
+        ctx = TalkContext(s, messages, system, config)
+        lanes = [engine_lane("off", "Speculation OFF", s.verifier, s.drafter, speculate=False),
+                 engine_lane("on", "Speculation ON", s.verifier, s.drafter, speculate=True)]
+        worker = EventWorker(lambda: lane_events(ctx, lanes, controls),
                              on_abort=controls.cancel, name="race")
         worker.event.connect(self._on_race_event)
         worker.errored.connect(lambda exc: self.show_error(f"Race failed: {error_text(exc)}"))
@@ -841,9 +847,11 @@ class MainWindow(QMainWindow):
         worker.start()
 
     def _on_race_event(self, ev: object) -> None:
+        from app.talk.context import LaneEvent
+
         if isinstance(ev, PromptInfo):
             self._race_prompt_tokens = ev.prompt_tokens
-        if isinstance(ev, RaceEvent):
+        if isinstance(ev, LaneEvent):
             self.graphs.race.traces[ev.lane].apply(ev.event)
             if isinstance(ev.event, Finished) and ev.event.error:
                 self.show_error(f"Race ({ev.lane}) failed: {ev.event.error}")
