@@ -242,7 +242,7 @@ class LiveGraphs(QWidget):
         # measured point, and break-even
         self.theory_plot = _plot("Theory vs practice", "speedup", "γ (draft length)", count_bottom=True)
         pi = self.theory_plot.getPlotItem()
-        pi.addLegend(offset=(-4, -4), labelTextSize="8pt", brush=pg.mkBrush(0, 0, 0, 0))
+        pi.addLegend(offset=(-4, 4), labelTextSize="7pt", brush=pg.mkBrush(0, 0, 0, 0), verSpacing=-6)
         self.theory_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2, style=Qt.PenStyle.DashLine),
                                     name="textbook (checking costs 1 step)")
         self.practical_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="with measured costs")
@@ -555,7 +555,7 @@ class LiveGraphs(QWidget):
                 item.setData([], [])
             self.theory_caption = "no draft tokens yet" if self._n else ""
             self.theory_words = ""
-        self._theory_top = nice_ceiling(top * 1.05)
+        self._theory_top = nice_ceiling(top * 1.5)  # room above the curves for the legend
         words = (f"<b>Theory vs practice</b> ({self.theory_caption}): {html.escape(self.theory_words)}"
                  if self.theory_caption and self.theory_words else "")
         if words != self.words.text():

@@ -482,7 +482,8 @@ class MainWindow(QMainWindow):
             self.baselines.clear()  # measurements of another verifier (or asked to measure again)
             if session.baseline_tps:
                 self.baselines.add(BaselineSample(session.baseline_tps, self._calibration_prompt_tokens(session),
-                                                  "calibration", graphs_live=False))
+                                                  "calibration", graphs_live=False,
+                                                  verify_s_per_token=session.baseline_verify_s))
         self._remeasure = False
         self._models_dirty = False
         self.settings_panel.set_dirty(False)
