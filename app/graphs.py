@@ -38,8 +38,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.speedup import measured_costs, nice_ceiling, practical_speedup, why_they_differ
+from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import ReplyTrace
 from specdec_core.stats import predicted_speedup
 
@@ -456,8 +456,8 @@ class LiveGraphs(QWidget):
         self._set_ranges(name)
 
     def _set_ranges(self, only: str | None = None, force: bool = False) -> None:
-        """Axis ranges from the data, never below zero, growing in steps (app.speedup.nice_ceiling) (an axis whose range did
-        not change is not re-laid out)."""
+        """Axis ranges from the data, never below zero, growing in steps (app.speedup.nice_ceiling): an axis
+        whose range did not change is not re-laid out."""
         n = self.b_t.n
         running = self.b_tps.data[np.isfinite(self.b_tps.data)]
         per_round = self.b_tps_round.data[np.isfinite(self.b_tps_round.data)]

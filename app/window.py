@@ -10,7 +10,6 @@ only through `set_busy`, and build prompts with `prompt_messages`.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
@@ -22,9 +21,7 @@ from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
-    QListWidget,
     QListWidgetItem,
     QMainWindow,
     QMenu,
@@ -39,12 +36,13 @@ from PySide6.QtWidgets import (
 )
 
 from app import gc_pin
-from app.fit import fit_to_screen
 from app import session as sess
 from app.chat_view import ChatView, Legend, MessageBubble, copy_text
+from app.fit import fit_to_screen
 from app.graphs import GraphsPanel, stats_csv, stats_json
 from app.session import LoadRequest, LoadStep, PromptInfo, Session
 from app.settings_panel import SettingsPanel
+from app.sidebar import ConversationSidebar
 from app.speedup import BaselineBook, BaselineSample
 from app.store import (
     DEFAULT_VERIFIER,
@@ -225,22 +223,13 @@ class MainWindow(QMainWindow):
 
         # left: conversations and settings
         self.left_tabs = QTabWidget()
-        chats = QWidget()
-        cl = QVBoxLayout(chats)
-        cl.setContentsMargins(4, 4, 4, 4)
-        new = QPushButton("New chat")
-        new.setToolTip("Start a new conversation (Ctrl+N)")
-        new.clicked.connect(self.new_chat)
-        cl.addWidget(new)
-        self.conv_list = QListWidget()
-        self.conv_list.setObjectName("conversations")
-        self.conv_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.conv_list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.conv_list.itemClicked.connect(self._open_item)
-        self.conv_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.conv_list.customContextMenuRequested.connect(self._conv_menu)
-        cl.addWidget(self.conv_list, 1)
-        self.left_tabs.addTab(chats, "Chats")
+        self.sidebar = ConversationSidebar(self.store)
+        self.sidebar.new_requested.connect(self.new_chat)
+        self.sidebar.open_requested.connect(self.open_conversation)
+        self.sidebar.renamed.connect(lambda _id: self._refresh_sidebar())
+        self.sidebar.deleted.connect(self._conversation_deleted)
+        self.conv_list = self.sidebar.list
+        self.left_tabs.addTab(self.sidebar, "Chats")
         self.settings_panel = SettingsPanel(self.settings)
         self.settings_panel.changed.connect(self._settings_changed)
         self.settings_panel.models_changed.connect(self._models_changed)
@@ -956,56 +945,15 @@ class MainWindow(QMainWindow):
         return None
 
     def _refresh_sidebar(self) -> None:
-        self.conv_list.blockSignals(True)
-        self.conv_list.clear()
-        infos = self.store.list()
-        if not any(info.id == self.conv.id for info in infos):
-            # The open chat is not saved yet (nothing sent): it still gets its row, at the top.
-            item = QListWidgetItem(self.conv.title if self.conv.messages else "New chat")
-            item.setData(Qt.ItemDataRole.UserRole, self.conv.id)
-            item.setToolTip("Not saved yet: it is saved with its first message")
-            font = item.font()
-            font.setItalic(True)
-            item.setFont(font)
-            self.conv_list.addItem(item)
-            item.setSelected(True)
-        for info in infos:
-            item = QListWidgetItem(info.title)
-            item.setData(Qt.ItemDataRole.UserRole, info.id)
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
-            item.setToolTip(f"{info.messages} messages · {when}")
-            self.conv_list.addItem(item)
-            if info.id == self.conv.id:
-                item.setSelected(True)
-        self.conv_list.blockSignals(False)
+        self.sidebar.refresh(self.conv)
 
     def _open_item(self, item: QListWidgetItem) -> None:
-        conv_id = item.data(Qt.ItemDataRole.UserRole)
-        if conv_id != self.conv.id:
-            self.open_conversation(conv_id)
+        self.sidebar.open_item(item)
 
-    def _conv_menu(self, pos) -> None:
-        item = self.conv_list.itemAt(pos)
-        if item is None:
-            return
-        conv_id = item.data(Qt.ItemDataRole.UserRole)
-        menu = QMenu(self)
-        rename = menu.addAction("Rename…")
-        delete = menu.addAction("Delete")
-        chosen = menu.exec(self.conv_list.mapToGlobal(pos))
-        if chosen is rename:
-            title, ok = QInputDialog.getText(self, "Rename", "Title", text=item.text())
-            if ok and title.strip():
-                conv = self.conv if conv_id == self.conv.id else self.store.load(conv_id)
-                conv.title = title.strip()
-                self.store.save(conv)
-                self._refresh_sidebar()
-        elif chosen is delete:
-            if QMessageBox.question(self, "Delete", f"Delete “{item.text()}”?") == QMessageBox.StandardButton.Yes:
-                self.store.delete(conv_id)
-                if conv_id == self.conv.id:
-                    self.new_chat()
-                self._refresh_sidebar()
+    def _conversation_deleted(self, conv_id: str) -> None:
+        if conv_id == self.conv.id:
+            self.new_chat()
+        self._refresh_sidebar()
 
     # ----------------------------------------------------------------------------------- exports --
     def _save_path(self, title: str, suggested: str, filt: str) -> str:

@@ -8,11 +8,9 @@ import subprocess
 import sys
 import time
 
-from PySide6.QtCore import QEvent, QPoint, QPointF
+from PySide6.QtCore import QEvent, QPointF
 from PySide6.QtGui import QColor, QHelpEvent, QImage, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication, QToolTip
-
-from specdec_core.events import TokenState
 
 
 def luminance(c: QColor) -> float:
