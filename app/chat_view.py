@@ -363,7 +363,11 @@ class ChatView(QScrollArea):
         for i in reversed(range(self._layout.count())):
             w = self._layout.itemAt(i).widget()
             if w is not None and w is not self.empty:
-                w.setParent(None)
+                # Out of the layout and hidden, but still parented until Qt deletes it: setParent(None)
+                # handed the widget to its Python wrapper, which could free it with a deferred delete still
+                # pending (a crash after some dozens of new chats).
+                self._layout.removeWidget(w)
+                w.hide()
                 w.deleteLater()
         self.bubbles.clear()
         self._streaming = None

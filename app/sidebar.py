@@ -55,23 +55,26 @@ class ConversationSidebar(QWidget):
         self.list.clear()
         infos = self.store.list()
         if not any(info.id == current.id for info in infos):
-            item = QListWidgetItem(current.title if current.messages else "New chat")
-            item.setData(Qt.ItemDataRole.UserRole, current.id)
-            item.setToolTip("Not saved yet: it is saved with its first message")
+            item = self._add(current.title if current.messages else "New chat", current.id,
+                             "Not saved yet: it is saved with its first message")
             font = item.font()
             font.setItalic(True)
             item.setFont(font)
-            self.list.addItem(item)
             item.setSelected(True)
         for info in infos:
-            item = QListWidgetItem(info.title)
-            item.setData(Qt.ItemDataRole.UserRole, info.id)
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
-            item.setToolTip(f"{info.messages} messages · {when}")
-            self.list.addItem(item)
+            item = self._add(info.title, info.id, f"{info.messages} messages · {when}")
             if info.id == current.id:
                 item.setSelected(True)
         self.list.blockSignals(False)
+
+    def _add(self, title: str, conv_id: str, tip: str) -> QListWidgetItem:
+        # The list creates the item itself (the text overload of addItem), so the list alone owns it.
+        self.list.addItem(title)
+        item = self.list.item(self.list.count() - 1)
+        item.setData(Qt.ItemDataRole.UserRole, conv_id)
+        item.setToolTip(tip)
+        return item
 
     def open_item(self, item: QListWidgetItem) -> None:
         conv_id = item.data(Qt.ItemDataRole.UserRole)
