@@ -25,7 +25,7 @@ import json
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QGridLayout,
@@ -89,6 +89,14 @@ class CountAxis(pg.AxisItem):
         return out[:1] if out else [(1.0, 0.0)]
 
 
+class _PlotWidget(pg.PlotWidget):
+    """A plot whose preferred size is modest: a scroll area sizes its content by preferred heights, and
+    the default (a 640×480 view) made the two-column panel three plots of ~500 px tall."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(PLOT_MIN_WIDTH + 40, ONE_COLUMN_HEIGHT)
+
+
 def _plot(title: str, left: str, bottom: str, *, count_left: bool = False, count_bottom: bool = False
           ) -> pg.PlotWidget:
     axes = {}
@@ -96,7 +104,7 @@ def _plot(title: str, left: str, bottom: str, *, count_left: bool = False, count
         axes["left"] = CountAxis("left")
     if count_bottom:
         axes["bottom"] = CountAxis("bottom")
-    w = pg.PlotWidget(axisItems=axes)
+    w = _PlotWidget(axisItems=axes)
     w.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
     pi = w.getPlotItem()
     pi.setTitle(f"<span style='font-size:10pt'>{title}</span>")
