@@ -128,7 +128,7 @@ class MainWindow(QMainWindow):
         self.persist_settings = persist_settings
         self.session: Session | None = None
         self.conv = Conversation(system=self.settings.system_prompt)
-        self.busy: Busy = Busy.IDLE
+        self._busy = Busy.IDLE
         self.baselines = BaselineBook()  # verifier-alone measurements of the loaded verifier (app/speedup.py)
         self._undo: list[Message] | None = None  # the conversation before the last edit removed turns
         self._race_prompt_tokens = 0
@@ -331,13 +331,24 @@ class MainWindow(QMainWindow):
         return QSize(DEFAULT_SIZE)
 
     # ----------------------------------------------------------------------------- public surface --
+    @property
+    def busy(self) -> Busy:
+        """What the engine is doing; every change is announced on `busy_changed`."""
+        return self._busy
+
+    @busy.setter
+    def busy(self, state: Busy | str) -> None:
+        state = Busy(state)
+        if state != self._busy:
+            self._busy = state
+            if not self._closing:
+                self.busy_changed.emit(state)
+
     def set_busy(self, state: Busy | str) -> None:
         """Say what the engine is doing (the rank dialog and talk mode use this too); updates the controls."""
         self.busy = Busy(state)
-        if self._closing:
-            return
-        self._update_controls()
-        self.busy_changed.emit(self.busy)
+        if not self._closing:
+            self._update_controls()
 
     def prompt_messages(self, prompt: str | None = None) -> list[dict] | str:
         """The chat messages a race or a talk demo runs: the conversation plus `prompt` (else the

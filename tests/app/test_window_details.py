@@ -204,3 +204,16 @@ def test_quitting_mid_reply_exits_within_a_second_and_keeps_the_partial_reply(ti
     reply = conv.messages[-1]
     assert reply.role == "assistant" and reply.content and reply.trace is not None
     assert reply.trace.stop_reason == "cancelled" and len(reply.trace.tokens) >= 20
+
+
+def test_busy_is_one_public_state_announced_on_each_change(make_window, qtbot, send_and_wait):
+    from app.window import Busy
+
+    w = make_window(max_new_tokens=6)
+    seen = []
+    w.busy_changed.connect(seen.append)
+    send_and_wait(w, "Hello")
+    qtbot.waitUntil(lambda: w.busy == Busy.IDLE, timeout=5000)
+    assert seen == [Busy.REPLY, Busy.IDLE] and not w.busy
+    assert w.prompt_messages("Again?")[-1] == {"role": "user", "content": "Again?"}
+    assert isinstance(make_window(load=False).prompt_messages(), str)  # nothing to run: a sentence why
