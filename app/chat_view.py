@@ -43,6 +43,7 @@ def _p(x: float | None) -> str:
 
 DRAFT_STOP_WORDS = {
     "gamma": "reached γ, the round's length limit",
+    "draft_cap": "the draft model's cap on tokens per round (below γ)",
     "confidence": "the draft's confidence fell under the cutoff",
     "eos": "the draft proposed end of text",
     "max_tokens": "the reply's token budget was nearly spent",

@@ -375,9 +375,9 @@ class LiveGraphs(QWidget):
         self._n = len(trace.rounds)
         return True
 
-    def flush(self) -> bool:
-        """Copy new rounds into the buffers; redraw the next panel that has new data (all of them once
-        the reply has finished). True if anything was drawn."""
+    def flush(self, panels: bool = True) -> bool:
+        """Copy new rounds into the buffers and update the header; with `panels`, also redraw the next panel
+        that has new data (all of them once the reply has finished). True if anything was drawn."""
         trace = self.trace
         if trace is None:
             return False
@@ -392,7 +392,7 @@ class LiveGraphs(QWidget):
             return False
         if new or self._dirty:
             self._draw_header()
-        if self._dirty:
+        if self._dirty and panels:
             self._draw_panel(self._dirty.pop(0))
             return True
         return False
@@ -694,7 +694,7 @@ class GraphsPanel(QWidget):
         row.addWidget(self.export_stats)
         lay.addLayout(row)
 
-    def flush(self) -> bool:
-        a = self.live.flush()
-        b = self.race.flush()
+    def flush(self, panels: bool = True) -> bool:
+        a = self.live.flush(panels)
+        b = self.race.flush() if panels else False
         return a or b

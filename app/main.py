@@ -171,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     code = app.exec()
     code = code or state["code"]
     shutdown_clean(0.2)  # delivers a reply's last events (its Finished is saved), closeEvent waited 0.3 s
+    store.close()  # finish the store's queued background writes before the process ends
     sys.stdout.flush()
     sys.stderr.flush()
-    # Everything is saved (conversations and settings are written atomically as they change, and again
-    # on close). Interpreter teardown (torch, Qt objects, a worker still inside a long torch call) takes
+    # Everything is saved (conversations and settings are written as they change, the store's queue is
+    # finished above). Interpreter teardown (torch, Qt objects, a worker still inside a long torch call) takes
     # seconds and saves nothing, so the process ends here: quitting takes well under a second.
     os._exit(code)
 

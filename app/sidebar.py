@@ -28,6 +28,7 @@ class ConversationSidebar(QWidget):
     open_requested = Signal(str)  # conversation id
     deleted = Signal(str)  # conversation id, already removed from the store
     renamed = Signal(str)
+    failed = Signal(str)  # a sentence for the user
 
     def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -94,10 +95,13 @@ class ConversationSidebar(QWidget):
         if chosen is rename:
             title, ok = QInputDialog.getText(self, "Rename", "Title", text=item.text())
             if ok and title.strip():
-                conv = current if current is not None and conv_id == current.id else self.store.load(conv_id)
-                conv.title = title.strip()
-                if conv.messages:
-                    self.store.save(conv)
+                try:
+                    conv = current if current is not None and conv_id == current.id else self.store.load(conv_id)
+                    conv.title = title.strip()
+                    if conv.messages:
+                        self.store.save(conv)
+                except (OSError, ValueError, KeyError) as exc:
+                    self.failed.emit(f"Could not rename that conversation: {exc}")
                 self.renamed.emit(conv_id)
         elif chosen is delete:
             if QMessageBox.question(self, "Delete", f"Delete “{item.text()}”?") == QMessageBox.StandardButton.Yes:

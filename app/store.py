@@ -1,27 +1,46 @@
 """Saved conversations (with each reply's speculation trace), app settings, and exports. Qt-free.
 
 Layout under the data directory (platformdirs' user data dir, or $SPECDEC_DATA_DIR):
-    conversations/<id>.json    one conversation: messages, and each assistant reply's ReplyTrace
-    settings.json              the app's settings
+    conversations.sqlite3     every conversation: one row each, one row per message, one blob per trace
+    conversations/<id>.json   the JSON files of versions before the database; imported once, left in place
+    settings.json             the app's settings
 
-Every write is atomic: the JSON goes to a temp file in the same folder, is fsync'ed, then os.replace'd
-over the old file. A crash or a full disk mid-write leaves the previous version intact.
+Why SQLite: a reply used to rewrite its whole conversation file, traces included (17 MB and 2 s per
+save after 200 replies), and listing parsed every file. Now a save writes only the messages that
+changed since the last save or load, in one transaction (WAL journal: a crash or a full disk
+mid-write leaves the previous state), and the sidebar reads one indexed table. Saves run on a single
+writer thread, in order; `save` waits for its write, `save_in_background` does not.
+
+Everything read back is validated (app/validate.py): a damaged row, trace or JSON file is skipped or
+dropped and described in `notices`, never fatal. Data written by a newer version (a higher `format`)
+opens read-only and is never overwritten; fields this version does not know are kept and written back.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 import os
+import sqlite3
 import tempfile
+import threading
 import time
+import typing
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-from app.trace import ReplyTrace
+from app.trace import ReplyTrace, RoundRecord, TokenRecord
+from app.validate import InvalidData, checked_fields, valid_text
+from specdec_core.events import TokenState
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
+SCHEMA_VERSION = 1  # of the database (PRAGMA user_version); migrations below bring older ones up
+DB_NAME = "conversations.sqlite3"
+ROLES = ("user", "assistant", "system")
 
 
 def data_dir() -> Path:
@@ -58,6 +77,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         pass
 
 
+class StoreReadOnlyError(PermissionError):
+    """A save refused: the conversation (or the whole store) was written by a newer version."""
+
+
 # ---- conversations ------------------------------------------------------------------------------
 
 @dataclass
@@ -66,17 +89,29 @@ class Message:
     content: str
     trace: ReplyTrace | None = None  # assistant replies only
     created: float = field(default_factory=time.time)
+    extra: dict = field(default_factory=dict, compare=False, repr=False)  # fields a newer version wrote
 
     def to_dict(self) -> dict:
-        d = {"role": self.role, "content": self.content, "created": self.created}
+        d = {**self.extra, "role": self.role, "content": self.content, "created": self.created}
         if self.trace is not None:
             d["trace"] = self.trace.to_dict()
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> Message:
-        trace = ReplyTrace.from_dict(d["trace"]) if d.get("trace") else None
-        return cls(role=d["role"], content=d.get("content", ""), trace=trace, created=d.get("created", 0.0))
+    def from_dict(cls, d: object, problems: list[str] | None = None) -> Message:
+        """Validated; InvalidData when `d` is not a message at all (a bad trace is only dropped)."""
+        problems = [] if problems is None else problems
+        known, unknown = checked_fields(cls, d, skip=("trace", "extra"), finite=True, problems=problems)
+        if known.get("role") not in ROLES:
+            raise InvalidData(f"a message needs a role ({', '.join(ROLES)})")
+        trace = None
+        if isinstance(d, dict) and d.get("trace"):
+            try:
+                trace = trace_from_dict(d["trace"])
+            except InvalidData as error:
+                problems.append(f"a reply's trace was dropped ({error})")
+        return cls(role=known["role"], content=known.get("content", ""), trace=trace,
+                   created=known.get("created", 0.0), extra=unknown)
 
 
 @dataclass
@@ -87,6 +122,11 @@ class Conversation:
     updated: float = field(default_factory=time.time)
     system: str = ""
     messages: list[Message] = field(default_factory=list)
+    # Not part of the conversation's content:
+    format: int = field(default=FORMAT_VERSION, compare=False, repr=False)
+    extra: dict = field(default_factory=dict, compare=False, repr=False)  # fields a newer version wrote
+    read_only: bool = field(default=False, compare=False, repr=False)  # written by a newer version
+    notices: list[str] = field(default_factory=list, compare=False, repr=False)  # what loading dropped
 
     def chat_messages(self) -> list[dict]:
         """What the models see: roles and texts (a reply's text is its committed tokens)."""
@@ -100,15 +140,94 @@ class Conversation:
                 self.title = line[:48] + ("…" if len(line) > 48 else "")
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT_VERSION, "id": self.id, "title": self.title, "created": self.created,
-                "updated": self.updated, "system": self.system,
+        return {**self.extra, "format": max(self.format, FORMAT_VERSION), "id": self.id, "title": self.title,
+                "created": self.created, "updated": self.updated, "system": self.system,
                 "messages": [m.to_dict() for m in self.messages]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Conversation:
-        return cls(id=d["id"], title=d.get("title", "Untitled"), created=d.get("created", 0.0),
-                   updated=d.get("updated", 0.0), system=d.get("system", ""),
-                   messages=[Message.from_dict(m) for m in d.get("messages", [])])
+    def from_dict(cls, d: object) -> Conversation:
+        """Validated. InvalidData when `d` is not a conversation; a bad message or trace is dropped and
+        described in `notices`. A newer format is read as far as it goes and marked read-only."""
+        problems: list[str] = []
+        known, unknown = checked_fields(cls, d, skip=("messages", "read_only", "notices", "extra"), finite=True,
+                                        problems=problems)
+        if not check_id(known.get("id")):
+            raise InvalidData("it has no valid id")
+        fmt = known.get("format", 1)
+        if fmt < 1:
+            raise InvalidData(f"unknown format {fmt}")
+        raw_messages = d.get("messages", []) if isinstance(d, dict) else []
+        if not isinstance(raw_messages, list):
+            raise InvalidData("its messages are not a list")
+        messages = []
+        for i, m in enumerate(raw_messages):
+            try:
+                messages.append(Message.from_dict(m, problems))
+            except InvalidData as error:
+                problems.append(f"message {i + 1} was dropped ({error})")
+        conv = cls(id=known["id"], title=known.get("title", "Untitled"), created=known.get("created", 0.0),
+                   updated=known.get("updated", 0.0), system=known.get("system", ""), messages=messages,
+                   format=fmt, extra=unknown)
+        conv.notices = [f"“{conv.title}”: {p}" for p in problems]
+        if fmt > FORMAT_VERSION:
+            conv.read_only = True
+            conv.notices.insert(0, f"“{conv.title}” was saved by a newer version of specdec (format {fmt}); "
+                                   "it is open read-only, so nothing of it is lost")
+        return conv
+
+
+def check_id(conv_id: object) -> bool:
+    return (isinstance(conv_id, str) and 0 < len(conv_id) <= 200 and valid_text(conv_id)
+            and not any(c in conv_id for c in "/\\\0") and not conv_id.startswith("."))
+
+
+def trace_from_dict(data: object) -> ReplyTrace:
+    """A ReplyTrace from JSON, every field checked; records with bad fields are dropped."""
+    problems: list[str] = []
+    known, _ = checked_fields(ReplyTrace, data, skip=("tokens", "rounds"), problems=problems)
+    assert isinstance(data, dict)
+    tokens = [TokenRecord(**r) for r in _records(TokenRecord, data.get("tokens", []))]
+    rounds = [RoundRecord(**r) for r in _records(RoundRecord, data.get("rounds", []))]
+    trace = ReplyTrace(**known, tokens=tokens, rounds=rounds)
+    try:
+        trace.summary()  # reads the stats dict
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+        trace.stats = None
+    return trace
+
+
+_REQUIRED: dict[type, tuple[str, ...]] = {}
+
+
+def _records(cls: type, items: object) -> list[dict]:
+    if not isinstance(items, list):
+        raise InvalidData(f"{cls.__name__} records are not a list")
+    required = _REQUIRED.setdefault(cls, tuple(f.name for f in fields(cls)
+                                                if f.default is MISSING and f.default_factory is MISSING))
+    out = []
+    for item in items:
+        known, _ = checked_fields(cls, item)
+        if all(name in known for name in required) and _plausible(known):
+            out.append(known)
+    if len(out) < len(items):
+        raise InvalidData(f"{len(items) - len(out)} of {len(items)} {cls.__name__} records are damaged")
+    return out
+
+
+_STATES = frozenset(state.value for state in TokenState)
+_MAX_COUNT = 4096  # draft tokens per round and the like: the graphs size their buffers by these
+
+
+def _plausible(record: dict) -> bool:
+    """Values a record can really have: counts and indices are small and not negative (the graphs grow a
+    histogram to the largest γ they see), states are TokenState values."""
+    for key, value in record.items():
+        if isinstance(value, int) and not isinstance(value, bool) and key != "token_id":
+            if not 0 <= value <= (_MAX_COUNT if key in ("drafted", "accepted", "gamma", "position") else 10**9):
+                return False
+    if record.get("state", "accepted") not in _STATES or record.get("emitted_state", "accepted") not in _STATES:
+        return False
+    return not ("accepted" in record and "drafted" in record and record["accepted"] > record["drafted"])
 
 
 @dataclass(frozen=True)
@@ -117,45 +236,391 @@ class ConversationInfo:
     title: str
     updated: float
     messages: int
+    read_only: bool = False
+
+
+# ---- the database -------------------------------------------------------------------------------
+
+_SCHEMA_1 = """
+CREATE TABLE conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    system TEXT NOT NULL,
+    format INTEGER NOT NULL,
+    extra TEXT NOT NULL,            -- JSON object: fields this version does not know
+    message_count INTEGER NOT NULL,
+    document TEXT                   -- a newer format's whole JSON document, kept as it was
+);
+CREATE INDEX conversations_by_updated ON conversations (updated DESC);
+CREATE TABLE messages (
+    conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    created REAL NOT NULL,
+    extra TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, position)
+) WITHOUT ROWID;
+CREATE TABLE traces (               -- apart from messages: the sidebar and a reopened chat read text first
+    conversation_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    data BLOB NOT NULL,             -- zlib-compressed JSON of ReplyTrace.to_dict()
+    PRIMARY KEY (conversation_id, position),
+    FOREIGN KEY (conversation_id, position) REFERENCES messages ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE TABLE imported_files (       -- JSON files of earlier versions, imported (or refused) once each
+    name TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    outcome TEXT NOT NULL
+);
+"""
+
+# Migration n brings a database from user_version n - 1 to n, inside one transaction.
+_MIGRATIONS: dict[int, str] = {1: _SCHEMA_1}
+
+
+@dataclass
+class _SaveJob:
+    """One save, prepared on the caller's thread (a snapshot: the conversation may change right after)."""
+
+    row: tuple  # the conversations row
+    count: int  # messages now; rows at and past this position are deleted
+    changed: list[tuple[tuple, bytes | None]]  # (message row, trace JSON or None)
+
+
+def _fingerprint(m: Message) -> tuple:
+    """Cheap identity of a message's saved state: a reply's trace grows while it streams, and may be
+    replaced (regenerate), so its object, sizes and final fields are part of it."""
+    t = m.trace
+    trace = None if t is None else (id(t), len(t.tokens), len(t.rounds), t.stop_reason, t.error, t.baseline_tps,
+                                    t.stats is None, t.verifier, t.drafter)
+    return (m.role, m.content, m.created, trace, id(m.extra), len(m.extra))
 
 
 class ConversationStore:
+    """Conversations in SQLite. `save`, `load`, `list` and `delete` may be called from any one thread
+    (the GUI's); writes run in order on the store's own writer thread."""
+
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else data_dir()
-        self.folder = self.root / "conversations"
+        self.folder = self.root / "conversations"  # JSON files of earlier versions
+        self.db_path = self.root / DB_NAME
+        self.notices: list[str] = []  # what opening the store skipped or refused, for the window to show
+        self.read_only = False
+        self._saved: dict[str, list[tuple]] = {}  # conversation id -> fingerprints of its stored messages
+        self._pending: dict[str, ConversationInfo | None] = {}  # queued writes, for list(); None: deleted
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-store")
+        self._open()
 
-    def path(self, conv_id: str) -> Path:
-        if not conv_id or "/" in conv_id or "\\" in conv_id or conv_id.startswith("."):
-            raise ValueError(f"bad conversation id {conv_id!r}")
-        return self.folder / f"{conv_id}.json"
+    # -- connections --
+    def _connect(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self.read_only and self.db_path.exists():
+                conn = sqlite3.connect(f"{self.db_path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                       timeout=10)
+            else:
+                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=10)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; WAL keeps it atomic
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+        return conn
 
+    def _open(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            try:
+                conn = self._connect()
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+            except sqlite3.DatabaseError as error:
+                if type(error) is not sqlite3.DatabaseError:  # OperationalError etc.: not a damaged file
+                    raise
+                self._set_aside(error)
+                conn = self._connect()
+                version = 0
+        except (OSError, sqlite3.Error) as error:
+            self.read_only = True
+            self.notices.append(f"Saved conversations cannot be opened ({error}); nothing will be saved")
+            self._local.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._local.conn.executescript(_SCHEMA_1)
+            return
+        if version > SCHEMA_VERSION:
+            self.read_only = True
+            self._local.conn = None
+            self.notices.append(f"{self.db_path} was written by a newer version of specdec (schema {version}); "
+                                "conversations are open read-only")
+            return
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            try:  # one transaction per step: a crash leaves the previous version, never half of one
+                conn.executescript(f"BEGIN IMMEDIATE;\n{_MIGRATIONS[target]}\nPRAGMA user_version = {target};\n"
+                                   "COMMIT;")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        self._import_json_files(conn)
+
+    def _set_aside(self, error: Exception) -> None:
+        """A database file that is not one (damaged): keep it for recovery, start a new one."""
+        self._local.conn = None
+        aside = self.db_path.with_name(f"{DB_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(str(self.db_path) + suffix)
+            if path.exists():
+                os.replace(path, Path(str(aside) + suffix))
+        self.notices.append(f"The conversation database could not be read ({error}); it was kept as {aside.name} "
+                            "and a new one started")
+
+    def close(self) -> None:
+        """Finish queued writes and close the connections."""
+        self._writer.shutdown(wait=True)
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- saving --
     def save(self, conv: Conversation) -> None:
-        conv.updated = time.time()
-        atomic_write_text(self.path(conv.id), json.dumps(conv.to_dict(), ensure_ascii=False))
+        """Write what changed in `conv` since it was last saved or loaded, and wait for it."""
+        self.save_in_background(conv).result()
 
+    def save_in_background(self, conv: Conversation) -> Future:
+        """Queue the write of what changed in `conv`; the Future raises what the write raised (OSError,
+        sqlite3.Error). Prepared here (O(changed messages)), written on the store's thread."""
+        if self.read_only or conv.read_only:
+            raise StoreReadOnlyError(f"“{conv.title}” was saved by a newer version of specdec and is read-only "
+                                     "here" if conv.read_only else "the conversation store is read-only")
+        if not check_id(conv.id):
+            raise ValueError(f"bad conversation id {conv.id!r}")
+        conv.updated = time.time()
+        job = self._prepare(conv)
+        info = ConversationInfo(conv.id, conv.title, conv.updated, len(conv.messages))
+        with self._lock:
+            self._pending[conv.id] = info
+            self._saved[conv.id] = [_fingerprint(m) for m in conv.messages]
+        future = self._writer.submit(self._write, job)
+        future.add_done_callback(lambda f, i=info: self._written(conv.id, i, f))
+        return future
+
+    def _prepare(self, conv: Conversation) -> _SaveJob:
+        saved = self._saved.get(conv.id, [])
+        changed = []
+        for i, m in enumerate(conv.messages):
+            if i < len(saved) and saved[i] == _fingerprint(m):
+                continue
+            row = (conv.id, i, m.role, m.content, m.created, json.dumps(m.extra, ensure_ascii=False))
+            trace = None if m.trace is None else json.dumps(m.trace.to_dict(), ensure_ascii=False).encode()
+            changed.append((row, trace))
+        row = (conv.id, conv.title, conv.created, conv.updated, conv.system, FORMAT_VERSION,
+               json.dumps(conv.extra, ensure_ascii=False), len(conv.messages))
+        return _SaveJob(row=row, count=len(conv.messages), changed=changed)
+
+    def _write(self, job: _SaveJob, conn: sqlite3.Connection | None = None) -> None:
+        conn = conn or self._connect()
+        conv_id = job.row[0]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            existing = conn.execute("SELECT format FROM conversations WHERE id = ?", (conv_id,)).fetchone()
+            if existing is not None and isinstance(existing[0], int) and existing[0] > FORMAT_VERSION:
+                raise StoreReadOnlyError(f"conversation {conv_id} was saved by a newer version of specdec")
+            conn.execute(
+                "INSERT INTO conversations (id, title, created, updated, system, format, extra, message_count) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET title = excluded.title, "
+                "created = excluded.created, updated = excluded.updated, system = excluded.system, "
+                "format = excluded.format, extra = excluded.extra, message_count = excluded.message_count",
+                job.row)
+            conn.execute("DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conv_id, job.count))
+            for row, trace in job.changed:
+                conn.execute("INSERT OR REPLACE INTO messages (conversation_id, position, role, content, created, "
+                             "extra) VALUES (?, ?, ?, ?, ?, ?)", row)
+                if trace is None:
+                    conn.execute("DELETE FROM traces WHERE conversation_id = ? AND position = ?", row[:2])
+                else:
+                    conn.execute("INSERT OR REPLACE INTO traces (conversation_id, position, data) VALUES (?, ?, ?)",
+                                 (*row[:2], zlib.compress(trace, 1)))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _written(self, conv_id: str, info: ConversationInfo | None, future: Future) -> None:
+        with self._lock:
+            if self._pending.get(conv_id, "gone") is info:
+                del self._pending[conv_id]
+            if future.exception() is not None:
+                self._saved.pop(conv_id, None)  # unknown what is stored now: the next save writes it all
+
+    # -- reading --
     def load(self, conv_id: str) -> Conversation:
-        return Conversation.from_dict(json.loads(self.path(conv_id).read_text(encoding="utf-8")))
+        """The conversation, validated: damaged messages or traces are dropped and named in `notices`.
+        Raises KeyError when there is no such conversation, InvalidData when its row is unreadable."""
+        self._writer.submit(lambda: None).result()  # queued writes of it land first
+        try:
+            return self._load(conv_id)
+        except sqlite3.Error as error:  # a damaged page, a newer schema
+            raise InvalidData(f"conversation {conv_id} cannot be read: {error}") from error
+
+    def _load(self, conv_id: str) -> Conversation:
+        conn = self._connect()
+        row = conn.execute("SELECT id, title, created, updated, system, format, extra, document "
+                           "FROM conversations WHERE id = ?", (conv_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"no saved conversation {conv_id!r}")
+        fmt = row[5]
+        if isinstance(fmt, int) and fmt > FORMAT_VERSION:
+            try:
+                document = json.loads(row[7]) if isinstance(row[7], str) else None
+            except ValueError:
+                document = None
+            if not isinstance(document, dict):
+                raise InvalidData(f"conversation {conv_id} was saved by a newer version and cannot be read here")
+            document = {**document, "id": conv_id, "format": fmt}
+            return Conversation.from_dict(document)
+        extra = _json_object(row[6])
+        head = {**extra, "id": row[0], "title": row[1], "created": row[2], "updated": row[3], "system": row[4],
+                "format": fmt, "messages": []}
+        traces = dict(conn.execute("SELECT position, data FROM traces WHERE conversation_id = ?", (conv_id,)))
+        problems = []
+        for position, role, content, created, m_extra in conn.execute(
+                "SELECT position, role, content, created, extra FROM messages WHERE conversation_id = ? "
+                "ORDER BY position", (conv_id,)):
+            message = {**_json_object(m_extra), "role": role, "content": content, "created": created}
+            if position in traces:
+                try:
+                    message["trace"] = json.loads(zlib.decompress(traces[position]))
+                except (zlib.error, ValueError, TypeError) as error:
+                    problems.append(f"the trace of message {position + 1} was dropped ({error})")
+            head["messages"].append(message)
+        conv = Conversation.from_dict(head)
+        conv.notices[:0] = [f"“{conv.title}”: {p}" for p in problems]
+        with self._lock:
+            self._saved[conv.id] = [_fingerprint(m) for m in conv.messages] if not problems and \
+                len(conv.messages) == len(head["messages"]) else []
+        return conv
 
     def delete(self, conv_id: str) -> None:
-        try:
-            self.path(conv_id).unlink()
-        except FileNotFoundError:
-            pass
+        if self.read_only:
+            raise StoreReadOnlyError("the conversation store is read-only")
+        with self._lock:
+            self._pending[conv_id] = None
+            self._saved.pop(conv_id, None)
+
+        def write() -> None:
+            conn = self._connect()
+            with _transaction(conn):
+                conn.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
+
+        future = self._writer.submit(write)
+        future.add_done_callback(lambda f: self._written(conv_id, None, f))
+        future.result()
 
     def list(self) -> list[ConversationInfo]:
-        """Saved conversations, most recently updated first; unreadable files are skipped."""
-        out = []
-        if not self.folder.is_dir():
-            return out
-        for p in self.folder.glob("*.json"):
-            try:
-                d = json.loads(p.read_text(encoding="utf-8"))
-                out.append(ConversationInfo(d["id"], d.get("title", "Untitled"), d.get("updated", 0.0),
-                                            len(d.get("messages", []))))
-            except (OSError, ValueError, KeyError):
+        """Saved conversations, most recently updated first (queued saves included); bad rows skipped."""
+        out: dict[str, ConversationInfo] = {}
+        try:
+            rows = self._connect().execute("SELECT id, title, updated, message_count, format FROM conversations "
+                                           "ORDER BY updated DESC").fetchall()
+        except sqlite3.Error as error:  # e.g. a newer schema this version cannot read
+            rows = []
+            notice = f"Saved conversations cannot be listed ({error})"
+            if notice not in self.notices:
+                self.notices.append(notice)
+        for conv_id, title, updated, count, fmt in rows:
+            if not (check_id(conv_id) and valid_text(title) and isinstance(updated, (int, float))
+                    and isinstance(count, int) and isinstance(fmt, int)):
                 continue
-        out.sort(key=lambda c: c.updated, reverse=True)
-        return out
+            out[conv_id] = ConversationInfo(conv_id, title, float(updated), count, fmt > FORMAT_VERSION)
+        with self._lock:
+            pending = dict(self._pending)
+        for conv_id, info in pending.items():
+            if info is None:
+                out.pop(conv_id, None)
+            else:
+                out[conv_id] = info
+        infos = list(out.values())
+        if pending:
+            infos.sort(key=lambda c: c.updated if math.isfinite(c.updated) else 0.0, reverse=True)
+        return infos
+
+    # -- the JSON files of earlier versions --
+    def _import_json_files(self, conn: sqlite3.Connection) -> None:
+        """Import each conversations/*.json once (again only if the file changes); report what is refused."""
+        try:
+            paths = sorted(self.folder.glob("*.json"))
+        except OSError:
+            return
+        if not paths:
+            return
+        seen = {name: (size, mtime) for name, size, mtime in
+                conn.execute("SELECT name, size, mtime_ns FROM imported_files")}
+        for path in paths:
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            if seen.get(path.name) == (stat.st_size, stat.st_mtime_ns):
+                continue
+            try:
+                outcome = self._import_one(conn, path)
+            except (sqlite3.Error, ValueError, RecursionError) as error:  # never a reason not to start
+                outcome = f"it could not be imported ({error})"
+            if outcome != "imported":
+                self.notices.append(f"Skipped {path.name} in {self.folder}: {outcome}")
+            with _transaction(conn):
+                conn.execute("INSERT OR REPLACE INTO imported_files VALUES (?, ?, ?, ?)",
+                             (path.name, stat.st_size, stat.st_mtime_ns, outcome))
+
+    def _import_one(self, conn: sqlite3.Connection, path: Path) -> str:
+        try:
+            text = path.read_bytes().decode("utf-8")
+            document = json.loads(text)
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+            return f"it is not readable JSON ({str(error)[:120]})"
+        try:
+            conv = Conversation.from_dict(document)
+        except (InvalidData, RecursionError) as error:
+            return f"it is not a conversation ({error})"
+        self.notices.extend(conv.notices)
+        existing = conn.execute("SELECT updated FROM conversations WHERE id = ?", (conv.id,)).fetchone()
+        if existing is not None and isinstance(existing[0], (int, float)) and existing[0] >= conv.updated:
+            return "imported"  # the database holds this conversation already, as new or newer
+        if conv.read_only:  # a newer format: keep the whole document, as it was
+            with _transaction(conn):
+                conn.execute("DELETE FROM conversations WHERE id = ?", (conv.id,))
+                conn.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (conv.id, conv.title, conv.created, conv.updated, conv.system, conv.format, "{}",
+                              len(conv.messages), text))
+            return "imported"
+        with self._lock:
+            self._saved.pop(conv.id, None)
+        self._write(self._prepare(conv), conn)
+        return "imported"
+
+
+class _transaction:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, kind, value, tb) -> None:
+        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _json_object(text: object) -> dict:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 # ---- settings -----------------------------------------------------------------------------------
@@ -167,6 +632,10 @@ DEFAULT_VERIFIER = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-draft"
 DEFAULT_DRAFTER = "hybrid"  # "model" | "prompt-lookup" | "hybrid"
 DEFAULT_DRAFT_TOKENS = 1  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
+
+_CHOICES = {"drafter": ("model", "prompt-lookup", "hybrid"), "dtype": ("auto", "float32", "bfloat16", "float16")}
+# Fields GenerationConfig checks (ranges, finite floats): one rule for the CLI, the engine and the app.
+_GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "gamma", "confidence_cutoff")
 
 
 @dataclass
@@ -193,28 +662,67 @@ class Settings:
 
     @classmethod
     def load(cls, root: Path | None = None) -> Settings:
+        """The saved settings; a missing file gives the defaults, and a damaged file or value gives the
+        default for what is damaged, described in the result's `notices` (never an exception)."""
         path = (Path(root) if root else data_dir()) / "settings.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return cls()
-        names = {f.name: f for f in fields(cls)}
         s = cls()
-        for k, v in data.items():
-            if k in names:
-                default = getattr(s, k)
-                if isinstance(default, bool) != isinstance(v, bool):
-                    continue
-                if isinstance(default, (int, float)) and not isinstance(v, (int, float)):
-                    continue
-                if isinstance(default, str) and not isinstance(v, str):
-                    continue
-                setattr(s, k, type(default)(v) if isinstance(default, (int, float, str)) else v)
+        s.notices = []
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            return s
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+            s.notices.append(f"The settings in {path} could not be read ({str(error)[:120]}); using the defaults")
+            return s
+        problems: list[str] = []
+        try:
+            known, _ = checked_fields(cls, _whole_numbers(cls, data), finite=True, problems=problems)
+        except InvalidData as error:
+            s.notices.append(f"The settings in {path} are not settings ({error}); using the defaults")
+            return s
+        for name, value in known.items():
+            problem = _setting_problem(name, value)
+            if problem:
+                problems.append(f"{name}: {problem}")
+            else:
+                setattr(s, name, value)
+        if problems:
+            s.notices.append(f"Some settings in {path} were invalid and use their defaults: " + "; ".join(problems))
         return s
 
     def save(self, root: Path | None = None) -> None:
         path = (Path(root) if root else data_dir()) / "settings.json"
         atomic_write_text(path, json.dumps(asdict(self), indent=2))
+
+
+Settings.notices = ()  # type: ignore[attr-defined]  # what load() refused; set per instance by load()
+
+
+def _whole_numbers(cls: type, data: object) -> object:
+    """JSON has one number type: accept 4.0 for an int setting (not 4.5)."""
+    if not isinstance(data, dict):
+        return data
+    ints = {name for name, hint in typing.get_type_hints(cls).items() if hint is int}
+    return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+
+
+def _setting_problem(name: str, value: object) -> str | None:
+    if name in _CHOICES and value not in _CHOICES[name]:
+        return f"{value!r} is not one of {', '.join(_CHOICES[name])}"
+    if name == "draft_tokens" and isinstance(value, int) and not 0 <= value <= 128:
+        return f"{value} is outside 0..128"
+    if name in _GENERATION_FIELDS:
+        from specdec_core.config import GenerationConfig
+        from specdec_core.errors import ConfigError
+
+        try:
+            GenerationConfig(**{name: value}, **({"gamma_max": max(16, value)} if name == "gamma" else {})
+                             ).validate()
+        except ConfigError as error:
+            return str(error)
+        except TypeError:
+            return f"{value!r} is not valid"
+    return None
 
 
 # ---- exports ------------------------------------------------------------------------------------

@@ -57,6 +57,10 @@ class RoundRecord:
     overhead_s: float
     t_end: float  # engine seconds since decoding began, at the end of this round
     tokens_after: int  # reply tokens emitted up to and including this round
+    # A draft tree's nodes (empty for a chain): dicts with token_id, text, parent (-1: the last committed
+    # token), draft_prob, target_prob, accept_prob (None: never checked) and accepted (on the accepted path).
+    tree: list[dict] = field(default_factory=list)
+    emitted_token_id: int | None = None  # the verifier's correction or bonus token (None: path ended on EOS)
 
     @property
     def total_s(self) -> float:
@@ -102,6 +106,8 @@ class ReplyTrace:
                 emitted_state=TokenState(event.emitted_state).value, stop=str(getattr(event.stop, "value", event.stop)),
                 gamma=event.gamma, draft_s=event.draft_s, verify_s=event.verify_s,
                 overhead_s=event.overhead_s, t_end=t_end, tokens_after=prev + event.n_accepted + 1,
+                tree=[asdict(node) for node in event.tree],
+                emitted_token_id=event.emitted_token_id if event.emitted_state != TokenState.ACCEPTED else None,
             ))
         elif isinstance(event, Prefilled):
             self.prompt_tokens = event.prompt_tokens

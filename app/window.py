@@ -62,9 +62,10 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, StopReason
 
 FLUSH_MS = 40
-# Graphs take every tick, but redraw one panel per tick while a reply streams (graphs.py): six plots
-# cost tens of milliseconds to paint on a 2-core CPU, text does not; the last flush draws everything.
-GRAPH_EVERY = 1
+# While a reply streams, the graphs redraw one panel on every GRAPH_EVERY-th tick (graphs.py), so each
+# of the six repaints about twice a second: plots cost tens of milliseconds to paint on a 2-core CPU
+# (and hold the GIL the decoding thread needs), text does not. The last flush draws everything.
+GRAPH_EVERY = 2
 CLOSE_WAIT_S = 0.3  # how long closing waits for a reply to end its round (its text is saved before)
 DEFAULT_SIZE = QSize(1480, 900)
 
@@ -118,6 +119,7 @@ class MainWindow(QMainWindow):
     error_shown = Signal(str)
     generation_event = Signal(object)  # every event of the streaming reply, after it is folded in
     busy_changed = Signal(object)  # Busy
+    save_failed = Signal(str)  # a background save's error (emitted from the store's writer thread)
 
     def __init__(self, settings: Settings | None = None, store: ConversationStore | None = None,
                  *, persist_settings: bool = True) -> None:
@@ -161,6 +163,10 @@ class MainWindow(QMainWindow):
 
         self._refresh_sidebar()
         self._update_controls()
+        self.save_failed.connect(lambda text: self.show_error(
+            f"Could not save the conversation: {text}. It stays open here; earlier saves are intact."))
+        for notice in (*getattr(self.settings, "notices", ()), *self.store.notices):  # files refused at start
+            self.show_info(notice)
 
     # ------------------------------------------------------------------------------------ layout --
     def _build(self) -> None:
@@ -228,6 +234,7 @@ class MainWindow(QMainWindow):
         self.sidebar.open_requested.connect(self.open_conversation)
         self.sidebar.renamed.connect(lambda _id: self._refresh_sidebar())
         self.sidebar.deleted.connect(self._conversation_deleted)
+        self.sidebar.failed.connect(self.show_error)
         self.conv_list = self.sidebar.list
         self.left_tabs.addTab(self.sidebar, "Chats")
         self.settings_panel = SettingsPanel(self.settings)
@@ -716,8 +723,8 @@ class MainWindow(QMainWindow):
     def _tick(self, final: bool = True) -> None:
         self.chat.flush()
         self._ticks += 1
-        if final or self._ticks % GRAPH_EVERY == 0:
-            self.graphs.flush()
+        # The header's figures every tick (they match the bubble's footer); one panel every GRAPH_EVERY-th.
+        self.graphs.flush(panels=final or self._ticks % GRAPH_EVERY == 0)
 
     def _timer_tick(self) -> None:
         self._tick(final=False)
@@ -904,6 +911,8 @@ class MainWindow(QMainWindow):
         self.conv = conv
         self._undo = None
         self._render_conversation()
+        for notice in conv.notices:  # read-only (a newer format), or what was dropped as damaged
+            self.show_info(notice)
         last = next((m.trace for m in reversed(conv.messages) if m.trace is not None), None)
         self.graphs.live.set_trace(last, last.baseline_tps if last else None)
         if last is not None:
@@ -950,10 +959,22 @@ class MainWindow(QMainWindow):
         if not self.conv.messages:
             return None
         try:
-            self.store.save(self.conv)
+            if self._closing:
+                self.store.save(self.conv)  # the app is about to exit: wait for the write
+            else:  # written on the store's thread; a failure comes back through save_failed
+                self.store.save_in_background(self.conv).add_done_callback(self._background_save_done)
         except OSError as exc:
             return exc
         return None
+
+    def _background_save_done(self, future) -> None:
+        """Called on the store's writer thread: only emit (Qt queues the signal to the GUI thread)."""
+        error = future.exception()
+        if error is not None:
+            try:
+                self.save_failed.emit(str(error))
+            except RuntimeError:  # the window is already deleted
+                pass
 
     def _refresh_sidebar(self) -> None:
         self.sidebar.refresh(self.conv)

@@ -5,7 +5,8 @@ GPU): the same measurements on much smaller Llama shapes in float32, so the scri
 minute or two. It records
 
 1. memory bandwidth, from a large device-to-device copy (bytes read + bytes written per second);
-2. the verifier's cost to check k = 1..16 tokens in one forward pass, against one token;
+2. the verifier's cost to check k = 1..16 tokens in one forward pass, against one token, and to check a
+   draft tree of 8-64 nodes in one pass (tree attention mask, kv.logits_for_tree);
 3. tokens/s with speculation off (a bare forward loop, and through specdec's Engine) against the
    bandwidth ceiling: a decoding step reads every weight once, so tokens/s <= bandwidth / bytes read;
 4. the Engine's overhead per round (time outside the two models' forward passes), with the random
@@ -68,15 +69,17 @@ class Plan:
     prefill: int  # prompt length before the measured steps
     new_tokens: int  # reply length for the tokens/s and overhead runs
     ks: tuple[int, ...]  # verify widths
+    tree_nodes: tuple[int, ...]  # draft tree sizes checked in one pass
     reps: int  # timed repetitions per verify width
     copy_mib: int  # size of the bandwidth copy
 
 
 PLANS = {
     "cuda": Plan("Llama-3.1-8B shape", LLAMA_8B, "Llama-3.2-1B shape", LLAMA_1B, torch.bfloat16, prefill=512,
-                 new_tokens=128, ks=tuple(range(1, 17)), reps=20, copy_mib=4096),
+                 new_tokens=128, ks=tuple(range(1, 17)), tree_nodes=(8, 16, 32, 64), reps=20, copy_mib=4096),
     "cpu": Plan("small Llama (CPU stand-in)", SMALL_VERIFIER, "tiny Llama (CPU stand-in)", SMALL_DRAFT,
-                torch.float32, prefill=128, new_tokens=40, ks=tuple(range(1, 17)), reps=7, copy_mib=256),
+                torch.float32, prefill=128, new_tokens=40, ks=tuple(range(1, 17)), tree_nodes=(8, 16, 32, 64), reps=7,
+                copy_mib=256),
 }
 
 
@@ -206,6 +209,36 @@ def verify_costs(loaded: LoadedModel, plan: Plan) -> dict[int, float]:
     return costs
 
 
+def tree_shape(nodes: int, width: int = 4) -> list[int]:
+    """Parents of a breadth-first tree with `width` children per node (-1: under the last committed token)."""
+    return [-1 if i < width else (i - width) // width for i in range(nodes)]
+
+
+@torch.inference_mode()
+def tree_verify_costs(loaded: LoadedModel, plan: Plan) -> dict[int, float]:
+    """Seconds for one forward pass over the last committed token and a draft tree of n nodes."""
+    from specdec_core.kv import CachedForward
+
+    forward = CachedForward(loaded.model, loaded.device)
+    vocab = loaded.model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(1, vocab, (plan.prefill,), generator=generator).tolist()
+    forward.logits_for(prompt)
+    costs = {}
+    for n in plan.tree_nodes:
+        nodes = torch.randint(1, vocab, (n,), generator=generator).tolist()
+        parents = tree_shape(n)
+
+        def step(nodes: list[int] = nodes, parents: list[int] = parents) -> torch.Tensor:
+            forward.roll_back(len(prompt) - 1)  # the last committed token runs with the tree, as in a round
+            logits = forward.logits_for_tree(prompt, nodes, parents)
+            forward.keep_path([])
+            return logits
+
+        costs[n] = median_time(step, plan.reps, loaded.device)
+    return costs
+
+
 @torch.inference_mode()
 def bare_decode_tokens_per_s(loaded: LoadedModel, plan: Plan) -> float:
     """A plain greedy loop straight on the model: the most a framework-free driver could get from it."""
@@ -273,6 +306,10 @@ def run(device: torch.device, plan: Plan, say) -> dict:
     verify = verify_costs(verifier, plan)
     result["verify_ms"] = {k: v * 1e3 for k, v in verify.items()}
     result["verify_ratio"] = {k: v / verify[1] for k, v in verify.items()}
+    say(f"tree verify cost for {', '.join(map(str, plan.tree_nodes))} nodes")
+    tree = tree_verify_costs(verifier, plan)
+    result["tree_verify_ms"] = {n: v * 1e3 for n, v in tree.items()}
+    result["tree_verify_ratio"] = {n: v / verify[1] for n, v in tree.items()}
     draft_step = verify_costs(draft, Plan(**{**plan.__dict__, "ks": (1,)}))[1]
     result["draft_ms_per_token"] = draft_step * 1e3
     result["c"] = draft_step / verify[1]
@@ -335,6 +372,12 @@ def markdown(result: dict) -> str:
               "|---|" + "---|" * len(result["verify_ms"]),
               "| ms | " + " | ".join(f"{v:.2f}" for v in result["verify_ms"].values()) + " |",
               "| × one token | " + " | ".join(f"{v:.2f}" for v in result["verify_ratio"].values()) + " |",
+              "", "Tree verify cost: one forward pass over the last committed token and a draft tree of n nodes "
+                  "(4 children per node, tree attention mask), against one token.", "",
+              "| nodes | " + " | ".join(str(n) for n in result["tree_verify_ms"]) + " |",
+              "|---|" + "---|" * len(result["tree_verify_ms"]),
+              "| ms | " + " | ".join(f"{v:.2f}" for v in result["tree_verify_ms"].values()) + " |",
+              "| × one token | " + " | ".join(f"{v:.2f}" for v in result["tree_verify_ratio"].values()) + " |",
               "", "Expected speedup with a draft of this shape at acceptance rate α (measured costs, "
                   "E[tokens per round] × T(1) / (γ · draft step + T(γ+1))):", ""]
     gammas = list(result["speedup_model"][0]["by_gamma"])

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
@@ -29,6 +31,24 @@ LEGEND = "\x1b[32maccepted\x1b[0m \x1b[31;9mrejected\x1b[0m \x1b[33mcorrected\x1
 
 class UsageError(SpecdecError):
     pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one `error:` line (main() prints it), not usage + error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _finite_float(text: str) -> float:
+    """A float argument that is a real number: "nan" and "inf" parse as floats but break sampling."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -57,12 +77,12 @@ def _add_generation_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (default 4)")
     group.add_argument("--adaptive", action="store_true", help="grow gamma after full acceptance, shrink after "
                        "a rejection")
-    group.add_argument("--confidence-cutoff", type=float, default=0.0,
+    group.add_argument("--confidence-cutoff", type=_finite_float, default=0.0,
                        help="stop drafting when the draft's top probability is below this")
     group.add_argument("--max-new-tokens", type=int, default=256)
-    group.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+    group.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy (default)")
     group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--top-p", type=_finite_float, default=1.0)
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--system", metavar="TEXT", help="system prompt")
     group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -77,15 +97,33 @@ def _config(args) -> GenerationConfig:
     ).validate()
 
 
-def _max_memory(text: str | None) -> dict | None:
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_MIN_DEVICE_BYTES = 64 * 2**20  # less than this cannot hold even a tiny model's working set
+
+
+def _max_memory(text: str | None, device_map: str | None) -> dict | None:
+    """--max-memory DEV=SIZE,...: devices are GPU indices, cpu, mps or disk; sizes like 20GiB or 512MB."""
     if not text:
         return None
+    if device_map is None:
+        raise UsageError("--max-memory only applies with --device-map auto (it caps what each device gets)")
     out: dict = {}
     for part in text.split(","):
-        key, _, value = part.partition("=")
-        if not value:
-            raise UsageError(f"--max-memory expects DEV=SIZE pairs, got {part!r}")
-        out[int(key) if key.strip().isdigit() else key.strip()] = value.strip()
+        key, _, value = (x.strip() for x in part.partition("="))
+        if not value or not key:
+            raise UsageError(f"--max-memory expects DEV=SIZE pairs such as 0=20GiB,cpu=64GiB, got {part!r}")
+        if not (key.isdigit() or key in ("cpu", "mps", "disk")):
+            raise UsageError(f"--max-memory: unknown device {key!r} (use a GPU index, cpu, mps or disk)")
+        size = _SIZE.fullmatch(value)
+        if size is None:
+            raise UsageError(f"--max-memory: {value!r} is not a size (use e.g. 20GiB, 512MB or a byte count)")
+        nbytes = float(size.group(1)) * _SIZE_UNITS[(size.group(2) or "B").lower()]
+        if key != "disk" and nbytes < _MIN_DEVICE_BYTES:
+            raise UsageError(f"--max-memory: {key}={value} is too little memory to load a model on (at least "
+                             f"{_MIN_DEVICE_BYTES // 2**20} MiB)")
+        out[int(key) if key.isdigit() else key] = value
     return out
 
 
@@ -112,7 +150,7 @@ def _load(args):
                                           or (args.drafter is None and args.draft)):
         raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                          device_map=args.device_map, max_memory=_max_memory(args.max_memory))
+                          device_map=args.device_map, max_memory=_max_memory(args.max_memory, args.device_map))
     return load_pair(args.verifier, args.draft, args.drafter, options, progress=_progress(),
                      draft_tokens=args.draft_tokens)
 
@@ -169,12 +207,29 @@ def reply_json(events: list[Event]) -> dict:
             "error": finished.error, "rounds": rounds, "stats": finished.stats.to_dict()}
 
 
+def _checked_text(text: str, where: str) -> str:
+    """`text` if it is valid Unicode. Python hands undecodable bytes of argv (and of stdin in some
+    locales) over as lone surrogates, which tokenizers refuse with an unhelpful TypeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UsageError(f"{where} is not valid UTF-8 (character {error.start + 1} of it is an undecodable "
+                         "byte)") from None
+    return text
+
+
 def _read_prompt(args) -> str:
     if args.prompt is not None and args.prompt != "-":
-        return args.prompt
+        return _checked_text(args.prompt, "the prompt")
     if sys.stdin is None or sys.stdin.isatty():
         raise UsageError("no prompt: pass PROMPT or pipe it on standard input")
-    return sys.stdin.read()
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a replaced stdin (tests): already text
+        return _checked_text(sys.stdin.read(), "standard input")
+    try:
+        return stream.read().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"standard input is not valid UTF-8 (byte {error.start + 1} cannot be decoded)") from None
 
 
 def cmd_generate(args) -> int:
@@ -212,8 +267,6 @@ def cmd_generate(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    from specdec_core.chat import build_prompt
-
     config = _config(args)
     pair = _load(args)
     color = _use_color(args, sys.stdout)
@@ -223,14 +276,18 @@ def cmd_chat(args) -> int:
     speculate = config.speculate
     while True:
         try:
-            line = input("\n> ")
+            line = _checked_text(input("\n> "), "that line")
         except EOFError:
             return 0
+        except (UnicodeDecodeError, UsageError) as error:  # one bad line: say so, keep the conversation
+            _error(str(error) if isinstance(error, UsageError) else "that line is not valid UTF-8")
+            continue
         command = line.strip()
         if command in ("/quit", "/exit"):
             return 0
         if command == "/reset":
             messages = []
+            pair.engine.reset_caches()
             print("(new conversation)", file=sys.stderr)
             continue
         if command in ("/spec on", "/spec off"):
@@ -240,23 +297,54 @@ def cmd_chat(args) -> int:
         if not command:
             continue
         messages.append({"role": "user", "content": line})
-        build = build_prompt(pair.verifier.tokenizer, messages, system=args.system,
-                             context_length=pair.verifier.context_length,
-                             reserve_new_tokens=config.max_new_tokens)
+        try:
+            reply = chat_turn(pair, messages, args.system, config.with_(speculate=speculate), color)
+        except SpecdecError as error:  # e.g. a template that refuses the conversation: drop the turn
+            messages.pop()
+            _error(str(error))
+            continue
+        if reply is not None:
+            messages.append(reply)
+
+
+def chat_turn(pair, messages: list[dict], system: str | None, config: GenerationConfig, color: bool,
+              out: TextIO | None = None) -> dict | None:
+    """Stream one reply to `messages`; the assistant message to add to the history, or None.
+
+    Ctrl-C can land anywhere, even inside a forward pass that has written some layers' keys and values
+    but not yet recorded which token ids they belong to; the engine's caches can no longer be trusted
+    then, so they are emptied (the next turn re-reads the prompt). The partial reply the user saw stays
+    in the history, marked as interrupted, so the conversation reads the way it happened.
+    """
+    from specdec_core.chat import build_prompt
+
+    out = out or sys.stdout
+    committed: list[str] = []
+    finished: Finished | None = None
+    events = None
+    try:
+        build = build_prompt(pair.verifier.tokenizer, messages, system=system,
+                             context_length=pair.verifier.context_length, reserve_new_tokens=config.max_new_tokens)
         if build.dropped_turns:
             print(f"(the {build.dropped_turns} oldest messages no longer fit the context and were left out)",
                   file=sys.stderr)
-        try:
-            events = list(render(pair.engine.generate(build.ids, config.with_(speculate=speculate)), sys.stdout,
-                                 color))
-        except KeyboardInterrupt:
-            print("\n(stopped)", file=sys.stderr)
-            messages.pop()
-            continue
-        finished = events[-1]
-        assert isinstance(finished, Finished)
-        print("\n" + stats_line(finished), file=sys.stderr)
-        messages.append({"role": "assistant", "content": finished.text})
+        events = pair.engine.generate(build.ids, config)
+        for event in render(events, out, color):
+            if isinstance(event, TokenCommitted):
+                committed.append(event.text)
+            elif isinstance(event, Finished):
+                finished = event
+    except KeyboardInterrupt:
+        if events is not None:
+            events.close()
+        pair.engine.reset_caches()
+        partial = "".join(committed)
+        print("\n(stopped: the partial reply is kept" if partial else "\n(stopped before the first token",
+              end=")\n", file=sys.stderr)
+        return {"role": "assistant", "content": partial, "interrupted": True} if partial else None
+    assert finished is not None
+    print("\n" + stats_line(finished), file=sys.stderr)
+    return {"role": "assistant", "content": finished.text}
 
 
 def cmd_doctor(args) -> int:
@@ -273,7 +361,7 @@ def cmd_doctor(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specdec", description="Speculative decoding you can see.")
+    parser = _Parser(prog="specdec", description="Speculative decoding you can see.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     generate = sub.add_parser("generate", help="one reply to a prompt")
@@ -313,6 +401,9 @@ def _error(message: str) -> int:
     if _progress_drawn:  # finish the progress bar's line so the error starts a line of its own
         sys.stderr.write("\n")
         _progress_drawn = False
+    # One line, whatever the message quotes (a line break, a carriage return or an escape code in an
+    # argument would split it or redraw the terminal): such characters are shown escaped.
+    message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
     print(f"error: {message}", file=sys.stderr)
     return 2
 
@@ -322,7 +413,12 @@ def main(argv: list[str] | None = None) -> int:
 
     prefer_passive_waiting()  # before torch loads: idle OpenMP threads sleep rather than spin
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        for i, arg in enumerate(sys.argv[1:] if argv is None else argv):
+            _checked_text(arg, f"argument {i + 1}")
+        args = parser.parse_args(argv)
+    except UsageError as error:
+        return _error(str(error))
     try:
         return int(args.func(args) or 0)
     except IncompatiblePairError as error:
@@ -334,6 +430,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as error:  # a full disk, a read-only or missing folder: the system's own words
+        return _error(str(error))
+    except Exception as error:
+        # A bug, not bad input; SPECDEC_DEBUG=1 shows the traceback.
+        if os.environ.get("SPECDEC_DEBUG"):
+            raise
+        _error(f"unexpected {type(error).__name__}: {error} (a bug in specdec; SPECDEC_DEBUG=1 shows where)")
+        return 1
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+import numbers
+from dataclasses import dataclass, fields, replace
 
 from specdec_core.errors import ConfigError
 
@@ -27,6 +29,12 @@ class GenerationConfig:
     # Stop drafting when the draft's most likely next token has a probability below this (0 disables).
     # A hesitant draft is usually wrong, and every rejected token costs draft time for nothing.
     confidence_cutoff: float = 0.0
+    # Draft trees (drafters that can grow them: a draft model or head, alone or in a hybrid): at most this
+    # many candidate nodes checked per round in one verifier pass, gamma deep at most. 0 keeps one chain.
+    tree_nodes: int = 0
+    # With trees: check only as many of the nodes as maximise expected tokens per second, from the verify
+    # cost measured on this machine (cost.py); possibly none. False checks every node drafted.
+    cost_aware: bool = True
     top_alternatives: int = 3  # verifier's top tokens reported with each token, for hover tooltips
 
     @property
@@ -34,6 +42,21 @@ class GenerationConfig:
         return self.temperature == 0.0
 
     def validate(self) -> GenerationConfig:
+        # Types first: a NaN temperature compares false with everything, so the range checks below would
+        # let it through, and NaN probabilities then accept every draft (the output would no longer be
+        # the verifier's distribution). A bool is an int to Python but never a valid number here.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _FLOATS:
+                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                    raise ConfigError(f"{_LABELS.get(f.name, f.name)} must be a finite number (got {value!r})")
+            elif f.name in _INTS:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise ConfigError(f"{_LABELS.get(f.name, f.name)} must be a whole number (got {value!r})")
+        if not (0 <= self.seed < 2**63):
+            raise ConfigError(f"seed must be in [0, 2^63) (got {self.seed})")
+        if self.gamma > _GAMMA_LIMIT or self.gamma_max > _GAMMA_LIMIT:
+            raise ConfigError(f"gamma must be at most {_GAMMA_LIMIT} (got {max(self.gamma, self.gamma_max)})")
         if self.gamma < 1:
             raise ConfigError(f"gamma must be at least 1 (got {self.gamma})")
         if self.gamma_max < self.gamma:
@@ -46,6 +69,8 @@ class GenerationConfig:
             raise ConfigError(f"top-k must be >= 0 (got {self.top_k})")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
+        if self.tree_nodes < 0:
+            raise ConfigError(f"tree nodes must be >= 0 (got {self.tree_nodes})")
         if not (0.0 <= self.confidence_cutoff < 1.0):
             raise ConfigError(f"confidence cutoff must be in [0, 1) (got {self.confidence_cutoff})")
         return self
@@ -53,5 +78,11 @@ class GenerationConfig:
     def with_(self, **changes: object) -> GenerationConfig:
         return replace(self, **changes).validate()  # type: ignore[arg-type]
 
+
+_FLOATS = ("temperature", "top_p", "confidence_cutoff")
+_INTS = ("top_k", "seed", "max_new_tokens", "gamma", "gamma_max", "top_alternatives", "tree_nodes")  # where present
+_LABELS = {"top_p": "top-p", "top_k": "top-k", "max_new_tokens": "max new tokens",
+           "confidence_cutoff": "confidence cutoff", "gamma_max": "gamma_max", "top_alternatives": "top alternatives"}
+_GAMMA_LIMIT = 128  # more drafts per round than any draft gets accepted; larger values only waste memory
 
 __all__ = ["GenerationConfig"]

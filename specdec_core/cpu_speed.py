@@ -217,7 +217,7 @@ def _read_plans(cache_dir: Path | None, max_rows: int) -> dict[tuple[int, int], 
         plans = [RowPlan(shape=tuple(item["shape"]), column_rows=frozenset(item["column_rows"]),
                          linear_ms={int(k): v for k, v in item["linear_ms"].items()},
                          columns_ms={int(k): v for k, v in item["columns_ms"].items()}) for item in raw]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}  # missing or damaged: measure again
     return {plan.shape: plan for plan in plans}
 

@@ -6,8 +6,9 @@ what this module checks, id by id, and it reports the first id that differs in w
 
 Things that do not break exactness are findings of a lower level:
 - padded output layers (151,936 vs 152,064 logit rows with one tokenizer): the padding is cut off;
-- extra tokens on one side only: those ids lie past `shared_vocab_size`, so the engine never lets either
-  model produce them while speculating (a warning, since the verifier loses those tokens);
+- extra tokens on one side only: those ids lie past `shared_vocab_size`. The verifier still samples
+  over all of its own ids (the draft gives the ids it lacks zero probability, and the acceptance rule's
+  residual carries their mass), so the draft only never proposes them;
 - different EOS / BOS / PAD settings on identical vocabularies: the verifier's EOS decides where a
   reply ends and prompts are built with the verifier's tokenizer (base drafts for instruct verifiers,
   e.g. SmolLM2-135M for SmolLM2-360M-Instruct, differ exactly like this and work well);
@@ -16,6 +17,7 @@ Things that do not break exactness are findings of a lower level:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +36,8 @@ class Finding:
 class Verdict:
     compatible: bool  # no error: speculation with this pair reproduces the verifier's distribution
     findings: tuple[Finding, ...]
-    shared_vocab_size: int  # distributions are compared over this many token ids (0 .. n-1)
+    shared_vocab_size: int  # the draft proposes from these token ids (0 .. n-1), which mean the same to both
+    verifier_vocab_size: int = 0  # the verifier samples over these (0 .. n-1): its whole vocabulary
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -60,7 +63,10 @@ class Verdict:
         """Every finding on its own line, for `specdec doctor`."""
         lines = [("Compatible" if self.compatible else "Not compatible") + ": verifier and draft"]
         lines += [f"  {finding.level:<8}{finding.message}" for finding in self.findings]
-        lines.append(f"Distributions are compared over {self.shared_vocab_size:,} token ids.")
+        verifier, shared = max(self.verifier_vocab_size, self.shared_vocab_size), self.shared_vocab_size
+        lines.append(f"Both models use the same {shared:,} token ids." if verifier == shared else
+                     f"The verifier samples over all its {verifier:,} token ids; the draft proposes from the "
+                     f"first {shared:,}.")
         return "\n".join(lines)
 
     def raise_if_incompatible(self) -> Verdict:
@@ -79,8 +85,7 @@ def check_models(verifier: LoadedModel, draft: LoadedModel) -> Verdict:
     if not findings:
         return verdict
     compatible = verdict.compatible and not any(f.level == "error" for f in findings)
-    return Verdict(compatible=compatible, findings=verdict.findings + findings,
-                   shared_vocab_size=verdict.shared_vocab_size)
+    return dataclasses.replace(verdict, compatible=compatible, findings=verdict.findings + findings)
 
 
 def _head_findings(verifier: LoadedModel, draft: LoadedModel) -> tuple[Finding, ...]:
@@ -130,15 +135,22 @@ def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | No
                                          f"draft{more}: the models use different vocabularies"))
     elif v_size == d_size:
         findings.append(Finding("ok", f"same tokenizer ({v_size:,} tokens)"))
+    elif v_size > d_size:
+        lacks = _extra_tokens(verifier_tokenizer, v_tokens, shared)
+        findings.append(Finding("ok", f"the draft knows {shared:,} of the verifier's {v_size:,} tokens; the "
+                                      f"others can still be produced, never drafted (the draft lacks {lacks})"))
     else:
         findings.append(Finding("ok", f"the first {shared:,} token ids mean the same text in both"))
-        findings.append(_extra_tokens(verifier_tokenizer, draft_tokenizer, v_tokens, d_tokens, shared))
+        lacks = _extra_tokens(draft_tokenizer, d_tokens, shared)
+        findings.append(Finding("warning", f"the draft has {d_size - shared:,} token(s) the verifier lacks "
+                                           f"({lacks}); the draft never proposes them"))
 
     # 2. Output layers: padding rows past the tokenizer are harmless; too few rows drop real tokens.
-    for who, rows, size in (("verifier", verifier_logits, v_size), ("draft", draft_logits, d_size)):
+    for who, rows, size, never in (("verifier", verifier_logits, v_size, "generated"),
+                                    ("draft", draft_logits, d_size, "drafted")):
         if rows is not None and rows < size:
             findings.append(Finding("warning", f"the {who}'s tokenizer has {size:,} tokens but its output layer "
-                                               f"only {rows:,} rows: ids from {rows:,} on can never be generated"))
+                                               f"only {rows:,} rows: ids from {rows:,} on can never be {never}"))
     if verifier_logits is not None and draft_logits is not None and verifier_logits != draft_logits:
         findings.append(Finding("ok", f"output layers have {verifier_logits:,} (verifier) and {draft_logits:,} "
                                       f"(draft) rows; rows past {shared:,} are padding and are ignored"))
@@ -150,7 +162,9 @@ def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | No
     findings += _chat_templates(verifier_tokenizer, draft_tokenizer)
 
     compatible = not any(f.level == "error" for f in findings)
-    return Verdict(compatible=compatible, findings=tuple(findings), shared_vocab_size=shared)
+    verifier_vocab = min(v_size, verifier_logits) if verifier_logits is not None else v_size
+    return Verdict(compatible=compatible, findings=tuple(findings), shared_vocab_size=shared,
+                   verifier_vocab_size=verifier_vocab)
 
 
 def _tokens_by_id(tokenizer, size: int) -> list[str | None]:
@@ -205,14 +219,12 @@ def _shown(tokenizer, token: str | None) -> str:
     return "missing" if text is None else repr(text)
 
 
-def _extra_tokens(v_tok, d_tok, v_tokens, d_tokens, shared: int) -> Finding:
-    longer, tokens, tokenizer = ("verifier", v_tokens, v_tok) if len(v_tokens) > shared else ("draft", d_tokens, d_tok)
-    shorter = "draft" if longer == "verifier" else "verifier"
+def _extra_tokens(tokenizer, tokens: list[str | None], shared: int) -> str:
+    """The ids of `tokens` past `shared`, with a few examples: "ids 300-319: ' x', ' y', ' z', ..."."""
     extra = len(tokens) - shared
     examples = ", ".join(_shown(tokenizer, t) for t in tokens[shared:shared + 3])
     span = f"id {shared:,}" if extra == 1 else f"ids {shared:,}-{len(tokens) - 1:,}"
-    return Finding("warning", f"the {longer} has {extra:,} token(s) the {shorter} lacks ({span}: {examples}"
-                              f"{', ...' if extra > 3 else ''}); while speculating they can never be generated")
+    return f"{span}: {examples}{', ...' if extra > 3 else ''}"
 
 
 def _special_tokens(v_tok, d_tok) -> list[Finding]:

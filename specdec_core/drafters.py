@@ -9,6 +9,8 @@ A drafter need not be a model: prompt lookup copies from the conversation.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,115 @@ class Draft:
     display_probs: tuple[float, ...]  # draft(x_i) for people: softmax at temperature 1 when greedy
     stop: DraftStop
     draft_s: float
+
+
+TREE_WIDTH = 4  # candidates considered under each expanded node (the tree keeps the best of them overall)
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """Candidate continuations as a tree: node i is token_ids[i] after node parents[i] (-1: after the last
+    committed token). Nodes come best first, so every parent precedes its children and any prefix of the
+    nodes is a tree too. Each candidate is chosen, not sampled: the verifier checks it as a one-hot
+    proposal (sampling.accept_tree), which is exact whatever the draft's distribution."""
+
+    token_ids: tuple[int, ...]
+    parents: tuple[int, ...]
+    values: tuple[float, ...]  # the draft's probability that the whole path to the node is right
+    display_probs: tuple[float, ...]  # draft(x) given the path above it, as people read it
+    stop: DraftStop
+    draft_s: float
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def prefix(self, n: int) -> DraftTree:
+        """The n best nodes (a tree, since parents come first)."""
+        return dataclasses.replace(self, token_ids=self.token_ids[:n], parents=self.parents[:n],
+                                   values=self.values[:n], display_probs=self.display_probs[:n])
+
+    def path_to(self, node: int) -> list[int]:
+        """Nodes from the root's child down to `node`."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    @property
+    def depth(self) -> int:
+        return max((len(self.path_to(i)) for i in range(len(self))), default=0)
+
+    @staticmethod
+    def chain(draft: Draft) -> DraftTree:
+        """A chain as a tree (prompt lookup's copies: one candidate per position)."""
+        k = len(draft.token_ids)
+        return DraftTree(draft.token_ids, tuple(range(-1, k - 1)), tuple(1.0 for _ in range(k)),
+                         draft.display_probs, draft.stop, draft.draft_s)
+
+
+# Prompt lookup's copies joined to a tree: the chance that a copied token is right given the copy was right so
+# far (measured on the bundled prompts: 0.54 at the first position, then 0.67, 0.81, 0.86; performance.md).
+LOOKUP_ACCEPTANCE = (0.54, 0.67, 0.81, 0.86)
+
+
+def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], start: float, max_nodes: int,
+               max_depth: int, config: GenerationConfig, eos_token_ids: frozenset[int],
+               copied: Sequence[int] = ()) -> DraftTree:
+    """Best-first growth (after EAGLE-2): the node whose path the draft finds likeliest joins the tree next,
+    and is expanded into its TREE_WIDTH likeliest children. `logits_after(path, path_tokens)` gives the
+    draft's logits over the verifier's ids after the nodes `path` ([] for the root) whose ids are
+    `path_tokens`. A node is expanded only while the tree has room for its children.
+
+    `copied`: a continuation prompt lookup found; it joins the tree as one more branch, valued with
+    LOOKUP_ACCEPTANCE, so the verifier can take the copy, the draft's guess, or whichever is right."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    values: list[float] = []
+    shown: list[float] = []
+    depths: list[int] = []
+    in_tree: set[tuple[int, int]] = set()  # (parent, token) pairs already in the tree
+    frontier: list[tuple[float, int, int, int, float]] = []  # (-value, order, parent, token, prob)
+    order = itertools.count()
+
+    def expand(parent: int, path: list[int], value: float) -> None:
+        path_tokens = [tokens[i] for i in path]
+        logits = logits_after(path, path_tokens)
+        # Greedy: rank by the softmax (the sampled one-hot says nothing); sampling: by the processed probs.
+        probs = torch.softmax(logits.float(), -1) if config.greedy else processed_probs(logits, config)
+        top = torch.topk(probs, min(TREE_WIDTH, probs.shape[-1]))
+        for prob, token in zip(top.values.tolist(), top.indices.tolist()):
+            if prob > 0:
+                heapq.heappush(frontier, (-value * prob, next(order), parent, token, prob))
+        depth = len(path)
+        if depth < len(copied) and path_tokens == list(copied[:depth]):  # on the copied branch
+            prior = LOOKUP_ACCEPTANCE[min(depth, len(LOOKUP_ACCEPTANCE) - 1)]
+            copy = copied[depth]
+            heapq.heappush(frontier, (-value * prior, next(order), parent, copy, float(probs[copy])))
+
+    expand(-1, [], 1.0)
+    while frontier and len(tokens) < max_nodes:
+        negative_value, _, parent, token, prob = heapq.heappop(frontier)
+        if (parent, token) in in_tree:
+            continue  # proposed twice (by the draft and by the copy): the likelier entry came first
+        in_tree.add((parent, token))
+        node = len(tokens)
+        tokens.append(token)
+        parents.append(parent)
+        values.append(-negative_value)
+        shown.append(prob)
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+        if depths[node] + 1 < max_depth and token not in eos_token_ids and len(tokens) < max_nodes:
+            path = [node]
+            while parents[path[0]] >= 0:
+                path.insert(0, parents[path[0]])
+            expand(node, path, -negative_value)
+    stop = DraftStop.TREE if tokens else DraftStop.NO_MATCH
+    return DraftTree(tuple(tokens), tuple(parents), tuple(values), tuple(shown), stop, time.perf_counter() - start)
+
+
+def _no_tree(stop: DraftStop, start: float) -> DraftTree:
+    return DraftTree((), (), (), (), stop, time.perf_counter() - start)
 
 
 class Drafter(Protocol):
@@ -69,16 +180,31 @@ def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gener
     return token, draft_probs, float(shown_probs[token])
 
 
+def in_verifier_ids(logits: torch.Tensor, known: int, vocab_size: int) -> torch.Tensor:
+    """A draft's logits over its own ids [V_draft] placed into the verifier's id space [vocab_size].
+
+    Ids `known` and past (tokens the draft's vocabulary lacks, or its padding rows) get -inf: zero draft
+    probability. The draft never proposes them, and the acceptance rule's residual max(0, target - draft)
+    keeps all of their verifier mass, so the verifier can still produce them: the output stays exact."""
+    known = min(known, vocab_size, logits.shape[-1])
+    if known == vocab_size:
+        return logits[:vocab_size]
+    placed = logits.new_full((vocab_size,), float("-inf"))
+    placed[:known] = logits[:known]
+    return placed
+
+
 def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float, max_tokens: int,
                  config: GenerationConfig, generator: torch.Generator, vocab_size: int,
                  eos_token_ids: frozenset[int]) -> Draft:
-    """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)`."""
+    """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)` ([vocab_size] logits
+    over the verifier's ids)."""
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     shown: list[float] = []
     stop = DraftStop.GAMMA if max_tokens > 0 else DraftStop.MAX_TOKENS
     while len(tokens) < max_tokens:
-        picked = _pick(next_logits(tokens)[:vocab_size], config, generator, first=not tokens)
+        picked = _pick(next_logits(tokens), config, generator, first=not tokens)
         if picked is None:
             stop = DraftStop.CONFIDENCE
             break
@@ -95,13 +221,28 @@ def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float,
 
 class ModelDrafter:
     """A small causal LM with its own KV cache, sampling from the same processed distribution rule
-    as the verifier (temperature, top-k, top-p) so that the acceptance ratio is exact."""
+    as the verifier (temperature, top-k, top-p) so that the acceptance ratio is exact.
+
+    The draft may know fewer token ids than the verifier (the doctor has checked that the ids both know
+    mean the same text). It proposes only ids it knows, and reads the verifier's other ids as its unknown
+    token, or not at all when it has none: what the draft reads changes only how good its guesses are,
+    never the output's distribution."""
 
     def __init__(self, draft: LoadedModel):
         self.draft = draft
         self.name = draft.name
         self.forward = CachedForward(draft.model, draft.device)
         self.generator = torch.Generator(device=draft.device)
+        self.known_ids = draft.producible_ids  # ids 0..known_ids-1 mean the same to both models
+        self.unknown_id: int | None = getattr(draft.tokenizer, "unk_token_id", None)
+
+    def _readable(self, ids: Sequence[int]) -> list[int]:
+        """`ids` as the draft can read them (the same ids unless the verifier produced one it lacks)."""
+        ids = list(ids)
+        if not ids or max(ids) < self.known_ids:
+            return ids
+        return [t if t < self.known_ids else self.unknown_id for t in ids  # type: ignore[misc]
+                if t < self.known_ids or self.unknown_id is not None]
 
     def reset(self, seed: int) -> None:
         # Seeded apart from the verifier's generator so the two streams of draws never coincide.
@@ -111,16 +252,37 @@ class ModelDrafter:
         self.forward.reset()
 
     def prefill(self, ids: Sequence[int]) -> None:
-        if ids:
-            self.forward.logits_for(ids)  # the first propose() then reuses these logits (kv.py)
+        readable = self._readable(ids)
+        if readable:
+            self.forward.logits_for(readable)  # the first propose() then reuses these logits (kv.py)
 
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:
         start = time.perf_counter()
-        context = list(ids)
-        # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
-        return _autoregress(lambda drafted: self.forward.logits_for(context + drafted)[-1], start, max_tokens,
-                            config, self.generator, vocab_size, eos_token_ids)
+        context = self._readable(ids)
+        if not context:  # the draft can read nothing of this sequence: it has nothing to continue
+            return Draft((), torch.empty(0, vocab_size), (), DraftStop.NO_MATCH, time.perf_counter() - start)
+
+        def next_logits(drafted: list[int]) -> torch.Tensor:
+            # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
+            return in_verifier_ids(self.forward.logits_for(context + drafted)[-1], self.known_ids, vocab_size)
+
+        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = ()) -> DraftTree:
+        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`: see
+        _grow_tree). Each expansion runs the draft on its path;
+        the cache's prefix rule makes moving to another branch cost only the part that differs."""
+        start = time.perf_counter()
+        context = self._readable(ids)
+        if not context or max_nodes <= 0 or max_depth <= 0:
+            return _no_tree(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
+
+        def logits_after(path: list[int], path_tokens: list[int]) -> torch.Tensor:
+            return in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids, vocab_size)
+
+        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
@@ -234,6 +396,41 @@ class FeatureDrafter:
 
         return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
 
+    @torch.inference_mode()
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = ()) -> DraftTree:
+        """Up to `max_nodes` candidates at most `max_depth` deep, best first
+        (`copied`: see _grow_tree).
+
+        A node at depth d is fed to the head at the position after the last true one plus d, with the state
+        its parent predicted; the head's cache holds the draft positions of one branch at a time and is cut
+        back to the branch point when the next expansion lies on another branch."""
+        start = time.perf_counter()
+        context = list(ids)
+        root_state = self._catch_up(context) if max_nodes > 0 and max_depth > 0 else None
+        if root_state is None:
+            return _no_tree(DraftStop.MAX_TOKENS if max_nodes <= 0 or max_depth <= 0 else DraftStop.NO_MATCH, start)
+        first_position = len(context) - 1
+        predicted: dict[int, torch.Tensor] = {}  # node -> the state the head predicts after it
+        parent_of: dict[int, int] = {}
+        cached: list[int] = []  # nodes whose draft positions follow the true ones in the head's cache
+
+        def logits_after(path: list[int], path_tokens: list[int]) -> torch.Tensor:
+            if not path:
+                return self._logits(root_state, vocab_size)
+            for parent, node in zip([-1, *path[:-1]], path):
+                parent_of[node] = parent
+            shared = common_prefix_length(cached, path)
+            self.cache.crop(self._true + shared)
+            missing = path[shared:]
+            states = torch.stack([root_state if parent_of[n] < 0 else predicted[parent_of[n]] for n in missing])
+            for node, state in zip(missing, self._step(states, path_tokens[shared:], first_position + shared)):
+                predicted[node] = state
+            cached[:] = path
+            return self._logits(predicted[path[-1]], vocab_size)
+
+        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied)
+
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # the next propose() keeps only the positions computed from true states
 
@@ -344,10 +541,26 @@ class HybridDrafter:
             return copied
         budget = max_tokens if self.model_tokens is None else min(max_tokens, self.model_tokens)
         drafted = self.model_drafter.propose(ids, budget, config, vocab_size, eos_token_ids)
-        return dataclasses.replace(drafted, draft_s=drafted.draft_s + copied.draft_s)
+        # Drafting the whole budget below the round's length limit stopped at the model's cap, not at γ.
+        stop = DraftStop.DRAFT_CAP if drafted.stop is DraftStop.GAMMA and budget < max_tokens else drafted.stop
+        return dataclasses.replace(drafted, stop=stop, draft_s=drafted.draft_s + copied.draft_s)
+
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int]) -> DraftTree:
+        """The draft's tree with prompt lookup's copy (if it finds one) as one more branch."""
+        copied = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids)
+        tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config,  # type: ignore[attr-defined]
+                                               vocab_size, eos_token_ids, copied.token_ids)
+        return dataclasses.replace(tree, draft_s=tree.draft_s + copied.draft_s)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)
+
+
+def grows_trees(drafter: Drafter | None) -> bool:
+    """Whether `drafter` can propose a tree of candidates (a draft model or head, alone or in a hybrid)."""
+    inner = model_part(drafter)
+    return inner is not None and hasattr(inner, "propose_tree") and hasattr(drafter, "propose_tree")
 
 
 def attach_drafter(drafter: Drafter | None, target: CachedForward) -> None:

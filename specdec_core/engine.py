@@ -7,15 +7,18 @@ through kv.CachedForward, which also holds the one rollback rule.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter, ModelDrafter, attach_drafter, model_part
+from specdec_core.cost import TreeSizer
+from specdec_core.drafters import Draft, Drafter, DraftTree, attach_drafter, grows_trees
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
@@ -30,9 +33,10 @@ from specdec_core.events import (
     TokenCommitted,
     TokenRejected,
     TokenState,
+    TreeNodeVerdict,
 )
-from specdec_core.kv import CachedForward
-from specdec_core.sampling import accept_drafts, processed_probs
+from specdec_core.kv import CachedForward, supports_trees
+from specdec_core.sampling import Acceptance, TreeAcceptance, accept_drafts, accept_tree, processed_probs
 from specdec_core.stats import StatsAccumulator
 from specdec_core.textstream import TextStream
 
@@ -56,17 +60,76 @@ class Controls:
         return self._cancelled.is_set()
 
 
-def _output_rows(model: torch.nn.Module) -> int:
-    head = model.get_output_embeddings()
-    return int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
-
-
 def _synchronize(device: torch.device) -> None:
     """Wait for queued GPU work so that timings belong to the step that caused them."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one round produced; the loop reads it, consumers get its events."""
+
+    drafted: RoundDrafted | None  # None when the round did not speculate
+    verified: RoundVerified
+    tokens: tuple[TokenCommitted | TokenRejected, ...]  # in the order a viewer shows them
+    committed: tuple[int, ...]  # token ids the round adds to the reply
+
+    def events(self) -> Iterator[Event]:
+        if self.drafted is not None:
+            yield self.drafted
+        yield self.verified
+        yield from self.tokens
+
+
+@dataclass
+class _Reply:
+    """The state of the reply being generated, which each round extends."""
+
+    ids: list[int]  # prompt + committed tokens
+    stream: TextStream
+    stats: StatsAccumulator
+    gamma: int  # this round's draft length limit (adaptive drafting changes it)
+    new_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    round_index: int = 0
+
+    def commit(self, result: RoundResult) -> None:
+        self.ids.extend(result.committed)
+        self.new_ids.extend(result.committed)
+        self.text += "".join(t.text for t in result.tokens if isinstance(t, TokenCommitted))
+        self.round_index += 1
+
+
+@dataclass(frozen=True)
+class _Timing:
+    draft_s: float
+    verify_s: float
+    overhead_s: float
+
+
+def adapted_gamma(gamma: int, verified: RoundVerified, gamma_max: int) -> int:
+    """transformers' heuristic: +2 after a fully accepted round, -1 after a rejection."""
+    if verified.n_accepted == len(verified.drafted):
+        return min(gamma + 2, gamma_max)
+    return max(1, gamma - 1)
+
+
+def _ends_on_eos(draft: Draft, n_accepted: int, eos_token_ids: frozenset[int]) -> bool:
+    return n_accepted == len(draft.token_ids) > 0 and draft.token_ids[-1] in eos_token_ids
+
+
+def _mainline(tree: DraftTree, path: tuple[int, ...]) -> list[int]:
+    """The accepted path, then the draft's best guess below it (each node's first child, as drafted)."""
+    line = list(path)
+    while True:
+        parent = line[-1] if line else -1
+        child = next((node for node, p in enumerate(tree.parents) if p == parent), None)
+        if child is None:
+            return line
+        line.append(child)
 
 
 class Engine:
@@ -77,18 +140,18 @@ class Engine:
         self.target = CachedForward(verifier.model, verifier.device)
         self.generator = torch.Generator(device=verifier.device)
         self._token_texts: dict[int, str] = {}
+        self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
         self.drafter: Drafter | None = None
         self.set_drafter(drafter)
 
     def set_drafter(self, drafter: Drafter | None) -> None:
         self.drafter = drafter
-        # Distributions are compared over the token ids both sides know; padded logit rows are cut.
-        rows = [len(self.verifier.tokenizer), _output_rows(self.verifier.model)]
-        runs_model = model_part(drafter)
-        if isinstance(runs_model, ModelDrafter):
-            rows += [len(runs_model.draft.tokenizer), _output_rows(runs_model.draft.model)]
-        self.vocab_size = min(rows)
+        # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
+        # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
+        # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
+        self.vocab_size = self.verifier.producible_ids
         attach_drafter(drafter, self.target)  # a draft head reads the verifier's hidden states
+        self.grows_trees = grows_trees(drafter) and supports_trees(self.verifier.model)
 
     def reset_caches(self) -> None:
         self.target.reset()
@@ -136,154 +199,203 @@ class Engine:
         stats.prefill_s = time.perf_counter() - start
         yield Prefilled(prompt_tokens=len(prompt), reused_tokens=reused, prefill_s=stats.prefill_s)
 
-        ids = list(prompt)
-        new_ids: list[int] = []
-        text = ""
-        stream = TextStream(tokenizer, prompt)
-        gamma = config.gamma
-        round_index = 0
+        reply = _Reply(ids=list(prompt), stream=TextStream(tokenizer, prompt), stats=stats, gamma=config.gamma)
         while True:
             if controls.cancelled:
                 stop = StopReason.CANCELLED
                 break
-            remaining = budget - len(new_ids)
+            remaining = budget - len(reply.new_ids)
             if remaining <= 0:
                 stop = StopReason.MAX_TOKENS if budget == config.max_new_tokens else StopReason.CONTEXT
                 break
             try:
-                events, committed = self._round(round_index, ids, gamma, remaining, config, controls,
-                                                stream, stats)
+                result = self._round(reply, remaining, config, controls)
             except (RuntimeError, torch.OutOfMemoryError) as error:
-                yield self._failed(error, text, new_ids, stats)
+                yield self._failed(error, reply.text, reply.new_ids, stats)
                 return
-            verdict = events[1] if isinstance(events[0], RoundDrafted) else events[0]
-            assert isinstance(verdict, RoundVerified)
-            if config.adaptive and verdict.drafted:
-                # transformers' heuristic: +2 after a fully accepted round, -1 after a rejection.
-                full = verdict.n_accepted == len(verdict.drafted)
-                gamma = min(gamma + 2, config.gamma_max) if full else max(1, gamma - 1)
-            ids.extend(committed)
-            new_ids.extend(committed)
-            for event in events:
-                if isinstance(event, TokenCommitted):
-                    text += event.text
-                yield event
-            round_index += 1
-            if committed and committed[-1] in eos:
+            reply.commit(result)
+            if config.adaptive and result.verified.drafted:
+                reply.gamma = adapted_gamma(reply.gamma, result.verified, config.gamma_max)
+            yield from result.events()
+            if result.committed and result.committed[-1] in eos:
                 stop = StopReason.EOS
                 break
-            hit = next((s for s in config.stop_strings if s and s in text), None)
+            hit = next((s for s in config.stop_strings if s and s in reply.text), None)
             if hit is not None:
-                text = text[:text.index(hit)]
+                reply.text = reply.text[:reply.text.index(hit)]
                 stop = StopReason.STOP_STRING
                 break
-        if stop is not StopReason.STOP_STRING:
-            text = tokenizer.decode(new_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        yield Finished(stop_reason=stop, text=text, token_ids=tuple(new_ids), stats=stats.snapshot())
+        text = reply.text if stop is StopReason.STOP_STRING else tokenizer.decode(
+            reply.new_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        yield Finished(stop_reason=stop, text=text, token_ids=tuple(reply.new_ids), stats=stats.snapshot())
 
     def _speculating(self, config: GenerationConfig, controls: Controls) -> bool:
         wanted = config.speculate if controls.speculate is None else controls.speculate
         return wanted and self.drafter is not None
 
-    def _round(self, round_index: int, ids: list[int], gamma: int, remaining: int, config: GenerationConfig,
-               controls: Controls, stream: TextStream, stats: StatsAccumulator
-               ) -> tuple[list[Event], list[int]]:
-        """One verifier call. Returns the round's events and the token ids it commits."""
+    def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls) -> RoundResult:
+        """One verifier call: draft, verify, accept (rollback is implicit, see step 5), emit."""
         round_start = time.perf_counter()
-        vocab = self.vocab_size
         speculating = self._speculating(config, controls)
-
+        if speculating and config.tree_nodes and self.grows_trees:
+            return self._tree_round(reply, remaining, config, round_start)
         # 2. Draft: up to gamma tokens, leaving room in the budget for the correction or bonus token.
+        draft = self._draft(reply.ids, reply.gamma, remaining - 1, config) if speculating else \
+            Draft((), torch.empty(0, self.vocab_size), (), DraftStop.OFF, 0.0)
+        # 3. Verify: the verifier's distribution at each drafted position plus one more (the bonus position).
+        verify_start = time.perf_counter()
+        logits, target_probs = self._verify(reply.ids, draft, config)
+        verify_s = time.perf_counter() - verify_start
+        self.sizer.cost.observe(self.target.last_run, verify_s)
+        # 4. Accept: a prefix of the drafts, then the verifier's correction or bonus token.
+        acceptance, committed = self._accept(draft, target_probs)
+        # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
+        #    prefix that matches the committed sequence (kv.py), dropping the rejected drafts' positions.
         if speculating:
             assert self.drafter is not None
-            draft = self.drafter.propose(ids, min(gamma, remaining - 1), config, vocab,
-                                         self.verifier.eos_token_ids)
-        else:
-            draft = Draft((), torch.empty(0, vocab), (), DraftStop.OFF, 0.0)
-        k = len(draft.token_ids)
+            self.drafter.observe(len(draft.token_ids), acceptance.n_accepted)
+        overhead_s = max(0.0, time.perf_counter() - round_start - draft.draft_s - verify_s)
+        reply.stats.add_round(drafted=len(draft.token_ids), accepted=acceptance.n_accepted,
+                              emitted=len(committed), draft_s=draft.draft_s, verify_s=verify_s,
+                              overhead_s=overhead_s)
+        # 6. Emit the round's events.
+        timing = _Timing(draft_s=draft.draft_s, verify_s=verify_s, overhead_s=overhead_s)
+        return self._emit(reply, draft, logits, target_probs, acceptance, committed, timing, config,
+                          reply.gamma if speculating else None)
 
-        # 3. Verify: one forward pass over the last committed token and the k drafts gives the verifier's
-        #    distribution at each drafted position plus one more (the bonus position).
+    def _tree_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float
+                    ) -> RoundResult:
+        """One verifier call over a tree of candidates: the same steps as a chain's round."""
+        # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py).
+        tree = self._draft_tree(reply.ids, reply.gamma, remaining - 1, config)
+        # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
         verify_start = time.perf_counter()
-        logits = self.target.logits_for(ids + list(draft.token_ids), n_last=k + 1)[:, :vocab]
+        logits = self.target.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
         target_probs = processed_probs(logits, config)
         _synchronize(self.verifier.device)
         verify_s = time.perf_counter() - verify_start
+        self.sizer.cost.observe(self.target.last_run, verify_s)
+        # 4. Accept the longest path the verifier agrees with, then its correction or bonus token.
+        acceptance = accept_tree(tree.token_ids, tree.parents, target_probs, self.generator)
+        path_tokens = tuple(tree.token_ids[node] for node in acceptance.path)
+        ends_on_eos = bool(path_tokens) and path_tokens[-1] in self.verifier.eos_token_ids
+        committed = path_tokens if ends_on_eos else (*path_tokens, acceptance.next_token)
+        # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
+        if len(tree):
+            self.target.keep_path(acceptance.path)
+        if tree.stop is DraftStop.TREE:
+            self.sizer.observe(tree.values, len(acceptance.path))
+        assert self.drafter is not None
+        self.drafter.observe(len(tree), len(acceptance.path))
+        mainline = _mainline(tree, acceptance.path)
+        overhead_s = max(0.0, time.perf_counter() - round_start - tree.draft_s - verify_s)
+        reply.stats.add_round(drafted=len(tree), accepted=len(acceptance.path), emitted=len(committed),
+                              draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s,
+                              positions=len(mainline))
+        # 6. Emit the main line (the accepted path and the draft's best guess below it) as a chain would be,
+        #    and every node of the tree with the verdict.
+        rows = [0] + [node + 1 for node in mainline]  # the distribution each main-line position was drawn at
+        chain = Draft(tuple(tree.token_ids[i] for i in mainline), torch.empty(0), tuple(tree.display_probs[i]
+                      for i in mainline), tree.stop, tree.draft_s)
+        chain_acceptance = Acceptance(len(acceptance.path), acceptance.next_token,
+                                      tuple(acceptance.accept_probs[i] or 0.0 for i in mainline), (), ())
+        timing = _Timing(draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s)
+        result = self._emit(reply, chain, logits[rows], target_probs[rows], chain_acceptance, committed, timing,
+                            config, reply.gamma)
+        nodes = self._tree_verdicts(tree, acceptance, logits, target_probs, config)
+        return dataclasses.replace(result, verified=dataclasses.replace(result.verified, tree=nodes))
 
-        # 4. Accept: a prefix of the drafts, then the verifier's correction or bonus token.
-        drafted = torch.tensor(draft.token_ids, dtype=torch.long, device=target_probs.device)
-        acceptance = accept_drafts(drafted, draft.draft_probs.to(target_probs.device), target_probs,
-                                   self.generator)
-        n = acceptance.n_accepted
-        eos = self.verifier.eos_token_ids
-        ends_on_eos = n == k and k > 0 and draft.token_ids[-1] in eos  # nothing follows an accepted EOS
-        committed = list(draft.token_ids[:n]) if ends_on_eos else [*draft.token_ids[:n], acceptance.next_token]
+    def _draft_tree(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> DraftTree:
+        assert self.drafter is not None
+        budget = self.sizer.budget(config.tree_nodes) if config.cost_aware else config.tree_nodes
+        tree = self.drafter.propose_tree(ids, budget, min(gamma, room), config,  # type: ignore[attr-defined]
+                                         self.vocab_size, self.verifier.eos_token_ids)
+        if config.cost_aware and tree.stop is DraftStop.TREE:
+            size = self.sizer.best_size(tree.values, extra_rows=1, draft_s=tree.draft_s)
+            tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
+        return tree
 
-        # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
-        #    prefix that matches the committed sequence (kv.py), dropping the rejected drafts' positions.
-
-        # 6. Emit. People read the probabilities: when greedy the sampled distributions are one-hots,
-        #    so show the verifier's softmax instead; the acceptance probability stays the rule's own.
+    def _tree_verdicts(self, tree: DraftTree, acceptance: TreeAcceptance, logits: torch.Tensor,
+                       target_probs: torch.Tensor, config: GenerationConfig) -> tuple[TreeNodeVerdict, ...]:
         shown = torch.softmax(logits.float(), -1) if config.greedy else target_probs
-        top = torch.topk(shown, min(config.top_alternatives, vocab), dim=-1) if config.top_alternatives else None
-        alternatives = [self._alternatives(top, row) for row in range(k + 1)] if top is not None else \
-            [()] * (k + 1)
-        shown_target = shown[torch.arange(k, device=shown.device), drafted].tolist() if k else []
-        verdicts = tuple(
-            DraftedTokenVerdict(token_id=t, text="", draft_prob=draft.display_probs[i], target_prob=shown_target[i],
-                                accept_prob=acceptance.accept_probs[i], accepted=i < n)
-            for i, t in enumerate(draft.token_ids))
-        events: list[Event] = []
-        tokens: list[Event] = []
-        for i in range(n):
-            tokens.append(TokenCommitted(
-                token_id=draft.token_ids[i], text=stream.push(draft.token_ids[i]), state=TokenState.ACCEPTED,
-                round_index=round_index, position=i, draft_prob=draft.display_probs[i],
-                target_prob=shown_target[i], accept_prob=acceptance.accept_probs[i],
-                alternatives=alternatives[i]))
-        rejected_texts = stream.peek(draft.token_ids[n:])
-        for j, i in enumerate(range(n, k)):
-            tokens.append(TokenRejected(
-                token_id=draft.token_ids[i], text=rejected_texts[j], round_index=round_index, position=i,
-                draft_prob=draft.display_probs[i], target_prob=shown_target[i],
-                accept_prob=acceptance.accept_probs[i], alternatives=alternatives[i]))
-        if not ends_on_eos:
-            state = TokenState.PLAIN if k == 0 else (TokenState.BONUS if n == k else TokenState.CORRECTED)
-            token = acceptance.next_token
-            tokens.append(TokenCommitted(
-                token_id=token, text=stream.push(token), state=state, round_index=round_index, position=n,
-                draft_prob=None, target_prob=float(shown[n, token]), accept_prob=None,
-                alternatives=alternatives[n]))
-            emitted_state = state
-        else:
-            emitted_state = TokenState.ACCEPTED
-        verdicts = tuple(
-            DraftedTokenVerdict(token_id=v.token_id, text=self._text_of(tokens, i), draft_prob=v.draft_prob,
-                                target_prob=v.target_prob, accept_prob=v.accept_prob, accepted=v.accepted)
-            for i, v in enumerate(verdicts))
-        if self.drafter is not None and speculating:
-            self.drafter.observe(k, n)
-        overhead_s = max(0.0, time.perf_counter() - round_start - draft.draft_s - verify_s)
-        stats.add_round(drafted=k, accepted=n, emitted=len(committed), draft_s=draft.draft_s,
-                        verify_s=verify_s, overhead_s=overhead_s)
-        if speculating:
-            events.append(RoundDrafted(round_index=round_index, token_ids=draft.token_ids,
-                                       texts=tuple(v.text for v in verdicts), draft_probs=draft.display_probs,
-                                       stop=draft.stop, gamma=gamma, draft_s=draft.draft_s))
-        events.append(RoundVerified(
-            round_index=round_index, drafted=verdicts, n_accepted=n, emitted_token_id=committed[-1],
-            emitted_state=emitted_state, stop=draft.stop, gamma=gamma if speculating else 0,
-            draft_s=draft.draft_s, verify_s=verify_s, overhead_s=overhead_s))
-        events.extend(tokens)
-        return events, committed
+        on_path = set(acceptance.path)
+        return tuple(
+            TreeNodeVerdict(token_id=token, text=self._token_text(token), parent=parent,
+                            draft_prob=tree.display_probs[node], target_prob=float(shown[parent + 1, token]),
+                            accept_prob=acceptance.accept_probs[node], accepted=node in on_path)
+            for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
 
-    @staticmethod
-    def _text_of(tokens: list[Event], position: int) -> str:
-        for event in tokens:
-            if isinstance(event, (TokenCommitted, TokenRejected)) and event.position == position \
-                    and event.state is not TokenState.CORRECTED and event.state is not TokenState.BONUS:
-                return event.text
-        return ""
+    def _draft(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> Draft:
+        """Up to `gamma` tokens, and at most `room` (what the reply's budget leaves besides the verifier's token)."""
+        assert self.drafter is not None
+        draft = self.drafter.propose(ids, min(gamma, room), config, self.vocab_size, self.verifier.eos_token_ids)
+        if draft.stop is DraftStop.GAMMA and room < gamma:  # the budget, not γ, limited the round
+            return dataclasses.replace(draft, stop=DraftStop.MAX_TOKENS)
+        return draft
+
+    def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass over the last committed token and the k drafts: logits and processed target_probs,
+        both [k+1, V] over the verifier's vocabulary."""
+        k = len(draft.token_ids)
+        logits = self.target.logits_for(ids + list(draft.token_ids), n_last=k + 1)[:, :self.vocab_size]
+        target_probs = processed_probs(logits, config)
+        _synchronize(self.verifier.device)
+        return logits, target_probs
+
+    def _accept(self, draft: Draft, target_probs: torch.Tensor) -> tuple[Acceptance, tuple[int, ...]]:
+        """The acceptance rule's verdict, and the token ids the round commits."""
+        drafted = torch.tensor(draft.token_ids, dtype=torch.long, device=target_probs.device)
+        acceptance = accept_drafts(drafted, draft.draft_probs.to(target_probs.device), target_probs, self.generator)
+        n = acceptance.n_accepted
+        if _ends_on_eos(draft, n, self.verifier.eos_token_ids):
+            return acceptance, draft.token_ids[:n]  # nothing follows an accepted end of sequence
+        return acceptance, (*draft.token_ids[:n], acceptance.next_token)
+
+    def _emit(self, reply: _Reply, draft: Draft, logits: torch.Tensor, target_probs: torch.Tensor,
+              acceptance: Acceptance, committed: tuple[int, ...], timing: _Timing, config: GenerationConfig,
+              gamma: int | None) -> RoundResult:
+        """The round as events: the accepted drafts, the rejected ones where they were proposed, then the
+        correction or bonus token. `gamma` is None when the round did not speculate."""
+        k, n, index = len(draft.token_ids), acceptance.n_accepted, reply.round_index
+        # People read the probabilities: when greedy the sampled distributions are one-hots, so show the
+        # verifier's softmax instead; the acceptance probability stays the rule's own.
+        shown = torch.softmax(logits.float(), -1) if config.greedy else target_probs
+        alternatives = self._alternatives_by_row(shown, k + 1, config.top_alternatives)
+        drafted = torch.tensor(draft.token_ids, dtype=torch.long, device=shown.device)
+        shown_target = shown[torch.arange(k, device=shown.device), drafted].tolist() if k else []
+        texts = [reply.stream.push(token) for token in draft.token_ids[:n]] + reply.stream.peek(draft.token_ids[n:])
+        tokens: list[TokenCommitted | TokenRejected] = []
+        for i, token in enumerate(draft.token_ids):
+            common = dict(token_id=token, text=texts[i], round_index=index, position=i,
+                          draft_prob=draft.display_probs[i], target_prob=shown_target[i],
+                          accept_prob=acceptance.accept_probs[i], alternatives=alternatives[i])
+            tokens.append(TokenCommitted(state=TokenState.ACCEPTED, **common) if i < n else TokenRejected(**common))
+        emitted_state = TokenState.ACCEPTED
+        if len(committed) > n:  # the verifier's own token: a correction, a bonus, or a plain decode step
+            emitted_state = TokenState.PLAIN if k == 0 else (TokenState.BONUS if n == k else TokenState.CORRECTED)
+            token = committed[-1]
+            tokens.append(TokenCommitted(
+                token_id=token, text=reply.stream.push(token), state=emitted_state, round_index=index, position=n,
+                draft_prob=None, target_prob=float(shown[n, token]), accept_prob=None, alternatives=alternatives[n]))
+        verdicts = tuple(
+            DraftedTokenVerdict(token_id=token, text=texts[i], draft_prob=draft.display_probs[i],
+                                target_prob=shown_target[i], accept_prob=acceptance.accept_probs[i], accepted=i < n)
+            for i, token in enumerate(draft.token_ids))
+        proposed = None if gamma is None else RoundDrafted(
+            round_index=index, token_ids=draft.token_ids, texts=tuple(texts), draft_probs=draft.display_probs,
+            stop=draft.stop, gamma=gamma, draft_s=draft.draft_s)
+        verified = RoundVerified(
+            round_index=index, drafted=verdicts, n_accepted=n, emitted_token_id=committed[-1],
+            emitted_state=emitted_state, stop=draft.stop, gamma=gamma or 0, draft_s=timing.draft_s,
+            verify_s=timing.verify_s, overhead_s=timing.overhead_s)
+        return RoundResult(drafted=proposed, verified=verified, tokens=tuple(tokens), committed=committed)
+
+    def _alternatives_by_row(self, shown: torch.Tensor, rows: int, count: int) -> list[tuple[Alternative, ...]]:
+        """The verifier's `count` most likely tokens at each of the first `rows` positions (for tooltips)."""
+        if not count:
+            return [()] * rows
+        top = torch.topk(shown[:rows], min(count, shown.shape[-1]), dim=-1)
+        return [self._alternatives(top, row) for row in range(rows)]
 
     def _alternatives(self, top, row: int) -> tuple[Alternative, ...]:
         return tuple(Alternative(token_id=t, text=self._token_text(t), prob=p)

@@ -19,3 +19,7 @@ class IncompatiblePairError(SpecdecError):
 
 class PromptTooLongError(SpecdecError):
     """The prompt does not fit in the verifier's context window."""
+
+
+class ChatTemplateError(SpecdecError):
+    """The chat template refused the conversation (raise_exception), failed, or ran past its limits."""

@@ -30,10 +30,13 @@ class DraftStop(str, Enum):
     """Why drafting stopped in a round."""
 
     GAMMA = "gamma"  # drafted the round's full length
+    TREE = "tree"  # grew a tree of candidates (its size is the round's node budget or the cost model's pick)
+    COST = "cost"  # the cost model found checking no drafted node faster than a plain step (cost.py)
+    DRAFT_CAP = "draft_cap"  # a hybrid's draft model drafted its cap (--draft-tokens), below the round's γ
     CONFIDENCE = "confidence"  # the draft's top probability fell under the cutoff
     EOS = "eos"  # the draft proposed end of sequence
     MAX_TOKENS = "max_tokens"  # the reply's token budget leaves no room for more drafts
-    NO_MATCH = "no_match"  # prompt lookup found no earlier n-gram to copy from
+    NO_MATCH = "no_match"  # nothing to draft from: prompt lookup found no earlier n-gram to copy
     OFF = "off"  # speculation is off
 
 
@@ -84,6 +87,19 @@ class DraftedTokenVerdict:
 
 
 @dataclass(frozen=True)
+class TreeNodeVerdict:
+    """One candidate of a draft tree and what the verifier made of it."""
+
+    token_id: int
+    text: str  # the token decoded on its own
+    parent: int  # index of the parent node in the round's tree; -1: the last committed token
+    draft_prob: float  # the draft's probability of this token given its parent's path
+    target_prob: float  # the verifier's, given the same path
+    accept_prob: float | None  # probability the rule accepted it when checked; None: never checked
+    accepted: bool  # on the accepted path
+
+
+@dataclass(frozen=True)
 class RoundVerified:
     round_index: int
     drafted: tuple[DraftedTokenVerdict, ...]
@@ -95,6 +111,9 @@ class RoundVerified:
     draft_s: float
     verify_s: float
     overhead_s: float  # the rest of the round: sampling, bookkeeping, detokenising
+    # Draft trees: every node checked in this round's one verifier pass (`drafted` is then the tree's main
+    # line: the accepted path and the draft's best guess below it). Empty for a chain.
+    tree: tuple[TreeNodeVerdict, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,26 @@ def new_cache(model: torch.nn.Module) -> DynamicCache:
     return cache
 
 
+def _compact(layer, start: int, rows: torch.Tensor) -> None:
+    """Move a cache layer's positions `rows` to `start`, `start + 1`, ... and cut it after them."""
+    if isinstance(layer, GrowingLayer):
+        end = start + len(rows)
+        layer._key_buffer[..., start:end, :] = layer._key_buffer[..., rows, :]
+        layer._value_buffer[..., start:end, :] = layer._value_buffer[..., rows, :]
+        layer.length = end
+        layer.keys, layer.values = layer._key_buffer[..., :end, :], layer._value_buffer[..., :end, :]
+    elif type(layer) is DynamicLayer:
+        layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys[..., rows, :]], dim=-2)
+        layer.values = torch.cat([layer.values[..., :start, :], layer.values[..., rows, :]], dim=-2)
+    else:
+        raise NotImplementedError(f"draft trees need full-attention cache layers, not {type(layer).__name__}")
+
+
+def supports_trees(model: torch.nn.Module) -> bool:
+    """Whether `model`'s cache layers can be compacted after a tree pass (no sliding-window layers)."""
+    return all(type(layer) in (GrowingLayer, DynamicLayer) for layer in new_cache(model).layers)
+
+
 class CachedForward:
     """A causal LM plus its KV cache and the token ids that cache holds (batch size 1)."""
 
@@ -117,6 +137,7 @@ class CachedForward:
         self._hidden: torch.Tensor | None = None  # [capacity, d]
         self._hook = None
         self._last_hidden: torch.Tensor | None = None
+        self._tree_base = 0  # committed tokens before the nodes of the last logits_for_tree call
 
     def record_hidden_states(self) -> None:
         """From now on keep the final (post-norm) hidden state of every position this cache holds."""
@@ -181,10 +202,71 @@ class CachedForward:
         self.roll_back(keep)
         return self._run(ids[keep:], n_last)
 
-    def _run(self, new_ids: Sequence[int], n_last: int) -> torch.Tensor:
+    @torch.inference_mode()
+    def logits_for_tree(self, ids: Sequence[int], node_tokens: Sequence[int], parents: Sequence[int]
+                        ) -> torch.Tensor:
+        """Logits [1 + n, V]: after the last of `ids`, and after each of a tree of n candidate tokens that
+        follows `ids` (node i hangs under node parents[i]; -1 is the last of `ids`), in one forward pass.
+
+        Each node sits at the position after its parent and attends to `ids` and its own ancestors only
+        (a tree attention mask, as in SpecInfer). The cache then holds every node: `keep_path` must be
+        called before anything else runs on this cache, to keep the accepted nodes and drop the rest.
+        """
+        if not node_tokens:
+            return self.logits_for(ids)
+        ids = list(ids)
+        held = common_prefix_length(self.cached_ids, ids)
+        reuse_root = self._next_logits is not None and held == len(self.cached_ids) == len(ids)
+        keep = len(ids) if reuse_root else min(held, len(ids) - 1)
+        root = self._next_logits[None] if reuse_root else None
+        self.roll_back(keep)
+        chain = ids[keep:]  # committed tokens the cache lacks: an ordinary causal run
+        depth: list[int] = []
+        for parent in parents:
+            depth.append(0 if parent < 0 else depth[parent] + 1)
+        positions = list(range(keep, len(ids))) + [len(ids) + d for d in depth]
+        # allowed[q, j]: may query q (chain then nodes) attend to new position j? Everything cached is visible.
+        n, m = len(chain), len(node_tokens)
+        allowed = torch.zeros(n + m, n + m, dtype=torch.bool)
+        allowed[:n, :n] = torch.ones(n, n, dtype=torch.bool).tril()
+        allowed[n:, :n] = True
+        for node, parent in enumerate(parents):
+            if parent >= 0:
+                allowed[n + node, n:] = allowed[n + parent, n:]
+            allowed[n + node, n + node] = True
+        dtype = next(self.model.parameters()).dtype
+        mask = torch.zeros(1, 1, n + m, keep + n + m, dtype=dtype)
+        mask[0, 0, :, keep:] = torch.zeros(n + m, n + m, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+        logits = self._run(chain + list(node_tokens), n_last=m + (0 if reuse_root else 1),
+                           attention_mask=mask.to(self.device),
+                           position_ids=torch.tensor([positions], device=self.device))
+        self._next_logits = None  # the last row belongs to a node, not to a sequence the cache holds
+        self._tree_base = len(ids)
+        return logits if root is None else torch.cat([root, logits])
+
+    @torch.inference_mode()
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After `logits_for_tree`: keep the accepted nodes `path` (root's child down) and drop the others.
+
+        Rollback, once more: the accepted nodes' keys and values move to the rows right after the committed
+        tokens, in path order, and the cache is cut there; from then on the one prefix rule above applies."""
+        base = self._tree_base
+        rows = torch.tensor([base + node for node in path], dtype=torch.long, device=self.device)
+        for layer in self.cache.layers:
+            _compact(layer, base, rows)
+        tokens = self.cached_ids[base:]
+        del self.cached_ids[base:]
+        self.cached_ids.extend(tokens[node] for node in path)
+        if self._hidden is not None and self.hidden_len > base:
+            self._hidden[base:base + len(path)] = self._hidden[rows]
+            self.hidden_len = base + len(path)
+        self._next_logits = None
+
+    def _run(self, new_ids: Sequence[int], n_last: int, **extra) -> torch.Tensor:
         """Feed `new_ids` after the cached tokens; logits [n_last, V] of the last n_last positions."""
         input_ids = torch.tensor([list(new_ids)], dtype=torch.long, device=self.device)
-        extra = {"logits_to_keep": n_last} if self._logits_to_keep else {}
+        if self._logits_to_keep:
+            extra["logits_to_keep"] = n_last
         extra[self._cache_kwarg] = self.cache  # updated in place
         start = time.perf_counter()
         out = self.model(input_ids=input_ids, use_cache=True, **extra)

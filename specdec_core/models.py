@@ -24,6 +24,8 @@ import importlib.util
 import io
 import json
 import os
+import pickle
+import platform
 import re
 import shutil
 import tempfile
@@ -111,6 +113,14 @@ class LoadedModel:
     @property
     def vocab_size(self) -> int:
         return len(self.tokenizer)
+
+    @property
+    def producible_ids(self) -> int:
+        """Token ids 0..n-1 this model can produce: its tokenizer's, cut to its output layer's rows
+        (rows past the tokenizer are padding; a layer smaller than the tokenizer drops the rest)."""
+        head = self.model.get_output_embeddings()
+        rows = int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
+        return min(len(self.tokenizer), rows)
 
 
 # --------------------------------------------------------------------------- devices and dtypes
@@ -321,10 +331,12 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
     try:
         model, tokenizer = load(resolved.folder)
     except ModelLoadError:
-        if not resolved.from_gguf_cache:
+        # A cached conversion that looks whole but does not load may hold a damaged file of the right
+        # size: convert again, once, but only when its files prove it (a hash that no longer matches, a
+        # weights file that cannot be read). Any other failure is the request's (--max-memory, a device
+        # that is full ...): reconverting would cost ~20 s and then fail the same way.
+        if not resolved.from_gguf_cache or _cache_damage(resolved.folder) is None:
             raise
-        # A cached conversion that looks whole but does not load (a damaged file of the right size):
-        # throw it away and convert again, once.
         shutil.rmtree(resolved.folder, ignore_errors=True)
         resolved = _resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
         model, tokenizer = load(resolved.folder)
@@ -435,13 +447,29 @@ def _load_folder(folder: Path, *, spec: str, dtype: torch.dtype, device: torch.d
         model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         if device_map is None:
             model = model.to(device)
+        elif any(p.device.type == "meta" for p in model.parameters()):
+            # accelerate leaves weights that fit nowhere (max_memory too small, no disk offload) on the
+            # meta device, without data: the first forward pass would fail far from the cause.
+            placed = sorted({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()})
+            raise ModelLoadError(f"{spec!r} does not fit in the memory allowed by --max-memory "
+                                 f"({max_memory or 'none given'}; weights placed on: {', '.join(placed) or '?'}): "
+                                 "allow more memory")
+    except ModelLoadError:
+        raise
     except torch.OutOfMemoryError as error:
         raise ModelLoadError(f"out of memory while loading {spec!r} onto {device}: try a smaller dtype "
                              "(--dtype bf16 / fp16), another device, or --device-map auto") from error
-    except (OSError, ValueError, KeyError, RuntimeError, ImportError) as error:
+    except Exception as error:  # noqa: BLE001 - OSError, ValueError, UnpicklingError, accelerate's ...:
+        # whatever a damaged, hostile or misplaced model raises is the user's to read, not a traceback
         if "trust_remote_code" in str(error):
             raise ModelLoadError(f"{spec!r} needs custom code from its repository: if you trust its authors, "
                                  "pass --trust-remote-code") from error
+        if isinstance(error, pickle.UnpicklingError):
+            # torch's message opens with a paragraph on its defaults; the reason is on its own line.
+            reason = re.search(r"WeightsUnpickler error:\s*([^\n]+)", str(error))
+            raise ModelLoadError(f"refused to load {spec!r}: its .bin weights hold more than tensors, and only plain "
+                                 f"weights are unpickled ({reason.group(1) if reason else _first_line(error)})"
+                                 ) from error
         raise ModelLoadError(f"could not load {spec!r} from {folder}: {_first_line(error)}") from error
     model.eval()
     return model, tokenizer
@@ -503,17 +531,21 @@ def _converted_gguf(gguf: Path, *, cache_dir: Path, report: _Reporter) -> tuple[
     """The transformers folder for a GGUF file, converting it on first use. `(folder, converted now)`."""
     _check_gguf_header(gguf)
     digest = _sha256(gguf)
-    target = cache_dir / "gguf" / digest
+    root = cache_dir / "gguf"
+    target = root / digest
+    _remove_stale_partials(root)  # left by conversions that were killed, whether or not we convert now
     if _cache_is_complete(target, digest):
         return target, False
 
     with _CONVERT_LOCK:
         if _cache_is_complete(target, digest):  # another thread converted it while we waited
             return target, False
-        root = target.parent
-        root.mkdir(parents=True, exist_ok=True)
-        _remove_stale_partials(root)
-        partial = Path(tempfile.mkdtemp(prefix=f".partial-{digest[:12]}-", dir=root))
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(prefix=f".partial-{digest[:12]}-{os.getpid()}-{_HOST}-", dir=root))
+        except OSError as error:
+            raise ModelLoadError(f"cannot use the model cache {cache_dir} ({error.strerror or error}): set "
+                                 "SPECDEC_CACHE_DIR to a writable folder") from error
         try:
             _convert(gguf, partial, digest, report)
             _publish(partial, target, digest)
@@ -555,11 +587,7 @@ def _sha256(path: Path) -> str:
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with path.open("rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
+        _DIGESTS[key] = _file_sha256(path)
     return _DIGESTS[key]
 
 
@@ -577,12 +605,79 @@ def _cache_is_complete(folder: Path, digest: str) -> bool:
         return False
 
 
+def _cache_damage(folder: Path) -> str | None:
+    """Why a finished conversion's files are damaged, or None when nothing proves they are.
+
+    Proof is a file whose SHA-256 differs from the one recorded when it was written, or (for folders
+    converted before hashes were recorded) a weights file whose tensors cannot be read back."""
+    try:
+        marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
+        hashes = marker.get("files_sha256") if isinstance(marker, dict) else None
+    except (OSError, ValueError) as error:
+        return f"its marker cannot be read ({error})"
+    if isinstance(hashes, dict) and hashes:
+        for name, expected in hashes.items():
+            try:
+                if _file_sha256(folder / str(name)) != expected:
+                    return f"{name} does not match its recorded hash"
+            except OSError as error:
+                return f"{name} cannot be read ({error})"
+        return None
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                for key in weights.keys():
+                    weights.get_tensor(key)
+        except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+            return f"{path.name} cannot be read ({_first_line(error)})"
+    return None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+_PARTIAL_OWNER = re.compile(r"\.partial-[0-9a-f]{12}-(\d+)-([0-9a-f]{8})-")
+# A cache folder may be shared between machines (a network home): a process id means something only
+# on the machine that wrote it, so partial folders name their host too (hashed: names stay short).
+_HOST = hashlib.sha256(platform.node().encode()).hexdigest()[:8]
+
+
 def _remove_stale_partials(root: Path) -> None:
+    """Remove conversion folders left by processes that died (a kill -9 mid-conversion leaves ~0.5 GB).
+
+    A folder names the process (and machine) converting into it; it is stale once that process is gone.
+    Other folders (another machine's, older versions', moved-aside damaged copies) are stale after an hour."""
     now = time.time()
-    for partial in root.glob(".partial-*"):
+    try:
+        partials = list(root.glob(".partial-*"))
+    except OSError:
+        return
+    for partial in partials:
         with contextlib.suppress(OSError):
-            if now - partial.stat().st_mtime > _STALE_PARTIAL_S:
+            match = _PARTIAL_OWNER.match(partial.name)
+            if match is not None and match.group(2) == _HOST and int(match.group(1)) != os.getpid():
+                stale = not _process_alive(int(match.group(1)))
+            else:
+                stale = now - partial.stat().st_mtime > _STALE_PARTIAL_S
+            if stale:
                 shutil.rmtree(partial, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists but belongs to someone else; on Windows, unknown
+        return True
+    return True
 
 
 def _convert(gguf: Path, out: Path, digest: str, report: _Reporter) -> None:
@@ -617,13 +712,15 @@ def _convert(gguf: Path, out: Path, digest: str, report: _Reporter) -> None:
     try:
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
-    except OSError as error:
-        raise ModelLoadError(f"cannot write the converted model to {out.parent}: {error}") from error
-    del model
-    files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
-    marker = {"format": _CACHE_FORMAT, "sha256": digest, "source": str(gguf), "files": files,
-              "transformers": _transformers_version()}
-    (out / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+        del model
+        files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+        # Hashes let a later load that fails tell a damaged cache (convert again) from a bad request.
+        hashes = {name: _file_sha256(out / name) for name in files}
+        marker = {"format": _CACHE_FORMAT, "sha256": digest, "source": str(gguf), "files": files,
+                  "files_sha256": hashes, "transformers": _transformers_version()}
+        (out / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+    except Exception as error:  # noqa: BLE001 - OSError (a full disk), or safetensors' own error for it
+        raise ModelLoadError(f"cannot write the converted model to {out.parent}: {_first_line(error)}") from error
     report("convert", 1.0, "Converted")
 
 

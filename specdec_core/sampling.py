@@ -5,6 +5,7 @@ Pure tensor functions, no model and no state: every random draw takes an explici
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -99,3 +100,58 @@ def accept_drafts(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_
         draft_token_probs=tuple(draft_token_probs.tolist()),
         target_token_probs=tuple(target_token_probs.tolist()),
     )
+
+
+@dataclass(frozen=True)
+class TreeAcceptance:
+    path: tuple[int, ...]  # indices of the accepted nodes, from the root's child down
+    next_token: int  # the correction (no child accepted) or the bonus token (the path ended at a leaf)
+    accept_probs: tuple[float | None, ...]  # per node: the probability it was accepted when checked, None if never
+
+
+def accept_tree(node_tokens: Sequence[int], parents: Sequence[int], target_probs: torch.Tensor,
+                generator: torch.Generator) -> TreeAcceptance:
+    """The acceptance rule for a tree of deterministic candidates (SpecInfer, Miao et al. 2024, Algorithm 2,
+    "multi-step speculative sampling", with each candidate a one-hot proposal).
+
+    node_tokens: [n] candidate ids; parents: [n] the parent node of each (-1: the last committed token);
+    target_probs: [n+1, V] the verifier's processed distribution after the last committed token (row 0)
+    and after each node (row i+1).
+
+    At a node with verifier distribution P, its children are checked one at a time in the order given.
+    A child x, proposed with draft probability 1 (the drafter chose it, it did not sample it), is accepted
+    with probability min(1, P(x)/1) = P(x); when rejected, x is removed from P (the residual
+    norm(max(0, P - onehot(x)))) before the next child is checked. If one is accepted the walk goes down
+    into it; if all are rejected the correction is sampled from what is left of P; at a leaf the bonus
+    token is sampled from its P. Each emitted token is then distributed exactly as the verifier's own
+    sample: P(child_j) = prod_{i<j}(1 - P_i(c_i)) * P(c_j) / prod_{i<j}(1 - P_i(c_i)) = P(c_j), and the
+    rest keeps P's proportions. Prompt lookup's one-hot chain is the special case of one child per node.
+    Greedy (one-hot P): accept the child that is the verifier's argmax, else emit the argmax.
+    """
+    children: list[list[int]] = [[] for _ in range(len(node_tokens) + 1)]
+    for node, parent in enumerate(parents):
+        children[parent + 1].append(node)
+    accept_probs: list[float | None] = [None] * len(node_tokens)
+    path: list[int] = []
+    row = 0  # target_probs row of the current node: 0 for the root, node + 1 otherwise
+    while True:
+        probs = target_probs[row].double()
+        accepted = None
+        for node in children[row]:
+            token = node_tokens[node]
+            total = float(probs.sum())
+            prob = min(1.0, float(probs[token]) / total) if total > 0 else 0.0
+            accept_probs[node] = prob
+            u = float(torch.rand(1, generator=generator, device=generator.device))
+            if u < prob:
+                accepted = node
+                break
+            probs = probs.clone()
+            probs[token] = 0.0  # the residual: the verifier's distribution without the rejected candidate
+        if accepted is None:
+            if float(probs.sum()) <= 0:  # round-off after removing near-all mass: fall back to P itself
+                probs = target_probs[row].double()
+            return TreeAcceptance(path=tuple(path), next_token=sample(probs, generator),
+                                  accept_probs=tuple(accept_probs))
+        path.append(accepted)
+        row = accepted + 1

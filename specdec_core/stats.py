@@ -71,7 +71,8 @@ class StatsAccumulator:
     accepted_lengths: list[int] = field(default_factory=list)
 
     def add_round(self, *, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
-                  overhead_s: float) -> None:
+                  overhead_s: float, positions: int | None = None) -> None:
+        """`positions`: draft positions the round had (a tree's depth), when not `drafted` (a chain's length)."""
         self.rounds += 1
         self.drafted += drafted
         self.accepted += accepted
@@ -80,10 +81,11 @@ class StatsAccumulator:
         self.verify_s += verify_s
         self.overhead_s += overhead_s
         if drafted:
-            while len(self.drafted_at) < drafted:
+            positions = drafted if positions is None else positions
+            while len(self.drafted_at) < positions:
                 self.drafted_at.append(0)
                 self.accepted_at.append(0)
-            for i in range(drafted):
+            for i in range(positions):
                 self.drafted_at[i] += 1
                 if i < accepted:
                     self.accepted_at[i] += 1

@@ -23,8 +23,9 @@ def test_prompt_screenshot_and_quit(tiny_models_dir, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     img = QImage(str(shot))
     assert img.width() >= 1000 and img.height() >= 600
-    saved = list((tmp_path / "data" / "conversations").glob("*.json"))
-    assert len(saved) == 1
+    from app.store import ConversationStore
+
+    assert len(ConversationStore(tmp_path / "data").list()) == 1
 
 
 def test_a_model_that_fails_to_load_exits_non_zero_with_the_reason(tmp_path):

@@ -58,8 +58,13 @@ def test_a_draft_trained_on_fewer_merges_of_the_same_corpus_shares_a_prefix(tiny
     verdict = check_pair(tiny_tokenizer, tiny.make_tokenizer(vocab_size=300))
 
     assert verdict.compatible and verdict.shared_vocab_size == 300
-    assert verdict.findings[0].message == "the first 300 token ids mean the same text in both"
-    assert verdict.warnings[0].message.startswith("the verifier has 20 token(s) the draft lacks (ids 300-319: ")
+    assert verdict.findings[0].message.startswith(
+        "the draft knows 300 of the verifier's 320 tokens; the others can still be produced, never drafted "
+        "(the draft lacks ids 300-319: ")
+    assert not verdict.warnings  # the verifier loses nothing
+    assert verdict.verifier_vocab_size == 320
+    assert "The verifier samples over all its 320 token ids; the draft proposes from the first 300." in \
+        verdict.report()
 
 
 def test_different_vocabularies_of_different_sizes_are_incompatible(tiny_tokenizer):
@@ -70,16 +75,17 @@ def test_different_vocabularies_of_different_sizes_are_incompatible(tiny_tokeniz
     assert verdict.errors[0].message.startswith("token 259 is ' a' in the verifier and ' t' in the draft")
 
 
-def test_extra_tokens_in_the_verifier_are_a_warning_and_shrink_the_shared_vocabulary(tiny_tokenizer):
+def test_extra_tokens_in_the_verifier_shrink_only_what_the_draft_can_propose(tiny_tokenizer):
     verifier = rebuild(tiny_tokenizer)
     verifier.add_tokens(["<|tool_call|>", "<|tool_result|>"], special_tokens=True)
 
     verdict = check_pair(verifier, tiny_tokenizer)
     assert verdict.compatible
     assert verdict.shared_vocab_size == len(tiny_tokenizer) == 320
-    (warning,) = verdict.warnings
-    assert warning.message.startswith("the verifier has 2 token(s) the draft lacks (ids 320-321: "
-                                      "'<|tool_call|>', '<|tool_result|>')")
+    assert verdict.verifier_vocab_size == 322
+    assert verdict.findings[0].message == (
+        "the draft knows 320 of the verifier's 322 tokens; the others can still be produced, never drafted "
+        "(the draft lacks ids 320-321: '<|tool_call|>', '<|tool_result|>')")
 
 
 def test_extra_tokens_in_the_draft_are_a_warning_too(tiny_tokenizer):
@@ -88,7 +94,8 @@ def test_extra_tokens_in_the_draft_are_a_warning_too(tiny_tokenizer):
 
     verdict = check_pair(tiny_tokenizer, draft)
     assert verdict.compatible and verdict.shared_vocab_size == 320
-    assert "the draft has 1 token(s) the verifier lacks (id 320: ' zebra')" in verdict.summary()
+    assert "the draft has 1 token(s) the verifier lacks (id 320: ' zebra'); the draft never proposes them" \
+        in verdict.summary()
 
 
 def test_a_different_eos_is_reported_with_both_tokens(tiny_tokenizer):
@@ -134,7 +141,7 @@ def test_the_report_lists_every_finding_and_the_shared_size(tiny_tokenizer):
 
     assert report.splitlines()[0] == "Compatible: verifier and draft"
     assert all(finding.message in report for finding in verdict.findings)
-    assert report.splitlines()[-1] == "Distributions are compared over 320 token ids."
+    assert report.splitlines()[-1] == "Both models use the same 320 token ids."
 
 
 def test_check_models_uses_the_output_layer_rows(tiny_models_dir):

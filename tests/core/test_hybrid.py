@@ -7,7 +7,7 @@ from specdec_core.config import GenerationConfig
 from specdec_core.drafters import FeatureDrafter, HybridDrafter, ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
-from specdec_core.events import Finished, RoundDrafted
+from specdec_core.events import DraftStop, Finished, RoundDrafted
 
 
 class Counting:
@@ -70,6 +70,19 @@ def test_the_hybrid_copies_on_a_match_and_asks_the_model_for_at_most_its_tokens_
     fresh = tiny_tokenizer("a quiet lake").input_ids
     drafted = hybrid.propose(fresh, 4, GenerationConfig(), len(tiny_tokenizer), frozenset())
     assert model.asked == [2] and 1 <= len(drafted.token_ids) <= 2
+    if len(drafted.token_ids) == 2:  # stopped by the model's cap, not by the round's γ of 4
+        assert drafted.stop is DraftStop.DRAFT_CAP
+
+
+def test_a_model_round_below_gamma_names_the_draft_token_cap_as_its_stop(pair, tiny_tokenizer):
+    verifier, draft = pair
+    prompt = tiny_tokenizer("a quiet lake").input_ids
+    events = generate(Engine(verifier, HybridDrafter(ModelDrafter(draft), model_tokens=1)), prompt,
+                      max_new_tokens=12, gamma=4)
+    model_rounds = [e for e in events if isinstance(e, RoundDrafted) and len(e.token_ids) == 1]
+    assert model_rounds
+    assert all(r.stop is not DraftStop.GAMMA for r in model_rounds)  # "reached γ" would be wrong at γ = 4
+    assert any(r.stop is DraftStop.DRAFT_CAP for r in model_rounds)
 
 
 def test_a_reply_mixes_copied_and_drafted_rounds(pair, tiny_tokenizer):

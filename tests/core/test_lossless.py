@@ -134,3 +134,40 @@ def test_the_check_catches_draft_probabilities_taken_from_raw_logits(pair, monke
     counts = sampled_joint(verifier, draft, config, runs=1000)  # a subtler bias than the greedy draft's
     monkeypatch.undo()
     assert chi_square_p_value(counts, exact_joint(verifier, config)) < 1e-6
+
+
+def test_a_draft_with_a_smaller_vocabulary_still_follows_the_verifiers_processed_distribution(pair, tiny_tokenizer):
+    # The draft knows ids 0-5 of the verifier's 8: it never proposes 6 or 7, yet the verifier emits them
+    # at its own rate (the residual max(0, target - draft) carries their mass).
+    verifier, _ = pair
+    small = tiny.make_model("llama", tiny_tokenizer, seed=4, vocab_size=VOCAB - 2, logit_scale=20.0, layers=1,
+                            hidden=16)
+    draft = tiny.as_loaded(small, tiny_tokenizer, eos_token_ids=frozenset())
+    for config in CONFIGS:
+        exact = exact_joint(verifier, config)
+        assert float(exact[VOCAB - 2:].sum() + exact[:, VOCAB - 2:].sum()) > 0.05  # the test needs such mass
+        p_value = chi_square_p_value(sampled_joint(verifier, draft, config, runs=600), exact)
+        assert p_value > 1e-3
+
+
+TREE_CONFIGS = [
+    GenerationConfig(temperature=1.0, max_new_tokens=3, gamma=3, top_alternatives=0, tree_nodes=6,
+                     cost_aware=False),
+    GenerationConfig(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3, gamma=3, top_alternatives=0,
+                     tree_nodes=6, cost_aware=False),
+]
+
+
+@pytest.mark.parametrize("config", TREE_CONFIGS, ids=["t1", "t0.7-topk6-topp0.9"])
+@pytest.mark.parametrize("kind", ["model", "head", "hybrid"])
+def test_draft_trees_follow_the_verifiers_processed_distribution(pair, config, kind):
+    # Trees forced on (every drafted node checked): several candidates per position, each a one-hot proposal.
+    verifier, draft = pair
+    head = drafters.FeatureDrafter(tiny.make_head(verifier, scale=0.5))
+    drafter = {"model": ModelDrafter(draft), "head": head, "hybrid": drafters.HybridDrafter(head)}[kind]
+    prompt = [1, 3, 5, 1, 3] if kind == "hybrid" else PROMPT  # the hybrid's tree also holds the copy "5 1 3"
+    engine = Engine(verifier, drafter)
+    *_, probe = engine.generate(prompt, config)
+    assert probe.stats.drafted > probe.stats.rounds  # more than one node per round: really a tree
+    counts = sampled_joint(verifier, draft, config, runs=800, prompt=prompt, drafter=drafter)
+    assert chi_square_p_value(counts, exact_joint(verifier, config, prompt)) > 1e-3

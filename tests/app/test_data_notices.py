@@ -1,0 +1,33 @@
+"""The window starts and opens conversations whatever the data directory holds, and says what it refused."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_bad_files_are_reported_in_the_window_never_fatal(qtbot, data_dir, monkeypatch):
+    from app.store import ConversationStore, Settings
+    from app.window import MainWindow
+
+    (data_dir / "conversations").mkdir(parents=True)
+    (data_dir / "conversations" / "x.json").write_text("[]")
+    newer = {"format": 2, "id": "from-the-future", "title": "Future chat", "created": 1.0, "updated": 2.0,
+             "messages": [{"role": "user", "content": "Hi", "created": 1.0, "mood": "curious"}]}
+    (data_dir / "conversations" / "future.json").write_text(json.dumps(newer))
+    (data_dir / "settings.json").write_text('{"gamma": -5, "temperature": 1e999}')
+    shown: list[str] = []
+    monkeypatch.setattr(MainWindow, "show_info", lambda self, text: shown.append(text))
+
+    store = ConversationStore()
+    w = MainWindow(Settings.load(store.root), store, persist_settings=False)
+    qtbot.addWidget(w)
+    assert w.settings.gamma == Settings().gamma and w.settings.temperature == Settings().temperature
+    assert any("gamma" in t for t in shown) and any("x.json" in t for t in shown)
+    # the window's own new (unsaved) chat, then the one readable saved conversation
+    assert [w.conv_list.item(i).text() for i in range(w.conv_list.count())] == ["New chat", "Future chat"]
+
+    shown.clear()
+    w.open_conversation("from-the-future")
+    assert w.conv.read_only and any("read-only" in t for t in shown)
+    w._save_conversation()  # a reply in it would save: refused, the stored document stays as it was
+    assert ConversationStore().load("from-the-future").messages[0].extra == {"mood": "curious"}

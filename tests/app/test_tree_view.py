@@ -1,0 +1,61 @@
+"""The draft tree view: one round's candidates laid out by draft position, coloured by the verifier's verdict."""
+
+from __future__ import annotations
+
+import pytest
+import tiny
+
+from app.trace import ReplyTrace
+from app.tree_view import TreeDialog, layout_tree, tree_html, tree_rounds
+from specdec_core.config import GenerationConfig
+from specdec_core.drafters import ModelDrafter
+from specdec_core.engine import Engine
+
+
+@pytest.fixture(scope="module")
+def tree_trace(tiny_tokenizer):
+    verifier, draft = tiny.make_pair("llama", tiny_tokenizer)
+    trace = ReplyTrace()
+    prompt = tiny_tokenizer("Once upon a time there was").input_ids
+    for event in Engine(verifier, ModelDrafter(draft)).generate(
+            prompt, GenerationConfig(max_new_tokens=24, tree_nodes=6, cost_aware=False)):
+        trace.apply(event)
+    return trace
+
+
+def test_a_tree_round_is_laid_out_with_the_drafts_best_line_on_the_first_row(tree_trace):
+    rounds = tree_rounds(tree_trace)
+    assert rounds
+    for index in rounds:
+        rnd = tree_trace.rounds[index]
+        placed = layout_tree(rnd, "x")
+        assert len(placed) == len(rnd.tree) + 2  # the root, every node, the verifier's own token
+        rows = [(n.row, n.column) for n in placed]
+        assert len(set(rows)) == len(rows)  # no two boxes on one cell
+        by_index = {n.index: n for n in placed}
+        for node in placed[1:]:
+            assert node.column == by_index[node.parent].column + 1  # a child sits one position right
+        accepted = [n for n in placed if n.state == "accepted"]
+        assert len(accepted) == rnd.accepted
+        emitted = next(n for n in placed if n.index == len(rnd.tree))
+        assert emitted.state in ("corrected", "bonus")
+        assert emitted.column == rnd.accepted + 1  # right after the accepted path
+
+
+def test_the_tree_survives_a_save_and_reopen(tree_trace):
+    again = ReplyTrace.from_dict(tree_trace.to_dict())
+    assert [r.tree for r in again.rounds] == [r.tree for r in tree_trace.rounds]
+
+
+def test_the_tooltip_lists_the_tree_and_the_dialog_exports_a_png(qtbot, tree_trace, tmp_path):
+    rnd = tree_trace.rounds[tree_rounds(tree_trace)[0]]
+    html = tree_html(rnd, "x")
+    assert html.count("■") == len(rnd.tree) + 1
+    dialog = TreeDialog(tree_trace)
+    qtbot.addWidget(dialog)
+    assert "candidates in one verifier pass" in dialog.view.caption
+    out = tmp_path / "tree.png"
+    assert dialog.save_png(str(out)) and out.stat().st_size > 1000
+    size = dialog.view.sizeHint()
+    columns = max(n.column for n in dialog.view.placed) + 1
+    assert size.width() >= columns * 100

@@ -1,0 +1,171 @@
+"""Draft trees: many candidates per position, checked in one verifier pass with a tree attention mask.
+
+Greedy output stays the verifier's own token for token, sampled output keeps the verifier's distribution
+(test_lossless.py), the cache keeps only the accepted path, and `tree_nodes=0` is the chain of before.
+"""
+
+import pytest
+import tiny
+import torch
+
+from specdec_core.config import GenerationConfig
+from specdec_core.cost import TreeSizer, VerifyCost
+from specdec_core.drafters import FeatureDrafter, HybridDrafter, ModelDrafter
+from specdec_core.engine import Engine
+from specdec_core.events import DraftStop, Finished, RoundVerified
+from specdec_core.kv import CachedForward
+from specdec_core.sampling import accept_tree
+
+ARCHS = ("llama", "qwen2", "gpt2")
+
+
+@pytest.fixture(scope="module")
+def pairs(tiny_tokenizer):
+    return {arch: tiny.make_pair(arch, tiny_tokenizer) for arch in ARCHS}
+
+
+def generate(engine, prompt, **config):
+    events = list(engine.generate(prompt, GenerationConfig(**config)))
+    assert isinstance(events[-1], Finished) and events[-1].error is None
+    return events
+
+
+def hf_greedy(loaded, prompt, n):
+    out = loaded.model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n,
+                                eos_token_id=loaded.tokenizer.eos_token_id, pad_token_id=0)
+    return list(out[0, len(prompt):].tolist())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_tree_pass_gives_each_node_the_logits_of_its_own_path_and_keeps_only_the_accepted_one(pairs,
+                                                                                               tiny_tokenizer, arch):
+    model = pairs[arch][0].model
+    ids = tiny_tokenizer("The capital of France is").input_ids
+    nodes, parents = [5, 9, 7, 11, 13, 17], [-1, -1, 0, 0, 2, 1]
+
+    def path(node):
+        tokens = []
+        while node >= 0:
+            tokens.insert(0, nodes[node])
+            node = parents[node]
+        return tokens
+
+    def plain(sequence):
+        with torch.no_grad():
+            return model(torch.tensor([sequence])).logits[0, -1]
+
+    for warm in (False, True):  # the cache holds the whole sequence already, or only part of it
+        forward = CachedForward(model, torch.device("cpu"))
+        forward.logits_for(ids if warm else ids[:3])
+        logits = forward.logits_for_tree(ids, nodes, parents)
+        expected = torch.stack([plain(ids)] + [plain(ids + path(i)) for i in range(len(nodes))])
+        assert torch.allclose(logits, expected, atol=1e-4)
+        forward.keep_path([0, 2, 4])
+        assert forward.cached_ids == ids + path(4)
+        after = forward.logits_for(ids + path(4) + [3])
+        assert forward.last_run == 1  # only the new token ran: the kept rows are the path's
+        assert torch.allclose(after[0], plain(ids + path(4) + [3]), atol=1e-4)
+
+
+def drafters_for(verifier, draft):
+    return {"model": ModelDrafter(draft), "head": FeatureDrafter(tiny.make_head(verifier, scale=0.5)),
+            "hybrid": HybridDrafter(FeatureDrafter(tiny.make_head(verifier, scale=0.5)), model_tokens=1)}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kind", ["model", "head", "hybrid"])
+@pytest.mark.parametrize("cost_aware", [False, True])
+def test_greedy_speculation_with_trees_equals_the_verifiers_own_greedy_generate(pairs, tiny_tokenizer, arch, kind,
+                                                                                cost_aware):
+    verifier, draft = pairs[arch]
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    engine = Engine(verifier, drafters_for(verifier, draft)[kind])
+    events = generate(engine, prompt, max_new_tokens=40, gamma=4, tree_nodes=8, cost_aware=cost_aware)
+    assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 40)
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    if not cost_aware:
+        assert any(len(r.tree) > 1 for r in rounds)
+        assert all(len(r.tree) <= 8 for r in rounds)
+        # more than one candidate at some position: a tree, not a chain
+        assert any(len({n.parent for n in r.tree}) < len(r.tree) for r in rounds)
+    # The second reply reuses the caches after tree rounds: still exact.
+    assert list(generate(engine, prompt, max_new_tokens=40, gamma=4, tree_nodes=8)[-1].token_ids) == \
+        hf_greedy(verifier, prompt, 40)
+
+
+def test_tree_nodes_zero_is_the_chain_of_before(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    config = dict(max_new_tokens=30, gamma=4, temperature=0.8, seed=3)
+    chain = generate(Engine(verifier, ModelDrafter(draft)), prompt, **config)
+    zero = generate(Engine(verifier, ModelDrafter(draft)), prompt, tree_nodes=0, **config)
+    assert chain[-1].token_ids == zero[-1].token_ids
+    assert all(not e.tree for e in zero if isinstance(e, RoundVerified))
+
+
+def test_the_verdict_lists_every_node_with_its_parent_and_the_accepted_path(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    events = generate(Engine(verifier, ModelDrafter(draft)), prompt, max_new_tokens=20, tree_nodes=6,
+                      cost_aware=False)
+    for r in (e for e in events if isinstance(e, RoundVerified) and e.tree):
+        assert all(-1 <= n.parent < i for i, n in enumerate(r.tree))
+        accepted = [i for i, n in enumerate(r.tree) if n.accepted]
+        assert len(accepted) == r.n_accepted
+        # the accepted nodes form one path from the root down
+        for parent, child in zip([-1, *accepted[:-1]], accepted):
+            assert r.tree[child].parent == parent
+        assert [v.token_id for v in r.drafted[:r.n_accepted]] == [r.tree[i].token_id for i in accepted]
+        assert r.stop is DraftStop.TREE
+
+
+def test_accept_tree_checks_siblings_one_at_a_time_and_removes_each_rejected_one():
+    # Verifier: after the root, token 2 (p 0.5), 1 (0.3), 0 (0.2). Candidates 1 then 2 under the root.
+    target = torch.tensor([[0.2, 0.3, 0.5], [1 / 3, 1 / 3, 1 / 3], [1 / 3, 1 / 3, 1 / 3]])
+    counts = torch.zeros(3)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(6000):
+        result = accept_tree([1, 2], [-1, -1], target, generator)
+        first = [1, 2][result.path[0]] if result.path else result.next_token
+        counts[first] += 1
+        assert result.accept_probs[0] == pytest.approx(0.3)
+        if not result.path or result.path[0] == 1:
+            assert result.accept_probs[1] == pytest.approx(0.5 / 0.7)  # 2's share once 1 is removed
+    assert torch.allclose(counts / counts.sum(), target[0], atol=0.02)
+
+
+def test_accept_tree_when_greedy_follows_the_argmax_down_the_tree():
+    one_hot = torch.eye(4)
+    # root -> argmax 3; node 1 (token 3) -> argmax 0; node 2 (token 0 under node 1) -> argmax 2.
+    target = torch.stack([one_hot[3], one_hot[1], one_hot[0], one_hot[2]])
+    result = accept_tree([1, 3, 0], [-1, -1, 1], target, torch.Generator())
+    assert result.path == (1, 2) and result.next_token == 2
+    assert result.accept_probs == (0.0, 1.0, 1.0)
+
+
+def test_the_sizer_checks_nothing_when_a_plain_step_is_faster_and_more_when_checking_is_cheap():
+    cost = VerifyCost({1: 0.050, 2: 0.056, 3: 0.065, 5: 0.090, 9: 0.150})
+    sizer = TreeSizer(cost=cost)
+    assert sizer.best_size([0.05, 0.03, 0.02], extra_rows=1, draft_s=0.002) == 0
+    assert sizer.best_size([0.9, 0.8, 0.7, 0.6], extra_rows=1, draft_s=0.002) >= 3
+    sizer.observe([0.9] * 4, accepted=0)  # a draft that promises much and delivers nothing is trusted less
+    sizer.observe([0.9] * 4, accepted=0)
+    assert sizer.best_size([0.9, 0.8, 0.7, 0.6], extra_rows=1, draft_s=0.002) < 3
+    assert VerifyCost({1: 0.05, 3: 0.07}).estimate(2) == pytest.approx(0.06)
+
+
+def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_guesses(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
+    repeated = tiny_tokenizer("one two three four one two three four one two").input_ids
+    copied = hybrid.lookup.propose(repeated, 3, GenerationConfig(), len(tiny_tokenizer), frozenset()).token_ids
+    assert len(copied) == 3
+    tree = hybrid.propose_tree(repeated, 12, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    # the copy is one branch, root to depth 3
+    node, parent = None, -1
+    for token in copied:
+        node = next(i for i, (t, p) in enumerate(zip(tree.token_ids, tree.parents)) if t == token and p == parent)
+        parent = node
+    assert len(tree.path_to(node)) == 3
+    assert len({p for p in tree.parents if p == -1}) == 1 and tree.parents.count(-1) > 1  # other guesses too
+    assert len(set(zip(tree.parents, tree.token_ids))) == len(tree)  # no candidate twice under one parent
