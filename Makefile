@@ -3,8 +3,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Test processes (pytest-xdist), each given whole files so a module's loaded models stay in one process.
+# Most tests keep one core busy; two processes use both cores of a 2-core machine. 0: one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: setup run test chat screenshot bench-ui clean
+.PHONY: setup run test test-fast wheel-check chat screenshot bench-ui clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,7 +29,16 @@ chat: $(STAMP)
 	$(BIN)/specdec chat
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(PYTEST)
+
+# The core tier only: the engine, CLI, benchmarks and distillation on tiny models (no Qt, no real model).
+test-fast: $(STAMP)
+	$(PYTEST) tests/core
+
+# A non-editable install: build the wheel, install it into a fresh venv outside the checkout, and
+# generate a reply from another directory with the shipped draft (about a minute).
+wheel-check: $(STAMP)
+	scripts/wheel_check.sh
 
 # The README's screenshot, made by the app's own automation on the embedded default.
 screenshot: $(STAMP)

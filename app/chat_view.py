@@ -29,6 +29,8 @@ from PySide6.QtWidgets import (
 
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
 from app.trace import STATE_DESCRIPTIONS, ReplyTrace, TokenRecord
+from app.tree_view import describe as describe_tree
+from app.tree_view import emitted_text_of, tree_html
 from specdec_core.events import TokenState
 
 
@@ -44,6 +46,8 @@ def _p(x: float | None) -> str:
 DRAFT_STOP_WORDS = {
     "gamma": "reached γ, the round's length limit",
     "draft_cap": "the draft model's cap on tokens per round (below γ)",
+    "tree": "grew a tree of candidates as large as pays",
+    "cost": "checking a draft would cost more than it brings on this machine (the cost model)",
     "confidence": "the draft's confidence fell under the cutoff",
     "eos": "the draft proposed end of text",
     "max_tokens": "the reply's token budget was nearly spent",
@@ -66,11 +70,18 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
         f"<tr><td>draft probability</td><td>&nbsp;{_p(tok.draft_prob)}</td></tr>",
         f"<tr><td>verifier probability</td><td>&nbsp;{_p(tok.target_prob)}</td></tr>",
     ]
-    if tok.accept_prob is not None:
-        rows.append(f"<tr><td>accept probability</td><td>&nbsp;{_p(tok.accept_prob)}"
-                    f" <span style='color:gray'>= min(1, verifier / draft)</span></td></tr>")
     rnd = trace.rounds[tok.round] if trace is not None and 0 <= tok.round < len(trace.rounds) else None
-    if rnd is not None and rnd.index == tok.round:
+    tree = rnd is not None and rnd.index == tok.round and bool(rnd.tree)
+    if tok.accept_prob is not None:
+        rule = ("= the verifier's probability once the candidates checked before it are removed" if tree else
+                "= min(1, verifier / draft)")
+        rows.append(f"<tr><td>accept probability</td><td>&nbsp;{_p(tok.accept_prob)}"
+                    f" <span style='color:gray'>{rule}</span></td></tr>")
+    if tree:
+        rows.append("</table>")
+        rows.append(f"<div style='margin-top:4px'>{html.escape(describe_tree(rnd))} (γ {rnd.gamma} deep at most)"
+                    f"</div><div>{tree_html(rnd, emitted_text_of(trace, rnd))}</div><table>")
+    elif rnd is not None and rnd.index == tok.round:
         rows.append(f"<tr><td>round's draft</td><td>&nbsp;{rnd.accepted} of {rnd.drafted} accepted (γ {rnd.gamma})"
                     "</td></tr>")
         rows.append(f"<tr><td>drafting stopped</td><td>&nbsp;{html.escape(DRAFT_STOP_WORDS.get(rnd.stop, rnd.stop))}"

@@ -9,12 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdec_core.config import GenerationConfig
+from specdec_core.defaults import HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT, gamma_max  # noqa: F401 - the panels' kinds
 from specdec_core.events import Finished
-
-PROMPT_LOOKUP = "prompt-lookup"
-MODEL = "model"
-HYBRID = "hybrid"  # prompt lookup where the conversation has a match, the draft model elsewhere
-USES_DRAFT = (MODEL, HYBRID)
 
 CALIBRATION_PROMPT = "Write a few sentences about why the sky is blue."
 CALIBRATION_TOKENS = 48
@@ -86,63 +82,60 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
                  previous: Session | None = None) -> Session:
     """Load (or reuse) the verifier and the draft, ask the doctor, build the engine, measure the baseline.
 
-    Models the previous session already holds with the same spec, device and dtype are reused.
-    An incompatible draft does not fail the load: the session keeps the verifier alone and carries
-    the doctor's reason, which the window shows next to the draft selector.
+    The pairing is the CLI's own (specdec_core.pairing.load_pair); the app adds three things through its
+    model loader: models the previous session already holds with the same spec, device and dtype are
+    reused, each load is reported, and a cancel takes effect after each model. An incompatible draft
+    does not fail the load: the session keeps the verifier alone and carries the doctor's reason,
+    which the window shows next to the draft selector.
     """
-    from specdec_core.drafters import PromptLookupDrafter, drafter_for
-    from specdec_core.engine import Engine
     from specdec_core.models import load_model
+    from specdec_core.pairing import load_pair
 
     prev = previous
-    # 1. the verifier
-    if prev is not None and prev.request.verifier_key() == request.verifier_key():
-        verifier, engine = prev.verifier, prev.engine
-    else:
-        progress(LoadStep("verifier", f"loading verifier {request.verifier}", None))
-        verifier = load_model(request.verifier, device=request.device, dtype=request.dtype,
-                              progress=_loader_progress(progress, "verifier"))
-        engine = None
-    if cancelled():
-        raise _cancelled()
 
-    # 2. the drafter
-    draft = None
-    drafter = None
-    verdict_ok, verdict, report = True, "", ""
-    if request.drafter in USES_DRAFT:
-        if not request.draft.strip():
-            verdict_ok, verdict = False, "No draft model chosen: pick one, or use prompt lookup."
+    def load(role: str, spec: str) -> Any:
+        if role == "verifier" and prev is not None and prev.request.verifier_key() == request.verifier_key():
+            model = prev.verifier
+        elif (role == "draft" and prev is not None and prev.draft is not None
+              and prev.request.draft_key() == request.draft_key()):
+            model = prev.draft
         else:
-            if prev is not None and prev.draft is not None and prev.request.draft_key() == request.draft_key():
-                draft = prev.draft
-            else:
-                progress(LoadStep("draft", f"loading draft {request.draft}", None))
-                draft = load_model(request.draft, device=request.device, dtype=request.dtype,
-                                   progress=_loader_progress(progress, "draft"))
-            if cancelled():
-                raise _cancelled()
+            progress(LoadStep(role, f"loading {role} {spec}", None))
+            model = load_model(spec, device=request.device, dtype=request.dtype,
+                               progress=_loader_progress(progress, role))
+        if cancelled():
+            raise _cancelled()
+        if role == "draft":
             progress(LoadStep("doctor", "checking the pair", None))
-            from specdec_core.doctor import check_models
+        return model
 
-            v = check_models(verifier, draft)
-            verdict_ok, verdict = bool(v.compatible), v.summary()
-            report = v.report()
-            if verdict_ok:
-                drafter = drafter_for(draft, with_lookup=request.drafter == HYBRID,
-                                      model_tokens=request.draft_tokens or None)
+    draft = drafter = engine = None
+    verdict_ok, verdict, report = True, "", ""
+    if request.drafter in USES_DRAFT and not request.draft.strip():
+        verifier = load("verifier", request.verifier)
+        verdict_ok, verdict = False, "No draft model chosen: pick one, or use prompt lookup."
     else:
-        drafter = PromptLookupDrafter()
-        verdict = "Prompt lookup: drafts by copying earlier text of the conversation; pairs with any verifier."
+        pair = load_pair(request.verifier, request.draft.strip() or None, request.drafter,
+                         draft_tokens=request.draft_tokens or None, loader=load, strict=False,
+                         engine=prev.engine if prev is not None else None)
+        verifier, draft, drafter, engine = pair.verifier, pair.draft, pair.drafter, pair.engine
+        if pair.verdict is not None:
+            verdict_ok, verdict, report = bool(pair.verdict.compatible), pair.verdict.summary(), pair.verdict.report()
+        else:
+            verdict = "Prompt lookup: drafts by copying earlier text of the conversation; pairs with any verifier."
 
-    if engine is None:
-        engine = Engine(verifier, drafter)
-    else:
-        engine.set_drafter(drafter)
+    if engine is None:  # no draft chosen: the verifier alone (the previous engine, if it runs this verifier)
+        if prev is not None and prev.verifier is verifier:
+            engine = prev.engine
+            engine.set_drafter(None)
+        else:
+            from specdec_core.engine import Engine
+
+            engine = Engine(verifier, None)
     session = Session(request=request, verifier=verifier, engine=engine, draft=draft, drafter=drafter,
                       verdict_ok=verdict_ok, verdict=verdict, verdict_report=report)
 
-    # 3. the baseline: the verifier alone on this machine (kept if the verifier did not change)
+    # The baseline: the verifier alone on this machine (kept if the verifier did not change)
     if prev is not None and prev.verifier is verifier and prev.baseline_tps:
         session.baseline_tps, session.baseline_source = prev.baseline_tps, prev.baseline_source
         session.baseline_verify_s = prev.baseline_verify_s
@@ -239,6 +232,6 @@ def config_from_settings(s: Any) -> GenerationConfig:
     return GenerationConfig(
         temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p), seed=int(s.seed),
         max_new_tokens=int(s.max_new_tokens), speculate=bool(s.speculate), gamma=int(s.gamma),
-        adaptive=bool(s.adaptive), gamma_max=max(16, int(s.gamma)),
+        adaptive=bool(s.adaptive), gamma_max=gamma_max(int(s.gamma)),
         confidence_cutoff=float(s.confidence_cutoff),
     ).validate()

@@ -29,8 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.session import HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT
-from app.store import DEFAULT_VERIFIER, Settings
+from app.store import Settings
+from specdec_core.defaults import GAMMA_CEILING, HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT
+from specdec_core.defaults import VERIFIER as DEFAULT_VERIFIER
 
 EMBEDDED_LABEL = " (embedded)"
 
@@ -167,7 +168,7 @@ class SettingsPanel(QScrollArea):
         g = QFormLayout(gen)
         g.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.gamma = QSpinBox()
-        self.gamma.setRange(1, 16)
+        self.gamma.setRange(1, GAMMA_CEILING)
         self.gamma.setToolTip("Tokens drafted per round (the starting length when adaptive)")
         self.adaptive = QCheckBox("adaptive")
         self.adaptive.setToolTip("Grow γ by 2 after a fully accepted round, shrink it by 1 after a rejection")

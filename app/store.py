@@ -35,6 +35,7 @@ from pathlib import Path
 
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
 from app.validate import InvalidData, checked_fields, valid_text
+from specdec_core import defaults
 from specdec_core.events import TokenState
 
 FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
@@ -625,15 +626,14 @@ def _json_object(text: object) -> dict:
 
 # ---- settings -----------------------------------------------------------------------------------
 
-DEFAULT_VERIFIER = "smollm2-135m-instruct"
-# The app's default draft: the same as the CLI's (specdec_core.pairing.DEFAULT_DRAFTS, a test keeps
-# them equal; repeated here so that the settings load without importing torch). The shipped draft head
-# as a hybrid: prompt lookup where the conversation has a match, else one token from the head.
-DEFAULT_DRAFT = "smollm2-135m-draft"
-DEFAULT_DRAFTER = "hybrid"  # "model" | "prompt-lookup" | "hybrid"
-DEFAULT_DRAFT_TOKENS = 1  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
+# The app's defaults are the CLI's (specdec_core.defaults, torch-free): the embedded verifier with the
+# shipped draft head as a hybrid, one head token per round where prompt lookup finds nothing.
+DEFAULT_VERIFIER = defaults.VERIFIER
+DEFAULT_DRAFT = defaults.DRAFT
+DEFAULT_DRAFTER = defaults.DRAFTER  # "model" | "prompt-lookup" | "hybrid"
+DEFAULT_DRAFT_TOKENS = defaults.DRAFT_TOKENS  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
 
-_CHOICES = {"drafter": ("model", "prompt-lookup", "hybrid"), "dtype": ("auto", "float32", "bfloat16", "float16")}
+_CHOICES = {"drafter": defaults.DRAFTER_KINDS, "dtype": ("auto", "float32", "bfloat16", "float16")}
 # Fields GenerationConfig checks (ranges, finite floats): one rule for the CLI, the engine and the app.
 _GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "gamma", "confidence_cutoff")
 
@@ -647,7 +647,7 @@ class Settings:
     device: str = "auto"
     dtype: str = "auto"
     speculate: bool = True
-    gamma: int = 4
+    gamma: int = defaults.GAMMA
     adaptive: bool = False
     confidence_cutoff: float = 0.0
     temperature: float = 0.0
@@ -716,7 +716,7 @@ def _setting_problem(name: str, value: object) -> str | None:
         from specdec_core.errors import ConfigError
 
         try:
-            GenerationConfig(**{name: value}, **({"gamma_max": max(16, value)} if name == "gamma" else {})
+            GenerationConfig(**{name: value}, **({"gamma_max": defaults.gamma_max(value)} if name == "gamma" else {})
                              ).validate()
         except ConfigError as error:
             return str(error)

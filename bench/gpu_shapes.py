@@ -263,11 +263,12 @@ def engine_run(engine: Engine, prompt: list[int], config: GenerationConfig) -> d
     time_reply(engine, prompt, config.with_(max_new_tokens=8))  # warm-up
     reply = time_reply(engine, prompt, config)
     overhead = max(0.0, reply.decode_s - reply.forward_s)
-    return {"tokens": reply.new_tokens, "rounds": reply.rounds, "tokens_per_s": reply.new_tokens / reply.decode_s,
-            "round_ms": reply.decode_s / reply.rounds * 1e3, "draft_ms_per_round": reply.draft_s / reply.rounds * 1e3,
-            "verify_ms_per_round": reply.verify_s / reply.rounds * 1e3,
-            "overhead_ms_per_round": overhead / reply.rounds * 1e3, "overhead_fraction": overhead / reply.decode_s,
-            "acceptance_rate": reply.accepted / reply.drafted if reply.drafted else None}
+    tally = reply.tally
+    return {"tokens": reply.new_tokens, "rounds": tally.rounds, "tokens_per_s": reply.new_tokens / reply.decode_s,
+            "round_ms": reply.decode_s / tally.rounds * 1e3, "draft_ms_per_round": tally.draft_s / tally.rounds * 1e3,
+            "verify_ms_per_round": tally.verify_s / tally.rounds * 1e3,
+            "overhead_ms_per_round": overhead / tally.rounds * 1e3, "overhead_fraction": overhead / reply.decode_s,
+            "acceptance_rate": tally.accepted / tally.drafted if tally.drafted else None}
 
 
 def speedup_table(verify: dict[int, float], draft_step_s: float, alphas=(0.5, 0.6, 0.7, 0.8, 0.9),

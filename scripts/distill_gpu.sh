@@ -24,7 +24,7 @@ STEPS=${STEPS:-3000}
 TRAIN_BATCH=${TRAIN_BATCH:-8192}
 mkdir -p "$OUT_DIR" "$WORK"
 export SPECDEC_CACHE_DIR=$WORK/cache PYTHONUNBUFFERED=1 TQDM_MININTERVAL=${TQDM_MININTERVAL:-15}
-run() { python3 -m specdec_core.distill --verifier "$GGUF" --work "$WORK" --device "$DEVICE" --dtype float32 "$@"; }
+run() { python3 -m distill --verifier "$GGUF" --work "$WORK" --device "$DEVICE" --dtype float32 "$@"; }
 generate() {
   run generate --batch-size "$BATCH" --shard-size "$BATCH" --max-new-tokens "$MAX_NEW" --max-minutes "$GEN_MIN" \
       --limit "$LIMIT" "$@"

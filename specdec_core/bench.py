@@ -1,4 +1,5 @@
-"""`specdec bench` and `specdec rank-drafts`: speculation measured, not assumed.
+"""The measuring library behind `specdec bench` and `specdec rank-drafts` (their command line is
+bench_cli.py): speculation measured, not assumed.
 
 `bench` runs every prompt with speculation off and on (and, with --hf-reference, through transformers'
 own assisted generation), alternating, after a warm-up, in one process, and reports medians.
@@ -23,19 +24,17 @@ How each figure is measured (all runs start from empty KV caches, so no run prof
                         and this ratio is the factor the prediction misses.
 Medians are taken over repeats of per-repeat totals (tokens and seconds summed over the prompt set).
 
-This module knows the engine only through its event stream and its caches' counters; torch,
-transformers and matplotlib are imported when a command runs, so `specdec --help` stays fast.
+This module knows the engine only through its event stream and its caches' counters; the rounds are
+tallied by stats.StatsAccumulator, the engine's own tally. torch and transformers are imported when a
+measurement runs, so `specdec --help` stays fast.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import math
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -45,87 +44,16 @@ from typing import TYPE_CHECKING, Any
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, ModelLoadError, SpecdecError
 from specdec_core.events import Finished, Prefilled, RoundVerified
-from specdec_core.stats import expected_tokens_per_call
+from specdec_core.prompt_sets import PromptCase, load_prompts  # noqa: F401 - app/rank_dialog.py imports it here
+from specdec_core.stats import StatsAccumulator, expected_tokens_per_call
 
 if TYPE_CHECKING:
     from specdec_core.engine import Engine
     from specdec_core.models import LoadedModel
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "assets" / "prompts"
-BUNDLED_SETS = ("chat", "code", "rewrite", "multiturn")  # `--prompts all` runs these, in this order
-
 
 class BenchError(SpecdecError):
     pass
-
-
-# --------------------------------------------------------------------------- prompt sets
-
-
-@dataclass(frozen=True)
-class PromptCase:
-    name: str
-    messages: tuple[dict, ...]  # the conversation so far, ending on a user turn
-    system: str | None = None
-
-
-def resolve_prompt_files(spec: str) -> list[Path]:
-    """A file path, a bundled set's name (chat, code, rewrite, multiturn), or `all` (the four sets)."""
-    path = Path(spec).expanduser()
-    if path.is_file():
-        return [path]
-    names = BUNDLED_SETS if spec == "all" else (spec,)
-    files = [PROMPTS_DIR / f"{name}.jsonl" for name in names]
-    missing = [f for f in files if not f.is_file()]
-    if missing:
-        raise BenchError(f"no prompt file {spec!r}: pass a file (one chat prompt per line) or a bundled set "
-                         f"({', '.join(BUNDLED_SETS)}, all)")
-    return files
-
-
-def load_prompts(spec: str) -> list[PromptCase]:
-    """Read prompt files: one chat prompt per line.
-
-    A line is plain text (one user message), or JSON: a string (a message with newlines), a list of
-    messages, or an object with "messages" (or "prompt") and optional "name" and "system".
-    Blank lines and lines starting with '#' are skipped.
-    """
-    cases: list[PromptCase] = []
-    for path in resolve_prompt_files(spec):
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            where = f"{path.name}:{number}"
-            try:
-                cases.append(_parse_prompt(text, f"{path.stem}-{len(cases) + 1}"))
-            except (ValueError, TypeError, KeyError) as error:
-                raise BenchError(f"{where}: not a prompt ({error})") from error
-    if not cases:
-        raise BenchError(f"{spec!r} holds no prompts")
-    return cases
-
-
-def _parse_prompt(text: str, default_name: str) -> PromptCase:
-    if not text.startswith(("{", "[", '"')):
-        return PromptCase(default_name, ({"role": "user", "content": text},))
-    data = json.loads(text)
-    name, system = default_name, None
-    if isinstance(data, str):
-        messages: Any = [{"role": "user", "content": data}]
-    elif isinstance(data, list):
-        messages = data
-    elif isinstance(data, dict):
-        messages = data.get("messages") or [{"role": "user", "content": data["prompt"]}]
-        name = str(data.get("name", name))
-        system = data.get("system")
-    else:
-        raise TypeError("expected text, a JSON string, list or object")
-    if system is None and messages and messages[0].get("role") == "system":
-        system, messages = messages[0]["content"], messages[1:]
-    if not messages or messages[-1].get("role") != "user" or any("content" not in m for m in messages):
-        raise ValueError("the conversation must end on a user message, each with a content")
-    return PromptCase(name, tuple({"role": m["role"], "content": m["content"]} for m in messages), system)
 
 
 # --------------------------------------------------------------------------- one timed reply
@@ -141,14 +69,9 @@ class Reply:
     decode_s: float  # Prefilled event -> Finished event (ours only; hf: equals wall_s)
     forward_s: float = 0.0  # inside the models' forward passes during decoding
     verifier_calls: int = 0  # the verifier's forward passes, prefill included
-    rounds: int = 0  # verifier calls during decoding
-    drafted: int = 0
-    accepted: int = 0
-    drafting_rounds: int = 0  # rounds that proposed at least one token
-    draft_s: float = 0.0
-    verify_s: float = 0.0
-    drafted_at: list[int] = field(default_factory=list)  # per draft position: drafted, accepted
-    accepted_at: list[int] = field(default_factory=list)
+    # The rounds, folded from the RoundVerified events (stats.py's tally; empty for hf): verifier calls
+    # during decoding, drafted and accepted tokens per position, draft and verify time.
+    tally: StatsAccumulator = field(default_factory=StatsAccumulator)
 
     @property
     def new_tokens(self) -> int:
@@ -181,19 +104,7 @@ def time_reply(engine: Engine, prompt_ids: Sequence[int], config: GenerationConf
             decode_start = time.perf_counter()
             forward_start = sum(f.forward_s for f in forwards)
         elif isinstance(event, RoundVerified):
-            k = len(event.drafted)
-            reply.rounds += 1
-            reply.draft_s += event.draft_s
-            reply.verify_s += event.verify_s
-            if k:
-                reply.drafting_rounds += 1
-                reply.drafted += k
-                reply.accepted += event.n_accepted
-                _grow(reply.drafted_at, k)
-                _grow(reply.accepted_at, k)
-                for i in range(k):
-                    reply.drafted_at[i] += 1
-                    reply.accepted_at[i] += i < event.n_accepted
+            reply.tally.add_event(event)
         elif isinstance(event, Finished):
             finished = event
     end = time.perf_counter()
@@ -206,10 +117,6 @@ def time_reply(engine: Engine, prompt_ids: Sequence[int], config: GenerationConf
     reply.forward_s = sum(f.forward_s for f in forwards) - forward_start
     reply.verifier_calls = engine.target.forward_calls - calls
     return reply
-
-
-def _grow(counts: list[int], n: int) -> None:
-    counts.extend([0] * (n - len(counts)))
 
 
 def hf_reference(verifier: LoadedModel, draft: LoadedModel | None, prompt_ids: Sequence[int],
@@ -272,22 +179,17 @@ def _sum(replies: Iterable[Reply], attribute: str) -> float:
 
 
 def summarize(replies: list[Reply]) -> dict:
-    """Totals of one kind of run (off, on or hf) -> its figures."""
+    """Totals of one kind of run (off, on or hf) -> its figures.
+
+    Acceptance, c and the draft lengths come from the replies' merged tallies (stats.py's definitions);
+    tokens/s and overhead from this module's own clock (see the module docstring)."""
     tokens = _sum(replies, "new_tokens")
-    decode, wall = _sum(replies, "decode_s"), _sum(replies, "wall_s")
-    rounds, drafted = _sum(replies, "rounds"), _sum(replies, "drafted")
-    accepted, drafting = _sum(replies, "accepted"), _sum(replies, "drafting_rounds")
-    draft_s, verify_s, forward_s = _sum(replies, "draft_s"), _sum(replies, "verify_s"), _sum(replies, "forward_s")
-    width = max((len(r.drafted_at) for r in replies), default=0)
-    drafted_at, accepted_at = [0] * width, [0] * width
-    for r in replies:
-        for i, (d, a) in enumerate(zip(r.drafted_at, r.accepted_at)):
-            drafted_at[i] += d
-            accepted_at[i] += a
-    verify_per_call = verify_s / rounds if rounds else 0.0
-    alpha = accepted / drafted if drafted else 0.0
-    mean_gamma = drafted / drafting if drafting else 0.0
-    c = (draft_s / drafted) / verify_per_call if drafted and verify_per_call else 0.0
+    decode, wall, forward_s = _sum(replies, "decode_s"), _sum(replies, "wall_s"), _sum(replies, "forward_s")
+    tally = StatsAccumulator.total(r.tally for r in replies)
+    figures = tally.snapshot()
+    rounds, drafting = tally.rounds, tally.drafting_rounds
+    alpha, mean_gamma, c = figures.acceptance_rate, figures.mean_gamma, figures.c
+    verify_per_call = tally.verify_s / rounds if rounds else 0.0
     share = drafting / rounds if rounds else 0.0
     overhead = max(0.0, decode - forward_s)
     return {
@@ -299,8 +201,8 @@ def summarize(replies: list[Reply]) -> dict:
         "rounds": int(rounds),
         "acceptance_rate": alpha,
         "mean_accepted_length": tokens / rounds if rounds else 0.0,
-        "per_position_acceptance": [a / d for a, d in zip(accepted_at, drafted_at) if d],
-        "draft_s_per_round": draft_s / rounds if rounds else 0.0,
+        "per_position_acceptance": list(figures.per_position_acceptance),
+        "draft_s_per_round": tally.draft_s / rounds if rounds else 0.0,
         "verify_s_per_round": verify_per_call,
         "overhead_s_per_round": overhead / rounds if rounds else 0.0,
         "overhead_fraction": overhead / decode if decode else 0.0,
@@ -494,6 +396,7 @@ def _setup(config: GenerationConfig, settings: BenchSettings, verifier, engine, 
         "draft": draft.name if draft is not None else None,
         "device": str(verifier.device), "dtype": str(verifier.dtype).removeprefix("torch."),
         "gamma": config.gamma, "adaptive": config.adaptive, "max_new_tokens": config.max_new_tokens,
+        "tree_nodes": engine.tree_nodes(config) if engine.grows_trees else 0,
         "temperature": config.temperature, "seed": config.seed, "repeats": settings.repeats,
         "prompts": n_prompts, "torch_threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default (spin)"),
@@ -613,263 +516,8 @@ def _measured_row(engine: Engine, drafter: Any, row: dict, prompts: list[list[in
             **by_gamma[str(best)]}
 
 
-# --------------------------------------------------------------------------- presentation
-
-
-def _fmt(value: Any, spec: str = ".2f") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else format(value, spec)
-    return str(value)
-
-
-def _table(header: list[str], rows: list[list[str]], text_columns: tuple[int, ...] = (0,)) -> str:
-    """Fixed-width columns: numbers right-aligned, the `text_columns` left-aligned (the last one unpadded)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    last = len(header) - 1
-
-    def line(cells: list[str]) -> str:
-        out = [c.ljust(w) if i in text_columns else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
-        if last in text_columns:
-            out[last] = cells[last]
-        return "  ".join(out).rstrip()
-
-    rule = ["-" * (len(h) if i == last and i in text_columns else w) for i, (h, w) in enumerate(zip(header, widths))]
-    return "\n".join([line(header), line(rule)] + [line(r) for r in rows])
-
-
-def format_bench(result: dict) -> str:
-    setup, base, spec = result["setup"], result["baseline"], result["speculative"]
-    lines = [f"{setup['verifier']} + {setup['drafter']}, gamma {setup['gamma']}"
-             f"{' (adaptive)' if setup['adaptive'] else ''}, {setup['max_new_tokens']} new tokens, "
-             f"temperature {setup['temperature']}, {setup['prompts']} prompts x {setup['repeats']} repeats, "
-             f"{setup['torch_threads']} thread(s), {setup['machine']}", ""]
-    figures = [
-        ("baseline tokens/s", _fmt(base["tokens_per_s"], ".1f")),
-        ("speculative tokens/s", _fmt(spec["tokens_per_s"], ".1f")),
-        ("measured speedup", _fmt(result["speedup"]) + "x"),
-        ("end-to-end speedup (prefill included)", _fmt(result["end_to_end_speedup"]) + "x"),
-        ("acceptance rate", _fmt(spec["acceptance_rate"], ".1%")),
-        ("mean accepted length (tokens/call)", _fmt(spec["mean_accepted_length"])),
-        ("  predicted from α (independent tokens)", _fmt(spec["predicted_tokens_per_call"])),
-        ("per-position acceptance", " ".join(f"{a:.2f}" for a in spec["per_position_acceptance"]) or "-"),
-        ("draft / verify ms per round",
-         f"{spec['draft_s_per_round'] * 1e3:.1f} / {spec['verify_s_per_round'] * 1e3:.1f}"),
-        ("verify ms per call, speculation off", f"{base['verify_s_per_round'] * 1e3:.1f}"),
-        ("c (draft per token / verify per call)", _fmt(spec["c"], ".3f")),
-        ("rounds that drafted", _fmt(spec["drafting_rounds_fraction"], ".0%")),
-        ("predicted speedup", _fmt(result["predicted_speedup"]) + "x"),
-        ("efficiency (measured / predicted)", _fmt(result["efficiency"])),
-        ("verify cost ratio (k+1 tokens / 1)", _fmt(result["verify_cost_ratio"])),
-        ("efficiency given that cost", _fmt(result["efficiency_given_verify_cost"])),
-        ("engine overhead per round", f"{spec['overhead_s_per_round'] * 1e3:.2f} ms "
-                                      f"({spec['overhead_fraction']:.1%} of decoding)"),
-    ]
-    if "identical" in result:
-        figures.append(("greedy replies identical to baseline", "yes" if result["identical"] else "NO"))
-    hf = result.get("hf_assisted")
-    if hf:
-        figures += [("speculative tokens/s, end to end", _fmt(spec["end_to_end_tokens_per_s"], ".1f")),
-                    (f"transformers assisted ({hf['method']}) tokens/s, end to end", _fmt(hf["tokens_per_s"], ".1f")),
-                    ("ours / transformers (end to end)", _fmt(hf["ours_over_hf"]) + "x"),
-                    ("verifier calls per reply, ours / transformers",
-                     f"{spec['verifier_calls_per_reply']:.1f} / {hf['verifier_calls_per_reply']:.1f}")]
-        if "identical" in hf:
-            figures.append(("transformers' greedy text equals ours", "yes" if hf["identical"] else "NO"))
-    width = max(len(name) for name, _ in figures)
-    lines += [f"{name.ljust(width)}  {value}" for name, value in figures]
-    header = ["prompt", "tokens", "off tok/s", "on tok/s", "speedup", "accept", "tok/call", "predicted"]
-    if "identical" in result:
-        header.append("same")
-    if hf:
-        header.append("hf tok/s")
-    rows = []
-    for row in result["per_prompt"]:
-        cells = [row["name"], str(row["new_tokens"]), _fmt(row["baseline_tokens_per_s"], ".1f"),
-                 _fmt(row["speculative_tokens_per_s"], ".1f"), _fmt(row["speedup"]) + "x",
-                 _fmt(row["acceptance_rate"], ".0%"), _fmt(row["mean_accepted_length"]),
-                 _fmt(row["predicted_speedup"]) + "x"]
-        if "identical" in result:
-            cells.append("yes" if row["identical"] else f"no@{row['first_difference']}")
-        if hf:
-            cells.append(_fmt(row["hf_tokens_per_s"], ".1f"))
-        rows.append(cells)
-    return "\n".join(lines) + "\n\n" + _table(header, rows)
-
-
-def format_ranking(result: dict) -> str:
-    setup = result["setup"]
-    head = (f"Drafts for {setup['verifier']} on {setup['machine']}: gammas {setup['gammas']}, "
-            f"{setup['prompts']} prompts x {setup['repeats']} repeats, {setup['max_new_tokens']} new tokens")
-    rows = []
-    for rank, row in enumerate(result["ranking"], 1):
-        measured = "speedup" in row
-        rows.append([str(rank) if measured else "-", row["draft"],
-                     _fmt(row.get("speedup")) + ("x" if measured else ""), _fmt(row.get("best_gamma")),
-                     _fmt(row.get("acceptance_rate"), ".0%") if measured else "-",
-                     _fmt(row.get("c"), ".3f") if measured else "-",
-                     _fmt(row.get("tokens_per_s"), ".1f") if measured else "-", row["verdict"]])
-    return head + "\n\n" + _table(["#", "draft", "speedup", "best gamma", "accept", "c", "tok/s", "doctor"], rows,
-                                    text_columns=(1, 7))
-
-
-def plot_bench(result: dict, path: str) -> None:
-    """Three panels: speedup per prompt, acceptance by draft position, predicted against measured."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise BenchError("--plot needs matplotlib: pip install matplotlib (or the project's [bench] extra)") \
-            from error
-    rows = result["per_prompt"]
-    names = [r["name"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    ax = axes[0]
-    x = range(len(rows))
-    hf = "hf_assisted" in result
-    width = 0.4 if hf else 0.7
-    if hf:  # transformers' generate() cannot be timed without its prefill: compare end to end
-        ax.bar([i - width / 2 for i in x], [r["end_to_end_speedup"] for r in rows], width, label="specdec")
-        ax.bar([i + width / 2 for i in x], [r["hf_end_to_end_speedup"] for r in rows], width,
-               label="transformers assisted generation")
-        ax.legend(fontsize=8)
-        ax.set_ylabel("speedup over speculation off (end to end)")
-    else:
-        ax.bar(list(x), [r["speedup"] for r in rows], width)
-        ax.set_ylabel("speedup over speculation off")
-    ax.axhline(1.0, color="grey", lw=1, ls="--")
-    ax.set_xticks(list(x), names, rotation=60, ha="right", fontsize=8)
-    ax.set_title("Measured speedup per prompt")
-    ax = axes[1]
-    acceptance = result["speculative"]["per_position_acceptance"]
-    positions = list(range(1, len(acceptance) + 1))
-    ax.bar(positions, acceptance, color="tab:green")
-    ax.set_xticks(positions)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("draft position")
-    ax.set_ylabel("accepted / drafted")
-    ax.set_title("Acceptance by position")
-    ax = axes[2]
-    predicted = [r["predicted_speedup"] for r in rows]
-    measured = [r["speedup"] for r in rows]
-    ax.scatter(predicted, measured, label="prompts")
-    ax.scatter([result["predicted_speedup"]], [result["speedup"]], marker="*", s=200, color="tab:red",
-               label="all prompts")
-    top = max([1.5, *predicted, *measured]) * 1.05
-    ax.plot([0, top], [0, top], color="grey", lw=1, label="measured = predicted")
-    ax.axhline(1.0, color="tab:orange", lw=1, ls="--", label="break-even")
-    ax.set_xlim(0, top)
-    ax.set_ylim(0, top)
-    ax.set_xlabel("predicted speedup (measured α, c)")
-    ax.set_ylabel("measured speedup")
-    ax.set_title("Predicted against measured")
-    ax.legend(fontsize=8)
-    setup = result["setup"]
-    fig.suptitle(f"{setup['verifier']} + {setup['drafter']}, γ={setup['gamma']}, {setup['machine']}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# --------------------------------------------------------------------------- the commands
-
-
-def _say(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def _finite(value: Any) -> Any:
-    """NaN (a figure with nothing to measure, e.g. no rounds) becomes null: strict JSON has no NaN."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _write_json(result: dict, target: str | None) -> None:
-    if not target:
-        return
-    text = json.dumps(_finite(result), indent=2, allow_nan=False)
-    if target == "-":
-        print(text)
-    else:
-        Path(target).write_text(text + "\n", encoding="utf-8")
-        _say(f"wrote {target}")
-
-
-def _apply_threads(threads: int | None) -> None:
-    from specdec_core.threads import prefer_passive_waiting, set_threads
-
-    prefer_passive_waiting()  # before torch loads (see threads.py)
-    set_threads(threads)
-
-
-def cmd_bench(args) -> int:
-    from specdec_core.cli import _config, _load  # the CLI's own rules for settings and loading
-
-    if args.no_speculation:
-        raise BenchError("bench runs with speculation both off and on; drop --no-speculation")
-    _apply_threads(args.threads)
-    config = _config(args)
-    cases = load_prompts(args.prompts)
-    if args.system:
-        cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
-    pair = _load(args)
-    from specdec_core.drafters import FeatureDrafter, HybridDrafter
-
-    if args.hf_reference and isinstance(pair.drafter, FeatureDrafter):
-        raise BenchError(f"transformers' assisted generation cannot run {pair.draft.name}, a draft head that reads "
-                         "the verifier's hidden states: drop --hf-reference, or compare with --drafter "
-                         "prompt-lookup or a draft model")
-    if args.hf_reference and isinstance(pair.drafter, HybridDrafter):
-        raise BenchError("transformers' assisted generation has no hybrid of prompt lookup and a draft model: "
-                         "drop --hf-reference, or compare with --drafter prompt-lookup or --drafter model")
-    settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference)
-    result = run_bench(pair.engine, pair.verifier, pair.draft, cases, config, settings, progress=_say)
-    result["setup"]["prompt_file"] = args.prompts
-    table_out = sys.stderr if args.json == "-" else sys.stdout
-    print(format_bench(result), file=table_out, flush=True)
-    _write_json(result, args.json)
-    if args.plot:
-        plot_bench(result, args.plot)
-        _say(f"wrote {args.plot}")
-    return 0
-
-
-def cmd_rank_drafts(args) -> int:
-    from specdec_core.cli import _config, _progress
-    from specdec_core.engine import Engine
-    from specdec_core.models import load_model
-
-    _apply_threads(args.threads)
-    config = _config(args)
-    gammas = _parse_gammas(args.gammas)
-    cases = load_prompts(args.prompts)
-    load = dict(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    from specdec_core.pairing import DEFAULT_VERIFIER
-
-    verifier = load_model(args.verifier or DEFAULT_VERIFIER, progress=_progress(), **load)
-    candidates = ([] if args.no_prompt_lookup else [Candidate(None)]) + [Candidate(spec) for spec in args.drafts]
-    if not candidates:
-        raise BenchError("nothing to rank: pass --drafts SPEC ... (or drop --no-prompt-lookup)")
-    if args.hybrid is not None and args.hybrid < 1:
-        raise BenchError(f"--hybrid expects the draft's tokens per round, at least 1 (got {args.hybrid})")
-    result = rank_drafts(Engine(verifier), verifier, candidates, cases, config, gammas, args.repeats,
-                         load=lambda spec: load_model(spec, **load), progress=_say, hybrid_tokens=args.hybrid)
-    result["setup"]["prompt_file"] = args.prompts
-    table_out = sys.stderr if args.json == "-" else sys.stdout
-    print(format_ranking(result), file=table_out, flush=True)
-    _write_json(result, args.json)
-    return 0
-
-
-def _parse_gammas(text: str) -> list[int]:
+def parse_gammas(text: str) -> list[int]:
+    """"2,4,8" -> [2, 4, 8]: the draft lengths rank-drafts tries."""
     try:
         gammas = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError as error:
@@ -879,57 +527,4 @@ def _parse_gammas(text: str) -> list[int]:
     return gammas
 
 
-def _threads_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, metavar="N",
-                        help="CPU threads for PyTorch (default: $SPECDEC_THREADS, else 1 on machines with 2 "
-                             "CPUs or fewer, else PyTorch's choice; see docs/performance.md)")
-
-
-def add_parser(subparsers, add_model_options: Callable, add_generation_options: Callable) -> None:
-    """Register `specdec bench` and `specdec rank-drafts` (called by cli.build_parser)."""
-    bench = subparsers.add_parser(
-        "bench", help="measure speculation against plain decoding (and transformers' assisted generation)",
-        description="Run each prompt with speculation off and on, alternating, after a warm-up, and report "
-                    "medians: tokens/s, speedup, acceptance, c, predicted speedup and efficiency.")
-    bench.add_argument("--prompts", default="all", metavar="FILE",
-                       help="one chat prompt per line (text or JSON), or a bundled set: "
-                            f"{', '.join(BUNDLED_SETS)}, all (default: all)")
-    bench.add_argument("--repeats", type=int, default=3, help="runs of each prompt in each mode (default 3)")
-    bench.add_argument("--hf-reference", action="store_true",
-                       help="also time transformers' generate(assistant_model=..., num_assistant_tokens=gamma) "
-                            "or its prompt lookup, on the same prompts, pair and gamma")
-    bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
-    bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
-                                                     "predicted against measured speedup (needs matplotlib)")
-    _threads_option(bench)
-    add_model_options(bench)
-    add_generation_options(bench)
-    bench.set_defaults(func=cmd_bench, max_new_tokens=48)
-
-    rank = subparsers.add_parser(
-        "rank-drafts", help="rank candidate drafts (and prompt lookup) for a verifier by measured speedup",
-        description="For each candidate draft: the doctor's verdict, then the acceptance rate, c and speedup "
-                    "measured at each draft length; sorted by the best speedup.")
-    rank.add_argument("--verifier", default=None, metavar="SPEC",
-                      help="hub id, local folder, .gguf file or embedded name (default: the embedded verifier)")
-    rank.add_argument("--drafts", nargs="*", default=[], metavar="SPEC", help="candidate draft models")
-    rank.add_argument("--prompts", default="all", metavar="FILE",
-                      help=f"prompt file or bundled set ({', '.join(BUNDLED_SETS)}, all; default: all)")
-    rank.add_argument("--gammas", default="2,4,8", help="draft lengths to try (default 2,4,8)")
-    rank.add_argument("--repeats", type=int, default=1, help="runs of each prompt per setting (default 1)")
-    rank.add_argument("--no-prompt-lookup", action="store_true", help="rank draft models only")
-    rank.add_argument("--hybrid", type=int, metavar="N", help="also rank each draft as a hybrid with prompt lookup "
-                      "(the lookup's copy where it finds one, else N tokens from the draft)")
-    rank.add_argument("--json", metavar="OUT", help="write the ranking as JSON (- for stdout)")
-    rank.add_argument("--device", default="auto")
-    rank.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
-    rank.add_argument("--trust-remote-code", action="store_true")
-    _threads_option(rank)
-    group = rank.add_argument_group("generation")
-    group.add_argument("--max-new-tokens", type=int, default=48)
-    group.add_argument("--temperature", type=float, default=0.0)
-    group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=float, default=1.0)
-    group.add_argument("--seed", type=int, default=0)
-    rank.set_defaults(func=cmd_rank_drafts, verifier=None, gamma=4, adaptive=False, confidence_cutoff=0.0,
-                      no_speculation=False)
+_parse_gammas = parse_gammas  # the name app/rank_dialog.py imports

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
+from specdec_core.cli_options import UsageError, progress_state
+from specdec_core.cli_options import add_generation_options as _add_generation_options
+from specdec_core.cli_options import add_model_options as _add_model_options
+from specdec_core.cli_options import config_from_args as _config
+from specdec_core.cli_options import load_from_args as _load
+from specdec_core.cli_options import progress_bar as _progress
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, IncompatiblePairError, SpecdecError
 from specdec_core.events import Event, Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState
@@ -29,130 +33,11 @@ RESET = "\x1b[0m"
 LEGEND = "\x1b[32maccepted\x1b[0m \x1b[31;9mrejected\x1b[0m \x1b[33mcorrected\x1b[0m \x1b[34mbonus\x1b[0m plain"
 
 
-class UsageError(SpecdecError):
-    pass
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one `error:` line (main() prints it), not usage + error."""
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
-
-
-def _finite_float(text: str) -> float:
-    """A float argument that is a real number: "nan" and "inf" parse as floats but break sampling."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def _add_model_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("models")
-    group.add_argument("--verifier", metavar="SPEC", help="hub id, local folder, .gguf file or embedded name "
-                       "(default: smollm2-135m-instruct, embedded)")
-    group.add_argument("--draft", metavar="SPEC", help="draft model spec (implies --drafter model)")
-    group.add_argument("--drafter", choices=("model", "prompt-lookup", "hybrid"),
-                       help="what proposes tokens: a draft model, copies from the conversation (prompt-lookup), "
-                       "or copies where they exist and the draft model elsewhere (hybrid) (default: model with "
-                       "--draft, else prompt-lookup)")
-    group.add_argument("--draft-tokens", type=int, metavar="N",
-                       help="hybrid: at most N tokens from the draft model in a round without a match "
-                       "(default: gamma)")
-    group.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
-    group.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
-    group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")
-    group.add_argument("--max-memory", metavar="DEV=SIZE,...", help="with --device-map: e.g. 0=20GiB,cpu=64GiB")
-    group.add_argument("--trust-remote-code", action="store_true",
-                       help="allow code from a model repository to run (off by default)")
-
-
-def _add_generation_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("generation")
-    group.add_argument("--no-speculation", action="store_true", help="decode with the verifier alone")
-    group.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (default 4)")
-    group.add_argument("--adaptive", action="store_true", help="grow gamma after full acceptance, shrink after "
-                       "a rejection")
-    group.add_argument("--confidence-cutoff", type=_finite_float, default=0.0,
-                       help="stop drafting when the draft's top probability is below this")
-    group.add_argument("--max-new-tokens", type=int, default=256)
-    group.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy (default)")
-    group.add_argument("--top-k", type=int, default=0)
-    group.add_argument("--top-p", type=_finite_float, default=1.0)
-    group.add_argument("--seed", type=int, default=0)
-    group.add_argument("--system", metavar="TEXT", help="system prompt")
-    group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                       help="colour tokens by state (default: when writing to a terminal)")
-
-
-def _config(args) -> GenerationConfig:
-    return GenerationConfig(
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-        max_new_tokens=args.max_new_tokens, speculate=not args.no_speculation, gamma=args.gamma,
-        adaptive=args.adaptive, gamma_max=max(16, args.gamma), confidence_cutoff=args.confidence_cutoff,
-    ).validate()
-
-
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)
-_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_MIN_DEVICE_BYTES = 64 * 2**20  # less than this cannot hold even a tiny model's working set
-
-
-def _max_memory(text: str | None, device_map: str | None) -> dict | None:
-    """--max-memory DEV=SIZE,...: devices are GPU indices, cpu, mps or disk; sizes like 20GiB or 512MB."""
-    if not text:
-        return None
-    if device_map is None:
-        raise UsageError("--max-memory only applies with --device-map auto (it caps what each device gets)")
-    out: dict = {}
-    for part in text.split(","):
-        key, _, value = (x.strip() for x in part.partition("="))
-        if not value or not key:
-            raise UsageError(f"--max-memory expects DEV=SIZE pairs such as 0=20GiB,cpu=64GiB, got {part!r}")
-        if not (key.isdigit() or key in ("cpu", "mps", "disk")):
-            raise UsageError(f"--max-memory: unknown device {key!r} (use a GPU index, cpu, mps or disk)")
-        size = _SIZE.fullmatch(value)
-        if size is None:
-            raise UsageError(f"--max-memory: {value!r} is not a size (use e.g. 20GiB, 512MB or a byte count)")
-        nbytes = float(size.group(1)) * _SIZE_UNITS[(size.group(2) or "B").lower()]
-        if key != "disk" and nbytes < _MIN_DEVICE_BYTES:
-            raise UsageError(f"--max-memory: {key}={value} is too little memory to load a model on (at least "
-                             f"{_MIN_DEVICE_BYTES // 2**20} MiB)")
-        out[int(key) if key.isdigit() else key] = value
-    return out
-
-
-_progress_drawn = False  # a progress bar may have left the cursor mid-line on stderr
-
-
-def _progress():
-    from specdec_core.models import tqdm_progress
-
-    draw = tqdm_progress(sys.stderr)
-
-    def report(progress) -> None:
-        global _progress_drawn
-        _progress_drawn = progress.stage != "done"
-        draw(progress)
-
-    return report
-
-
-def _load(args):
-    from specdec_core.pairing import LoadOptions, load_pair
-
-    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup")
-                                          or (args.drafter is None and args.draft)):
-        raise UsageError("--draft-tokens applies to --drafter hybrid only")
-    options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                          device_map=args.device_map, max_memory=_max_memory(args.max_memory, args.device_map))
-    return load_pair(args.verifier, args.draft, args.drafter, options, progress=_progress(),
-                     draft_tokens=args.draft_tokens)
 
 
 def _use_color(args, stream: TextIO) -> bool:
@@ -202,7 +87,11 @@ def reply_json(events: list[Event]) -> dict:
                                   else [])
             rounds.append({"drafted": drafted, "accepted": accepted, "emitted": emitted,
                            "stop": event.stop.value, "gamma": event.gamma,
-                           "draft_s": event.draft_s, "verify_s": event.verify_s})
+                           "draft_s": event.draft_s, "verify_s": event.verify_s,
+                           # a draft tree: every node checked in the round's one pass (empty for a chain)
+                           "tree": [{"parent": n.parent, "token_id": n.token_id, "draft_prob": n.draft_prob,
+                                     "target_prob": n.target_prob, "accept_prob": n.accept_prob,
+                                     "accepted": n.accepted} for n in event.tree]})
     return {"text": finished.text, "token_ids": list(finished.token_ids), "stop_reason": finished.stop_reason.value,
             "error": finished.error, "rounds": rounds, "stats": finished.stats.to_dict()}
 
@@ -387,20 +276,16 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--trust-remote-code", action="store_true")
     doctor.set_defaults(func=cmd_doctor)
 
-    try:
-        from specdec_core import bench
-    except ImportError:
-        bench = None  # type: ignore[assignment]
-    if bench is not None:
-        bench.add_parser(sub, _add_model_options, _add_generation_options)
+    from specdec_core import bench_cli
+
+    bench_cli.add_parser(sub)
     return parser
 
 
 def _error(message: str) -> int:
-    global _progress_drawn
-    if _progress_drawn:  # finish the progress bar's line so the error starts a line of its own
+    if progress_state.drawn:  # finish the progress bar's line so the error starts a line of its own
         sys.stderr.write("\n")
-        _progress_drawn = False
+        progress_state.drawn = False
     # One line, whatever the message quotes (a line break, a carriage return or an escape code in an
     # argument would split it or redraw the terminal): such characters are shown escaped.
     message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)

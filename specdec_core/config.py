@@ -8,6 +8,8 @@ from dataclasses import dataclass, fields, replace
 
 from specdec_core.errors import ConfigError
 
+TREE_AUTO = -1  # GenerationConfig.tree_nodes: trees where checking many tokens costs about one step
+
 
 @dataclass(frozen=True)
 class GenerationConfig:
@@ -30,7 +32,8 @@ class GenerationConfig:
     # A hesitant draft is usually wrong, and every rejected token costs draft time for nothing.
     confidence_cutoff: float = 0.0
     # Draft trees (drafters that can grow them: a draft model or head, alone or in a hybrid): at most this
-    # many candidate nodes checked per round in one verifier pass, gamma deep at most. 0 keeps one chain.
+    # many candidate nodes checked per round in one verifier pass, gamma deep at most. 0 keeps one chain;
+    # TREE_AUTO lets the engine choose by device (defaults.tree_nodes_for).
     tree_nodes: int = 0
     # With trees: check only as many of the nodes as maximise expected tokens per second, from the verify
     # cost measured on this machine (cost.py); possibly none. False checks every node drafted.
@@ -69,8 +72,8 @@ class GenerationConfig:
             raise ConfigError(f"top-k must be >= 0 (got {self.top_k})")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
-        if self.tree_nodes < 0:
-            raise ConfigError(f"tree nodes must be >= 0 (got {self.tree_nodes})")
+        if not (TREE_AUTO <= self.tree_nodes <= _TREE_LIMIT):
+            raise ConfigError(f"tree nodes must be auto or from 0 to {_TREE_LIMIT} (got {self.tree_nodes})")
         if not (0.0 <= self.confidence_cutoff < 1.0):
             raise ConfigError(f"confidence cutoff must be in [0, 1) (got {self.confidence_cutoff})")
         return self
@@ -84,5 +87,6 @@ _INTS = ("top_k", "seed", "max_new_tokens", "gamma", "gamma_max", "top_alternati
 _LABELS = {"top_p": "top-p", "top_k": "top-k", "max_new_tokens": "max new tokens",
            "confidence_cutoff": "confidence cutoff", "gamma_max": "gamma_max", "top_alternatives": "top alternatives"}
 _GAMMA_LIMIT = 128  # more drafts per round than any draft gets accepted; larger values only waste memory
+_TREE_LIMIT = 512  # one verifier pass over this many candidates is already slower than any gain
 
-__all__ = ["GenerationConfig"]
+__all__ = ["TREE_AUTO", "GenerationConfig"]

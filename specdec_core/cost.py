@@ -10,90 +10,124 @@ draft is unsure, a plain decoding step is the fastest choice.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Until a row count is measured its cost is guessed from the nearest measured one below it, rising by this
 # fraction per extra row. Optimistic on purpose: a size that is never tried is never measured.
 _GUESSED_SLOPE = 0.08
-_SMOOTHING = 0.25  # weight of a new measurement in the running mean (timings drift with context length)
+_SMOOTHING = 0.25  # weight of a new drafting time in its running mean
 
 
-@dataclass
 class VerifyCost:
-    """Seconds of a verifier pass by the number of tokens it fed (1 = a plain decoding step)."""
+    """Seconds of a verifier pass by the number of tokens it fed (1 = a plain decoding step).
 
-    seconds: dict[int, float] = field(default_factory=dict)
+    Each row count keeps its last few timings and reads their median: one pass slowed by other work on the
+    machine must not decide the next rounds' tree sizes. A row count timed fewer than SETTLED times reads no
+    more than the guess from below, so that a size is not written off after one unlucky pass."""
+
+    WINDOW = 9
+    SETTLED = 3
+
+    def __init__(self, seconds: dict[int, float] | None = None):
+        self._samples: dict[int, deque[float]] = {}
+        for rows, value in (seconds or {}).items():  # given figures count as settled
+            self._samples[rows] = deque([value] * self.SETTLED, maxlen=self.WINDOW)
+
+    def __repr__(self) -> str:
+        return f"VerifyCost({self.seconds})"
 
     def observe(self, rows: int, seconds: float) -> None:
         if rows < 1 or seconds <= 0:
             return
-        old = self.seconds.get(rows)
-        self.seconds[rows] = seconds if old is None else old + _SMOOTHING * (seconds - old)
+        self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append(seconds)
+
+    @property
+    def seconds(self) -> dict[int, float]:
+        """The median timing of each row count measured so far."""
+        return {rows: statistics.median(samples) for rows, samples in sorted(self._samples.items())}
 
     def estimate(self, rows: int) -> float | None:
         """Measured, else interpolated between measured sizes, else guessed from the nearest one below."""
-        if rows in self.seconds:
-            return self.seconds[rows]
-        below = max((r for r in self.seconds if r < rows), default=None)
-        above = min((r for r in self.seconds if r > rows), default=None)
+        seconds = self.seconds
+        below = max((r for r in seconds if r < rows), default=None)
+        guess = seconds[below] * (1 + _GUESSED_SLOPE * (rows - below)) if below is not None else None
+        if rows in seconds:
+            unsettled = len(self._samples[rows]) < self.SETTLED and guess is not None
+            return min(seconds[rows], guess) if unsettled else seconds[rows]  # type: ignore[type-var]
+        above = min((r for r in seconds if r > rows), default=None)
         if below is not None and above is not None:
             share = (rows - below) / (above - below)
-            return self.seconds[below] + share * (self.seconds[above] - self.seconds[below])
-        if below is not None:
-            return self.seconds[below] * (1 + _GUESSED_SLOPE * (rows - below))
-        if above is not None:
-            return self.seconds[above]
-        return None
+            return seconds[below] + share * (seconds[above] - seconds[below])
+        return guess if guess is not None else (seconds[above] if above is not None else None)
 
     def ratios(self) -> dict[int, float]:
         """Measured cost of each row count over a plain step's (empty until a plain step is measured)."""
         plain = self.estimate(1)
-        return {rows: s / plain for rows, s in sorted(self.seconds.items())} if plain else {}
+        return {rows: s / plain for rows, s in self.seconds.items()} if plain else {}
 
 
 @dataclass
 class TreeSizer:
     """Chooses how many of a best-first tree's nodes the verifier checks, to maximise expected tokens per
-    second: (1 + sum of the kept nodes' values x calibration) / (verify cost of those rows + draft time).
+    second: (1 + sum of the kept nodes' values x calibration) / (verify cost of those rows + their draft time).
 
     A node's value is the draft's probability that its whole path is right, so the sum is the draft's
     expectation of accepted tokens. Drafts are rarely calibrated; `calibration` scales that expectation
     by how many tokens the kept trees really yielded against what the draft expected."""
 
     cost: VerifyCost = field(default_factory=VerifyCost)
+    draft_per_node: float = 0.0  # running mean of the drafting time per node of a grown tree
     expected: float = 0.0  # running sums over checked trees: what the draft expected to be accepted ...
     accepted: float = 0.0  # ... and what was
-    last_size: int = 0
 
     @property
     def calibration(self) -> float:
         # Start trusting the draft; a few rounds of evidence then dominate the prior of 4 expected tokens.
         return (self.accepted + 4.0) / (self.expected + 4.0)
 
-    def best_size(self, values: Sequence[float], extra_rows: int, draft_s: float) -> int:
+    def best_size(self, values: Sequence[float], extra_rows: int = 1) -> int:
         """How many of the nodes (best first) to check. `extra_rows`: committed tokens fed with them (1 for the
-        last committed token, 0 when the verifier already read it); `draft_s`: the time the tree took."""
+        last committed token, 0 when the verifier already read it). Drafting is charged per node at the
+        measured rate, since a tree grown smaller would have cost less."""
         plain = self.cost.estimate(max(1, extra_rows))
         if plain is None:
             return len(values)  # nothing measured yet: check them all, and measure
         best, best_rate, gained = 0, 1.0 / plain, 1.0
-        per_node_draft = draft_s / len(values) if values else 0.0
         for n, value in enumerate(values, start=1):
             gained += value * self.calibration
-            seconds = self.cost.estimate(extra_rows + n)
-            assert seconds is not None
-            rate = gained / (seconds + per_node_draft * n)
+            rate = gained / self._seconds(extra_rows, n)
             if rate > best_rate:
                 best, best_rate = n, rate
         return best
+
+    def least_value(self, values: Sequence[float], extra_rows: int = 1) -> float:
+        """The value a next node must have to raise the expected rate above the best a prefix of `values`
+        reaches (for drafting: growing the tree further cannot pay below this). 0 until costs are known."""
+        plain = self.cost.estimate(max(1, extra_rows))
+        if plain is None:
+            return 0.0
+        best_rate, gained = 1.0 / plain, 1.0
+        for n, value in enumerate(values, start=1):
+            gained += value * self.calibration
+            best_rate = max(best_rate, gained / self._seconds(extra_rows, n))
+        seconds = self._seconds(extra_rows, len(values) + 1)
+        return max(0.0, (best_rate * seconds - gained) / self.calibration)
+
+    def _seconds(self, extra_rows: int, nodes: int) -> float:
+        seconds = self.cost.estimate(extra_rows + nodes)
+        assert seconds is not None
+        return seconds + self.draft_per_node * nodes
+
+    def observe_draft(self, nodes: int, draft_s: float) -> None:
+        if nodes:
+            per_node = draft_s / nodes
+            self.draft_per_node = per_node if not self.draft_per_node else \
+                self.draft_per_node + _SMOOTHING * (per_node - self.draft_per_node)
 
     def observe(self, values: Sequence[float], accepted: int) -> None:
         """The verifier's verdict on a checked tree whose nodes had these values."""
         self.expected += sum(values)
         self.accepted += accepted
-        self.last_size = len(values)
-
-    def budget(self, cap: int) -> int:
-        """Nodes to draft next round: a few more than were last worth checking, at most `cap`."""
-        return min(cap, max(4, 2 * self.last_size + 2))

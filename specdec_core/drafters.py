@@ -82,6 +82,9 @@ class DraftTree:
                          draft.display_probs, draft.stop, draft.draft_s)
 
 
+Worth = Callable[[Sequence[float]], float]  # see _grow_tree
+
+
 # Prompt lookup's copies joined to a tree: the chance that a copied token is right given the copy was right so
 # far (measured on the bundled prompts: 0.54 at the first position, then 0.67, 0.81, 0.86; performance.md).
 LOOKUP_ACCEPTANCE = (0.54, 0.67, 0.81, 0.86)
@@ -89,14 +92,19 @@ LOOKUP_ACCEPTANCE = (0.54, 0.67, 0.81, 0.86)
 
 def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], start: float, max_nodes: int,
                max_depth: int, config: GenerationConfig, eos_token_ids: frozenset[int],
-               copied: Sequence[int] = ()) -> DraftTree:
+               copied: Sequence[int] = (), worth: Worth | None = None) -> DraftTree:
     """Best-first growth (after EAGLE-2): the node whose path the draft finds likeliest joins the tree next,
     and is expanded into its TREE_WIDTH likeliest children. `logits_after(path, path_tokens)` gives the
     draft's logits over the verifier's ids after the nodes `path` ([] for the root) whose ids are
     `path_tokens`. A node is expanded only while the tree has room for its children.
 
     `copied`: a continuation prompt lookup found; it joins the tree as one more branch, valued with
-    LOOKUP_ACCEPTANCE, so the verifier can take the copy, the draft's guess, or whichever is right."""
+    LOOKUP_ACCEPTANCE, so the verifier can take the copy, the draft's guess, or whichever is right.
+
+    `worth(values)`: the least value the next node must have to pay for its checking, given the values of
+    the nodes taken so far (cost.py). Growth stops when the best candidate falls below it, and a node is
+    not expanded when even its own value would not pay (its children are worth less): an unsure draft
+    costs one look at the root's distribution and nothing more."""
     tokens: list[int] = []
     parents: list[int] = []
     values: list[float] = []
@@ -122,7 +130,11 @@ def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], sta
             heapq.heappush(frontier, (-value * prior, next(order), parent, copy, float(probs[copy])))
 
     expand(-1, [], 1.0)
+    priced_out = False
     while frontier and len(tokens) < max_nodes:
+        if worth is not None and -frontier[0][0] < worth(values):
+            priced_out = True
+            break
         negative_value, _, parent, token, prob = heapq.heappop(frontier)
         if (parent, token) in in_tree:
             continue  # proposed twice (by the draft and by the copy): the likelier entry came first
@@ -133,12 +145,13 @@ def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], sta
         values.append(-negative_value)
         shown.append(prob)
         depths.append(0 if parent < 0 else depths[parent] + 1)
-        if depths[node] + 1 < max_depth and token not in eos_token_ids and len(tokens) < max_nodes:
+        if depths[node] + 1 < max_depth and token not in eos_token_ids and len(tokens) < max_nodes and \
+                (worth is None or -negative_value >= worth(values)):
             path = [node]
             while parents[path[0]] >= 0:
                 path.insert(0, parents[path[0]])
             expand(node, path, -negative_value)
-    stop = DraftStop.TREE if tokens else DraftStop.NO_MATCH
+    stop = DraftStop.TREE if tokens else DraftStop.COST if priced_out else DraftStop.NO_MATCH
     return DraftTree(tuple(tokens), tuple(parents), tuple(values), tuple(shown), stop, time.perf_counter() - start)
 
 
@@ -270,8 +283,9 @@ class ModelDrafter:
         return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
 
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = ()) -> DraftTree:
-        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`: see
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = (),
+                     worth: Worth | None = None) -> DraftTree:
+        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see
         _grow_tree). Each expansion runs the draft on its path;
         the cache's prefix rule makes moving to another branch cost only the part that differs."""
         start = time.perf_counter()
@@ -282,7 +296,7 @@ class ModelDrafter:
         def logits_after(path: list[int], path_tokens: list[int]) -> torch.Tensor:
             return in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids, vocab_size)
 
-        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied)
+        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
@@ -398,9 +412,10 @@ class FeatureDrafter:
 
     @torch.inference_mode()
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = ()) -> DraftTree:
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = (),
+                     worth: Worth | None = None) -> DraftTree:
         """Up to `max_nodes` candidates at most `max_depth` deep, best first
-        (`copied`: see _grow_tree).
+        (`copied`, `worth`: see _grow_tree).
 
         A node at depth d is fed to the head at the position after the last true one plus d, with the state
         its parent predicted; the head's cache holds the draft positions of one branch at a time and is cut
@@ -429,7 +444,7 @@ class FeatureDrafter:
             cached[:] = path
             return self._logits(predicted[path[-1]], vocab_size)
 
-        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied)
+        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # the next propose() keeps only the positions computed from true states
@@ -546,11 +561,11 @@ class HybridDrafter:
         return dataclasses.replace(drafted, stop=stop, draft_s=drafted.draft_s + copied.draft_s)
 
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int]) -> DraftTree:
+                     vocab_size: int, eos_token_ids: frozenset[int], worth: Worth | None = None) -> DraftTree:
         """The draft's tree with prompt lookup's copy (if it finds one) as one more branch."""
         copied = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids)
         tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config,  # type: ignore[attr-defined]
-                                               vocab_size, eos_token_ids, copied.token_ids)
+                                               vocab_size, eos_token_ids, copied.token_ids, worth)
         return dataclasses.replace(tree, draft_s=tree.draft_s + copied.draft_s)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:

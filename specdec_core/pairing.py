@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from specdec_core import defaults
 from specdec_core.doctor import Verdict, check_models
 from specdec_core.drafters import Drafter, PromptLookupDrafter, drafter_for
 from specdec_core.engine import Engine
-from specdec_core.models import EMBEDDED_DRAFT, EMBEDDED_VERIFIER, LoadedModel, ProgressCallback, load_model
+from specdec_core.models import LoadedModel, ProgressCallback, load_model
 
-DRAFTER_KINDS = ("model", "prompt-lookup", "hybrid")  # hybrid: prompt lookup where it matches, else the model
+DRAFTER_KINDS = defaults.DRAFTER_KINDS  # hybrid: prompt lookup where it matches, else the model
 
 
 @dataclass(frozen=True)
@@ -21,16 +23,12 @@ class DraftDefault:
     draft_tokens: int | None = None  # hybrid: the model's tokens per round without a lookup match (None: γ)
 
 
-# The embedded pair is the embedded verifier with the draft head distilled from it (EMBEDDED_DRAFT,
-# assets/), as a hybrid: prompt lookup where the conversation has a match, else one token from the head.
-# On a 2-core CPU (docs/performance.md, 2026-11-30) it measured 1.38x over the verifier alone on the 16
-# bundled prompts, against 1.12x for prompt lookup alone and 1.24x for the head alone at its best γ (1),
-# and 1.45-1.48x on the 12 held-out prompts of the head's model card (the head alone: 1.44x). The head's
-# second token is accepted too rarely to pay for checking a third row. A draft listed here becomes the
-# default of its verifier; any verifier without one speculates with prompt lookup.
-DEFAULT_VERIFIER = EMBEDDED_VERIFIER
+# A draft listed here becomes the default of its verifier; any verifier without one speculates with
+# prompt lookup. The embedded pair's choice (the head as a hybrid, one token per round) and its measured
+# speedups are in docs/performance.md, "The embedded pair".
+DEFAULT_VERIFIER = defaults.VERIFIER
 DEFAULT_DRAFTS: dict[str, DraftDefault] = {
-    EMBEDDED_VERIFIER: DraftDefault(EMBEDDED_DRAFT, kind="hybrid", draft_tokens=1),
+    defaults.VERIFIER: DraftDefault(defaults.DRAFT, kind=defaults.DRAFTER, draft_tokens=defaults.DRAFT_TOKENS),
 }
 
 
@@ -64,14 +62,23 @@ def choose_drafter_kind(drafter: str | None, draft_spec: str | None) -> str:
     return drafter
 
 
+# load(role, spec) -> the loaded model, role "verifier" or "draft": how load_pair gets its models. The app
+# passes its own to reuse models it already holds, report which model loads, and cancel between steps.
+ModelLoader = Callable[[str, str], LoadedModel]
+
+
 def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, drafter: str | None = None,
               options: LoadOptions = LoadOptions(), progress: ProgressCallback | None = None,
-              draft_tokens: int | None = None) -> Pair:
+              draft_tokens: int | None = None, *, loader: ModelLoader | None = None,
+              strict: bool = True, engine: Engine | None = None) -> Pair:
     """Load the verifier, then the draft (if any), check the pair, and build the engine.
 
     `draft_tokens` caps what the model drafts per round in a hybrid (None: γ). Raises ModelLoadError
     for a model that cannot load and IncompatiblePairError (with the doctor's reason) for a pair that
-    cannot work together."""
+    cannot work together; with `strict=False` an incompatible pair comes back as the verifier alone
+    (no drafter), with the doctor's verdict, instead. `loader` replaces load_model (then `options` and
+    `progress` are the loader's business). `engine`, when it runs the verifier that comes back, is kept
+    (with the new drafter) instead of building another: its caches hold the conversation so far."""
     shipped = default_draft(verifier_spec) if draft_spec is None else None
     if shipped is not None and drafter in (None, "model", "hybrid"):
         draft_spec = shipped.spec
@@ -83,18 +90,35 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
         from specdec_core.errors import ConfigError
 
         raise ConfigError(f"the {kind} drafter needs a draft model: pass --draft SPEC (or use prompt-lookup)")
-    load = dict(device=options.device, dtype=options.dtype, trust_remote_code=options.trust_remote_code,
-                progress=progress)
-    verifier = load_model(verifier_spec or DEFAULT_VERIFIER, device_map=options.device_map,
-                          max_memory=options.max_memory, **load)
+    if loader is None:
+        loader = _model_loader(options, progress)
+    verifier = loader("verifier", verifier_spec or DEFAULT_VERIFIER)
     draft = verdict = None
-    drafter_obj: Drafter
+    drafter_obj: Drafter | None
     if kind in ("model", "hybrid"):
         assert draft_spec is not None
-        draft = load_model(draft_spec, **load)
-        verdict = check_models(verifier, draft).raise_if_incompatible()
-        drafter_obj = drafter_for(draft, with_lookup=kind == "hybrid", model_tokens=draft_tokens)
+        draft = loader("draft", draft_spec)
+        verdict = check_models(verifier, draft)
+        if strict:
+            verdict.raise_if_incompatible()
+        drafter_obj = drafter_for(draft, with_lookup=kind == "hybrid", model_tokens=draft_tokens) \
+            if verdict.compatible else None
     else:
         drafter_obj = PromptLookupDrafter()
-    return Pair(engine=Engine(verifier, drafter_obj), verifier=verifier, draft=draft, drafter=drafter_obj,
-                verdict=verdict)
+    if engine is not None and engine.verifier is verifier:
+        engine.set_drafter(drafter_obj)
+    else:
+        engine = Engine(verifier, drafter_obj)
+    return Pair(engine=engine, verifier=verifier, draft=draft, drafter=drafter_obj, verdict=verdict)
+
+
+def _model_loader(options: LoadOptions, progress: ProgressCallback | None) -> ModelLoader:
+    load = dict(device=options.device, dtype=options.dtype, trust_remote_code=options.trust_remote_code,
+                progress=progress)
+
+    def loader(role: str, spec: str) -> LoadedModel:
+        if role == "verifier":  # only the verifier may be spread over devices
+            return load_model(spec, device_map=options.device_map, max_memory=options.max_memory, **load)
+        return load_model(spec, **load)
+
+    return loader

@@ -11,7 +11,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specdec_core.events import RoundVerified
 
 
 def expected_tokens_per_call(alpha: float, gamma: float) -> float:
@@ -55,7 +60,9 @@ class Stats:
 
 @dataclass
 class StatsAccumulator:
-    """Mutable tally the engine updates once per round; `snapshot()` freezes it."""
+    """The one acceptance tally: the engine updates it once per round, and a consumer of the event stream
+    folds each RoundVerified event into its own (`add_event`). Tallies merge (`a + b`, `merge`), so the
+    figures of many replies are those of their summed tallies. `snapshot()` freezes it."""
 
     prompt_tokens: int = 0
     prefill_s: float = 0.0
@@ -90,6 +97,49 @@ class StatsAccumulator:
                 if i < accepted:
                     self.accepted_at[i] += 1
             self.accepted_lengths.append(accepted)
+
+    def add_event(self, event: RoundVerified) -> None:
+        """Fold one round as the event stream reports it (the same figures the engine's own tally has)."""
+        from specdec_core.events import TokenState
+
+        # The round emits its accepted drafts plus the correction, bonus or plain token, unless it
+        # ended on an accepted end-of-sequence draft (then the emitted token is that accepted draft).
+        emitted = event.n_accepted + (event.emitted_state is not TokenState.ACCEPTED)
+        # A tree round checked every node of its tree; its draft positions are those of its main line.
+        drafted, positions = (len(event.tree), len(event.drafted)) if event.tree else (len(event.drafted), None)
+        self.add_round(drafted=drafted, accepted=event.n_accepted, emitted=emitted, draft_s=event.draft_s,
+                       verify_s=event.verify_s, overhead_s=event.overhead_s, positions=positions)
+
+    @property
+    def drafting_rounds(self) -> int:
+        """Rounds that proposed at least one token (prompt lookup proposes none where it finds no match)."""
+        return len(self.accepted_lengths)
+
+    def merge(self, other: StatsAccumulator) -> StatsAccumulator:
+        """A new tally holding both: counts and times add, per-position counts add element-wise."""
+        width = max(len(self.drafted_at), len(other.drafted_at))
+
+        def added(a: list[int], b: list[int]) -> list[int]:
+            return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(width)]
+
+        return StatsAccumulator(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens, prefill_s=self.prefill_s + other.prefill_s,
+            new_tokens=self.new_tokens + other.new_tokens, rounds=self.rounds + other.rounds,
+            drafted=self.drafted + other.drafted, accepted=self.accepted + other.accepted,
+            draft_s=self.draft_s + other.draft_s, verify_s=self.verify_s + other.verify_s,
+            overhead_s=self.overhead_s + other.overhead_s,
+            drafted_at=added(self.drafted_at, other.drafted_at), accepted_at=added(self.accepted_at, other.accepted_at),
+            accepted_lengths=self.accepted_lengths + other.accepted_lengths)
+
+    __add__ = merge
+
+    @classmethod
+    def total(cls, tallies: Iterable[StatsAccumulator]) -> StatsAccumulator:
+        """All the tallies merged into one (an empty tally for none)."""
+        out = cls()
+        for tally in tallies:
+            out = out.merge(tally)
+        return out
 
     def snapshot(self) -> Stats:
         decode_s = self.draft_s + self.verify_s + self.overhead_s

@@ -50,3 +50,13 @@ def tiny_models_dir(tmp_path_factory, tiny_tokenizer):
         out[f"{arch}-draft"] = tiny.save_model(root / f"{arch}-draft", arch, tiny_tokenizer, seed=2,
                                                layers=1, hidden=16, logit_scale=8.0)
     return out
+
+
+@pytest.fixture(scope="session")
+def embedded_pair():
+    """The real embedded default pair (verifier + shipped draft head as a hybrid), loaded once for every
+    slow test that only reads it; tests that build engines of their own use its models. Offline:
+    HF_HUB_OFFLINE is set above."""
+    from specdec_core.pairing import LoadOptions, load_pair
+
+    return load_pair(options=LoadOptions(device="cpu"))

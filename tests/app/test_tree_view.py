@@ -59,3 +59,13 @@ def test_the_tooltip_lists_the_tree_and_the_dialog_exports_a_png(qtbot, tree_tra
     size = dialog.view.sizeHint()
     columns = max(n.column for n in dialog.view.placed) + 1
     assert size.width() >= columns * 100
+
+
+def test_a_tokens_tooltip_in_a_tree_round_shows_the_round_s_tree(tree_trace):
+    from app.chat_view import token_tooltip
+
+    index = tree_rounds(tree_trace)[0]
+    token = next(t for t in tree_trace.tokens if t.round == index)
+    tip = token_tooltip(token, tree_trace)
+    assert "candidates in one verifier pass" in tip
+    assert tip.count("■") >= len(tree_trace.rounds[index].tree) + 1

@@ -9,12 +9,12 @@ import torch
 from tiny import as_loaded, make_model, make_tokenizer
 from transformers import AutoModelForCausalLM
 
+from distill.data import generate_replies, label_replies, load_sequences, reply_files
+from distill.export import export_draft
+from distill.measure import measure_pair
+from distill.prompts import TOPICS, build_extra_train_set, build_prompt_sets, read_jsonl, write_jsonl
+from distill.train import DraftShape, TrainSettings, train
 from specdec_core.config import GenerationConfig
-from specdec_core.distill.data import generate_replies, label_replies, load_sequences, reply_files
-from specdec_core.distill.export import export_draft
-from specdec_core.distill.measure import measure_pair
-from specdec_core.distill.prompts import TOPICS, build_extra_train_set, build_prompt_sets, read_jsonl, write_jsonl
-from specdec_core.distill.train import DraftShape, TrainSettings, train
 from specdec_core.doctor import check_models
 from specdec_core.draft_model import SpecdecDraftConfig, SpecdecDraftForCausalLM
 from specdec_core.drafters import ModelDrafter

@@ -119,12 +119,12 @@ def test_the_doctor_rejects_a_head_for_another_width_and_warns_for_another_verif
 
 
 def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_head(tmp_path, verifiers):
-    from specdec_core.distill import head as head_training
-    from specdec_core.distill.data import generate_replies
-    from specdec_core.distill.export import export_draft
-    from specdec_core.distill.head import HeadSettings, compute_features, train_head
-    from specdec_core.distill.measure import measure_pair
-    from specdec_core.distill.prompts import build_extra_train_set, build_prompt_sets
+    from distill import head as head_training
+    from distill.data import generate_replies
+    from distill.export import export_draft
+    from distill.head import HeadSettings, compute_features, train_head
+    from distill.measure import measure_pair
+    from distill.prompts import build_extra_train_set, build_prompt_sets
 
     verifier = verifiers["llama"]
     train_prompts, held_out = build_prompt_sets(seed=0)
@@ -165,7 +165,7 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     # A second run continues the first (as when the data grows); the export and its card name both.
     from dataclasses import replace
 
-    from specdec_core.distill.card import build_card, render_card
+    from distill.card import build_card, render_card
 
     # It brings more replies, over the extra prompt set, and validates on a shard the first run never saw.
     generate_replies(verifier, build_extra_train_set(seed=0)[:16], work, modes=["greedy"], shard_size=16,
@@ -225,7 +225,7 @@ def test_training_chain_steps_compute_what_the_drafter_computes_when_drafting(ve
 
 
 def test_training_can_start_from_an_earlier_heads_weights_but_not_from_another_width(verifiers, tmp_path):
-    from specdec_core.distill.head import _start_from
+    from distill.head import _start_from
 
     verifier = verifiers["llama"]
     earlier = tiny.make_head(verifier, seed=5, head_ids=list(range(40)))
@@ -270,28 +270,3 @@ def test_a_dropped_engine_leaves_no_hidden_state_hook_on_the_verifier(verifiers,
     del engine
     gc.collect()
     assert len(hooks) == before
-
-
-def test_the_gpu_script_runs_generate_train_head_and_export_and_brings_back_a_loadable_head(tmp_path,
-                                                                                           tiny_tokenizer):
-    """scripts/distill_gpu.sh, scaled down on the CPU with a tiny verifier whose width suits the head."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    folder = tiny.save_model(tmp_path / "verifier", "llama", tiny_tokenizer, seed=1, hidden=72, logit_scale=8.0)
-    out = tmp_path / "out"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "DEVICE": "cpu", "WORK": str(tmp_path / "work"), "GEN_MIN": "1", "TRAIN_MIN": "1", "BATCH": "4",
-           "LIMIT": "4", "MAX_NEW": "12", "STEPS": "3", "TRAIN_BATCH": "128", "OMP_NUM_THREADS": "1"}
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(["bash", str(root / "scripts" / "distill_gpu.sh"), str(folder), str(out)], cwd=root,
-                            env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    shards = sorted(p.name for p in (tmp_path / "work" / "replies").glob("*.pt"))
-    assert shards == ["greedy-00000.pt", "greedy-extra-00000.pt", "t07-00000.pt", "t07-extra-00000.pt"]
-    assert json.loads((out / "train.json").read_text())["history"][-1]["step"] == 3
-    verifier = load_model(str(folder), device="cpu")
-    head = load_model(str(out / "head"), device="cpu")
-    assert isinstance(drafter_for(head), FeatureDrafter) and check_models(verifier, head).compatible

@@ -277,3 +277,34 @@ def test_a_failure_mid_reply_is_an_error_event_that_keeps_the_text(pairs, tiny_t
     fin = finished(run(engine, prompt_ids(tiny_tokenizer), max_new_tokens=20))
     assert fin.stop_reason is StopReason.ERROR and "out of memory" in fin.error
     assert len(fin.token_ids) == 3  # the tokens before the failure are kept
+
+
+def test_folding_the_round_events_gives_the_engines_own_stats_and_tallies_merge(pairs, tiny_tokenizer):
+    from specdec_core.stats import StatsAccumulator
+
+    verifier, draft = pairs["llama"]
+    engine = Engine(verifier, ModelDrafter(draft))
+    tallies, stats = [], []
+    for text, gamma, tree_nodes in (("The capital of France is", 4, 0), ("Once upon a time", 2, 0),
+                                     ("Hello! How can I help", 3, 8)):  # the last one drafts trees
+        events = run(engine, prompt_ids(tiny_tokenizer, text), max_new_tokens=20, gamma=gamma, tree_nodes=tree_nodes,
+                     cost_aware=False)
+        tally = StatsAccumulator()
+        for event in events:
+            if isinstance(event, RoundVerified):
+                tally.add_event(event)
+        own = finished(events).stats
+        folded = tally.snapshot()
+        for name in ("new_tokens", "rounds", "drafted", "accepted", "acceptance_rate", "per_position_acceptance",
+                     "accepted_length_histogram", "mean_gamma", "c"):
+            assert getattr(folded, name) == pytest.approx(getattr(own, name)), name
+        tallies.append(tally)
+        stats.append(own)
+    assert any(isinstance(e, RoundVerified) and e.tree for e in events)
+    both = (tallies[0] + tallies[1]).snapshot()
+    assert both.drafted == stats[0].drafted + stats[1].drafted
+    assert both.accepted == stats[0].accepted + stats[1].accepted
+    assert both.acceptance_rate == pytest.approx(both.accepted / both.drafted)
+    assert StatsAccumulator.total(tallies[:2]).snapshot() == both
+    assert len(both.per_position_acceptance) == max(len(s.per_position_acceptance) for s in stats[:2])
+    assert tallies[0].rounds == stats[0].rounds  # merging made a new tally and left both parts alone

@@ -146,12 +146,21 @@ def test_accept_tree_when_greedy_follows_the_argmax_down_the_tree():
 def test_the_sizer_checks_nothing_when_a_plain_step_is_faster_and_more_when_checking_is_cheap():
     cost = VerifyCost({1: 0.050, 2: 0.056, 3: 0.065, 5: 0.090, 9: 0.150})
     sizer = TreeSizer(cost=cost)
-    assert sizer.best_size([0.05, 0.03, 0.02], extra_rows=1, draft_s=0.002) == 0
-    assert sizer.best_size([0.9, 0.8, 0.7, 0.6], extra_rows=1, draft_s=0.002) >= 3
+    assert sizer.best_size([0.05, 0.03, 0.02]) == 0
+    assert sizer.best_size([0.9, 0.8, 0.7, 0.6]) >= 3
     sizer.observe([0.9] * 4, accepted=0)  # a draft that promises much and delivers nothing is trusted less
     sizer.observe([0.9] * 4, accepted=0)
-    assert sizer.best_size([0.9, 0.8, 0.7, 0.6], extra_rows=1, draft_s=0.002) < 3
+    assert sizer.best_size([0.9, 0.8, 0.7, 0.6]) < 3
     assert VerifyCost({1: 0.05, 3: 0.07}).estimate(2) == pytest.approx(0.06)
+
+
+def test_growing_stops_where_the_next_node_cannot_pay():
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.056, 3: 0.065, 5: 0.090}), draft_per_node=0.002)
+    assert sizer.least_value([]) > 0.1  # a second row costs 6 ms + 2 ms of drafting: it must bring > 0.16 tokens
+    assert sizer.least_value([0.9]) < sizer.least_value([0.1]) + 1  # finite either way
+    # the threshold is what best_size uses: a node just above it is kept, one just below is not
+    need = sizer.least_value([])
+    assert sizer.best_size([need * 1.05]) == 1 and sizer.best_size([need * 0.95]) == 0
 
 
 def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_guesses(pairs, tiny_tokenizer):
@@ -169,3 +178,27 @@ def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_gue
     assert len(tree.path_to(node)) == 3
     assert len({p for p in tree.parents if p == -1}) == 1 and tree.parents.count(-1) > 1  # other guesses too
     assert len(set(zip(tree.parents, tree.token_ids))) == len(tree)  # no candidate twice under one parent
+
+
+def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    engine = Engine(verifier, ModelDrafter(draft))
+    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    events = generate(engine, prompt, max_new_tokens=12, tree_nodes=8)
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    assert all(not r.tree and not r.drafted for r in rounds)
+    assert all(r.stop is DraftStop.COST for r in rounds[:-1])  # the last round had no room to draft anyway
+    assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 12)
+
+
+def test_one_slow_pass_does_not_move_the_verify_cost():
+    cost = VerifyCost()
+    for seconds in (0.050, 0.051, 0.049, 0.300, 0.050):  # one pass slowed by other work on the machine
+        cost.observe(1, seconds)
+    assert cost.estimate(1) == pytest.approx(0.050)
+    cost.observe(3, 0.200)  # timed once, and slowly: read no higher than the guess from below until settled
+    assert cost.estimate(3) < 0.06
+    cost.observe(3, 0.190)
+    cost.observe(3, 0.210)
+    assert cost.estimate(3) == pytest.approx(0.200)

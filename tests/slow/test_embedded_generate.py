@@ -5,14 +5,13 @@ import pytest
 from specdec_core.chat import build_prompt
 from specdec_core.config import GenerationConfig
 from specdec_core.events import TokenCommitted, TokenState
-from specdec_core.pairing import LoadOptions, load_pair
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return load_pair(options=LoadOptions(device="cpu"))  # the embedded default pair
+def pair(embedded_pair):
+    return embedded_pair  # the embedded default pair, loaded once per session (conftest.py)
 
 
 def test_the_embedded_default_pair_is_the_shipped_head_with_prompt_lookup(pair):

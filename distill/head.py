@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from specdec_core.distill.data import load_sequences, padded_batches, reply_files, save_atomic
-from specdec_core.distill.train import batches as endless_batches
-from specdec_core.distill.train import ranking_from_counts
+from distill.data import load_sequences, padded_batches, reply_files, save_atomic
+from distill.train import batches as endless_batches
+from distill.train import ranking_from_counts
 from specdec_core.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
 
 

@@ -31,14 +31,16 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from distill.prompts import Messages
 from specdec_core.chat import build_prompt
-from specdec_core.distill.prompts import Messages
 
 MODES = {"greedy": 0.0, "t07": 0.7, "t07b": 0.7, "t10": 1.0}  # reply mode -> sampling temperature
 
 
 @dataclass(frozen=True)
-class Sequence:
+class PromptReply:
+    """One training example: a prompt's token ids and the verifier's reply to it."""
+
     prompt_ids: list[int]
     reply_ids: list[int]
 
@@ -169,12 +171,12 @@ def reply_files(work: Path) -> list[Path]:
     return sorted((work / "replies").glob("*.pt"))
 
 
-def load_sequences(path: Path) -> list[Sequence]:
+def load_sequences(path: Path) -> list[PromptReply]:
     data = torch.load(path)
-    return [Sequence(p, r) for p, r in zip(data["prompt_ids"], data["reply_ids"]) if r]
+    return [PromptReply(p, r) for p, r in zip(data["prompt_ids"], data["reply_ids"]) if r]
 
 
-def padded_batches(sequences: list[Sequence], batch_tokens: int) -> Iterator[tuple[list[int], torch.Tensor]]:
+def padded_batches(sequences: list[PromptReply], batch_tokens: int) -> Iterator[tuple[list[int], torch.Tensor]]:
     """(indices, input ids [B, T]) for every prompt + reply, longest first, about `batch_tokens` tokens
     a batch, right-padded (causal attention never reads the padding)."""
     order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i].prompt_ids + sequences[i].reply_ids))

@@ -65,7 +65,7 @@ next-token probability mass on the training replies). The forward pass returns f
 ## Data and training
 
 - prompts: `assets/prompts/distill-train.jsonl`, composed from templates x topics
-  (`specdec_core/distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
+  (`distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
 - data: the verifier's own replies ({modes}) with its top-16 next-token
   log-probabilities recorded while generating: {last.get('train_sequences', 0):,} replies,
   {last.get('train_positions', 0):,} reply positions.
@@ -78,11 +78,11 @@ next-token probability mass on the training replies). The forward pass returns f
 Reproduce (CPU; resumable, each step skips what is already written under `.distill/`):
 
 ```
-python -m specdec_core.distill prompts
-python -m specdec_core.distill generate --modes greedy,t07 --batch-size 48 --max-new-tokens 160
-python -m specdec_core.distill train --run main --shape '{_shape_arg(shape)}' --max-minutes 60
-python -m specdec_core.distill export --run main
-python -m specdec_core.distill card
+python -m distill prompts
+python -m distill generate --modes greedy,t07 --batch-size 48 --max-new-tokens 160
+python -m distill train --run main --shape '{_shape_arg(shape)}' --max-minutes 60
+python -m distill export --run main
+python -m distill card
 ```
 """
 
@@ -121,7 +121,7 @@ def _figures(card: dict) -> str:
     per_gamma = "\n".join(
         f"| {g} | {f['acceptance_rate']:.3f} | {f['tokens_per_round']:.2f} | {f['tokens_per_s']:.2f} | "
         f"{f['speedup']:.2f}x | {f['draft_ms_per_token']:.1f} |" for g, f in m["speculative"].items())
-    heading = "## The draft alone (held-out prompts, measured by `python -m specdec_core.distill card`)"
+    heading = "## The draft alone (held-out prompts, measured by `python -m distill card`)"
     return _as_shipped(card) + heading + f"""
 
 - greedy acceptance rate: {card['greedy_acceptance_rate']:.3f} (best gamma {card['best_gamma']})
@@ -129,7 +129,7 @@ def _figures(card: dict) -> str:
 - measured speedup over speculation off, same run: {card['speedup']:.2f}x
 - greedy output identical to the verifier alone on every measured prompt: {card['identical_greedy_output']}
 - draft cost: {card['draft_ms_per_token']:.1f} ms per drafted token; verifier {card['verifier_ms_per_token']:.1f} ms
-  per plain token (c = {card['c']:.3f})
+  per plain token; c = {card['c']:.3f} (draft time per drafted token / verifier time per speculative call)
 - size on disk: {card['folder_bytes'] / 1e6:.1f} MB (weights in fp16, loaded as fp32 on the CPU)
 
 | gamma | acceptance | tokens per verifier call | tokens/s | speedup | draft ms/token |
@@ -156,7 +156,7 @@ def _train_command(run: str, settings: dict) -> str:
         value = settings.get(key)
         if value is not None and value != default:
             parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
-    return "python -m specdec_core.distill train-head " + " ".join(parts)
+    return "python -m distill train-head " + " ".join(parts)
 
 
 def _runs(distill: dict) -> list[dict]:
@@ -193,8 +193,8 @@ def render_head_card(card: dict, distill: dict) -> str:
     extra = "extra" in distill.get("prompt_sets", [])
     prompt_files = "`assets/prompts/distill-train.jsonl`" + (
         " and `distill-train-extra.jsonl` (more topics)" if extra else "")
-    extra_command = ("python -m specdec_core.distill generate --set extra --modes greedy --shard-size 32 "
-                     "--batch-size 32\npython -m specdec_core.distill generate --set extra --modes t07 --skip 2000 "
+    extra_command = ("python -m distill generate --set extra --modes greedy --shard-size 32 "
+                     "--batch-size 32\npython -m distill generate --set extra --modes t07 --skip 2000 "
                      "--shard-size 32 --batch-size 32\n" if extra else "")
     return f"""# smollm2-135m-draft
 
@@ -219,7 +219,7 @@ states up to the last verified token and its own predictions after that.
 ## Data and training
 
 - prompts: {prompt_files}, composed from templates x topics
-  (`specdec_core/distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
+  (`distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
 - data: the verifier's own replies ({modes}), its final hidden state at every position of prompt +
   reply and its top-16 next-token probabilities, all recorded while generating:
   {last.get('train_sequences', 0):,} replies, {last.get('train_positions', 0):,} reply positions.
@@ -235,12 +235,12 @@ Reproduce (CPU; resumable, each step skips what is already written under `.disti
 between runs, as it did here):
 
 ```
-python -m specdec_core.distill prompts
-python -m specdec_core.distill generate --modes greedy --shard-size 32 --batch-size 32
-python -m specdec_core.distill generate --modes t07 --skip 3000 --shard-size 32 --batch-size 32
+python -m distill prompts
+python -m distill generate --modes greedy --shard-size 32 --batch-size 32
+python -m distill generate --modes t07 --skip 3000 --shard-size 32 --batch-size 32
 {extra_command}{commands}
-python -m specdec_core.distill export --run {runs[-1]['run']}
-python -m specdec_core.distill card --gammas 1,2,3 --sampled-gamma 1
+python -m distill export --run {runs[-1]['run']}
+python -m distill card --gammas 1,2,3 --sampled-gamma 1
 ```
 
 On a lent CUDA machine `scripts/distill_gpu.sh` runs generate, train-head and export in one go.

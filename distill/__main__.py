@@ -1,4 +1,4 @@
-"""``python -m specdec_core.distill <step>``: the distillation pipeline's command line (see __init__)."""
+"""``python -m distill <step>``: the distillation pipeline's command line (see __init__)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import sys
 import time
 from pathlib import Path
 
+from specdec_core.resources import assets_dir
+
 # Before torch loads (commands import it lazily): idle OpenMP threads sleep instead of spinning, which
 # keeps two threads from crawling when another process shares the cores.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
+ASSETS = assets_dir()  # the checkout's assets/ (in an editable install): where the steps write
 DEFAULT_WORK = Path(".distill")
 DEFAULT_NAME = "smollm2-135m-draft"
 
@@ -36,7 +38,7 @@ def _special_ids(verifier) -> list[int]:
 
 
 def cmd_prompts(args) -> None:
-    from specdec_core.distill.prompts import build_extra_train_set, build_prompt_sets, write_jsonl
+    from distill.prompts import build_extra_train_set, build_prompt_sets, write_jsonl
 
     train, held_out = build_prompt_sets(seed=args.seed)
     extra = build_extra_train_set(seed=args.seed)
@@ -47,8 +49,8 @@ def cmd_prompts(args) -> None:
 
 
 def cmd_generate(args) -> None:
-    from specdec_core.distill.data import generate_replies
-    from specdec_core.distill.prompts import read_jsonl
+    from distill.data import generate_replies
+    from distill.prompts import read_jsonl
 
     set_name = "" if args.set == "train" else args.set  # the first set keeps its unsuffixed names
     prompts = read_jsonl(args.prompts / f"distill-train{'-' * bool(set_name)}{set_name}.jsonl")
@@ -59,13 +61,13 @@ def cmd_generate(args) -> None:
 
 
 def cmd_label(args) -> None:
-    from specdec_core.distill.data import label_replies
+    from distill.data import label_replies
 
     label_replies(_load_verifier(args), args.work, top_k=args.top_k, batch_tokens=args.batch_tokens)
 
 
 def cmd_train(args) -> None:
-    from specdec_core.distill.train import DraftShape, TrainSettings, train
+    from distill.train import DraftShape, TrainSettings, train
     from specdec_core.models import resolve_device
 
     verifier = _load_verifier(args)
@@ -77,13 +79,13 @@ def cmd_train(args) -> None:
 
 
 def cmd_features(args) -> None:
-    from specdec_core.distill.head import compute_features
+    from distill.head import compute_features
 
     compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens)
 
 
 def cmd_train_head(args) -> None:
-    from specdec_core.distill.head import HeadSettings, train_head
+    from distill.head import HeadSettings, train_head
 
     settings = HeadSettings(head_size=args.head_size, intermediate=args.intermediate, steps=args.steps,
                             max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
@@ -96,7 +98,7 @@ def cmd_train_head(args) -> None:
 
 
 def cmd_agreement(args) -> None:
-    from specdec_core.distill.head import HeadSettings, agreement_by_step, load_examples
+    from distill.head import HeadSettings, agreement_by_step, load_examples
     from specdec_core.draft_head import SpecdecHeadModel
 
     verifier = _load_verifier(args)
@@ -115,7 +117,7 @@ def cmd_agreement(args) -> None:
 
 
 def cmd_export(args) -> None:
-    from specdec_core.distill.export import export_draft
+    from distill.export import export_draft
     from specdec_core.models import load_model
 
     verifier = load_model(args.verifier, device="cpu")
@@ -129,8 +131,8 @@ def cmd_export(args) -> None:
 
 
 def cmd_measure(args) -> None:
-    from specdec_core.distill.measure import measure_pair
-    from specdec_core.distill.prompts import read_jsonl
+    from distill.measure import measure_pair
+    from distill.prompts import read_jsonl
     from specdec_core.models import load_model
 
     verifier = _load_verifier(args)
@@ -139,7 +141,7 @@ def cmd_measure(args) -> None:
     figures = measure_pair(verifier, draft, prompts, gammas=tuple(int(g) for g in args.gammas.split(",")),
                            max_new_tokens=args.max_new_tokens, sampled_gamma=args.sampled_gamma,
                            adaptive=args.adaptive)
-    figures["command"] = "python -m specdec_core.distill " + shlex.join(sys.argv[1:])
+    figures["command"] = "python -m distill " + shlex.join(sys.argv[1:])
     figures["torch_threads"] = __import__("torch").get_num_threads()
     figures["load_average"] = os.getloadavg()
     text = json.dumps(figures, indent=2)
@@ -155,8 +157,8 @@ QUICK_CHECK = {"prompts": 4, "max_new_tokens": 48, "gamma": 1, "hybrid_gamma": 4
 
 def cmd_card(args) -> None:
     """Measure the shipped draft and write the figures its model card states (card.json)."""
-    from specdec_core.distill.measure import measure_pair
-    from specdec_core.distill.prompts import read_jsonl
+    from distill.measure import measure_pair
+    from distill.prompts import read_jsonl
     from specdec_core.models import load_model
 
     verifier = _load_verifier(args)
@@ -171,10 +173,10 @@ def cmd_card(args) -> None:
                          hybrid=(QUICK_CHECK["hybrid_gamma"], QUICK_CHECK["draft_tokens"]))
     folder = Path(args.draft)
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name != "card.json")
-    from specdec_core.distill.card import build_card, render_card
+    from distill.card import build_card, render_card
 
     card = build_card(figures, quick, QUICK_CHECK, size,
-                      command="python -m specdec_core.distill " + shlex.join(sys.argv[1:]))
+                      command="python -m distill " + shlex.join(sys.argv[1:]))
     (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
 
     (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
@@ -182,7 +184,7 @@ def cmd_card(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specdec_core.distill", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m distill", description=__doc__)
     parser.add_argument("--verifier", default="smollm2-135m-instruct", help="verifier spec (default: embedded)")
     parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="folder for data and checkpoints")
     parser.add_argument("--prompts", type=Path, default=ASSETS / "prompts", help="folder of the prompt sets")

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from specdec_core.distill.data import load_sequences, reply_files, save_atomic
+from distill.data import load_sequences, reply_files, save_atomic
 from specdec_core.draft_model import SpecdecDraftConfig, SpecdecDraftForCausalLM
 
 

@@ -18,6 +18,6 @@
     card      measure the exported draft and write its model card
 
 Every step is seeded, shows a progress bar, and resumes from the files it has already written.
-Run it with ``python -m specdec_core.distill <step> ...`` (``--help`` lists the options).
+Run it with ``python -m distill <step> ...`` (``--help`` lists the options).
 This package is a tool for building an asset; the engine never imports it.
 """
