@@ -106,7 +106,9 @@ class TokenTextView(QTextBrowser):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setStyleSheet("background: transparent;")
+        # A bare "background: transparent" would cascade into this view's tooltips (they are its
+        # children) and paint them black on black in a light theme: scope the rule to the view itself.
+        self.setStyleSheet("QTextBrowser { background: transparent; }")
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse |
                                      Qt.TextInteractionFlag.TextSelectableByKeyboard)
         opt = QTextOption()
@@ -282,6 +284,9 @@ class MessageBubble(QFrame):
             parts.append(f"error: {trace.error}")
         self.footer.setText(" · ".join(parts))
         self.footer.setVisible(bool(parts))
+        if trace.baseline_tps and trace.baseline_source:
+            self.footer.setToolTip(f"Speedup against the verifier alone on this machine "
+                                   f"({trace.baseline_tps:.1f} tok/s): {trace.baseline_source}")
         if trace.finished:
             self.meta.setText(_models_line(trace))
         else:
@@ -303,16 +308,29 @@ class Notice(QFrame):
         self.setObjectName(f"notice_{kind}")
         lay = QHBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
+        self._lay = lay
         self.label = QLabel(text)
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.label, 1)
+        self.buttons: dict[str, QToolButton] = {}
         close = QToolButton()
         close.setText("✕")
         close.setObjectName("bubble_action")
         close.setToolTip("Dismiss")
         close.clicked.connect(self.deleteLater)
         lay.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+
+    def add_button(self, text: str, slot) -> QToolButton:
+        """An action next to the text (e.g. Undo); using it dismisses the notice."""
+        b = QToolButton()
+        b.setText(text)
+        b.setObjectName("bubble_action")
+        b.clicked.connect(slot)
+        b.clicked.connect(self.deleteLater)
+        self._lay.insertWidget(1, b, 0, Qt.AlignmentFlag.AlignTop)
+        self.buttons[text] = b
+        return b
 
 
 class ChatView(QScrollArea):
@@ -357,7 +375,11 @@ class ChatView(QScrollArea):
         for i in reversed(range(self._layout.count())):
             w = self._layout.itemAt(i).widget()
             if w is not None and w is not self.empty:
-                w.setParent(None)
+                # Out of the layout and hidden, but still parented until Qt deletes it: setParent(None)
+                # handed the widget to its Python wrapper, which could free it with a deferred delete still
+                # pending (a crash after some dozens of new chats).
+                self._layout.removeWidget(w)
+                w.hide()
                 w.deleteLater()
         self.bubbles.clear()
         self._streaming = None

@@ -19,30 +19,32 @@ And the race: tokens over time for the same prompt with speculation off and on.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
+from app.speedup import measured_costs, nice_ceiling, practical_speedup, why_they_differ
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import ReplyTrace
 from specdec_core.stats import predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
-_PARTS = 3  # panel groups updated on successive ticks while streaming
 
 
 def _with_alpha(c: QColor, a: int) -> QColor:
@@ -72,18 +74,47 @@ class Buffer:
         return self._a[: self.n]
 
 
-PLOT_MIN_WIDTH = 262  # fits the longest title (the throughput and theory captions) next to the axes
+PLOT_MIN_WIDTH = 250  # fits the axes, their labels and the short titles
+PLOT_MIN_HEIGHT = 150
+ONE_COLUMN_HEIGHT = 220
+QWIDGETSIZE_MAX = (1 << 24) - 1
 
 
-def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
-    w = pg.PlotWidget()
-    w.setMinimumSize(PLOT_MIN_WIDTH, 150)
+class CountAxis(pg.AxisItem):
+    """An axis of counts (tokens, rounds, positions): whole-number ticks only, never 0.5 of a round."""
+
+    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 - pyqtgraph override
+        levels = super().tickSpacing(minVal, maxVal, size)
+        out = [(max(1.0, round(spacing)), offset) for spacing, offset in levels]
+        return out[:1] if out else [(1.0, 0.0)]
+
+
+class _PlotWidget(pg.PlotWidget):
+    """A plot whose preferred size is modest: a scroll area sizes its content by preferred heights, and
+    the default (a 640×480 view) made the two-column panel three plots of ~500 px tall."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(PLOT_MIN_WIDTH + 40, ONE_COLUMN_HEIGHT)
+
+
+def _plot(title: str, left: str, bottom: str, *, count_left: bool = False, count_bottom: bool = False
+          ) -> pg.PlotWidget:
+    axes = {}
+    if count_left:
+        axes["left"] = CountAxis("left")
+    if count_bottom:
+        axes["bottom"] = CountAxis("bottom")
+    w = _PlotWidget(axisItems=axes)
+    w.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
     pi = w.getPlotItem()
     pi.setTitle(f"<span style='font-size:10pt'>{title}</span>")
     pi.setLabel("left", left)
     pi.setLabel("bottom", bottom)
     pi.showGrid(x=False, y=True, alpha=0.12)
     pi.setMenuEnabled(False)
+    pi.setMouseEnabled(x=False, y=False)  # ranges are set from the data (see LiveGraphs._ranges)
+    pi.hideButtons()
+    pi.disableAutoRange()
     font = QFont()
     font.setPointSize(8)
     for ax in ("left", "bottom"):
@@ -93,34 +124,70 @@ def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     return w
 
 
+def live_tps(trace: ReplyTrace | None) -> float:
+    """The one tokens/s figure of a reply, shown alike in the graphs' header and the bubble's footer:
+    the engine's final figure once finished, else reply tokens per engine second so far."""
+    if trace is None:
+        return 0.0
+    if trace.stats and trace.finished:
+        return float(trace.stats.get("tokens_per_s") or 0.0)
+    return trace.running_tps()
+
+
 class LiveGraphs(QWidget):
-    """Six panels bound to one reply trace at a time."""
+    """Six panels bound to one reply trace at a time.
+
+    Cost: the window's timer calls `flush()`; new rounds go into buffers (cheap), then while a reply
+    streams only the next panel with new data is redrawn (one per tick, so each panel repaints a few
+    times a second), axis ranges grow in steps so axes are re-laid out rarely, and nothing is
+    drawn while the panel is hidden. The header is a plain label (a plot title re-lays out its plot).
+    """
+
+    PANELS = ("tps", "acc", "time", "hist", "pos", "theory")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.trace: ReplyTrace | None = None
         self.baseline_tps: float | None = None
+        self.baseline_how = ""
+        self.verify_s_per_token: float | None = None
         self._n = 0  # rounds already copied into the buffers
         self._drew_final = False
-        self.updates = 0  # how many flushes changed the curves (tests read this)
+        self.updates = 0  # how many panel redraws happened (tests read this)
         self.speedup_label = ""
         self.theory_caption = ""
-        self._shown_caption = ""
+        self.theory_words = ""
+        self._dirty: list[str] = []
+        self._ranges: dict[str, tuple] = {}
         self._bars_key: tuple = ()
+        self._columns = 0
         self._reset_buffers()
         fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
-        pg.setConfigOptions(antialias=True, foreground=fg, background=None)
+        pg.setConfigOptions(antialias=False, foreground=fg, background=None)
 
-        grid = QGridLayout(self)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.setSpacing(4)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(4)
+        self.header = QLabel("")
+        self.header.setObjectName("graphs_header")
+        self.header.setWordWrap(True)
+        self.header.setTextFormat(Qt.TextFormat.RichText)
+        outer.addWidget(self.header)
+        self.grid = QGridLayout()
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setSpacing(4)
+        outer.addLayout(self.grid, 1)
+        self.words = QLabel("")
+        self.words.setObjectName("muted")
+        self.words.setWordWrap(True)
+        outer.addWidget(self.words)
 
         # 1. throughput
         self.tps_plot = _plot("Throughput", "tokens/s", "seconds (engine time)")
         pi = self.tps_plot.getPlotItem()
         # Per-round rates spike (a fully accepted round is fast): drawn faintly, kept out of the y range.
         self.tps_round = pg.PlotDataItem(pen=pg.mkPen(_with_alpha(ACCENT, 90), width=1))
-        pi.addItem(self.tps_round, ignoreBounds=True)
+        pi.addItem(self.tps_round)
         self.tps_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="running mean")
         for c in (self.tps_round, self.tps_curve):
             c.setClipToView(True)
@@ -132,16 +199,16 @@ class LiveGraphs(QWidget):
                                                                   "anchors": [(0, 0), (0, 0)]})
         self.baseline_line.setVisible(False)
         pi.addItem(self.baseline_line)
-        grid.addWidget(self.tps_plot, 0, 0)
 
         # 2. accepted per round + running acceptance rate (right axis)
-        self.acc_plot = _plot("Accepted per round", "tokens", "round")
+        self.acc_plot = _plot("Accepted per round", "tokens", "round", count_left=True, count_bottom=True)
         pi = self.acc_plot.getPlotItem()
         self.drafted_curve = pi.plot(stepMode="center", fillLevel=0,
                                      brush=_with_alpha(STATE_SOLID["rejected"], 70), pen=None)
         self.accepted_curve = pi.plot(stepMode="center", fillLevel=0,
                                       brush=_with_alpha(STATE_SOLID["accepted"], 200), pen=None)
         self.rate_vb = pg.ViewBox()
+        self.rate_vb.setMouseEnabled(False, False)
         pi.showAxis("right")
         pi.scene().addItem(self.rate_vb)
         pi.getAxis("right").linkToView(self.rate_vb)
@@ -151,27 +218,25 @@ class LiveGraphs(QWidget):
         pi.getAxis("right").setTickFont(f)
         pi.getAxis("right").label.setFont(f)
         self.rate_vb.setXLink(pi)
-        self.rate_vb.setYRange(0, 1.02)
+        self.rate_vb.setYRange(0, 1.02, padding=0)
         self.rate_curve = pg.PlotDataItem(pen=pg.mkPen(ACCENT, width=2))
         self.rate_vb.addItem(self.rate_curve)
         pi.vb.sigResized.connect(lambda: self.rate_vb.setGeometry(pi.vb.sceneBoundingRect()))
-        grid.addWidget(self.acc_plot, 0, 1)
 
         # 3. accepted-length histogram
-        self.hist_plot = _plot("Accepted length per round", "rounds", "draft tokens accepted")
+        self.hist_plot = _plot("Accepted length per round", "rounds", "draft tokens accepted", count_left=True,
+                               count_bottom=True)
         self.hist_bars = pg.BarGraphItem(x=[0], height=[0], width=0.8, brush=STATE_SOLID["accepted"])
         self.hist_plot.getPlotItem().addItem(self.hist_bars)
-        grid.addWidget(self.hist_plot, 1, 0)
 
         # 4. acceptance by position
-        self.pos_plot = _plot("Acceptance by draft position", "accepted / drafted", "draft position")
-        self.pos_plot.getPlotItem().setYRange(0, 1.02)
+        self.pos_plot = _plot("Acceptance by draft position", "accepted / drafted", "draft position",
+                              count_bottom=True)
         self.pos_bars = pg.BarGraphItem(x=[1], height=[0], width=0.8, brush=VERIFY_COLOR)
         self.pos_plot.getPlotItem().addItem(self.pos_bars)
-        grid.addWidget(self.pos_plot, 1, 1)
 
         # 5. time per round, stacked
-        self.time_plot = _plot("Time per round", "ms", "round")
+        self.time_plot = _plot("Time per round", "ms", "round", count_bottom=True)
         pi = self.time_plot.getPlotItem()
         pi.addLegend(offset=(-4, 4), labelTextSize="8pt", brush=pg.mkBrush(0, 0, 0, 0), colCount=3)
         self.total_curve = pi.plot(stepMode="center", fillLevel=0, brush=_with_alpha(OVERHEAD_COLOR, 170),
@@ -180,15 +245,17 @@ class LiveGraphs(QWidget):
                                 pen=None, name="verify")
         self.draft_curve = pi.plot(stepMode="center", fillLevel=0, brush=_with_alpha(DRAFT_COLOR, 220),
                                    pen=None, name="draft")
-        grid.addWidget(self.time_plot, 2, 0)
 
-        # 6. theory vs practice
-        self.theory_plot = _plot("Theory vs practice", "speedup", "γ (draft length)")
+        # 6. theory vs practice: the textbook curve, the curve with this machine's measured costs, the
+        # measured point, and break-even
+        self.theory_plot = _plot("Theory vs practice", "speedup", "γ (draft length)", count_bottom=True)
         pi = self.theory_plot.getPlotItem()
-        pi.addLegend(offset=(-4, -4), labelTextSize="8pt", brush=pg.mkBrush(0, 0, 0, 0))
-        self.theory_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2), name="predicted")
+        pi.addLegend(offset=(-4, 4), labelTextSize="7pt", brush=pg.mkBrush(0, 0, 0, 0), verSpacing=-6)
+        self.theory_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2, style=Qt.PenStyle.DashLine),
+                                    name="textbook (checking costs 1 step)")
+        self.practical_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="with measured costs")
         self.predicted_point = pi.plot(pen=None, symbol="o", symbolSize=8, symbolBrush=None,
-                                       symbolPen=pg.mkPen(ACCENT, width=2), name="predicted at mean γ")
+                                       symbolPen=pg.mkPen(ACCENT, width=2))
         self.measured_point = pi.plot(pen=None, symbol="star", symbolSize=15,
                                       symbolBrush=STATE_SOLID["corrected"], symbolPen=None, name="measured")
         self.break_even = pg.InfiniteLine(pos=1.0, angle=0, movable=False,
@@ -197,12 +264,41 @@ class LiveGraphs(QWidget):
                                           )
         pi.addItem(self.break_even)
         pi.legend.addItem(pg.PlotDataItem(pen=self.break_even.pen), "break-even (1×)")
-        pi.setXRange(1, 16)
-        grid.addWidget(self.theory_plot, 2, 1)
+        self.plots = {"tps": self.tps_plot, "acc": self.acc_plot, "hist": self.hist_plot,
+                      "pos": self.pos_plot, "time": self.time_plot, "theory": self.theory_plot}
+        self._set_ranges(force=True)
+        self.set_columns(2)
+
+    # -- layout -------------------------------------------------------------------------------------
+    def set_columns(self, columns: int) -> None:
+        """Two columns of plots, or one when the panel is narrow (its scroll area then scrolls)."""
+        if columns == self._columns:
+            return
+        self._columns = columns
+        for name in self.PANELS:
+            self.grid.removeWidget(self.plots[name])
+        for i, name in enumerate(self.PANELS):
+            plot = self.plots[name]
+            self.grid.addWidget(plot, i // columns, i % columns)
+            # One column scrolls: each plot a readable fixed height instead of stretching to fill.
+            plot.setMaximumHeight(ONE_COLUMN_HEIGHT if columns == 1 else QWIDGETSIZE_MAX)
+        for r in range(6):
+            self.grid.setRowStretch(r, 1 if r < 6 // columns else 0)
+
+    @staticmethod
+    def columns_for(width: int) -> int:
+        return 2 if width >= 2 * PLOT_MIN_WIDTH + 12 else 1
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        self.set_columns(self.columns_for(event.size().width()))
+        super().resizeEvent(event)
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        self._draw()  # nothing was drawn while hidden
 
     # -- buffers ------------------------------------------------------------------------------------
     def _reset_buffers(self) -> None:
-        self._pending_parts: list[int] = []
         self.b_t = Buffer()
         self.b_tps = Buffer()
         self.b_tps_round = Buffer()
@@ -217,36 +313,34 @@ class LiveGraphs(QWidget):
         self._sum_draft_s = 0.0
         self._sum_verify_s = 0.0
         self._n_rounds = 0
+        self._max_gamma = 0
         self._hist: list[int] = []
         self._pos_drafted: list[int] = []
         self._pos_accepted: list[int] = []
 
     def set_trace(self, trace: ReplyTrace | None, baseline_tps: float | None = None) -> None:
-        """Show another reply (the streaming one, or one picked from the history)."""
+        """Show another reply (the streaming one, one picked from the history, or none)."""
         self.trace = trace
         self.baseline_tps = baseline_tps if baseline_tps else (trace.baseline_tps if trace else None)
+        self.baseline_how = trace.baseline_source if trace is not None else ""
         self._n = 0
         self._drew_final = False
         self._reset_buffers()
-        self._draw(force=True)
+        self._ranges = {}
+        self._copy_rounds()
+        self._draw()
 
-    def set_baseline(self, tps: float | None, source: str = "") -> None:
+    def set_baseline(self, tps: float | None, how: str = "", verify_s_per_token: float | None = None) -> None:
         self.baseline_tps = tps
-        self._draw(force=True)
+        if how:
+            self.baseline_how = how
+        if verify_s_per_token:
+            self.verify_s_per_token = verify_s_per_token
+        self._draw()
 
-    def flush(self) -> bool:
-        """Copy new rounds from the trace into the buffers and update the curves; True if anything changed."""
+    def _copy_rounds(self) -> bool:
         trace = self.trace
-        if trace is None:
-            return False
-        if self._n >= len(trace.rounds):
-            if trace.finished and not self._drew_final:  # the final Stats arrived after the last round
-                self._drew_final = True
-                self._draw()
-                return True
-            if self._pending_parts:  # finish the panels the last ticks did not reach
-                self._draw_part(self._pending_parts.pop(0))
-                return True
+        if trace is None or self._n >= len(trace.rounds):
             return False
         for r in trace.rounds[self._n:]:
             self.b_t.append(r.t_end)
@@ -262,12 +356,13 @@ class LiveGraphs(QWidget):
             self._sum_draft_s += r.draft_s
             self._sum_verify_s += r.verify_s
             self._n_rounds += 1
+            self._max_gamma = max(self._max_gamma, r.gamma if r.drafted else 0, r.drafted)
             self.b_rate.append(self._sum_accepted / self._sum_drafted if self._sum_drafted else np.nan)
             self.b_draft_ms.append(r.draft_s * 1e3)
             self.b_verify_ms.append((r.draft_s + r.verify_s) * 1e3)
             self.b_total_ms.append(r.total_s * 1e3)
             if r.drafted:
-                while len(self._hist) <= max(r.gamma, r.accepted):
+                while len(self._hist) <= max(r.gamma, r.accepted, r.drafted):
                     self._hist.append(0)
                 self._hist[r.accepted] += 1
                 while len(self._pos_drafted) < r.drafted:
@@ -278,15 +373,31 @@ class LiveGraphs(QWidget):
                     if i < r.accepted:
                         self._pos_accepted[i] += 1
         self._n = len(trace.rounds)
-        self._drew_final = trace.finished
-        if trace.finished:
-            self._draw()
-        else:
-            self._pending_parts = list(range(_PARTS))
-            self._draw_next_part()
         return True
 
-    # -- drawing ------------------------------------------------------------------------------------
+    def flush(self, panels: bool = True) -> bool:
+        """Copy new rounds into the buffers and update the header; with `panels`, also redraw the next panel
+        that has new data (all of them once the reply has finished). True if anything was drawn."""
+        trace = self.trace
+        if trace is None:
+            return False
+        new = self._copy_rounds()
+        if trace.finished and not self._drew_final:
+            self._drew_final = True
+            self._draw()
+            return True
+        if new:
+            self._dirty = list(self.PANELS)
+        if not self.isVisible():
+            return False
+        if new or self._dirty:
+            self._draw_header()
+        if self._dirty and panels:
+            self._draw_panel(self._dirty.pop(0))
+            return True
+        return False
+
+    # -- figures ------------------------------------------------------------------------------------
     @property
     def alpha(self) -> float:
         return self._sum_accepted / self._sum_drafted if self._sum_drafted else 0.0
@@ -303,62 +414,106 @@ class LiveGraphs(QWidget):
         return self._sum_drafted / drafting if drafting else 0.0
 
     @property
-    def measured_speedup(self) -> float | None:
-        if not self.baseline_tps or not self.b_tps.n:
-            return None
-        return self.current_tps / self.baseline_tps
+    def current_tps(self) -> float:
+        return live_tps(self.trace)
 
     @property
-    def current_tps(self) -> float:
-        """The running figure while streaming; the engine's final Stats once the reply is done."""
-        if self.trace is not None and self.trace.stats and self._n >= len(self.trace.rounds):
-            return float(self.trace.stats.get("tokens_per_s") or 0.0)
-        last = float(self.b_tps.data[-1]) if self.b_tps.n else 0.0
-        return last if np.isfinite(last) else 0.0
+    def measured_speedup(self) -> float | None:
+        tps = self.current_tps
+        if not self.baseline_tps or not tps:
+            return None
+        return tps / self.baseline_tps
 
-    def _draw(self, force: bool = False) -> None:
-        """Update every panel (a new trace, a new baseline, the final figures)."""
+    # -- drawing ------------------------------------------------------------------------------------
+    def _draw(self) -> None:
+        """Every panel at once (a new trace or baseline, the final figures, the panel shown again)."""
+        self._dirty = []
+        if not self.isVisible() and self.trace is not None and not self.trace.finished:
+            self._dirty = list(self.PANELS)  # drawn when shown
+            return
+        self._draw_header()
+        for name in self.PANELS:
+            self._draw_panel(name)
+
+    def _draw_panel(self, name: str) -> None:
         self.updates += 1
-        if force:
-            self._bars_key = ()
-            self._shown_caption = None  # type: ignore[assignment]
-        self._pending_parts = []
-        for part in range(_PARTS):
-            self._draw_part(part)
-
-    def _draw_next_part(self) -> None:
-        """While a reply streams, one group of panels per tick: each repaint then costs a third of a full
-        one, so no single timer tick blocks the event loop for long (bench/ui_latency.py)."""
-        if not self._pending_parts:
-            self._pending_parts = list(range(_PARTS))
-        self.updates += 1
-        self._draw_part(self._pending_parts.pop(0))
-
-    def _draw_part(self, part: int) -> None:
         n = self.b_t.n
         edges = np.arange(n + 1, dtype=float) + 0.5  # step curves: round i spans [i+0.5, i+1.5]
-        if part == 0:
+        if name == "tps":
             self.tps_curve.setData(self.b_t.data, self.b_tps.data, connect="finite")
             self.tps_round.setData(self.b_t.data, self.b_tps_round.data, connect="finite")
-            running = self.b_tps.data[np.isfinite(self.b_tps.data)]
-            per_round = self.b_tps_round.data[np.isfinite(self.b_tps_round.data)]
-            top = max(float(running.max()) if running.size else 0.0, self.baseline_tps or 0.0,
-                      float(np.percentile(per_round, 90)) if per_round.size else 0.0)
-            if top > 0:
-                self.tps_plot.getPlotItem().setYRange(0, top * 1.12, padding=0)
-        elif part == 1:
+            if self.baseline_tps:
+                self.baseline_line.setValue(self.baseline_tps)
+                self.baseline_line.label.setFormat(f"verifier alone {self.baseline_tps:.1f} tok/s")
+            self.baseline_line.setVisible(bool(self.baseline_tps))
+        elif name == "acc":
             self.drafted_curve.setData(edges, self.b_drafted.data)
             self.accepted_curve.setData(edges, self.b_accepted.data)
             self.rate_curve.setData(np.arange(1, n + 1, dtype=float), self.b_rate.data, connect="finite")
+        elif name == "time":
             self.draft_curve.setData(edges, self.b_draft_ms.data)
             self.dv_curve.setData(edges, self.b_verify_ms.data)
             self.total_curve.setData(edges, self.b_total_ms.data)
-        else:
+        elif name in ("hist", "pos"):
             bars_key = (tuple(self._hist), tuple(self._pos_drafted), tuple(self._pos_accepted))
             if bars_key != self._bars_key:  # bar items rebuild their picture on every setOpts
                 self._bars_key = bars_key
                 self._draw_bars()
-            self._draw_rest(n)
+        else:
+            self._draw_theory()
+        self._set_ranges(name)
+
+    def _set_ranges(self, only: str | None = None, force: bool = False) -> None:
+        """Axis ranges from the data, never below zero, growing in steps (app.speedup.nice_ceiling): an axis
+        whose range did not change is not re-laid out."""
+        n = self.b_t.n
+        running = self.b_tps.data[np.isfinite(self.b_tps.data)]
+        per_round = self.b_tps_round.data[np.isfinite(self.b_tps_round.data)]
+        rounds_x = (0.5, nice_ceiling(max(n, 10)) + 0.5)
+        wanted = {
+            "tps": ((0.0, nice_ceiling(float(self.b_t.data[-1]) if n else 1.0)),
+                    (0.0, nice_ceiling(1.12 * max(float(running.max()) if running.size else 0.0,
+                                                  self.baseline_tps or 0.0,
+                                                  float(np.percentile(per_round, 90)) if per_round.size else 0.0,
+                                                  1.0)))),
+            "acc": (rounds_x, (0.0, max(2, self._max_gamma) + 0.5)),
+            "time": (rounds_x, (0.0, nice_ceiling(float(self.b_total_ms.data.max()) if n else 1.0))),
+            "hist": ((-0.5, max(len(self._hist), 2) - 0.5),
+                     (0.0, nice_ceiling(max(max(self._hist, default=0), 1)) * 1.05)),
+            "pos": ((0.5, max(len(self._pos_drafted), 1) + 0.5), (0.0, 1.02)),
+            "theory": ((1.0, float(GAMMA_AXIS[-1])), (0.0, self._theory_top)),
+        }
+        for name, (xr, yr) in wanted.items():
+            if only is not None and name != only:
+                continue
+            if force or self._ranges.get(name) != (xr, yr):
+                self._ranges[name] = (xr, yr)
+                self.plots[name].getPlotItem().setRange(xRange=xr, yRange=yr, padding=0)
+
+    _theory_top = 2.0
+
+    def _draw_header(self) -> None:
+        trace = self.trace
+        tps = self.current_tps
+        sp = self.measured_speedup
+        parts = []
+        if tps:
+            parts.append(f"<b>{tps:.1f} tok/s</b>")
+        if sp is not None and self._sum_drafted:
+            color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
+            parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> vs {self.baseline_tps:.1f} tok/s")
+        elif sp is not None:
+            parts.append(f"speculation off ({sp:.2f}× the baseline)")
+        if trace is not None and not trace.finished and trace.rounds:
+            parts.append("so far")
+        head = " · ".join(parts)
+        how = self.baseline_how if (self.baseline_tps and trace is not None) else ""
+        text = head + (f"<br><span style='font-size:8pt'>baseline: {html.escape(how)}</span>" if how and head else "")
+        if text != self.speedup_label:
+            self.speedup_label = text
+            self.header.setText(text)
+            self.header.setToolTip("Tokens/s and the measured speedup of this reply against the verifier alone "
+                                   "on this machine. " + (f"Baseline: {how}." if how else ""))
 
     def _draw_bars(self) -> None:
         if self._hist:
@@ -371,50 +526,48 @@ class LiveGraphs(QWidget):
         else:
             self.pos_bars.setOpts(x=[1], height=[0])
 
-    def _draw_rest(self, n: int) -> None:
-        # baseline and measured speedup
-        if self.baseline_tps:
-            self.baseline_line.setValue(self.baseline_tps)
-            self.baseline_line.label.setFormat(f"verifier alone {self.baseline_tps:.1f} tok/s")
-            self.baseline_line.setVisible(True)
-        else:
-            self.baseline_line.setVisible(False)
-        sp = self.measured_speedup
-        tps = f"{self.current_tps:.1f} tok/s" if n else ""
-        if sp is not None and self._sum_drafted:
-            color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
-            head = f"{tps} · <b style='color:{color}'>{sp:.2f}× measured</b>"
-        elif sp is not None:
-            head = f"{tps} · {sp:.2f}× (speculation off)"
-        else:
-            head = tps
-        if head != self.speedup_label:  # titles re-lay out the plot: only when the text changes
-            self.speedup_label = head
-            self.tps_plot.getPlotItem().setTitle(
-                "<span style='font-size:10pt'>Throughput</span>"
-                + (f"<br><span style='font-size:9pt'>{head}</span>" if head else ""))
-
-        # theory vs practice
+    def _draw_theory(self) -> None:
         a, c, g = self.alpha, self.c, self.mean_gamma
+        sp = self.measured_speedup
+        trace = self.trace
+        costs = measured_costs(trace.rounds[: self._n] if trace is not None else [], self.baseline_tps,
+                               self.verify_s_per_token)
+        top = 2.0
         if self._sum_drafted:
             pred = np.array([predicted_speedup(a, float(x), c) for x in GAMMA_AXIS])
             self.theory_curve.setData(GAMMA_AXIS, pred)
+            top = max(top, float(pred.max()))
             self.predicted_point.setData([g], [predicted_speedup(a, g, c)])
+            if costs is not None:
+                practical = np.array([practical_speedup(a, float(x), costs) for x in GAMMA_AXIS])
+                self.practical_curve.setData(GAMMA_AXIS, practical)
+                top = max(top, float(practical.max()))
+                self.theory_words = why_they_differ(a, g, c, costs, predicted_speedup(a, g, c),
+                                                    practical_speedup(a, g, costs))
+            else:
+                self.practical_curve.setData([], [])
+                self.theory_words = ("Without a verifier-alone baseline only the textbook curve can be drawn "
+                                     "(it assumes checking γ+1 tokens costs one decode step).")
             if sp is not None:
                 self.measured_point.setData([g], [sp])
+                top = max(top, sp)
+                if trace is not None and trace.finished:
+                    verdict = "faster than" if sp >= 1.0 else "slower than"
+                    self.theory_words += f" Measured: {sp:.2f}×, {verdict} the verifier alone."
             else:
                 self.measured_point.setData([], [])
             best = int(GAMMA_AXIS[int(np.argmax(pred))])
-            self.theory_caption = f"α {a:.2f} · c {c:.3f} · mean γ {g:.1f} · best γ {best}"
+            self.theory_caption = f"α {a:.2f} · c {c:.3f} · mean γ {g:.1f} · textbook best γ {best}"
         else:
-            for item in (self.theory_curve, self.predicted_point, self.measured_point):
+            for item in (self.theory_curve, self.practical_curve, self.predicted_point, self.measured_point):
                 item.setData([], [])
-            self.theory_caption = "no draft tokens yet" if n else ""
-        if self.theory_caption != self._shown_caption:
-            self._shown_caption = self.theory_caption
-            self.theory_plot.getPlotItem().setTitle(
-                "<span style='font-size:10pt'>Theory vs practice</span>"
-                + (f"<br><span style='font-size:8pt'>{self.theory_caption}</span>" if self.theory_caption else ""))
+            self.theory_caption = "no draft tokens yet" if self._n else ""
+            self.theory_words = ""
+        self._theory_top = nice_ceiling(top * 1.5)  # room above the curves for the legend
+        words = (f"<b>Theory vs practice</b> ({self.theory_caption}): {html.escape(self.theory_words)}"
+                 if self.theory_caption and self.theory_words else "")
+        if words != self.words.text():
+            self.words.setText(words)
 
 
 def stats_csv(trace: ReplyTrace) -> str:
@@ -447,8 +600,11 @@ class RacePlot(QWidget):
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = _plot("Race: same prompt and seed, speculation off vs on", "tokens", "seconds (engine time)")
+        self.plot = _plot("Race: same prompt and seed, speculation off vs on", "tokens", "seconds (engine time)",
+                          count_left=True)
         pi = self.plot.getPlotItem()
+        pi.enableAutoRange()
+        pi.setLimits(xMin=0, yMin=0)  # no negative seconds or tokens, even on an empty plot
         pi.addLegend(offset=(8, 8), labelTextSize="9pt")
         self.off_curve = pi.plot(pen=pg.mkPen(STATE_SOLID["plain"], width=2.5), name="speculation off")
         self.on_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="speculation on")
@@ -518,7 +674,14 @@ class GraphsPanel(QWidget):
         self.tabs = QTabWidget()
         self.live = LiveGraphs()
         self.race = RacePlot()
-        self.tabs.addTab(self.live, "Live")
+        # In a scroll area: on a narrow screen the plots go to one column and scroll, instead of
+        # widening the window past the screen.
+        self.live_scroll = QScrollArea()
+        self.live_scroll.setWidgetResizable(True)
+        self.live_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.live_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.live_scroll.setWidget(self.live)
+        self.tabs.addTab(self.live_scroll, "Live")
         self.tabs.addTab(self.race, "Race")
         lay.addWidget(self.tabs, 1)
         row = QHBoxLayout()
@@ -531,7 +694,7 @@ class GraphsPanel(QWidget):
         row.addWidget(self.export_stats)
         lay.addLayout(row)
 
-    def flush(self) -> bool:
-        a = self.live.flush()
-        b = self.race.flush()
+    def flush(self, panels: bool = True) -> bool:
+        a = self.live.flush(panels)
+        b = self.race.flush() if panels else False
         return a or b

@@ -36,7 +36,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quit-when-done", action="store_true", help="exit when done (status 0, or 1 on error)")
     p.add_argument("--timeout", type=float, default=0.0, metavar="S", help="fail if not done after S seconds")
     p.add_argument("--data-dir", metavar="DIR", help="where conversations and settings live")
-    p.add_argument("--size", default="1480x900", metavar="WxH", help="window size (default 1480x900)")
+    p.add_argument("--size", default="", metavar="WxH",
+                   help="window size (default: 1480x900, or the screen's available area if smaller)")
+    p.add_argument("--close-mid-reply", type=int, default=0, metavar="N",
+                   help="close the window once the reply has N tokens, as a user quitting mid-reply would "
+                   "(prints when; the partial reply is saved)")
     return p.parse_args(argv)
 
 
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         w, h = (int(x) for x in args.size.lower().split("x"))
         window.resize(w, h)
     except ValueError:
-        pass
+        window.fit_to()  # the default size, or the screen's available area where that is smaller
     window.show()
 
     state = {"code": EXIT_OK, "errors": [], "done": False}
@@ -146,6 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     window.race_finished.connect(on_race)
     window.models_loaded.connect(on_loaded)
 
+    if args.close_mid_reply > 0:
+        def maybe_close(_ev) -> None:
+            trace = window.graphs.live.trace
+            if not state["done"] and trace is not None and len(trace.tokens) >= args.close_mid_reply:
+                state["done"] = True
+                import time
+
+                print(f"closing mid-reply at {time.time():.3f} with {len(trace.tokens)} tokens", flush=True)
+                window.close()
+        window.generation_event.connect(maybe_close)
+
     if args.timeout > 0:
         QTimer.singleShot(int(args.timeout * 1000), lambda: fail(f"not done after {args.timeout:g} s"))
 
@@ -155,14 +170,14 @@ def main(argv: list[str] | None = None) -> int:
 
     code = app.exec()
     code = code or state["code"]
-    clean = shutdown_clean(0.5)  # closeEvent already waited up to 1 s: 2 s at most in all
+    shutdown_clean(0.2)  # delivers a reply's last events (its Finished is saved), closeEvent waited 0.3 s
+    store.close()  # finish the store's queued background writes before the process ends
     sys.stdout.flush()
     sys.stderr.flush()
-    if not clean:
-        # A worker is still inside a long torch call (a model load, say). Its thread cannot be killed,
-        # so leave now rather than let interpreter teardown wait for it: nothing is left unsaved.
-        os._exit(code)
-    return code
+    # Everything is saved (conversations and settings are written as they change, the store's queue is
+    # finished above). Interpreter teardown (torch, Qt objects, a worker still inside a long torch call) takes
+    # seconds and saves nothing, so the process ends here: quitting takes well under a second.
+    os._exit(code)
 
 
 if __name__ == "__main__":

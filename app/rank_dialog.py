@@ -1,14 +1,17 @@
 """Generation → Rank drafts: `specdec rank-drafts` inside the app, for the loaded verifier.
 
 Each candidate draft (and prompt lookup) gets the doctor's verdict, then the measured acceptance rate,
-c and speedup at each γ on a bundled prompt set; the table comes back sorted by speedup. The work runs
-on a FunctionWorker with its own Engine (the chat's engine and caches are left alone); the window does
-not start a reply while a ranking runs, and the ranking does not start while a reply runs.
+c and speedup at each γ on a bundled prompt set. Candidates are ranked one at a time, so each one's rows
+join the table (kept sorted by speedup) as soon as it is measured, and a progress bar counts the
+replies measured. The work runs on a FunctionWorker with its own Engine (the chat's engine and caches
+are left alone); the window is marked busy (`set_busy`) so it does not start a reply meanwhile.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+import re
+
+from PySide6.QtCore import QSize, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -17,6 +20,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QProgressBar,
     QPushButton,
     QSpinBox,
     QTableWidget,
@@ -24,6 +28,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.fit import fit_to_screen
 from app.worker import FunctionWorker
 
 PROMPT_SETS = ("all", "chat", "code", "rewrite", "multiturn")
@@ -37,7 +42,6 @@ class RankDialog(QDialog):
         super().__init__(window)
         self.window_ = window
         self.setWindowTitle("Rank drafts for this verifier")
-        self.resize(900, 420)
         self.worker: FunctionWorker | None = None
         self.result: dict | None = None
 
@@ -67,6 +71,9 @@ class RankDialog(QDialog):
 
         self.status = QLabel("Measures each draft with speculation off and on, on this machine.")
         self.status.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.progress.setFormat("%v of %m replies measured")
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.horizontalHeader().setStretchLastSection(True)
@@ -88,8 +95,11 @@ class RankDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.status)
+        layout.addWidget(self.progress)
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
+        self.rows: list[dict] = []
+        fit_to_screen(self, QSize(900, 460))
 
     @property
     def running(self) -> bool:
@@ -124,21 +134,46 @@ class RankDialog(QDialog):
             from specdec_core.engine import Engine
             from specdec_core.models import load_model
 
-            return rank_drafts(Engine(verifier), verifier, candidates, cases, config, gammas, 1,
-                               load=lambda spec: load_model(spec, device=request.device, dtype=request.dtype),
-                               progress=progress, hybrid_tokens=hybrid_tokens)
+            engine = Engine(verifier)
+            result: dict = {"ranking": []}
+            for candidate in candidates:  # one at a time: each one's rows reach the table when measured
+                if cancelled():
+                    break
+                part = rank_drafts(engine, verifier, [candidate], cases, config, gammas, 1,
+                                   load=lambda spec: load_model(spec, device=request.device, dtype=request.dtype),
+                                   progress=progress, hybrid_tokens=hybrid_tokens)
+                progress(part["ranking"])
+                result = {"setup": part["setup"], "ranking": result["ranking"] + part["ranking"]}
+            result["ranking"] = sort_rows(result["ranking"])
+            return result
 
+        # Replies to measure: each measured row runs every prompt (speculation off and on at each γ).
+        models = len(candidates) - 1
+        self.progress.setRange(0, (1 + models * (2 if hybrid_tokens else 1)) * len(cases))
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self.rows = []
+        self.table.setRowCount(0)
         self.worker = worker = FunctionWorker(work, name="rank-drafts")
-        worker.progress.connect(lambda message: self.status.setText(str(message)))
+        worker.progress.connect(self._on_progress)
         worker.returned.connect(self._show)
         worker.errored.connect(lambda error: self.status.setText(f"Ranking failed: {error}"))
         worker.finished.connect(self._finished)
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
-        window.busy = "rank"
-        window._update_controls()
+        window.set_busy("rank")
         self.status.setText("Ranking…")
         worker.start()
+
+    def _on_progress(self, update) -> None:
+        if isinstance(update, list):  # one candidate's rows, measured
+            self.rows = sort_rows(self.rows + update)
+            self._fill(self.rows)
+            return
+        message = str(update)
+        self.status.setText(message)
+        if re.search(r"prompt \d+/\d+", message):
+            self.progress.setValue(min(self.progress.maximum(), self.progress.value() + 1))
 
     def cancel(self) -> None:
         if self.worker is not None:
@@ -148,15 +183,22 @@ class RankDialog(QDialog):
     def _finished(self) -> None:
         self.run_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
+        self.progress.setVisible(False)
         if self.window_.busy == "rank":
-            self.window_.busy = ""
-            self.window_._update_controls()
+            self.window_.set_busy("")
         if self.worker is not None and self.worker.abort_requested:
             self.status.setText("Cancelled.")
 
     def _show(self, result: dict) -> None:
         self.result = result
         rows = result["ranking"]
+        self._fill(rows)
+        best = next((r for r in rows if "speedup" in r), None)
+        self.status.setText(f"Fastest here: {best['draft']} at {best['speedup']:.2f}× of the verifier alone "
+                            f"(γ {best['best_gamma']})." if best else "No draft could be measured.")
+        self.ranked.emit(result)
+
+    def _fill(self, rows: list[dict]) -> None:
         self.table.setRowCount(len(rows))
         for index, row in enumerate(rows):
             measured = "speedup" in row
@@ -167,11 +209,12 @@ class RankDialog(QDialog):
             for column, text in enumerate(cells):
                 self.table.setItem(index, column, QTableWidgetItem(text))
         self.table.resizeColumnsToContents()
-        best = next((r for r in rows if "speedup" in r), None)
-        self.status.setText(f"Fastest here: {best['draft']} at {best['speedup']:.2f}× of the verifier alone "
-                            f"(γ {best['best_gamma']})." if best else "No draft could be measured.")
-        self.ranked.emit(result)
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.cancel()
         super().closeEvent(event)
+
+
+def sort_rows(rows: list[dict]) -> list[dict]:
+    """Measured rows by speedup, fastest first; then those that could not be measured (as rank_drafts)."""
+    return sorted(rows, key=lambda r: (not r.get("compatible") or "speedup" not in r, -r.get("speedup", 0.0)))

@@ -54,6 +54,7 @@ class Session:
     verdict_report: str = ""
     baseline_tps: float | None = None
     baseline_source: str = ""
+    baseline_verify_s: float | None = None  # the calibration's verifier time per decode step
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -137,6 +138,7 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
     # The baseline: the verifier alone on this machine (kept if the verifier did not change)
     if prev is not None and prev.verifier is verifier and prev.baseline_tps:
         session.baseline_tps, session.baseline_source = prev.baseline_tps, prev.baseline_source
+        session.baseline_verify_s = prev.baseline_verify_s
     elif request.calibrate:
         progress(LoadStep("baseline", "measuring the verifier alone (speedup baseline)", None))
         session.baseline_tps = calibrate(session, cancelled)
@@ -170,6 +172,8 @@ def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -
                 if ev.error:
                     return None
                 tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
+                if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
+                    session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
     return tps
 
 

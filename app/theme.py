@@ -82,6 +82,8 @@ def style_sheet() -> str:
     border = "rgba(127,127,127,71)"
     notice_bg = "rgba(235,160,20,41)"
     error_bg = "rgba(215,58,73,41)"
+    # Explicit tooltip colours: a style sheet on any ancestor otherwise decides them (see TokenTextView).
+    tip_fg, tip_bg = ("rgb(235,235,235)", "rgb(45,45,48)") if dark else ("rgb(20,20,20)", "rgb(255,255,240)")
     return f"""
     QFrame#bubble_user {{ background: {user_bg}; border-radius: 12px; border: 1px solid {border}; }}
     QFrame#bubble_assistant {{ background: {bot_bg}; border-radius: 12px; border: 1px solid {border}; }}
@@ -104,9 +106,12 @@ def style_sheet() -> str:
     QPushButton#spec_toggle {{ border-radius: 8px; padding: 6px 12px; font-weight: 600;
         border: 1px solid {border}; }}
     QPushButton#spec_toggle:checked {{ background: rgba(46,160,67,217); color: white; border: none; }}
+    QPushButton#spec_toggle:disabled, QPushButton#spec_toggle:checked:disabled {{ background: transparent;
+        color: rgb(215,58,73); border: 1px solid rgba(215,58,73,150); }}
     QListWidget#conversations {{ border: none; }}
     QListWidget#conversations::item {{ padding: 6px 4px; border-radius: 6px; color: palette(text); }}
     QListWidget#conversations::item:selected {{ background: rgba(124,92,230,64); color: palette(text); }}
     QListWidget#conversations::item:hover:!selected {{ background: rgba(127,127,127,30); }}
     QScrollArea#chat_scroll {{ border: none; }}
+    QToolTip {{ color: {tip_fg}; background: {tip_bg}; border: 1px solid {border}; padding: 4px; }}
     """

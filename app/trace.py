@@ -83,6 +83,7 @@ class ReplyTrace:
     config: dict = field(default_factory=dict)
     baseline_tps: float | None = None  # verifier-alone tokens/s measured on this machine
     baseline_source: str = ""
+    baseline_note: str = ""  # a few words on how comparable the baseline is (app/speedup.py Baseline.short)
     seed: int = 0
 
     # ---- building from events -------------------------------------------------------------------
@@ -172,7 +173,7 @@ class ReplyTrace:
             parts.append("speculation off")
         sp = self.speedup()
         if sp is not None and self.speculative:
-            parts.append(f"{sp:.2f}× vs verifier alone")
+            parts.append(f"{sp:.2f}× vs verifier alone" + (f" ({self.baseline_note})" if self.baseline_note else ""))
         if self.stop_reason and self.stop_reason not in ("eos", "stop_string"):
             parts.append({"max_tokens": "stopped at max tokens", "context": "context full",
                           "cancelled": "stopped", "error": "error"}.get(self.stop_reason, self.stop_reason))

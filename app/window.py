@@ -2,27 +2,26 @@
 
 Threads: model loading, replies and races run on workers (app/worker.py); their slots here only fold
 events into the reply's trace (a buffer). One QTimer (40 ms) flushes new tokens into the chat view and
-new rounds into the graphs. The engine runs one generation at a time, so loading, replying and racing
-are mutually exclusive: `busy` says which one is running.
+new rounds into the graphs. The engine runs one generation at a time, so loading, replying, racing and
+ranking are mutually exclusive: `busy` (a `Busy`) says which one is running; other modules change it
+only through `set_busy`, and build prompts with `prompt_messages`.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import asdict
+from enum import Enum
 from pathlib import Path
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
     QFileDialog,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
-    QListWidget,
     QListWidgetItem,
     QMainWindow,
     QMenu,
@@ -39,9 +38,12 @@ from PySide6.QtWidgets import (
 from app import gc_pin
 from app import session as sess
 from app.chat_view import ChatView, Legend, MessageBubble, copy_text
+from app.fit import fit_to_screen
 from app.graphs import GraphsPanel, stats_csv, stats_json
-from app.session import LoadRequest, LoadStep, PromptInfo, RaceEvent, Session
+from app.session import LoadRequest, LoadStep, PromptInfo, Session
 from app.settings_panel import SettingsPanel
+from app.sidebar import ConversationSidebar
+from app.speedup import BaselineBook, BaselineSample
 from app.store import (
     DEFAULT_VERIFIER,
     Conversation,
@@ -60,10 +62,22 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, StopReason
 
 FLUSH_MS = 40
-# Graphs update on every GRAPH_EVERY-th tick while a reply streams, one third of the panels at a time
-# (graphs.py): six antialiased plots cost tens of milliseconds to paint on a 2-core CPU, text does not;
-# the last flush always draws everything.
+# While a reply streams, the graphs redraw one panel on every GRAPH_EVERY-th tick (graphs.py), so each
+# of the six repaints about twice a second: plots cost tens of milliseconds to paint on a 2-core CPU
+# (and hold the GIL the decoding thread needs), text does not. The last flush draws everything.
 GRAPH_EVERY = 2
+CLOSE_WAIT_S = 0.3  # how long closing waits for a reply to end its round (its text is saved before)
+DEFAULT_SIZE = QSize(1480, 900)
+
+
+class Busy(str, Enum):
+    """What the window's one engine is doing. IDLE is falsy (`if window.busy:` reads as "busy")."""
+
+    IDLE = ""
+    LOAD = "load"
+    REPLY = "reply"
+    RACE = "race"
+    RANK = "rank"
 
 
 class Composer(QPlainTextEdit):
@@ -104,6 +118,7 @@ class MainWindow(QMainWindow):
     race_finished = Signal(str)
     error_shown = Signal(str)
     generation_event = Signal(object)  # every event of the streaming reply, after it is folded in
+    busy_changed = Signal(object)  # Busy
     save_failed = Signal(str)  # a background save's error (emitted from the store's writer thread)
 
     def __init__(self, settings: Settings | None = None, store: ConversationStore | None = None,
@@ -115,7 +130,13 @@ class MainWindow(QMainWindow):
         self.persist_settings = persist_settings
         self.session: Session | None = None
         self.conv = Conversation(system=self.settings.system_prompt)
-        self.busy: str = ""  # "" | "load" | "reply" | "race" | "rank"
+        self._busy = Busy.IDLE
+        self.baselines = BaselineBook()  # verifier-alone measurements of the loaded verifier (app/speedup.py)
+        self._undo: list[Message] | None = None  # the conversation before the last edit removed turns
+        self._race_prompt_tokens = 0
+        self._last_prompt_tokens = 0
+        self._queued_in_composer = False
+        self._remeasure = False
         self._load_worker: FunctionWorker | None = None
         self._gen_worker: EventWorker | None = None
         self._controls = None
@@ -129,7 +150,7 @@ class MainWindow(QMainWindow):
         self._race_greedy = True
 
         self.setWindowTitle("specdec")
-        self.resize(1480, 900)
+        self.resize(DEFAULT_SIZE)
         self.setStyleSheet(style_sheet())
         self._build()
         self._build_menus()
@@ -208,22 +229,14 @@ class MainWindow(QMainWindow):
 
         # left: conversations and settings
         self.left_tabs = QTabWidget()
-        chats = QWidget()
-        cl = QVBoxLayout(chats)
-        cl.setContentsMargins(4, 4, 4, 4)
-        new = QPushButton("New chat")
-        new.setToolTip("Start a new conversation (Ctrl+N)")
-        new.clicked.connect(self.new_chat)
-        cl.addWidget(new)
-        self.conv_list = QListWidget()
-        self.conv_list.setObjectName("conversations")
-        self.conv_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.conv_list.setTextElideMode(Qt.TextElideMode.ElideRight)
-        self.conv_list.itemClicked.connect(self._open_item)
-        self.conv_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        self.conv_list.customContextMenuRequested.connect(self._conv_menu)
-        cl.addWidget(self.conv_list, 1)
-        self.left_tabs.addTab(chats, "Chats")
+        self.sidebar = ConversationSidebar(self.store)
+        self.sidebar.new_requested.connect(self.new_chat)
+        self.sidebar.open_requested.connect(self.open_conversation)
+        self.sidebar.renamed.connect(lambda _id: self._refresh_sidebar())
+        self.sidebar.deleted.connect(self._conversation_deleted)
+        self.sidebar.failed.connect(self.show_error)
+        self.conv_list = self.sidebar.list
+        self.left_tabs.addTab(self.sidebar, "Chats")
         self.settings_panel = SettingsPanel(self.settings)
         self.settings_panel.changed.connect(self._settings_changed)
         self.settings_panel.models_changed.connect(self._models_changed)
@@ -322,7 +335,48 @@ class MainWindow(QMainWindow):
         return a
 
     def sizeHint(self) -> QSize:  # noqa: N802
-        return QSize(1480, 900)
+        return QSize(DEFAULT_SIZE)
+
+    # ----------------------------------------------------------------------------- public surface --
+    @property
+    def busy(self) -> Busy:
+        """What the engine is doing; every change is announced on `busy_changed`."""
+        return self._busy
+
+    @busy.setter
+    def busy(self, state: Busy | str) -> None:
+        state = Busy(state)
+        if state != self._busy:
+            self._busy = state
+            if not self._closing:
+                self.busy_changed.emit(state)
+
+    def set_busy(self, state: Busy | str) -> None:
+        """Say what the engine is doing (the rank dialog and talk mode use this too); updates the controls."""
+        self.busy = Busy(state)
+        if not self._closing:
+            self._update_controls()
+
+    def prompt_messages(self, prompt: str | None = None) -> list[dict] | str:
+        """The chat messages a race or a talk demo runs: the conversation plus `prompt` (else the
+        composer's text), or the conversation up to its last user turn; else a sentence saying why not."""
+        messages = self.conv.chat_messages()
+        text = (prompt if prompt is not None else self.composer.toPlainText()).strip()
+        if text:
+            return messages + [{"role": "user", "content": text}]
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is None:
+            return "Type a prompt in the composer (or send one first)."
+        return messages[: last_user + 1]
+
+    def fit_to(self, area: QRect | None = None) -> None:
+        """Fit the window to the screen's available area (at most its default size) and share the width
+        out: on a narrow screen the sidebar narrows and the graphs go to one scrolling column."""
+        size = fit_to_screen(self, DEFAULT_SIZE, area)
+        width = size.width()
+        left = 350 if width >= 1400 else max(180, int(width * 0.19))
+        right = 560 if width >= 1400 else max(300, int(width * 0.34))
+        self.resizeDocks([self.left_dock, self.right_dock], [left, right], Qt.Orientation.Horizontal)
 
     # ------------------------------------------------------------------------------------ status --
     def _update_controls(self) -> None:
@@ -331,8 +385,19 @@ class MainWindow(QMainWindow):
         self.stop_button.setVisible(generating)
         self.send_button.setEnabled(self.busy == "" or self.busy == "load")
         self.race_button.setEnabled(self.busy == "" and self.session is not None)
-        self.spec_button.setText("Speculation ON" if self.spec_button.isChecked() else "Speculation OFF")
         s = self.session
+        # Without a usable drafter the engine decodes with the verifier alone, whatever the switch says:
+        # the button says so instead of staying green. The setting itself is kept for the next pair.
+        no_drafter = s is not None and s.drafter is None and self.busy != "load"
+        self.spec_button.setEnabled(not no_drafter)
+        if no_drafter:
+            self.spec_button.setText("Speculation unavailable")
+            self.spec_button.setToolTip("No usable drafter for this verifier, so replies use the verifier alone. "
+                                        + (s.verdict or ""))
+        else:
+            self.spec_button.setText("Speculation ON" if self.spec_button.isChecked() else "Speculation OFF")
+            self.spec_button.setToolTip("Turn speculative decoding on or off (Ctrl+D); applies from the next "
+                                        "round, even in the middle of a reply")
         if self.busy == "load":
             return
         if s is None:
@@ -345,10 +410,11 @@ class MainWindow(QMainWindow):
         elif s.request.drafter in sess.USES_DRAFT:
             parts.append("<span style='color:rgb(215,58,73)'>← no usable draft</span>")
         parts.append(f"· {dev.strip()}")
-        if s.baseline_tps:
-            parts.append(f"· baseline {s.baseline_tps:.1f} tok/s")
+        baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live())
+        if baseline is not None:
+            parts.append(f"· verifier alone {baseline.tokens_per_s:.1f} tok/s")
         self.model_label.setText(" ".join(parts))
-        self.model_label.setToolTip(s.baseline_source and f"Baseline: {s.baseline_source}")
+        self.model_label.setToolTip(f"Baseline for the speedup: {baseline.how}" if baseline else "")
 
     def show_error(self, text: str) -> None:
         if self._closing:
@@ -388,7 +454,7 @@ class MainWindow(QMainWindow):
         worker.errored.connect(self._on_load_error)
         worker.finished.connect(lambda w=worker: self._on_load_finished(w))
         self._load_worker = worker
-        self.busy = "load"
+        self.busy = Busy.LOAD
         self.progress.setRange(0, 0)
         self.progress.setVisible(True)
         self.cancel_load_button.setVisible(True)
@@ -418,7 +484,14 @@ class MainWindow(QMainWindow):
     def _on_loaded(self, session: Session) -> None:
         if self._closing:
             return
-        self.session = session
+        previous, self.session = self.session, session
+        if previous is None or previous.verifier is not session.verifier or self._remeasure:
+            self.baselines.clear()  # measurements of another verifier (or asked to measure again)
+            if session.baseline_tps:
+                self.baselines.add(BaselineSample(session.baseline_tps, self._calibration_prompt_tokens(session),
+                                                  "calibration", graphs_live=False,
+                                                  verify_s_per_token=session.baseline_verify_s))
+        self._remeasure = False
         self._models_dirty = False
         self.settings_panel.set_dirty(False)
         self.settings_panel.set_verdict(session.verdict, session.verdict_ok, session.verdict_report)
@@ -430,7 +503,7 @@ class MainWindow(QMainWindow):
             if spec and spec != DEFAULT_VERIFIER and spec not in s.recent_specs:
                 s.recent_specs = ([spec] + s.recent_specs)[:10]
         self._save_settings()
-        self.graphs.live.set_baseline(session.baseline_tps)
+        self.graphs.live.set_baseline(session.baseline_tps, session.baseline_source)
         load_s = getattr(session.verifier, "load_s", None)
         self.status_label.setText(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
         self.models_loaded.emit(session)
@@ -448,21 +521,62 @@ class MainWindow(QMainWindow):
         if worker is not self._load_worker:
             return
         self._load_worker = None
-        self.busy = ""
+        self.busy = Busy.IDLE
         if self._closing:
             return
         self.progress.setVisible(False)
         self.cancel_load_button.setVisible(False)
         self._update_controls()
+        queued, self._queued_in_composer = self._queued_in_composer, False
+        self.composer.setReadOnly(False)
         if self._pending_prompt is not None and self.session is not None:
             text, self._pending_prompt = self._pending_prompt, None
+            if queued:
+                self.composer.clear()
             self.send(text)
+        else:
+            self._pending_prompt = None  # loading failed or was cancelled: the text is still in the composer
 
     def remeasure_baseline(self) -> None:
         if self.session is None or self.busy:
             return
         self.session.baseline_tps = None
+        self._remeasure = True
         self.load_models()
+
+    @staticmethod
+    def _calibration_prompt_tokens(session: Session) -> int:
+        from specdec_core.chat import build_prompt
+
+        v = session.verifier
+        try:
+            return len(build_prompt(v.tokenizer, [{"role": "user", "content": sess.CALIBRATION_PROMPT}], system=None,
+                                    context_length=v.context_length,
+                                    reserve_new_tokens=sess.CALIBRATION_TOKENS).ids)
+        except Exception:  # noqa: BLE001 - a tokenizer without a chat template: length unknown
+            return 0
+
+    def _graphs_live(self) -> bool:
+        """Whether the graphs repaint while a reply streams (the UI load a speed is measured under)."""
+        return self.right_dock.isVisible()
+
+    def _pick_baseline(self, trace: ReplyTrace, prompt_tokens: int) -> None:
+        """Compare this reply with verifier-alone runs at a similar prompt length and the same UI load."""
+        b = self.baselines.pick(prompt_tokens, self._graphs_live())
+        if b is None:
+            return
+        trace.baseline_tps, trace.baseline_source, trace.baseline_note = b.tokens_per_s, b.how, b.short
+        if self.graphs.live.trace is trace:
+            self.graphs.live.set_baseline(b.tokens_per_s, b.how, b.verify_s_per_token)
+
+    def _add_baseline(self, trace: ReplyTrace, source: str) -> None:
+        """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines."""
+        st = trace.get_stats()
+        if st is None or st.new_tokens < 8 or not st.tokens_per_s:
+            return
+        self.baselines.add(BaselineSample(st.tokens_per_s, trace.prompt_tokens or st.prompt_tokens, source,
+                                          graphs_live=self._graphs_live(),
+                                          verify_s_per_token=st.verify_s / st.rounds if st.rounds else None))
 
     # -------------------------------------------------------------------------------- generation --
     def send_from_composer(self) -> None:
@@ -473,6 +587,14 @@ class MainWindow(QMainWindow):
             return
         if self.busy == "rank":
             self.status_label.setText("A draft ranking is running (Generation ▸ Rank drafts): send when it ends.")
+            return
+        if self.busy == Busy.LOAD or self.session is None:
+            # Queued until the models are loaded: the text stays in the composer (locked) meanwhile, so it
+            # is visibly waiting, and is still there to edit if loading fails or is cancelled.
+            self.composer.setReadOnly(True)
+            self._queued_in_composer = True
+            self.send(text)
+            self.status_label.setText("Queued: your message is sent as soon as the models are loaded…")
             return
         self.composer.clear()
         self.send(text)
@@ -487,8 +609,10 @@ class MainWindow(QMainWindow):
             self._pending_prompt = text
             self.load_models()
             return
+        self._undo = None  # the edited message is sent: the removed turns are gone for good
         self.conv.messages.append(Message("user", text))
         self.conv.auto_title()
+        self._save_conversation()  # the chat shows in the sidebar from its first message, not its first reply
         self.chat.add_user(text, len(self.conv.messages) - 1)
         self.chat.scroll_to_end()
         self._start_reply()
@@ -509,6 +633,7 @@ class MainWindow(QMainWindow):
         messages = self.conv.chat_messages()
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
                            baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed)
+        self._pick_baseline(trace, self._last_prompt_tokens)  # refined when the prompt is built
         message = Message("assistant", "", trace)
         self.conv.messages.append(message)
         self._trace, self._message = trace, message
@@ -524,7 +649,7 @@ class MainWindow(QMainWindow):
         worker.errored.connect(self._on_gen_error)
         worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
         self._gen_worker = worker
-        self.busy = "reply"
+        self.busy = Busy.REPLY
         self.status_label.setText("Generating…")
         self._update_controls()
         self.timer.start()
@@ -536,6 +661,8 @@ class MainWindow(QMainWindow):
             return
         if isinstance(ev, PromptInfo):
             trace.dropped_turns = ev.dropped_turns
+            self._last_prompt_tokens = ev.prompt_tokens
+            self._pick_baseline(trace, ev.prompt_tokens)
             if ev.dropped_turns:
                 self.show_info(f"This conversation is longer than the verifier's context: the "
                                f"{ev.dropped_turns} oldest message{'s are' if ev.dropped_turns > 1 else ' is'} "
@@ -579,14 +706,13 @@ class MainWindow(QMainWindow):
                 self.conv.messages.pop()
                 self._render_conversation(keep_notices=True)
         self._tick()  # final flush of text and graphs
-        self.busy = ""
+        self.busy = Busy.IDLE
         self._regens = 0
         if trace is not None and trace.all_plain and trace.stop_reason in ("eos", "max_tokens", "stop_string") \
                 and (trace.get_stats() or None) and trace.get_stats().new_tokens >= 8 and self.session:
-            # The last reply with speculation off is a measured baseline too.
-            self.session.baseline_tps = trace.get_stats().tokens_per_s
-            self.session.baseline_source = "last reply with speculation off"
-            self.graphs.live.set_baseline(self.session.baseline_tps)
+            # A reply with speculation off is one more verifier-alone measurement: it joins the others
+            # (a median of comparable runs is the baseline) instead of replacing them.
+            self._add_baseline(trace, "speculation-off reply")
         self._save_conversation()
         self._update_controls()
         self.status_label.setText(trace.summary() if trace is not None and trace.rounds else "Ready")
@@ -597,8 +723,8 @@ class MainWindow(QMainWindow):
     def _tick(self, final: bool = True) -> None:
         self.chat.flush()
         self._ticks += 1
-        if final or self._ticks % GRAPH_EVERY == 0:
-            self.graphs.flush()
+        # The header's figures every tick (they match the bubble's footer); one panel every GRAPH_EVERY-th.
+        self.graphs.flush(panels=final or self._ticks % GRAPH_EVERY == 0)
 
     def _timer_tick(self) -> None:
         self._tick(final=False)
@@ -610,7 +736,7 @@ class MainWindow(QMainWindow):
 
     def set_speculation(self, on: bool) -> None:
         self.settings.speculate = on
-        if self._controls is not None:
+        if self._controls is not None and self.busy == Busy.REPLY:  # a race's lanes keep their own setting
             self._controls.speculate = on  # the engine reads it at the start of the next round
         self._update_controls()
         self._save_settings()
@@ -633,6 +759,11 @@ class MainWindow(QMainWindow):
         del msgs[idx:]
         self._regens += 1
         self._render_conversation()
+        self._show_graphs_of_last_reply()
+        if float(self.settings.temperature) == 0:
+            self.show_info("Temperature is 0 (greedy): the verifier always picks its most likely token, so "
+                           "regenerating writes the same reply. Raise the temperature (Settings) for a "
+                           "different one.")
         self._start_reply()
 
     def edit_message(self, bubble: MessageBubble) -> None:
@@ -642,14 +773,40 @@ class MainWindow(QMainWindow):
         if idx >= len(self.conv.messages) or self.conv.messages[idx].role != "user":
             return
         text = self.conv.messages[idx].content
+        removed = len(self.conv.messages) - idx
+        self._undo = list(self.conv.messages)
         del self.conv.messages[idx:]
         self._render_conversation()
+        self._show_graphs_of_last_reply()  # the graphs must not keep showing a removed reply
         self.composer.setPlainText(text)
         self.composer.setFocus()
         cursor = self.composer.textCursor()
         cursor.movePosition(cursor.MoveOperation.End)
         self.composer.setTextCursor(cursor)
-        self.status_label.setText("Edit the message and press Enter to send it again")
+        later = removed - 1
+        what = f"this message and the {later} after it" if later else "this message"
+        notice = self.chat.add_notice(f"Editing: {what} left the conversation (nothing is saved until you "
+                                      "send). Undo puts them back.", "info")
+        notice.add_button("Undo", self.undo_edit)
+        self._undo_notice = notice
+        self.status_label.setText("Edit the message and press Enter to send it again (Undo puts the turns back)")
+
+    def undo_edit(self) -> None:
+        """Put back the turns the last Edit removed (until the edited message is sent)."""
+        if self._undo is None or self.busy in (Busy.REPLY, Busy.RACE):
+            return
+        self.conv.messages[:] = self._undo
+        self._undo = None
+        self.composer.clear()
+        self._render_conversation()
+        self._show_graphs_of_last_reply()
+        self.status_label.setText("Edit undone")
+
+    def _show_graphs_of_last_reply(self) -> None:
+        """Point the graphs at the conversation's last reply (none: empty graphs)."""
+        last = next((m.trace for m in reversed(self.conv.messages) if m.trace is not None), None)
+        if self.graphs.live.trace is not last:
+            self.graphs.live.set_trace(last, last.baseline_tps if last else None)
 
     # --------------------------------------------------------------------------------------- race --
     def race(self) -> None:
@@ -657,16 +814,10 @@ class MainWindow(QMainWindow):
             if self.session is None:
                 self.show_error("Load the models first (Settings ▸ Load models).")
             return
-        text = self.composer.toPlainText().strip()
-        messages = self.conv.chat_messages()
-        if text:
-            messages = messages + [{"role": "user", "content": text}]
-        else:
-            last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
-            if last_user is None:
-                self.show_error("Type a prompt (or send one first) to race speculation off against on.")
-                return
-            messages = messages[: last_user + 1]
+        messages = self.prompt_messages()
+        if isinstance(messages, str):
+            self.show_error(messages.rstrip(".") + " to race speculation off against on.")
+            return
         try:
             config = sess.config_from_settings(self.settings)
         except SpecdecError as exc:
@@ -685,20 +836,30 @@ class MainWindow(QMainWindow):
         self.graphs.race.start()
         self.graphs.tabs.setCurrentIndex(1)
         self.right_dock.show()
-        worker = EventWorker(lambda: sess.race_events(s, messages, system, config, controls),
+        # The same lanes as the Talk menu's race (app/talk/context.py): one race implementation.
+        from app.talk.context import TalkContext, engine_lane, lane_events
+
+        ctx = TalkContext(s, messages, system, config)
+        lanes = [engine_lane("off", "Speculation OFF", s.verifier, s.drafter, speculate=False),
+                 engine_lane("on", "Speculation ON", s.verifier, s.drafter, speculate=True)]
+        worker = EventWorker(lambda: lane_events(ctx, lanes, controls),
                              on_abort=controls.cancel, name="race")
         worker.event.connect(self._on_race_event)
         worker.errored.connect(lambda exc: self.show_error(f"Race failed: {error_text(exc)}"))
         worker.finished.connect(lambda w=worker: self._on_race_finished(w))
         self._gen_worker = worker
-        self.busy = "race"
+        self.busy = Busy.RACE
         self.status_label.setText("Racing: speculation off, then on…")
         self._update_controls()
         self.timer.start()
         worker.start()
 
     def _on_race_event(self, ev: object) -> None:
-        if isinstance(ev, RaceEvent):
+        from app.talk.context import LaneEvent
+
+        if isinstance(ev, PromptInfo):
+            self._race_prompt_tokens = ev.prompt_tokens
+        if isinstance(ev, LaneEvent):
             self.graphs.race.traces[ev.lane].apply(ev.event)
             if isinstance(ev.event, Finished) and ev.event.error:
                 self.show_error(f"Race ({ev.lane}) failed: {ev.event.error}")
@@ -709,14 +870,13 @@ class MainWindow(QMainWindow):
         self._gen_worker = None
         if self._closing:
             return
-        self.busy = ""
+        self.busy = Busy.IDLE
         self.timer.stop()
         html = self.graphs.race.finish(self._race_greedy)
         off = self.graphs.race.traces.get("off")
-        if off is not None and off.stats and self.session is not None and off.stats.get("new_tokens", 0) >= 8:
-            self.session.baseline_tps = off.stats["tokens_per_s"]
-            self.session.baseline_source = "race (speculation off)"
-            self.graphs.live.set_baseline(self.session.baseline_tps)
+        if off is not None and off.stats and self.session is not None:
+            off.prompt_tokens = off.prompt_tokens or self._race_prompt_tokens
+            self._add_baseline(off, "race")
         plain = html.replace("<br>", " · ")
         plain = re.sub(r"<[^>]+>", "", plain)
         self.show_info(f"Race: {plain}")
@@ -731,9 +891,11 @@ class MainWindow(QMainWindow):
             self.stop()
         self.conv = Conversation(system=self.settings.system_prompt)
         self._trace = None
+        self._undo = None
         self.chat.clear()
         self.graphs.live.set_trace(None, self.session.baseline_tps if self.session else None)
         self.setWindowTitle("specdec")
+        self.status_label.setText("New chat" if self.busy != Busy.LOAD else self.status_label.text())
         self._refresh_sidebar()
         self.composer.setFocus()
 
@@ -747,6 +909,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"Could not open that conversation: {exc}")
             return
         self.conv = conv
+        self._undo = None
         self._render_conversation()
         for notice in conv.notices:  # read-only (a newer format), or what was dropped as damaged
             self.show_info(notice)
@@ -755,6 +918,9 @@ class MainWindow(QMainWindow):
         if last is not None:
             self.graphs.live.flush()
         self.setWindowTitle(f"specdec — {conv.title}")
+        # The status bar describes this conversation, not the one shown before.
+        self.status_label.setText(f"Opened “{conv.title}”" + (f" · last reply: {last.summary()}" if last else ""))
+        self._refresh_sidebar()
 
     def _render_conversation(self, keep_notices: bool = False) -> None:
         self.chat.clear()
@@ -811,48 +977,15 @@ class MainWindow(QMainWindow):
                 pass
 
     def _refresh_sidebar(self) -> None:
-        self.conv_list.blockSignals(True)
-        self.conv_list.clear()
-        for info in self.store.list():
-            item = QListWidgetItem(info.title)
-            item.setData(Qt.ItemDataRole.UserRole, info.id)
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.updated))
-            item.setToolTip(f"{info.messages} messages · {when}")
-            self.conv_list.addItem(item)
-            if info.id == self.conv.id:
-                item.setSelected(True)
-        self.conv_list.blockSignals(False)
+        self.sidebar.refresh(self.conv)
 
     def _open_item(self, item: QListWidgetItem) -> None:
-        conv_id = item.data(Qt.ItemDataRole.UserRole)
-        if conv_id != self.conv.id:
-            self.open_conversation(conv_id)
+        self.sidebar.open_item(item)
 
-    def _conv_menu(self, pos) -> None:
-        item = self.conv_list.itemAt(pos)
-        if item is None:
-            return
-        conv_id = item.data(Qt.ItemDataRole.UserRole)
-        menu = QMenu(self)
-        rename = menu.addAction("Rename…")
-        delete = menu.addAction("Delete")
-        chosen = menu.exec(self.conv_list.mapToGlobal(pos))
-        if chosen is rename:
-            title, ok = QInputDialog.getText(self, "Rename", "Title", text=item.text())
-            if ok and title.strip():
-                try:
-                    conv = self.conv if conv_id == self.conv.id else self.store.load(conv_id)
-                    conv.title = title.strip()
-                    self.store.save(conv)
-                except (OSError, ValueError, KeyError) as exc:
-                    self.show_error(f"Could not rename that conversation: {exc}")
-                self._refresh_sidebar()
-        elif chosen is delete:
-            if QMessageBox.question(self, "Delete", f"Delete “{item.text()}”?") == QMessageBox.StandardButton.Yes:
-                self.store.delete(conv_id)
-                if conv_id == self.conv.id:
-                    self.new_chat()
-                self._refresh_sidebar()
+    def _conversation_deleted(self, conv_id: str) -> None:
+        if conv_id == self.conv.id:
+            self.new_chat()
+        self._refresh_sidebar()
 
     # ----------------------------------------------------------------------------------- exports --
     def _save_path(self, title: str, suggested: str, filt: str) -> str:
@@ -875,7 +1008,8 @@ class MainWindow(QMainWindow):
         path = self._save_path("Export graphs", "specdec-graphs.png", "PNG image (*.png)")
         if path:
             self.graphs.flush()
-            self.graphs.tabs.currentWidget().grab().save(path, "PNG")
+            shown = self.graphs.live if self.graphs.tabs.currentIndex() == 0 else self.graphs.race
+            shown.grab().save(path, "PNG")
             self.status_label.setText(f"Exported {path}")
 
     def export_stats(self) -> None:
@@ -919,14 +1053,19 @@ class MainWindow(QMainWindow):
 
     # ----------------------------------------------------------------------------------- closing --
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
-        """Stop whatever runs and leave within the 2 s the spec allows (workers are daemon threads)."""
+        """Save, stop whatever runs and leave at once: the partial reply is saved first, then workers get
+        CLOSE_WAIT_S to end (a reply stops within a round; a model load may not, and main() exits anyway)."""
         first_close = not self._closing
         self._closing = True
         self.timer.stop()
-        if self.busy in ("reply", "race") and self._trace is not None and self.conv.messages:
-            self._save_conversation()  # keep what was generated so far
+        if self.busy == Busy.REPLY and self._trace is not None and self._message is not None:
+            if self._trace.stop_reason is None:
+                self._trace.stop_reason = StopReason.CANCELLED.value
+            self._message.content = self._message.content or self._trace.text
+        if self.busy in (Busy.REPLY, Busy.RACE) and self.conv.messages:
+            self._store_quietly()  # keep what was generated so far
         self._save_settings()
-        wait_all(1.0)  # a reply stops within a round; a model load may not (main() then exits anyway)
+        wait_all(CLOSE_WAIT_S)
         if first_close:
             gc_pin.collector().release()
         event.accept()

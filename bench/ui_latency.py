@@ -32,6 +32,9 @@ def main() -> int:
     p.add_argument("--switch-ms", type=float, default=None,
                    help="GIL switch interval in ms (default: CPython's 5 ms, as specdec-chat runs)")
     p.add_argument("--prompt", default="Explain, in a few paragraphs, how a bicycle stays upright.")
+    p.add_argument("--graphs-ab", type=int, default=0, metavar="N",
+                   help="instead: N pairs of replies with the graphs dock shown, then hidden (alternating, so "
+                   "machine noise hits both alike); prints tokens/s of each and the graphs' cost")
     args = p.parse_args()
     os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-bench-"))
     from specdec_core.threads import prefer_passive_waiting
@@ -69,14 +72,19 @@ def main() -> int:
 
     ticker.timeout.connect(tick)
     results = []
-    plan = [("speculation on", True), ("speculation off", False)]
+    plan = [("speculation on", True, True), ("speculation off", False, True)]
+    if args.graphs_ab:
+        plan = [(f"{spec} graphs {shown}", on, shown == "shown")
+                for _ in range(args.graphs_ab) for spec, on in (("off", False), ("on", True))
+                for shown in ("shown", "hidden")]
 
     def run_next() -> None:
         if not plan:
             app.quit()
             return
-        label, on = plan.pop(0)
+        label, on, graphs_shown = plan.pop(0)
         window.spec_button.setChecked(on)
+        window.right_dock.setVisible(graphs_shown)
         lateness.clear()
         last[0] = 0
         clock.start()
@@ -109,6 +117,14 @@ def main() -> int:
     for label, lat, n, tps, _wall in results:
         print(f"{label:<17}{len(lat):>7}{percentile(lat, 50):>9.1f}{percentile(lat, 99):>9.1f}"
               f"{max(lat, default=float('nan')):>9.1f}{n:>8}{tps:>8.1f}")
+    if args.graphs_ab:
+        for spec in ("off", "on"):
+            shown = [r[3] for r in results if r[0] == f"{spec} graphs shown"]
+            hidden = [r[3] for r in results if r[0] == f"{spec} graphs hidden"]
+            if shown and hidden:
+                a, b = sum(shown) / len(shown), sum(hidden) / len(hidden)
+                print(f"speculation {spec}: graphs shown {a:.1f} tok/s, hidden {b:.1f} tok/s: the graphs cost "
+                      f"{(1 - a / b) * 100:.1f} % of decode speed (mean of {len(shown)} alternating pairs)")
     window.close()
     return code
 

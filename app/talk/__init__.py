@@ -18,10 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QObject, QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import QDialog, QFileDialog, QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
+from app.fit import available, fit_to_screen, scrolling, wrap_labels
 from app.trace import ReplyTrace
 
 PRESENTER_KEYS = ("F5", "Ctrl+Shift+F5")  # the first one free in the window is used
@@ -31,12 +32,10 @@ REPLAY_KEYS = ("F6", "Ctrl+Shift+F6")
 def current_trace(window: Any) -> ReplyTrace | None:
     """The reply the window's graphs show (the streaming one, or the one whose Graphs button was pressed),
     else the conversation's last reply with tokens."""
-    live = getattr(getattr(window, "graphs", None), "live", None)
-    trace = getattr(live, "trace", None)
+    trace = window.graphs.live.trace
     if trace is not None and trace.tokens:
         return trace
-    conv = getattr(window, "conv", None)
-    for m in reversed(getattr(conv, "messages", []) or []):
+    for m in reversed(window.conv.messages):
         if m.trace is not None and m.trace.tokens:
             return m.trace
     return None
@@ -70,8 +69,11 @@ class TalkDialog(QDialog):
         self.view = view
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        lay.addWidget(view)
-        self.resize(1280, 800)
+        # In a scroll area: the dialog fits a 1024×700 (or scale-2) screen even where the view's content
+        # cannot shrink that far; the view scrolls instead of the dialog running off the screen.
+        wrap_labels(view)
+        lay.addWidget(scrolling(view))
+        fit_to_screen(self, QSize(1280, 800), available(parent) if parent is not None else None)
         if modal:  # the views that run the models: the window must not start a reply meanwhile
             self.setWindowModality(Qt.WindowModality.WindowModal)
 
@@ -224,7 +226,7 @@ class TalkMode(QObject):
             view.set_from_trace(trace)
         view.live_button.setEnabled(True)
         view.live_button.clicked.connect(lambda: view.set_from_trace(self.get_current_trace()))
-        return self._show(view, "Why speculation is faster (or slower)")
+        return self._show(view, "The speedup, explained: predicted and measured")
 
 
 def install_talk_mode(window: QMainWindow,

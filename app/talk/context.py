@@ -62,20 +62,14 @@ def context_from_window(window: Any, prompt: str | None = None) -> TalkContext |
     from app import session as sess
     from specdec_core.errors import SpecdecError
 
-    session = getattr(window, "session", None)
+    session = window.session
     if session is None:
         return "Load the models first (Settings ▸ Load models)."
-    if getattr(window, "busy", ""):
+    if window.busy:
         return "Wait for the current reply (or load) to finish, or stop it (Esc)."
-    messages = window.conv.chat_messages()
-    text = (prompt if prompt is not None else window.composer.toPlainText()).strip()
-    if text:
-        messages = messages + [{"role": "user", "content": text}]
-    else:
-        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
-        if last_user is None:
-            return "Type a prompt in the composer (or send one first)."
-        messages = messages[: last_user + 1]
+    messages = window.prompt_messages(prompt)
+    if isinstance(messages, str):
+        return messages
     try:
         config = sess.config_from_settings(window.settings)
     except SpecdecError as exc:

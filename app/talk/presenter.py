@@ -74,6 +74,9 @@ class _Saved:
     left_visible: bool | None = None
     right_visible: bool | None = None
     legend_visible: bool | None = None
+    main_state: Any = None  # QMainWindow.saveState(): docks, their places and sizes
+    dock_widths: dict[str, int] = field(default_factory=dict)
+    size: Any = None
     axes: list[tuple[Any, QFont | None, QFont | None]] = field(default_factory=list)
     backgrounds: list[tuple[Any, QBrush]] = field(default_factory=list)
 
@@ -110,7 +113,9 @@ class PresenterMode(QObject):
         s = _Saved(style_sheet=w.styleSheet(), palette=QPalette(w.palette()),
                    palette_set=w.testAttribute(Qt.WidgetAttribute.WA_SetPalette), font=QFont(w.font()),
                    font_set=w.testAttribute(Qt.WidgetAttribute.WA_SetFont), window_state=w.windowState(),
-                   geometry=w.saveGeometry())
+                   geometry=w.saveGeometry(), main_state=w.saveState(), size=w.size(),
+                   dock_widths={name: dock.width() for name in ("left_dock", "right_dock")
+                                if (dock := getattr(w, name, None)) is not None and dock.isVisible()})
         self._saved = s
         base = w.font().pointSizeF()
         if base <= 0:
@@ -169,6 +174,24 @@ class PresenterMode(QObject):
             if not (s.window_state & (Qt.WindowState.WindowFullScreen | Qt.WindowState.WindowMaximized)):
                 w.showNormal()
                 w.restoreGeometry(s.geometry)
+                if s.size is not None and w.size() != s.size:
+                    w.resize(s.size)  # restoreGeometry shrinks a window that was larger than the screen
+        # The docks' widths: _fit_docks gave the graphs 45 % of a full screen; put back what they were,
+        # now and once the window manager has applied the old geometry (leaving full screen is async).
+        self._restore_docks(s)
+        QTimer.singleShot(0, lambda: self._restore_docks(s))
+        QTimer.singleShot(100, lambda: self._restore_docks(s))
+
+    def _restore_docks(self, s: _Saved) -> None:
+        if self.active:
+            return  # entered again meanwhile
+        w = self.window
+        if s.main_state is not None:
+            w.restoreState(s.main_state)
+        docks = [(getattr(w, name, None), width) for name, width in s.dock_widths.items()]
+        docks = [(d, width) for d, width in docks if d is not None and d.isVisible()]
+        if docks:
+            w.resizeDocks([d for d, _ in docks], [width for _, width in docks], Qt.Orientation.Horizontal)
 
     # -- graphs -----------------------------------------------------------------------------------------
     def _plots(self) -> list[Any]:

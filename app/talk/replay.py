@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.fit import available, fit_to_screen, scrolling, wrap_labels
 from app.talk import style as ts
 from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
 from app.theme import STATE_SOLID
@@ -550,15 +551,15 @@ class ReplayDialog(QDialog):
     def __init__(self, trace: ReplyTrace, parent: QWidget | None = None, title: str = "") -> None:
         super().__init__(parent)
         self.setWindowTitle(title or "Replay: round by round")
-        self.resize(1280, 800)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.replay = ReplayWidget(trace)
-        lay.addWidget(self.replay, 1)
+        lay.addWidget(scrolling(self.replay), 1)  # fits small screens: the replay scrolls, not the dialog
         row = QHBoxLayout()
         row.setContentsMargins(10, 0, 10, 10)
         self.info = QLabel(_trace_line(trace))
         self.info.setObjectName("muted")
+        self.info.setWordWrap(True)  # a long pair name must not widen the dialog past the screen
         ts.set_big(self.info, 0.8)
         row.addWidget(self.info, 1)
         self.gif_button = QPushButton("Save as GIF…")
@@ -573,6 +574,8 @@ class ReplayDialog(QDialog):
         for b in (self.gif_button, self.mp4_button):
             row.addWidget(b)
         lay.addLayout(row)
+        wrap_labels(self)
+        fit_to_screen(self, QSize(1280, 800), available(parent) if parent is not None else None)
         self.replay.setFocus()
 
     def _export(self, kind: str) -> None:

@@ -19,7 +19,7 @@ def test_prompt_screenshot_and_quit(tiny_models_dir, tmp_path):
     shot = tmp_path / "window.png"
     r = run_app(["--verifier", str(tiny_models_dir["llama-verifier"]), "--draft",
                  str(tiny_models_dir["llama-draft"]), "--prompt", "Hello", "--max-new-tokens", "16",
-                 "--screenshot", str(shot), "--quit-when-done", "--timeout", "150"], tmp_path)
+                 "--size", "1480x900", "--screenshot", str(shot), "--quit-when-done", "--timeout", "150"], tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     img = QImage(str(shot))
     assert img.width() >= 1000 and img.height() >= 600

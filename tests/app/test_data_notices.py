@@ -23,7 +23,8 @@ def test_bad_files_are_reported_in_the_window_never_fatal(qtbot, data_dir, monke
     qtbot.addWidget(w)
     assert w.settings.gamma == Settings().gamma and w.settings.temperature == Settings().temperature
     assert any("gamma" in t for t in shown) and any("x.json" in t for t in shown)
-    assert w.conv_list.count() == 1
+    # the window's own new (unsaved) chat, then the one readable saved conversation
+    assert [w.conv_list.item(i).text() for i in range(w.conv_list.count())] == ["New chat", "Future chat"]
 
     shown.clear()
     w.open_conversation("from-the-future")

@@ -1,0 +1,62 @@
+"""Windows and dialogs that fit the screen they open on (1024×700 laptops, HiDPI at scale 2).
+
+`available(widget)` is the screen's available area in the widget's logical pixels (Qt divides by the
+scale factor: 2560×1600 at QT_SCALE_FACTOR=2 is 1280×800). `fit_to_screen` sizes a top-level widget
+to its preferred size or the available area, whichever is smaller, and keeps it on that area. Views
+whose content cannot shrink that far go in a `scrolling` area instead of widening the window.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRect, QSize, Qt
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QWidget
+
+# Window decorations (title bar, frame) a window manager adds outside a top-level widget's geometry,
+# before the window has been shown once and Qt knows them.
+DECORATION = QSize(8, 32)
+
+
+def available(widget: QWidget) -> QRect:
+    screen = widget.screen()
+    return screen.availableGeometry() if screen is not None else QRect(0, 0, 1024, 700)
+
+
+def fit_to_screen(widget: QWidget, preferred: QSize, area: QRect | None = None) -> QSize:
+    """Resize (and move if needed) `widget` to fit `area` (default: its screen's available area)."""
+    area = area or available(widget)
+    extra = widget.frameGeometry().size() - widget.geometry().size()
+    if widget.isWindow() and not widget.isVisible():
+        extra = extra.expandedTo(DECORATION)
+    room = QSize(max(1, area.width() - extra.width()), max(1, area.height() - extra.height()))
+    size = preferred.boundedTo(room)
+    widget.resize(size)
+    frame = widget.frameGeometry()
+    if widget.isWindow() and not area.contains(frame):
+        x = min(max(frame.x(), area.x()), area.right() + 1 - frame.width())
+        y = min(max(frame.y(), area.y()), area.bottom() + 1 - frame.height())
+        widget.move(max(x, area.x()), max(y, area.y()))
+    return size
+
+
+def scrolling(view: QWidget) -> QScrollArea:
+    """`view` in a frameless scroll area: the area's minimum size no longer includes the view's."""
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidget(view)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+    return area
+
+
+def fits(widget: QWidget, area: QSize) -> bool:
+    """Whether `widget` can be made as small as `area` (its minimum size, decorations included)."""
+    need = widget.minimumSizeHint().expandedTo(widget.minimumSize())
+    return need.width() + DECORATION.width() <= area.width() and need.height() + DECORATION.height() <= area.height()
+
+
+def wrap_labels(root: QWidget) -> None:
+    """Let every text label under `root` wrap: a label that does not wrap is as wide as its longest
+    line (a pair name, a sentence of results), which is what made the talk views 1,200–2,100 px wide."""
+    for label in root.findChildren(QLabel):
+        if label.pixmap().isNull() and not label.wordWrap():
+            label.setWordWrap(True)

@@ -1,0 +1,166 @@
+"""The figures behind "× vs verifier alone" and "theory vs practice", Qt-free.
+
+A speedup shown to a room must compare like with like. `BaselineBook` keeps every verifier-alone
+measurement the app makes (the calibration run after loading, each reply with speculation off, each
+race's "off" lane) with the prompt length it ran at and whether the graphs were repainting meanwhile;
+a reply is compared with the median of the samples closest to it in both respects. New samples are
+added, never swapped in, so the baseline does not drift with the last reply, and `Baseline.how` says
+in words what it is.
+
+`MeasuredCosts` is what one reply's rounds say about this machine: the verifier's time to check k
+draft tokens (the textbook formula assumes checking γ+1 tokens costs one decode step; on a CPU it
+does not), the draft's time per token and each round's overhead. `practical_speedup` puts those into
+the same expected-tokens-per-round numerator as the textbook `predicted_speedup`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from specdec_core.stats import expected_tokens_per_call
+
+NEAR_TOKENS = 64  # prompts this close in length (or within half their length) count as "the same length"
+
+
+@dataclass(frozen=True)
+class BaselineSample:
+    tokens_per_s: float
+    prompt_tokens: int
+    source: str  # "calibration", "speculation-off reply", "race"
+    graphs_live: bool  # were the graphs repainting while it ran (a reply or race streaming into them)
+    verify_s_per_token: float | None = None  # the verifier's own time per decode step, when known
+
+
+@dataclass(frozen=True)
+class Baseline:
+    tokens_per_s: float
+    how: str  # one sentence: what was measured, how many runs, at what prompt length and UI load
+    samples: int
+    short: str = ""  # a few words for the bubble's footer, e.g. "like for like: 3 runs"
+    verify_s_per_token: float | None = None
+
+
+class BaselineBook:
+    """Every verifier-alone measurement of this session's verifier; `pick` chooses the comparable ones."""
+
+    def __init__(self) -> None:
+        self.samples: list[BaselineSample] = []
+
+    def add(self, sample: BaselineSample) -> None:
+        if sample.tokens_per_s > 0 and math.isfinite(sample.tokens_per_s):
+            self.samples.append(sample)
+
+    def clear(self) -> None:
+        self.samples.clear()
+
+    def pick(self, prompt_tokens: int, graphs_live: bool) -> Baseline | None:
+        if not self.samples:
+            return None
+        same_load = [s for s in self.samples if s.graphs_live == graphs_live]
+        pool = same_load or self.samples
+        near = [s for s in pool if abs(s.prompt_tokens - prompt_tokens) <= max(NEAR_TOKENS, prompt_tokens // 2)]
+        if not near:  # nothing of a similar length: the three closest
+            near = sorted(pool, key=lambda s: abs(s.prompt_tokens - prompt_tokens))[:3]
+        tps = statistics.median(s.tokens_per_s for s in near)
+        verify = [s.verify_s_per_token for s in near if s.verify_s_per_token]
+        sources = sorted({s.source for s in near})
+        lo, hi = min(s.prompt_tokens for s in near), max(s.prompt_tokens for s in near)
+        length = f"{lo}-token prompt" if lo == hi else f"{lo}–{hi}-token prompts"
+        runs = "1 run" if len(near) == 1 else f"median of {len(near)} runs"
+        load = "graphs repainting" if near[0].graphs_live else "window idle"
+        if not same_load:
+            load += f" (no run yet with the graphs {'repainting' if graphs_live else 'idle'})"
+        how = f"verifier alone: {runs} ({', '.join(sources)}) at {length}, {load}"
+        short = (f"like for like: {'1 run' if len(near) == 1 else f'{len(near)} runs'}" if same_load
+                 else "vs an idle-window run")
+        return Baseline(tps, how, len(near), short=short,
+                        verify_s_per_token=statistics.median(verify) if verify else None)
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """Seconds, measured in one reply's rounds (and the baseline for one plain decode step)."""
+
+    token_s: float  # one token of the verifier alone, all in (1 / baseline tokens/s)
+    verify1_s: float  # one plain verifier step (checking 0 drafts)
+    verify_slope_s: float  # added verify time per drafted token checked
+    draft_s_per_token: float
+    overhead_s_per_round: float
+    measured_verify: dict[int, float]  # drafted k -> mean verify seconds of the rounds that drafted k
+
+    def verify_s(self, k: float) -> float:
+        return self.verify1_s + self.verify_slope_s * k
+
+    def verify_ratio(self, k: float) -> float:
+        """What checking k drafts (k+1 positions) costs, in plain verifier steps (the textbook: 1)."""
+        return self.verify_s(k) / self.verify1_s if self.verify1_s > 0 else 1.0
+
+
+def measured_costs(rounds: list, baseline_tps: float | None, verify_s_per_token: float | None = None
+                   ) -> MeasuredCosts | None:
+    """Fit the verifier's cost of checking k drafts from a reply's rounds: verify(k) = v1 + b·k.
+
+    v1 is the plain step: rounds that drafted nothing, else the baseline's measured verify time, else
+    (assumed) the baseline's whole time per token. b is the least-squares slope through v1."""
+    if not rounds or not baseline_tps:
+        return None
+    by_k: dict[int, list[float]] = {}
+    for r in rounds:
+        by_k.setdefault(int(r.drafted), []).append(float(r.verify_s))
+    if not any(k for k in by_k):
+        return None
+    token_s = 1.0 / baseline_tps
+    if 0 in by_k and len(by_k[0]) >= 3:
+        v1 = statistics.median(by_k[0])
+    elif verify_s_per_token:
+        v1 = verify_s_per_token
+    else:
+        v1 = token_s
+    means = {k: statistics.fmean(v) for k, v in by_k.items()}
+    num = sum(len(by_k[k]) * k * (means[k] - v1) for k in means if k)
+    den = sum(len(by_k[k]) * k * k for k in means if k)
+    slope = max(0.0, num / den) if den else 0.0
+    drafted = sum(int(r.drafted) for r in rounds)
+    draft_s = sum(float(r.draft_s) for r in rounds)
+    overhead = statistics.fmean(float(r.overhead_s) for r in rounds)
+    return MeasuredCosts(token_s=token_s, verify1_s=v1, verify_slope_s=slope,
+                         draft_s_per_token=draft_s / drafted if drafted else 0.0,
+                         overhead_s_per_round=overhead, measured_verify=means)
+
+
+def practical_speedup(alpha: float, gamma: float, costs: MeasuredCosts) -> float:
+    """Expected tokens per round over the round's measured cost, against the verifier alone's time per
+    token: E(α, γ) · t_token / (γ · t_draft + verify(γ) + overhead)."""
+    round_s = gamma * costs.draft_s_per_token + costs.verify_s(gamma) + costs.overhead_s_per_round
+    if round_s <= 0:
+        return 0.0
+    return expected_tokens_per_call(alpha, gamma) * costs.token_s / round_s
+
+
+def why_they_differ(alpha: float, gamma: float, c: float, costs: MeasuredCosts, textbook: float,
+                    practical: float) -> str:
+    """The gap between the two curves at the measured γ, in words."""
+    k = max(1, round(gamma))
+    ratio = costs.verify_ratio(k)
+    parts = [f"the textbook curve assumes checking {k + 1} tokens costs one decode step; here it costs "
+             f"{ratio:.2f}"]
+    share = costs.overhead_s_per_round / costs.token_s if costs.token_s else 0.0
+    if share >= 0.05:
+        parts.append(f"each round adds {costs.overhead_s_per_round * 1e3:.1f} ms of bookkeeping "
+                     f"({share:.0%} of a plain token)")
+    return (f"Textbook {textbook:.2f}×, with measured costs {practical:.2f}× at γ {gamma:.1f}: "
+            + "; ".join(parts) + ".")
+
+
+def nice_ceiling(x: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 × 10^k at or above x: axis ranges that change rarely (each
+    change re-lays out an axis) yet leave at most a third of a plot empty."""
+    if not math.isfinite(x) or x <= 0:
+        return 1.0
+    e = 10 ** math.floor(math.log10(x))
+    for m in (1, 1.5, 2, 3, 4, 5, 6, 8, 10):
+        if m * e >= x * (1 - 1e-9):
+            return m * e
+    return 10 * e

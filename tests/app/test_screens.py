@@ -1,0 +1,109 @@
+"""Every window and dialog fits a 1024×700 screen and a 2560×1600 one at QT_SCALE_FACTOR=2 (1280×800
+logical pixels), and presenter mode gives the layout back exactly.
+
+The offscreen platform has one 800×800 screen, so the tests hand the window an available area (as
+`MainWindow.fit_to` and `app.fit.fit_to_screen` take one) and check minimum sizes against it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPoint, QRect, QSize
+from PySide6.QtWidgets import QApplication
+
+from app.fit import fit_to_screen, fits
+
+SCREENS = {"1024x700": QSize(1024, 700), "2560x1600 at scale 2": QSize(1280, 800)}
+
+
+def inside(widget, window) -> bool:
+    """Whether all of `widget` lies within `window` (nothing off its right or bottom edge)."""
+    top_left = widget.mapTo(window, QPoint(0, 0))
+    return QRect(top_left, widget.size()).intersected(window.rect()) == QRect(top_left, widget.size())
+
+
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_the_main_window_fits_the_screen_with_its_graphs_and_buttons_on_it(screen, make_window, qtbot,
+                                                                             send_and_wait):
+    area = SCREENS[screen]
+    w = make_window(max_new_tokens=16)
+    assert fits(w, area), f"minimum {w.minimumSizeHint()} does not fit {area}"
+    w.fit_to(QRect(QPoint(0, 0), area))
+    send_and_wait(w, "Tell me about Paris")
+    qtbot.wait(50)
+    QApplication.processEvents()
+    assert w.width() <= area.width() and w.height() <= area.height()
+    for widget in (w.graphs.export_stats, w.graphs.export_png, w.send_button, w.race_button, w.spec_button,
+                   w.graphs.live_scroll, w.chat):
+        assert inside(widget, w), f"{widget.objectName() or type(widget).__name__} runs off the window"
+    # The plots fit their panel (one column when narrow; the panel scrolls), and no bubble is clipped.
+    live = w.graphs.live
+    assert live.width() <= w.graphs.live_scroll.viewport().width()
+    viewport = w.chat.viewport().width()
+    for bubble in w.chat.bubbles:
+        assert bubble.mapTo(w.chat.viewport(), bubble.rect().topRight()).x() <= viewport
+        assert bubble.body.height() >= bubble.body.document().size().height()
+
+
+def test_graphs_go_to_one_column_when_narrow(qtbot):
+    from app.graphs import LiveGraphs
+
+    live = LiveGraphs()
+    qtbot.addWidget(live)
+    live.resize(1000, 700)
+    live.show()
+    qtbot.wait(10)
+    assert live._columns == 2
+    live.resize(320, 700)
+    qtbot.wait(10)
+    assert live._columns == 1
+
+
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_talk_dialogs_fit_the_screen(screen, qtbot, make_window, send_and_wait):
+    area = SCREENS[screen]
+    w = make_window(max_new_tokens=16)
+    w.fit_to(QRect(QPoint(0, 0), area))
+    send_and_wait(w, "Once upon a time")
+    talk = w.talk
+    dialogs = [talk.open_replay(), talk.open_explainer()]
+    for open_view in (talk.open_race, talk.open_draft_alone):
+        dlg = open_view()
+        with qtbot.waitSignal(dlg.view.finished, timeout=60_000):
+            pass
+        dialogs.append(dlg)
+    from app.rank_dialog import RankDialog
+
+    dialogs.append(RankDialog(w))
+    for dlg in dialogs:
+        fit_to_screen(dlg, QSize(1280, 800), QRect(QPoint(0, 0), area))
+        QApplication.processEvents()
+        name = dlg.windowTitle()
+        assert fits(dlg, area), f"{name}: minimum {dlg.minimumSizeHint()} does not fit {area}"
+        # ... and its content too, so it does not scroll sideways (labels wrap instead of widening it)
+        view = getattr(dlg, "view", None) or getattr(dlg, "replay", None)
+        if view is not None:
+            assert view.minimumSizeHint().width() + 24 <= area.width(), f"{name}: {view.minimumSizeHint()}"
+        frame = dlg.frameGeometry()
+        assert frame.width() <= area.width() and frame.height() <= area.height(), name
+        dlg.close()
+
+
+def test_presenter_mode_twice_gives_the_layout_back_exactly(qtbot, make_window, send_and_wait):
+    w = make_window(max_new_tokens=12)
+    w.fit_to(QRect(0, 0, 1480, 900))
+    send_and_wait(w, "Hello there")
+    qtbot.wait(50)
+
+    def layout():
+        QApplication.processEvents()
+        return (w.size(), w.left_dock.width(), w.right_dock.width(), w.chat.width(),
+                [b.width() for b in w.chat.bubbles])
+
+    before = layout()
+    w.talk.presenter.toggle()
+    qtbot.wait(50)
+    assert layout() != before
+    w.talk.presenter.toggle()
+    qtbot.wait(200)
+    assert layout() == before

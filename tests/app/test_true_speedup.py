@@ -1,0 +1,115 @@
+"""The speedup the chat shows compares like with like, and "theory vs practice" uses measured costs."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from app.speedup import (
+    BaselineBook,
+    BaselineSample,
+    measured_costs,
+    nice_ceiling,
+    practical_speedup,
+    why_they_differ,
+)
+from specdec_core.stats import predicted_speedup
+
+
+def test_the_baseline_is_a_median_of_comparable_runs_and_does_not_drift_with_the_last_one():
+    book = BaselineBook()
+    book.add(BaselineSample(13.7, 30, "calibration", graphs_live=False))
+    for tps in (10.0, 8.8, 6.7):  # speculation-off replies, each slower (the machine got busier)
+        book.add(BaselineSample(tps, 40, "speculation-off reply", graphs_live=True))
+    b = book.pick(35, graphs_live=True)
+    assert b.tokens_per_s == 8.8  # the median of the runs under the same UI load, not the last one
+    assert b.samples == 3 and "median of 3 runs" in b.how and "graphs repainting" in b.how
+    # Idle-window replies compare with the idle calibration, and say so.
+    idle = book.pick(35, graphs_live=False)
+    assert idle.tokens_per_s == 13.7 and "window idle" in idle.how and "30-token prompt" in idle.how
+
+
+def test_the_baseline_prefers_a_similar_prompt_length():
+    book = BaselineBook()
+    book.add(BaselineSample(20.0, 30, "calibration", graphs_live=True))
+    book.add(BaselineSample(12.0, 900, "speculation-off reply", graphs_live=True))
+    assert book.pick(40, True).tokens_per_s == 20.0
+    assert book.pick(1000, True).tokens_per_s == 12.0
+    assert book.pick(40, True).how.startswith("verifier alone: 1 run (calibration) at 30-token prompt")
+    # Without a run under the same UI load it uses the others, and says so.
+    assert "no run yet with the graphs idle" in book.pick(40, False).how
+
+
+def _round(drafted, verify_s, draft_s=0.0, overhead_s=0.0):
+    return SimpleNamespace(drafted=drafted, verify_s=verify_s, draft_s=draft_s, overhead_s=overhead_s)
+
+
+def test_the_measured_curve_uses_the_measured_cost_of_checking_k_tokens():
+    # One plain verifier step costs 10 ms; each drafted token checked adds 5 ms (checking 2 tokens: 1.5x).
+    rounds = [_round(0, 0.010)] * 3 + [_round(1, 0.015, draft_s=0.001)] * 5 + [_round(3, 0.025, draft_s=0.003)] * 5
+    costs = measured_costs(rounds, baseline_tps=100.0)
+    assert costs.verify1_s == pytest.approx(0.010)
+    assert costs.verify_slope_s == pytest.approx(0.005)
+    assert costs.verify_ratio(1) == pytest.approx(1.5)
+    alpha, gamma = 0.6, 3
+    practical = practical_speedup(alpha, gamma, costs)
+    textbook = predicted_speedup(alpha, gamma, 0.1)
+    assert practical < textbook  # checking costs more than one step here, so the curve sits lower
+    words = why_they_differ(alpha, gamma, 0.1, costs, textbook, practical)
+    assert "costs one decode step; here it costs 2.50" in words
+
+
+def test_nice_ceilings_grow_in_steps():
+    assert [nice_ceiling(x) for x in (0, 0.3, 1, 1.2, 3, 7, 11, 240)] == pytest.approx([1, 0.3, 1, 1.5, 3, 8, 15, 300])
+
+
+def _numbers(text: str) -> list[str]:
+    return re.findall(r"(\d+\.\d) tok/s", text)
+
+
+def test_mid_reply_the_graph_header_and_the_bubble_footer_show_the_same_speed(make_window, qtbot):
+    w = make_window(max_new_tokens=60)
+    seen = []
+
+    def check(_ev) -> None:
+        trace = w.graphs.live.trace
+        if trace is None or trace.finished or len(trace.rounds) < 3:
+            return
+        w._tick(final=False)  # the timer's tick: text and graphs together
+        footer, header = w.chat.streaming_bubble.footer.text(), w.graphs.live.header.text()
+        seen.append((_numbers(header)[:1], _numbers(footer)[:1]))
+
+    w.generation_event.connect(check)
+    with qtbot.waitSignal(w.reply_finished, timeout=60_000):
+        w.send("Tell me a long story")
+    assert seen and all(h == f and h for h, f in seen), seen[:5]
+
+
+def test_a_reply_says_how_its_baseline_was_measured(make_window, send_and_wait):
+    w = make_window(max_new_tokens=16)
+    w.spec_button.setChecked(False)
+    send_and_wait(w, "Hello")
+    w.spec_button.setChecked(True)
+    trace = send_and_wait(w, "Hello again")
+    assert trace.baseline_tps == w.baselines.samples[0].tokens_per_s
+    assert trace.baseline_source.startswith("verifier alone: 1 run (speculation-off reply)")
+    assert "graphs repainting" in trace.baseline_source
+    assert "baseline: verifier alone" in w.graphs.live.header.text()
+    assert trace.baseline_source in w.chat.bubbles[-1].footer.toolTip()
+    assert "× vs verifier alone (like for like: 1 run)" in w.chat.bubbles[-1].footer.text()
+
+
+def test_theory_vs_practice_draws_both_curves_and_never_says_faster_below_one(make_window, send_and_wait):
+    w = make_window(max_new_tokens=24)
+    w.spec_button.setChecked(False)
+    send_and_wait(w, "Hello")
+    w.spec_button.setChecked(True)
+    send_and_wait(w, "Hello")
+    live = w.graphs.live
+    assert len(live.theory_curve.getData()[0]) == 16 and len(live.practical_curve.getData()[0]) == 16
+    assert "textbook curve assumes checking" in live.words.text()
+    sp = live.measured_speedup
+    if sp is not None and sp < 1:
+        assert "faster" not in live.words.text()
