@@ -233,5 +233,5 @@ def config_from_settings(s: Any) -> GenerationConfig:
         temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p), seed=int(s.seed),
         max_new_tokens=int(s.max_new_tokens), speculate=bool(s.speculate), gamma=int(s.gamma),
         adaptive=bool(s.adaptive), gamma_max=gamma_max(int(s.gamma)),
-        confidence_cutoff=float(s.confidence_cutoff),
+        confidence_cutoff=float(s.confidence_cutoff), tree_nodes=int(s.tree_nodes),
     ).validate()

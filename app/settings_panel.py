@@ -178,6 +178,14 @@ class SettingsPanel(QScrollArea):
         grl.addWidget(self.gamma, 1)
         grl.addWidget(self.adaptive)
         g.addRow("γ (draft length)", gr)
+        self.tree = QSpinBox()
+        self.tree.setRange(-1, 64)
+        self.tree.setSpecialValueText("auto")
+        self.tree.setSuffix(" nodes")
+        self.tree.setToolTip("Draft trees: at most this many candidates checked per round in one verifier pass, "
+                             "the cost model keeping what pays on this machine. 0: one chain. auto: trees on a "
+                             "GPU, the chain on a CPU (where checking many tokens costs more than it brings)")
+        g.addRow("Draft tree", self.tree)
         self.cutoff = QDoubleSpinBox()
         self.cutoff.setRange(0.0, 0.99)
         self.cutoff.setSingleStep(0.05)
@@ -224,7 +232,7 @@ class SettingsPanel(QScrollArea):
         self.use_lookup.toggled.connect(self._models_edited)
         self.use_hybrid.toggled.connect(self._models_edited)
         self.draft_tokens.valueChanged.connect(self._models_edited)
-        for w in (self.gamma, self.top_k, self.max_new, self.seed):
+        for w in (self.gamma, self.tree, self.top_k, self.max_new, self.seed):
             w.valueChanged.connect(self._edited)
         for w in (self.cutoff, self.temperature, self.top_p):
             w.valueChanged.connect(self._edited)
@@ -236,7 +244,7 @@ class SettingsPanel(QScrollArea):
         s = self.settings
         widgets = [self.verifier, self.draft, self.device, self.dtype, self.use_lookup, self.use_model,
                    self.use_hybrid, self.draft_tokens,
-                   self.gamma, self.adaptive, self.cutoff, self.temperature, self.top_k, self.top_p,
+                   self.gamma, self.tree, self.adaptive, self.cutoff, self.temperature, self.top_k, self.top_p,
                    self.max_new, self.seed, self.system]
         for w in widgets:
             w.blockSignals(True)
@@ -249,6 +257,7 @@ class SettingsPanel(QScrollArea):
         self.use_model.setChecked(s.drafter not in (PROMPT_LOOKUP, HYBRID))
         self.draft_tokens.setValue(s.draft_tokens)
         self.gamma.setValue(s.gamma)
+        self.tree.setValue(s.tree_nodes)
         self.adaptive.setChecked(s.adaptive)
         self.cutoff.setValue(s.confidence_cutoff)
         self.temperature.setValue(s.temperature)
@@ -281,6 +290,7 @@ class SettingsPanel(QScrollArea):
     def _edited(self, *_a) -> None:
         s = self.settings
         s.gamma = self.gamma.value()
+        s.tree_nodes = self.tree.value()
         s.adaptive = self.adaptive.isChecked()
         s.confidence_cutoff = round(self.cutoff.value(), 4)
         s.temperature = round(self.temperature.value(), 4)

@@ -635,7 +635,8 @@ DEFAULT_DRAFT_TOKENS = defaults.DRAFT_TOKENS  # hybrid: the draft's tokens per r
 
 _CHOICES = {"drafter": defaults.DRAFTER_KINDS, "dtype": ("auto", "float32", "bfloat16", "float16")}
 # Fields GenerationConfig checks (ranges, finite floats): one rule for the CLI, the engine and the app.
-_GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "gamma", "confidence_cutoff")
+_GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "gamma", "confidence_cutoff",
+                      "tree_nodes")
 
 
 @dataclass
@@ -648,6 +649,7 @@ class Settings:
     dtype: str = "auto"
     speculate: bool = True
     gamma: int = defaults.GAMMA
+    tree_nodes: int = -1  # draft trees: at most this many nodes a round; 0 a chain; -1 auto (config.TREE_AUTO)
     adaptive: bool = False
     confidence_cutoff: float = 0.0
     temperature: float = 0.0

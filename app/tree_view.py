@@ -22,12 +22,12 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from app.fit import available, fit_to_screen, scrolling
 from app.theme import STATE_SOLID
 from app.trace import ReplyTrace, RoundRecord
 from specdec_core.events import TokenState
@@ -220,9 +220,7 @@ class TreeDialog(QDialog):
         self.trace = trace
         self.rounds = tree_rounds(trace)
         self.view = TreeView(scale=scale)
-        area = QScrollArea()
-        area.setWidget(self.view)
-        area.setWidgetResizable(True)
+        area = scrolling(self.view)
         self.picker = QSpinBox()
         self.picker.setPrefix("round ")
         self.picker.setRange(1, max(1, len(trace.rounds)))
@@ -242,6 +240,9 @@ class TreeDialog(QDialog):
         start = round_index if round_index is not None else (self.rounds[0] if self.rounds else 0)
         self.picker.setValue(start + 1)
         self.show_round(start)
+        hint = self.view.sizeHint()
+        fit_to_screen(self, QSize(max(720, hint.width() + 40), min(900, hint.height() + 110)),
+                      available(parent) if parent is not None else None)
 
     def show_round(self, index: int) -> None:
         rnd = self.trace.rounds[index] if 0 <= index < len(self.trace.rounds) else None

@@ -109,6 +109,7 @@ class TalkMode(QObject):
         self._action("Replay this reply round by round…", self.open_replay,
                      next((k for k in REPLAY_KEYS if k not in taken), None))
         self._action("Replay a saved trace (JSON)…", self.open_saved_replay)
+        self._action("Draft tree of each round…", self.open_tree)
         self.menu.addSeparator()
         self._action("Race: off vs on, side by side…", self.open_race)
         self._action("What the draft writes alone…", self.open_draft_alone)
@@ -157,6 +158,22 @@ class TalkMode(QObject):
         else:
             dlg.show()
         return dlg  # type: ignore[return-value]
+
+    def open_tree(self, trace: ReplyTrace | None = None):
+        from app.tree_view import TreeDialog, tree_rounds
+
+        trace = trace or self.get_current_trace()
+        if trace is None or not tree_rounds(trace):
+            self._say("This reply has no draft trees: set Draft tree to a number of nodes (Generation settings) "
+                      "and send a message (on a CPU, auto keeps one chain).")
+            return None
+        dlg = TreeDialog(trace, self.window, scale=1.6 if self.presenter.active else 1.0)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        if self.presenter.active:
+            dlg.showMaximized()
+        else:
+            dlg.show()
+        return dlg
 
     def open_saved_replay(self, path: str | None = None) -> None:
         if path is None:

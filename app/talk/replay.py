@@ -571,12 +571,36 @@ class ReplayDialog(QDialog):
         self.mp4_button.setEnabled(mp4_available())
         if not mp4_available():
             self.mp4_button.setToolTip("MP4 needs ffmpeg (on PATH, or pip install imageio-ffmpeg)")
-        for b in (self.gif_button, self.mp4_button):
+        self.tree_button = QPushButton("Draft tree…")
+        self.tree_button.setToolTip("This round's draft tree: every candidate the verifier checked in its one pass")
+        self.tree_button.clicked.connect(self.open_tree)
+        self.tree_button.setEnabled(any(r.tree for r in trace.rounds))
+        for b in (self.tree_button, self.gif_button, self.mp4_button):
             row.addWidget(b)
         lay.addLayout(row)
         wrap_labels(self)
         fit_to_screen(self, QSize(1280, 800), available(parent) if parent is not None else None)
         self.replay.setFocus()
+
+    def current_round_index(self) -> int | None:
+        """The trace's index of the round on screen (the first round before the first beat)."""
+        state = self.replay.state
+        if not state.rounds:
+            return None
+        story = state.rounds[state.steps[state.index].round if state.index >= 0 else 0]
+        return next((i for i, r in enumerate(state.trace.rounds) if r.index == story.index), None)
+
+    def open_tree(self) -> QDialog:
+        from app.tree_view import TreeDialog
+
+        trace = self.replay.state.trace
+        index = self.current_round_index()
+        if index is not None and not trace.rounds[index].tree:  # a chain round: the nearest tree round after it
+            index = next((i for i in range(index, len(trace.rounds)) if trace.rounds[i].tree), None)
+        dlg = TreeDialog(trace, self, scale=1.4, round_index=index)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.show()
+        return dlg
 
     def _export(self, kind: str) -> None:
         from PySide6.QtWidgets import QFileDialog, QMessageBox

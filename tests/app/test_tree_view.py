@@ -69,3 +69,35 @@ def test_a_tokens_tooltip_in_a_tree_round_shows_the_round_s_tree(tree_trace):
     tip = token_tooltip(token, tree_trace)
     assert "candidates in one verifier pass" in tip
     assert tip.count("■") >= len(tree_trace.rounds[index].tree) + 1
+
+
+def test_the_replay_and_the_talk_menu_open_the_tree_and_it_fits_a_small_screen(qtbot, tree_trace):
+    from PySide6.QtCore import QSize
+
+    from app.fit import fits
+    from app.talk.replay import ReplayDialog
+
+    replay = ReplayDialog(tree_trace)
+    qtbot.addWidget(replay)
+    assert replay.tree_button.isEnabled()
+    tree = replay.open_tree()
+    qtbot.addWidget(tree)
+    assert tree.view.placed and fits(tree, QSize(1024, 700))
+    chain = ReplyTrace()  # a reply without trees: the button is off
+    assert not ReplayDialog(chain).tree_button.isEnabled()
+
+
+def test_the_draft_tree_setting_reaches_the_engine_and_a_bad_value_falls_back(tmp_path):
+    import json
+
+    from app.session import config_from_settings
+    from app.store import Settings
+
+    settings = Settings()
+    assert config_from_settings(settings).tree_nodes == -1  # auto
+    settings.tree_nodes = 8
+    settings.save(tmp_path)
+    assert config_from_settings(Settings.load(tmp_path)).tree_nodes == 8
+    (tmp_path / "settings.json").write_text(json.dumps({"tree_nodes": -5}))
+    loaded = Settings.load(tmp_path)
+    assert loaded.tree_nodes == -1 and loaded.notices
