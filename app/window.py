@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import gc_pin
-from app import session as sess
+from app import session as session_mod
 from app.chat_view import ChatView, Legend, MessageBubble, copy_text
 from app.fit import fit_to_screen
 from app.graphs import GraphsPanel, stats_csv, stats_json
@@ -407,7 +407,7 @@ class MainWindow(QMainWindow):
         parts = [f"<b>{s.verifier_name}</b>"]
         if s.drafter is not None:
             parts.append(f"← {s.drafter_name}")
-        elif s.request.drafter in sess.USES_DRAFT:
+        elif s.request.drafter in session_mod.USES_DRAFT:
             parts.append("<span style='color:rgb(215,58,73)'>← no usable draft</span>")
         parts.append(f"· {dev.strip()}")
         baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live())
@@ -447,7 +447,7 @@ class MainWindow(QMainWindow):
             self._load_worker.abort()
         request = self.load_request()
         previous = self.session
-        worker = FunctionWorker(lambda progress, cancelled: sess.load_session(request, progress, cancelled,
+        worker = FunctionWorker(lambda progress, cancelled: session_mod.load_session(request, progress, cancelled,
                                                                               previous), name="load")
         worker.progress.connect(self._on_load_progress)
         worker.returned.connect(self._on_loaded)
@@ -459,11 +459,12 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(True)
         self.cancel_load_button.setVisible(True)
         self.status_label.setText(f"Loading {request.verifier}…")
-        drafted_by = {sess.MODEL: f" ← {request.draft}", sess.HYBRID: f" ← {request.draft} + prompt lookup"}
+        drafted_by = {session_mod.MODEL: f" ← {request.draft}",
+                      session_mod.HYBRID: f" ← {request.draft} + prompt lookup"}
         self.model_label.setText(f"Loading <b>{request.verifier}</b>"
                                  + drafted_by.get(request.drafter, " ← prompt lookup") + "…")
         self.settings_panel.set_verdict("Checking the pair once the models are loaded…"
-                                        if request.drafter in sess.USES_DRAFT else "", None)
+                                        if request.drafter in session_mod.USES_DRAFT else "", None)
         self._update_controls()
         worker.start()
 
@@ -499,7 +500,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"The draft cannot be used with this verifier. {session.verdict}\n"
                             "Replies use the verifier alone until you pick another draft or prompt lookup.")
         s = self.settings
-        for spec in (s.verifier, s.draft if s.drafter in sess.USES_DRAFT else ""):
+        for spec in (s.verifier, s.draft if s.drafter in session_mod.USES_DRAFT else ""):
             if spec and spec != DEFAULT_VERIFIER and spec not in s.recent_specs:
                 s.recent_specs = ([spec] + s.recent_specs)[:10]
         self._save_settings()
@@ -550,9 +551,10 @@ class MainWindow(QMainWindow):
 
         v = session.verifier
         try:
-            return len(build_prompt(v.tokenizer, [{"role": "user", "content": sess.CALIBRATION_PROMPT}], system=None,
+            calibration = [{"role": "user", "content": session_mod.CALIBRATION_PROMPT}]
+            return len(build_prompt(v.tokenizer, calibration, system=None,
                                     context_length=v.context_length,
-                                    reserve_new_tokens=sess.CALIBRATION_TOKENS).ids)
+                                    reserve_new_tokens=session_mod.CALIBRATION_TOKENS).ids)
         except Exception:  # noqa: BLE001 - a tokenizer without a chat template: length unknown
             return 0
 
@@ -620,7 +622,7 @@ class MainWindow(QMainWindow):
     def _start_reply(self) -> None:
         assert self.session is not None
         try:
-            config = sess.config_from_settings(self.settings)
+            config = session_mod.config_from_settings(self.settings)
         except SpecdecError as exc:
             self.show_error(f"Check the generation settings: {exc}")
             return
@@ -643,7 +645,7 @@ class MainWindow(QMainWindow):
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
         system = self.settings.system_prompt
-        worker = EventWorker(lambda: sess.reply_events(s, messages, system, config, controls),
+        worker = EventWorker(lambda: session_mod.reply_events(s, messages, system, config, controls),
                              on_abort=controls.cancel, name="reply")
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_gen_error)
@@ -819,7 +821,7 @@ class MainWindow(QMainWindow):
             self.show_error(messages.rstrip(".") + " to race speculation off against on.")
             return
         try:
-            config = sess.config_from_settings(self.settings)
+            config = session_mod.config_from_settings(self.settings)
         except SpecdecError as exc:
             self.show_error(f"Check the generation settings: {exc}")
             return

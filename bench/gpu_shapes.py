@@ -322,7 +322,7 @@ def run(device: torch.device, plan: Plan, say) -> dict:
                            generator=torch.Generator().manual_seed(3)).tolist()
     greedy = GenerationConfig(max_new_tokens=plan.new_tokens, gamma=4)
     engine = Engine(verifier, None)
-    engine.target.synchronize_timing = True
+    engine.verifier_forward.synchronize_timing = True
     off = engine_run(engine, prompt, greedy.with_(speculate=False))
     result["speculation_off"] = {"ceiling_tokens_per_s": ceiling, "bare_loop_tokens_per_s": bare,
                                  "engine": off, "bare_fraction_of_ceiling": bare / ceiling,

@@ -213,7 +213,7 @@ Tokens are scored with the verifier's own output layer, cut to the {settings.get
 emits most (covering {distill.get('head_coverage', 0):.1%} of its next-token probability mass on the
 training replies); the head proposes no other token, and verification stays exact. The token embedding
 and output rows are the verifier's, read when the pair loads, so only the layer is stored here.
-When drafting, `FeatureDrafter` (`specdec_core/drafters.py`) feeds the head the verifier's true hidden
+When drafting, `HeadDrafter` (`specdec_core/drafters.py`) feeds the head the verifier's true hidden
 states up to the last verified token and its own predictions after that.
 
 ## Data and training

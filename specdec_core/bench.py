@@ -79,13 +79,13 @@ class Reply:
 
 
 def _forwards(engine: Engine) -> list:
-    from specdec_core.drafters import FeatureDrafter, ModelDrafter, model_part
+    from specdec_core.drafters import HeadDrafter, ModelDrafter, model_drafter_of
 
-    out = [engine.target]
-    runs_model = model_part(engine.drafter)
+    out = [engine.verifier_forward]
+    runs_model = model_drafter_of(engine.drafter)
     if isinstance(runs_model, ModelDrafter):
         out.append(runs_model.forward)
-    elif isinstance(runs_model, FeatureDrafter):
+    elif isinstance(runs_model, HeadDrafter):
         out.append(runs_model)  # counts the head's own forward time
     return out
 
@@ -94,7 +94,7 @@ def time_reply(engine: Engine, prompt_ids: Sequence[int], config: GenerationConf
     """Run one reply from empty caches, consuming every event the way a viewer would."""
     engine.reset_caches()
     forwards = _forwards(engine)
-    calls = engine.target.forward_calls
+    calls = engine.verifier_forward.forward_calls
     start = time.perf_counter()
     decode_start, forward_start = start, 0.0
     reply = Reply(kind="on" if config.speculate else "off", token_ids=(), wall_s=0.0, decode_s=0.0)
@@ -115,7 +115,7 @@ def time_reply(engine: Engine, prompt_ids: Sequence[int], config: GenerationConf
     reply.wall_s = end - start
     reply.decode_s = end - decode_start
     reply.forward_s = sum(f.forward_s for f in forwards) - forward_start
-    reply.verifier_calls = engine.target.forward_calls - calls
+    reply.verifier_calls = engine.verifier_forward.forward_calls - calls
     return reply
 
 

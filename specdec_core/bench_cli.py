@@ -238,9 +238,9 @@ def cmd_bench(args) -> int:
     if args.system:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
     pair = load_from_args(args)
-    from specdec_core.drafters import FeatureDrafter, HybridDrafter
+    from specdec_core.drafters import HeadDrafter, HybridDrafter
 
-    if args.hf_reference and isinstance(pair.drafter, FeatureDrafter):
+    if args.hf_reference and isinstance(pair.drafter, HeadDrafter):
         raise BenchError(f"transformers' assisted generation cannot run {pair.draft.name}, a draft head that reads "
                          "the verifier's hidden states: drop --hf-reference, or compare with --drafter "
                          "prompt-lookup or a draft model")

@@ -17,11 +17,11 @@ stays exact (the verifier's correction distribution keeps their mass).
 
 When drafting, the verifier's true hidden states are known up to the last verified position; beyond it
 the head feeds its own predictions back in (kv.CachedForward records the true ones; the drafter,
-drafters.FeatureDrafter, keeps the head's KV cache in step with them).
+drafters.HeadDrafter, keeps the head's KV cache in step with them).
 
 Importing this module registers the model type with transformers' Auto classes, so a saved head loads
 through the same model specs as any draft (``AutoModelForCausalLM.from_pretrained(folder)``). It cannot
-generate on its own: `drafters.FeatureDrafter` runs it next to its verifier.
+generate on its own: `drafters.HeadDrafter` runs it next to its verifier.
 """
 
 from __future__ import annotations

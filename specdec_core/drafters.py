@@ -302,7 +302,7 @@ class ModelDrafter:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
 
 
-class FeatureDrafter:
+class HeadDrafter:
     """A draft head (draft_head.py, after EAGLE) that reads the verifier's final hidden states.
 
     Before each round the head catches up on the positions the verifier has verified since the last
@@ -320,19 +320,19 @@ class FeatureDrafter:
         self.generator = torch.Generator(device=head.device)
         self.cache = HeadCache()
         self._cache_ids: list[int] = []  # token ids x_0..x_m behind the head's cached positions 0..m-1
-        self._true = 0  # cached positions computed from the verifier's true hidden states
+        self._true_positions = 0  # cached positions computed from the verifier's true hidden states
         self._next_state: torch.Tensor | None = None  # head's prediction of the state after its last true position
-        self.target: CachedForward | None = None
+        self.verifier_forward: CachedForward | None = None
         self.forward_s = 0.0  # time inside the head and its output rows (benchmarks: engine overhead is the rest)
 
-    def attach(self, target: CachedForward) -> None:
-        """Read the verifier's hidden states through `target`, and borrow its embeddings and output rows.
-        Attaching to the target it already reads is a no-op (keeps the head's cache)."""
-        if target is self.target:
+    def attach(self, verifier_forward: CachedForward) -> None:
+        """Read the verifier's hidden states through `verifier_forward`, and borrow its embeddings and output rows.
+        Attaching to the one it already reads is a no-op (keeps the head's cache)."""
+        if verifier_forward is self.verifier_forward:
             return
-        verifier = target.model
-        self.target = target
-        target.record_hidden_states()
+        verifier = verifier_forward.model
+        self.verifier_forward = verifier_forward
+        verifier_forward.record_hidden_states()
         self.embed = verifier.get_input_embeddings()
         head_ids = self.model.head_ids
         output = verifier.get_output_embeddings().weight
@@ -345,7 +345,7 @@ class FeatureDrafter:
 
     def reset_cache(self) -> None:
         self.cache = HeadCache()
-        self._cache_ids, self._true, self._next_state = [], 0, None
+        self._cache_ids, self._true_positions, self._next_state = [], 0, None
 
     @torch.inference_mode()
     def prefill(self, ids: Sequence[int]) -> None:
@@ -364,24 +364,24 @@ class FeatureDrafter:
 
     def _catch_up(self, ids: list[int]) -> torch.Tensor | None:
         """Bring the head's cache up to the verifier's verified positions; the state to draft from."""
-        assert self.target is not None, "FeatureDrafter.attach() was not called (Engine does it)"
-        known = min(common_prefix_length(self.target.cached_ids, ids), self.target.hidden_len)
+        assert self.verifier_forward is not None, "HeadDrafter.attach() was not called (Engine does it)"
+        known = min(common_prefix_length(self.verifier_forward.cached_ids, ids), self.verifier_forward.hidden_len)
         if known < len(ids) - 1:
             return None  # the verifier has not read this sequence: nothing to draft from
         # Head position i reads (f_i, x_{i+1}): those with true states run from 0 to len(ids) - 2.
         stop = len(ids) - 1
-        valid = min(self._true, max(0, common_prefix_length(self._cache_ids, ids) - 1), stop)
-        if not (valid == stop == self._true and self._next_state is not None):
+        valid = min(self._true_positions, max(0, common_prefix_length(self._cache_ids, ids) - 1), stop)
+        if not (valid == stop == self._true_positions and self._next_state is not None):
             valid = min(valid, max(0, stop - 1))  # rerun at least the last position: its prediction is needed
             self._next_state = None
         self.cache.crop(valid)  # also drops the positions the last round predicted
         if stop > valid:
-            predicted = self._step(self.target.hidden_states(valid, stop), ids[valid + 1:stop + 1], valid)
+            predicted = self._step(self.verifier_forward.hidden_states(valid, stop), ids[valid + 1:stop + 1], valid)
             self._next_state = predicted[-1]
-        self._true = stop
+        self._true_positions = stop
         self._cache_ids = ids[:stop + 1]
         if known >= len(ids):
-            return self.target.hidden_states(len(ids) - 1, len(ids))[0]  # the verifier's own: exact
+            return self.verifier_forward.hidden_states(len(ids) - 1, len(ids))[0]  # the verifier's own: exact
         return self._next_state
 
     def _logits(self, state: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -436,7 +436,7 @@ class FeatureDrafter:
             for parent, node in zip([-1, *path[:-1]], path):
                 parent_of[node] = parent
             shared = common_prefix_length(cached, path)
-            self.cache.crop(self._true + shared)
+            self.cache.crop(self._true_positions + shared)
             missing = path[shared:]
             states = torch.stack([root_state if parent_of[n] < 0 else predicted[parent_of[n]] for n in missing])
             for node, state in zip(missing, self._step(states, path_tokens[shared:], first_position + shared)):
@@ -546,8 +546,8 @@ class HybridDrafter:
     def prefill(self, ids: Sequence[int]) -> None:
         self.model_drafter.prefill(ids)
 
-    def attach(self, target: CachedForward) -> None:
-        attach_drafter(self.model_drafter, target)
+    def attach(self, verifier_forward: CachedForward) -> None:
+        attach_drafter(self.model_drafter, verifier_forward)
 
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:
@@ -574,18 +574,18 @@ class HybridDrafter:
 
 def grows_trees(drafter: Drafter | None) -> bool:
     """Whether `drafter` can propose a tree of candidates (a draft model or head, alone or in a hybrid)."""
-    inner = model_part(drafter)
+    inner = model_drafter_of(drafter)
     return inner is not None and hasattr(inner, "propose_tree") and hasattr(drafter, "propose_tree")
 
 
-def attach_drafter(drafter: Drafter | None, target: CachedForward) -> None:
-    """Let a drafter that reads the verifier (a draft head, or a wrapper around one) read `target`."""
+def attach_drafter(drafter: Drafter | None, verifier_forward: CachedForward) -> None:
+    """Let a drafter that reads the verifier (a draft head, or a wrapper around one) read `verifier_forward`."""
     attach = getattr(drafter, "attach", None)
     if attach is not None:
-        attach(target)
+        attach(verifier_forward)
 
 
-def model_part(drafter: Drafter | None) -> Drafter | None:
+def model_drafter_of(drafter: Drafter | None) -> Drafter | None:
     """The drafter that runs a model inside `drafter` (itself unless it is a hybrid)."""
     return drafter.model_drafter if isinstance(drafter, HybridDrafter) else drafter
 
@@ -596,7 +596,7 @@ def is_draft_head(draft: LoadedModel) -> bool:
 
 
 def drafter_for(draft: LoadedModel, *, with_lookup: bool = False, model_tokens: int | None = None) -> Drafter:
-    """The drafter that runs this draft model: a FeatureDrafter for a draft head, else a ModelDrafter;
+    """The drafter that runs this draft model: a HeadDrafter for a draft head, else a ModelDrafter;
     `with_lookup` wraps it in a HybridDrafter (prompt lookup first, at most `model_tokens` from the model)."""
-    runs = FeatureDrafter(draft) if is_draft_head(draft) else ModelDrafter(draft)
+    runs = HeadDrafter(draft) if is_draft_head(draft) else ModelDrafter(draft)
     return HybridDrafter(runs, model_tokens=model_tokens) if with_lookup else runs

@@ -138,7 +138,7 @@ class Engine:
 
     def __init__(self, verifier: LoadedModel, drafter: Drafter | None = None):
         self.verifier = verifier
-        self.target = CachedForward(verifier.model, verifier.device)
+        self.verifier_forward = CachedForward(verifier.model, verifier.device)
         self.generator = torch.Generator(device=verifier.device)
         self._token_texts: dict[int, str] = {}
         self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
@@ -151,11 +151,11 @@ class Engine:
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
         self.vocab_size = self.verifier.producible_ids
-        attach_drafter(drafter, self.target)  # a draft head reads the verifier's hidden states
+        attach_drafter(drafter, self.verifier_forward)  # a draft head reads the verifier's hidden states
         self.grows_trees = grows_trees(drafter) and supports_trees(self.verifier.model)
 
     def reset_caches(self) -> None:
-        self.target.reset()
+        self.verifier_forward.reset()
         reset = getattr(self.drafter, "reset_cache", None)  # drafters with a cache of their own
         if reset is not None:
             reset()
@@ -172,7 +172,7 @@ class Engine:
             raise PromptTooLongError(
                 f"the prompt is {len(prompt)} tokens long but the verifier's context holds {context}")
         # A drafter shared with another engine (the app's side-by-side lanes) reads this one's verifier now.
-        attach_drafter(self.drafter, self.target)
+        attach_drafter(self.drafter, self.verifier_forward)
         return self._generate(prompt, config, controls or Controls())
 
     def _generate(self, prompt: list[int], config: GenerationConfig, controls: Controls) -> Iterator[Event]:
@@ -189,8 +189,8 @@ class Engine:
         #    distribution the prefill already computed (kv.py keeps it), so only the drafts are fed.
         start = time.perf_counter()
         try:
-            self.target.logits_for(prompt)
-            reused = len(prompt) - self.target.last_run
+            self.verifier_forward.logits_for(prompt)
+            reused = len(prompt) - self.verifier_forward.last_run
             if self.drafter is not None and self._speculating(config, controls):
                 self.drafter.prefill(prompt)
             _synchronize(self.verifier.device)
@@ -247,7 +247,7 @@ class Engine:
         verify_start = time.perf_counter()
         logits, target_probs = self._verify(reply.ids, draft, config)
         verify_s = time.perf_counter() - verify_start
-        self.sizer.cost.observe(self.target.last_run, verify_s)
+        self.sizer.cost.observe(self.verifier_forward.last_run, verify_s)
         # 4. Accept: a prefix of the drafts, then the verifier's correction or bonus token.
         acceptance, committed = self._accept(draft, target_probs)
         # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
@@ -271,11 +271,11 @@ class Engine:
         tree = self._draft_tree(reply.ids, reply.gamma, remaining - 1, config)
         # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
         verify_start = time.perf_counter()
-        logits = self.target.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
+        logits = self.verifier_forward.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
         target_probs = processed_probs(logits, config)
         _synchronize(self.verifier.device)
         verify_s = time.perf_counter() - verify_start
-        self.sizer.cost.observe(self.target.last_run, verify_s)
+        self.sizer.cost.observe(self.verifier_forward.last_run, verify_s)
         # 4. Accept the longest path the verifier agrees with, then its correction or bonus token.
         acceptance = accept_tree(tree.token_ids, tree.parents, target_probs, self.generator)
         path_tokens = tuple(tree.token_ids[node] for node in acceptance.path)
@@ -283,7 +283,7 @@ class Engine:
         committed = path_tokens if ends_on_eos else (*path_tokens, acceptance.next_token)
         # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
         if len(tree):
-            self.target.keep_path(acceptance.path)
+            self.verifier_forward.keep_path(acceptance.path)
         if tree.stop is DraftStop.TREE:
             self.sizer.observe(tree.values, len(acceptance.path))
         assert self.drafter is not None
@@ -346,7 +346,7 @@ class Engine:
         """One forward pass over the last committed token and the k drafts: logits and processed target_probs,
         both [k+1, V] over the verifier's vocabulary."""
         k = len(draft.token_ids)
-        logits = self.target.logits_for(ids + list(draft.token_ids), n_last=k + 1)[:, :self.vocab_size]
+        logits = self.verifier_forward.logits_for(ids + list(draft.token_ids), n_last=k + 1)[:, :self.vocab_size]
         target_probs = processed_probs(logits, config)
         _synchronize(self.verifier.device)
         return logits, target_probs

@@ -123,13 +123,13 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     """What a draft head writes with no verifier after the prompt: the verifier reads the prompt once
     (the head needs its hidden states), then the head continues on its own predicted states, token after
     token. Emitted as PLAIN tokens and a Finished, like a generation."""
-    from specdec_core.drafters import FeatureDrafter
+    from specdec_core.drafters import HeadDrafter
     from specdec_core.engine import Engine
 
-    drafter = FeatureDrafter(head)
+    drafter = HeadDrafter(head)
     engine = Engine(verifier, drafter)  # attaches the head to the engine's verifier cache
     drafter.reset(config.seed)
-    engine.target.logits_for(ids)
+    engine.verifier_forward.logits_for(ids)
     eos, vocab = verifier.eos_token_ids, engine.vocab_size
     # One proposal of the whole length (a few ms per token): the head's cache holds true states for the
     # prompt only, so it drafts every token from its own predictions.

@@ -6,7 +6,7 @@ import json
 import tiny
 
 from specdec_core.doctor import check_models
-from specdec_core.drafters import FeatureDrafter, drafter_for
+from specdec_core.drafters import HeadDrafter, drafter_for
 from specdec_core.models import load_model
 
 
@@ -32,4 +32,4 @@ def test_the_gpu_script_runs_generate_train_head_and_export_and_brings_back_a_lo
     assert json.loads((out / "train.json").read_text())["history"][-1]["step"] == 3
     verifier = load_model(str(folder), device="cpu")
     head = load_model(str(out / "head"), device="cpu")
-    assert isinstance(drafter_for(head), FeatureDrafter) and check_models(verifier, head).compatible
+    assert isinstance(drafter_for(head), HeadDrafter) and check_models(verifier, head).compatible

@@ -11,7 +11,7 @@ import torch
 from specdec_core.config import GenerationConfig
 from specdec_core.doctor import check_models
 from specdec_core.draft_head import HeadCache
-from specdec_core.drafters import FeatureDrafter, drafter_for
+from specdec_core.drafters import HeadDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
 from specdec_core.models import load_model
@@ -72,11 +72,11 @@ def test_recorded_hidden_states_and_the_heads_cache_equal_a_fresh_computation(ve
     full = ids + list(reply.token_ids)
     drafter.propose(full, 2, GenerationConfig(), engine.vocab_size, frozenset())
 
-    true = drafter._true  # head positions computed from the verifier's states: all but the last token's
+    true = drafter._true_positions  # head positions computed from the verifier's states: all but the last token's
     assert true == len(full) - 1
     with torch.no_grad():
         fresh = verifier.model.base_model(torch.tensor([full[:true]])).last_hidden_state[0]
-        assert torch.allclose(engine.target.hidden_states(0, true), fresh, atol=1e-5)
+        assert torch.allclose(engine.verifier_forward.hidden_states(0, true), fresh, atol=1e-5)
         cache = HeadCache()
         embeds = verifier.model.get_input_embeddings()(torch.tensor([full[1:true + 1]]))
         drafter.model(fresh[None], embeds, torch.arange(true), cache)
@@ -101,7 +101,7 @@ def test_a_saved_head_loads_as_a_model_spec_and_passes_the_doctor(verifiers, tin
     head.model.save_pretrained(tmp_path / "head")
     tiny_tokenizer.save_pretrained(tmp_path / "head")
     loaded = load_model(str(tmp_path / "head"), device="cpu")
-    assert isinstance(drafter_for(loaded), FeatureDrafter)
+    assert isinstance(drafter_for(loaded), HeadDrafter)
     assert torch.equal(loaded.model.head_ids, head.model.head_ids)
     verdict = check_models(verifier, loaded)
     assert verdict.compatible and not verdict.warnings
@@ -148,7 +148,7 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     assert history[-1]["step"] == 150 and summary["best_val_agreement"] > history[0]["val_agreement"] - 0.05
     dest = export_draft(work / "runs" / "h", verifier.tokenizer, tmp_path / "head", {"verifier": "tiny"})
     head = load_model(str(dest), device="cpu")
-    assert isinstance(drafter_for(head), FeatureDrafter) and check_models(verifier, head).compatible
+    assert isinstance(drafter_for(head), HeadDrafter) and check_models(verifier, head).compatible
 
     # Teacher-forced agreement (the `agreement` step) ranks the trained head above an untrained one too.
     examples = head_training.load_examples(work, 640, set(verifier.eos_token_ids), {"greedy-00000"})
@@ -214,7 +214,7 @@ def test_training_chain_steps_compute_what_the_drafter_computes_when_drafting(ve
         embeds = verifier.model.get_input_embeddings()(torch.tensor([ids[1:]]))
         chain = drafter.model.forward_chain(states[:, :-1], embeds, steps=3)
     length = 6  # verified prefix ids[:length]; the verifier has read all but its last token
-    engine.target.logits_for(ids[:length - 1])
+    engine.verifier_forward.logits_for(ids[:length - 1])
     with torch.no_grad():
         predicted = drafter._catch_up(ids[:length])
         torch.testing.assert_close(predicted, chain[0][0, length - 2], atol=1e-5, rtol=1e-4)
@@ -249,7 +249,7 @@ def test_training_can_start_from_an_earlier_heads_weights_but_not_from_another_w
 
 def test_a_head_shared_by_two_engines_in_turn_drafts_for_each_and_stays_exact(verifiers, tiny_tokenizer):
     verifier = verifiers["llama"]
-    drafter = FeatureDrafter(tiny.make_head(verifier, scale=0.5))
+    drafter = HeadDrafter(tiny.make_head(verifier, scale=0.5))
     first, second = Engine(verifier, drafter), Engine(verifier, drafter)  # e.g. the app's chat and a race lane
     for engine, text in ((first, "Once upon a time"), (second, "The little robot"), (first, "A quiet lake")):
         ids = prompt(tiny_tokenizer, text)
@@ -264,7 +264,7 @@ def test_a_dropped_engine_leaves_no_hidden_state_hook_on_the_verifier(verifiers,
     verifier = verifiers["qwen2"]
     hooks = verifier.model.base_model._forward_hooks
     before = len(hooks)
-    engine = Engine(verifier, FeatureDrafter(tiny.make_head(verifier)))
+    engine = Engine(verifier, HeadDrafter(tiny.make_head(verifier)))
     generate(engine, prompt(tiny_tokenizer), max_new_tokens=4)
     assert len(hooks) == before + 1
     del engine

@@ -114,7 +114,7 @@ def test_both_kv_caches_equal_a_fresh_forward_after_rounds_with_rejections(pairs
     fin = finished(run(engine, prompt, max_new_tokens=50, gamma=5))
     assert fin.stats.accepted < fin.stats.drafted
     sequence = prompt + list(fin.token_ids)
-    for cached in (engine.target, drafter.forward):
+    for cached in (engine.verifier_forward, drafter.forward):
         # What the cache holds is a prefix of the committed sequence (rejected positions are gone) ...
         n = len(cached.cached_ids)
         assert cached.cached_ids == sequence[:n]
@@ -265,7 +265,7 @@ def test_a_failure_mid_reply_is_an_error_event_that_keeps_the_text(pairs, tiny_t
     verifier, _ = pairs["llama"]
     engine = Engine(verifier)
     calls = {"n": 0}
-    original = engine.target.logits_for
+    original = engine.verifier_forward.logits_for
 
     def flaky(ids, n_last=1):
         calls["n"] += 1
@@ -273,7 +273,7 @@ def test_a_failure_mid_reply_is_an_error_event_that_keeps_the_text(pairs, tiny_t
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return original(ids, n_last)
 
-    monkeypatch.setattr(engine.target, "logits_for", flaky)
+    monkeypatch.setattr(engine.verifier_forward, "logits_for", flaky)
     fin = finished(run(engine, prompt_ids(tiny_tokenizer), max_new_tokens=20))
     assert fin.stop_reason is StopReason.ERROR and "out of memory" in fin.error
     assert len(fin.token_ids) == 3  # the tokens before the failure are kept

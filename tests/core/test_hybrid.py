@@ -4,7 +4,7 @@ import pytest
 import tiny
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import FeatureDrafter, HybridDrafter, ModelDrafter
+from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
 from specdec_core.events import DraftStop, Finished, RoundDrafted
@@ -51,7 +51,7 @@ def test_greedy_output_with_a_hybrid_around_a_draft_head_is_the_verifiers_own(pa
     verifier, _ = pair
     prompt = tiny_tokenizer("the robot said the robot said the robot").input_ids
     expected = generate(Engine(verifier, None), prompt, max_new_tokens=48)[-1].token_ids
-    hybrid = HybridDrafter(FeatureDrafter(tiny.make_head(verifier)), model_tokens=2)
+    hybrid = HybridDrafter(HeadDrafter(tiny.make_head(verifier)), model_tokens=2)
     engine = Engine(verifier, hybrid)  # attaches the head inside the hybrid to the verifier
     assert generate(engine, prompt, max_new_tokens=48, gamma=4)[-1].token_ids == expected
     engine.reset_caches()

@@ -165,7 +165,7 @@ TREE_CONFIGS = [
 def test_draft_trees_follow_the_verifiers_processed_distribution(pair, config, kind):
     # Trees forced on (every drafted node checked): several candidates per position, each a one-hot proposal.
     verifier, draft = pair
-    head = drafters.FeatureDrafter(tiny.make_head(verifier, scale=0.5))
+    head = drafters.HeadDrafter(tiny.make_head(verifier, scale=0.5))
     drafter = {"model": ModelDrafter(draft), "head": head, "hybrid": drafters.HybridDrafter(head)}[kind]
     prompt = [1, 3, 5, 1, 3] if kind == "hybrid" else PROMPT  # the hybrid's tree also holds the copy "5 1 3"
     engine = Engine(verifier, drafter)

@@ -10,7 +10,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.cost import TreeSizer, VerifyCost
-from specdec_core.drafters import FeatureDrafter, HybridDrafter, ModelDrafter
+from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.kv import CachedForward
@@ -68,8 +68,8 @@ def test_a_tree_pass_gives_each_node_the_logits_of_its_own_path_and_keeps_only_t
 
 
 def drafters_for(verifier, draft):
-    return {"model": ModelDrafter(draft), "head": FeatureDrafter(tiny.make_head(verifier, scale=0.5)),
-            "hybrid": HybridDrafter(FeatureDrafter(tiny.make_head(verifier, scale=0.5)), model_tokens=1)}
+    return {"model": ModelDrafter(draft), "head": HeadDrafter(tiny.make_head(verifier, scale=0.5)),
+            "hybrid": HybridDrafter(HeadDrafter(tiny.make_head(verifier, scale=0.5)), model_tokens=1)}
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -15,9 +15,9 @@ def pair(embedded_pair):
 
 
 def test_the_embedded_default_pair_is_the_shipped_head_with_prompt_lookup(pair):
-    from specdec_core.drafters import FeatureDrafter, HybridDrafter
+    from specdec_core.drafters import HeadDrafter, HybridDrafter
 
-    assert isinstance(pair.drafter, HybridDrafter) and isinstance(pair.drafter.model_drafter, FeatureDrafter)
+    assert isinstance(pair.drafter, HybridDrafter) and isinstance(pair.drafter.model_drafter, HeadDrafter)
     assert pair.drafter.model_tokens == 1
     assert pair.verdict is not None and pair.verdict.compatible
 

@@ -13,7 +13,7 @@ from distill.measure import measure_pair
 from distill.prompts import read_jsonl
 from specdec_core.config import GenerationConfig
 from specdec_core.doctor import check_models
-from specdec_core.drafters import FeatureDrafter, drafter_for
+from specdec_core.drafters import HeadDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
 from specdec_core.models import EMBEDDED_DRAFT
@@ -40,7 +40,7 @@ def card() -> dict:
 def test_shipped_draft_loads_offline_small_and_in_fp32(pair):
     _, draft = pair
     assert type(draft.model).__name__ == "SpecdecHeadModel"  # a draft head: reads the verifier's hidden states
-    assert isinstance(drafter_for(draft), FeatureDrafter)
+    assert isinstance(drafter_for(draft), HeadDrafter)
     assert draft.source == "the draft shipped in assets/"
     assert str(draft.dtype) == "torch.float32"
     size = sum(p.stat().st_size for p in DRAFT_DIR.iterdir() if p.is_file())

@@ -101,12 +101,12 @@ def head_session(tiny_tokenizer):
     import tiny
 
     from app.session import HYBRID, LoadRequest, Session
-    from specdec_core.drafters import FeatureDrafter, HybridDrafter
+    from specdec_core.drafters import HeadDrafter, HybridDrafter
     from specdec_core.engine import Engine
 
     verifier, _ = tiny.make_pair("llama", tiny_tokenizer)
     head = tiny.make_head(verifier, scale=0.5)
-    drafter = HybridDrafter(FeatureDrafter(head), model_tokens=1)
+    drafter = HybridDrafter(HeadDrafter(head), model_tokens=1)
     return Session(request=LoadRequest(verifier="tiny-verifier", draft="tiny-head", drafter=HYBRID),
                    verifier=verifier, engine=Engine(verifier, drafter), draft=head, drafter=drafter)
 
@@ -114,7 +114,7 @@ def head_session(tiny_tokenizer):
 def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtbot, head_session):
     from app.talk.context import TalkContext
     from app.talk.draft_alone import DraftAloneView
-    from specdec_core.drafters import FeatureDrafter
+    from specdec_core.drafters import HeadDrafter
     from specdec_core.kv import CachedForward
 
     view = DraftAloneView()
@@ -125,7 +125,7 @@ def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtb
     draft_text, _ = blocker.args[0]
     # The same thing by hand: the verifier reads the prompt, then the head drafts 10 tokens by itself.
     target = CachedForward(head_session.verifier.model, head_session.verifier.device)
-    head = FeatureDrafter(head_session.draft)
+    head = HeadDrafter(head_session.draft)
     head.attach(target)
     target.logits_for(ctx.prompt_ids())
     tokens = head.propose(ctx.prompt_ids(), 10, ctx.config, 320, head_session.verifier.eos_token_ids).token_ids
