@@ -7,7 +7,8 @@ and calls `setData` on persistent curve items. Nothing here is redrawn per token
 Panels
 - Throughput: tokens/s over engine time (running mean, and per round), the verifier-alone baseline
   measured on this machine as a dashed line, and the measured speedup.
-- Accepted per round, with the running acceptance rate (accepted / drafted) on the right axis.
+- Accepted per round against the draft tokens checked (a tree round: all its candidates), with the running
+  acceptance rate (accepted / checked) on the right axis.
 - Accepted-length histogram: rounds that accepted 0, 1, ... γ draft tokens.
 - Acceptance by position in the round.
 - Time per round, stacked: draft, verify, overhead.
@@ -349,9 +350,9 @@ class LiveGraphs(QWidget):
             self.b_tps.append(r.tokens_after / r.t_end if r.t_end >= _MIN_RATE_S else np.nan)
             emitted = r.accepted + 1
             self.b_tps_round.append(emitted / r.total_s if r.t_end >= _MIN_RATE_S and r.total_s > 0 else np.nan)
-            self.b_drafted.append(r.drafted)
+            self.b_drafted.append(r.checked)  # a tree round: every candidate the verifier checked
             self.b_accepted.append(r.accepted)
-            self._sum_drafted += r.drafted
+            self._sum_drafted += r.checked
             self._sum_accepted += r.accepted
             self._sum_draft_s += r.draft_s
             self._sum_verify_s += r.verify_s

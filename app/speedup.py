@@ -98,6 +98,11 @@ class MeasuredCosts:
         return self.verify_s(k) / self.verify1_s if self.verify1_s > 0 else 1.0
 
 
+def _checked(r) -> int:
+    """Draft tokens a round's verifier pass checked (RoundRecord.checked; plain records: their `drafted`)."""
+    return int(getattr(r, "checked", r.drafted))
+
+
 def measured_costs(rounds: list, baseline_tps: float | None, verify_s_per_token: float | None = None
                    ) -> MeasuredCosts | None:
     """Fit the verifier's cost of checking k drafts from a reply's rounds: verify(k) = v1 + b·k.
@@ -108,7 +113,7 @@ def measured_costs(rounds: list, baseline_tps: float | None, verify_s_per_token:
         return None
     by_k: dict[int, list[float]] = {}
     for r in rounds:
-        by_k.setdefault(int(r.drafted), []).append(float(r.verify_s))
+        by_k.setdefault(_checked(r), []).append(float(r.verify_s))
     if not any(k for k in by_k):
         return None
     token_s = 1.0 / baseline_tps
@@ -122,7 +127,7 @@ def measured_costs(rounds: list, baseline_tps: float | None, verify_s_per_token:
     num = sum(len(by_k[k]) * k * (means[k] - v1) for k in means if k)
     den = sum(len(by_k[k]) * k * k for k in means if k)
     slope = max(0.0, num / den) if den else 0.0
-    drafted = sum(int(r.drafted) for r in rounds)
+    drafted = sum(_checked(r) for r in rounds)
     draft_s = sum(float(r.draft_s) for r in rounds)
     overhead = statistics.fmean(float(r.overhead_s) for r in rounds)
     return MeasuredCosts(token_s=token_s, verify1_s=v1, verify_slope_s=slope,

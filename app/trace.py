@@ -66,6 +66,11 @@ class RoundRecord:
     def total_s(self) -> float:
         return self.draft_s + self.verify_s + self.overhead_s
 
+    @property
+    def checked(self) -> int:
+        """Draft tokens the verifier checked in this round's pass: a tree's nodes, or the chain's length."""
+        return len(self.tree) if self.tree else self.drafted
+
 
 @dataclass
 class ReplyTrace:

@@ -101,3 +101,17 @@ def test_the_draft_tree_setting_reaches_the_engine_and_a_bad_value_falls_back(tm
     (tmp_path / "settings.json").write_text(json.dumps({"tree_nodes": -5}))
     loaded = Settings.load(tmp_path)
     assert loaded.tree_nodes == -1 and loaded.notices
+
+
+def test_the_graphs_count_every_candidate_a_tree_round_checked(qtbot, tree_trace):
+    from app.graphs import LiveGraphs
+    from app.speedup import measured_costs
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.set_trace(tree_trace)
+    checked = [len(r.tree) if r.tree else r.drafted for r in tree_trace.rounds]
+    assert list(graphs.b_drafted.data[:len(checked)]) == checked
+    assert any(len(r.tree) > r.drafted for r in tree_trace.rounds)  # more than the main line
+    costs = measured_costs(tree_trace.rounds, baseline_tps=100.0)
+    assert costs is not None and max(costs.measured_verify) == max(checked)  # verify cost by nodes checked
