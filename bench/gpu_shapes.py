@@ -187,8 +187,9 @@ def cache_for(model):
 
 
 @torch.inference_mode()
-def verify_costs(loaded: LoadedModel, plan: Plan) -> dict[int, float]:
-    """Seconds for one forward pass over k new tokens after a `plan.prefill`-token prompt."""
+def _costs_after_prompt(loaded: LoadedModel, plan: Plan, sizes: tuple[int, ...], run) -> dict[int, float]:
+    """Median seconds of `run(forward, prompt, new_ids)` for each size, after a `plan.prefill`-token prompt;
+    `new_ids` are `size` random token ids."""
     from specdec_core.kv import CachedForward
 
     forward = CachedForward(loaded.model, loaded.device)
@@ -197,16 +198,21 @@ def verify_costs(loaded: LoadedModel, plan: Plan) -> dict[int, float]:
     prompt = torch.randint(1, vocab, (plan.prefill,), generator=generator).tolist()
     forward.logits_for(prompt)
     costs = {}
-    for k in plan.ks:
-        extra = torch.randint(1, vocab, (k,), generator=generator).tolist()
-
-        def step(extra: list[int] = extra, k: int = k) -> torch.Tensor:
-            # Drop the k tokens the previous step cached (and the logits it kept), then run them again.
-            forward.roll_back(len(prompt))
-            return forward.logits_for(prompt + extra, n_last=k)
-
-        costs[k] = median_time(step, plan.reps, loaded.device)
+    for size in sizes:
+        new_ids = torch.randint(1, vocab, (size,), generator=generator).tolist()
+        costs[size] = median_time(lambda new_ids=new_ids: run(forward, prompt, new_ids), plan.reps, loaded.device)
     return costs
+
+
+def verify_costs(loaded: LoadedModel, plan: Plan) -> dict[int, float]:
+    """Seconds for one forward pass over k new tokens after a `plan.prefill`-token prompt."""
+
+    def step(forward, prompt: list[int], extra: list[int]) -> torch.Tensor:
+        # Drop the k tokens the previous step cached (and the logits it kept), then run them again.
+        forward.roll_back(len(prompt))
+        return forward.logits_for(prompt + extra, n_last=len(extra))
+
+    return _costs_after_prompt(loaded, plan, plan.ks, step)
 
 
 def tree_shape(nodes: int, width: int = 4) -> list[int]:
@@ -214,29 +220,16 @@ def tree_shape(nodes: int, width: int = 4) -> list[int]:
     return [-1 if i < width else (i - width) // width for i in range(nodes)]
 
 
-@torch.inference_mode()
 def tree_verify_costs(loaded: LoadedModel, plan: Plan) -> dict[int, float]:
     """Seconds for one forward pass over the last committed token and a draft tree of n nodes."""
-    from specdec_core.kv import CachedForward
 
-    forward = CachedForward(loaded.model, loaded.device)
-    vocab = loaded.model.config.vocab_size
-    generator = torch.Generator().manual_seed(0)
-    prompt = torch.randint(1, vocab, (plan.prefill,), generator=generator).tolist()
-    forward.logits_for(prompt)
-    costs = {}
-    for n in plan.tree_nodes:
-        nodes = torch.randint(1, vocab, (n,), generator=generator).tolist()
-        parents = tree_shape(n)
+    def step(forward, prompt: list[int], nodes: list[int]) -> torch.Tensor:
+        forward.roll_back(len(prompt) - 1)  # the last committed token runs with the tree, as in a round
+        logits = forward.logits_for_tree(prompt, nodes, tree_shape(len(nodes)))
+        forward.keep_path([])
+        return logits
 
-        def step(nodes: list[int] = nodes, parents: list[int] = parents) -> torch.Tensor:
-            forward.roll_back(len(prompt) - 1)  # the last committed token runs with the tree, as in a round
-            logits = forward.logits_for_tree(prompt, nodes, parents)
-            forward.keep_path([])
-            return logits
-
-        costs[n] = median_time(step, plan.reps, loaded.device)
-    return costs
+    return _costs_after_prompt(loaded, plan, plan.tree_nodes, step)
 
 
 @torch.inference_mode()
