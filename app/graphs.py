@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
 from app.speedup import measured_costs, nice_ceiling, practical_speedup, why_they_differ
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import ReplyTrace
-from specdec_core.stats import predicted_speedup
+from specdec_core.stats import StatsAccumulator, predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
@@ -309,15 +309,9 @@ class LiveGraphs(QWidget):
         self.b_draft_ms = Buffer()
         self.b_verify_ms = Buffer()
         self.b_total_ms = Buffer()
-        self._sum_drafted = 0
-        self._sum_accepted = 0
-        self._sum_draft_s = 0.0
-        self._sum_verify_s = 0.0
-        self._n_rounds = 0
+        self.tally = StatsAccumulator()  # the engine's own tally, folded from the trace's rounds (stats.py)
         self._max_gamma = 0
-        self._hist: list[int] = []
-        self._pos_drafted: list[int] = []
-        self._pos_accepted: list[int] = []
+        self._hist: list[int] = []  # rounds by accepted length, as long as the largest γ seen (the x axis)
 
     def set_trace(self, trace: ReplyTrace | None, baseline_tps: float | None = None) -> None:
         """Show another reply (the streaming one, one picked from the history, or none)."""
@@ -352,27 +346,18 @@ class LiveGraphs(QWidget):
             self.b_tps_round.append(emitted / r.total_s if r.t_end >= _MIN_RATE_S and r.total_s > 0 else np.nan)
             self.b_drafted.append(r.checked)  # a tree round: every candidate the verifier checked
             self.b_accepted.append(r.accepted)
-            self._sum_drafted += r.checked
-            self._sum_accepted += r.accepted
-            self._sum_draft_s += r.draft_s
-            self._sum_verify_s += r.verify_s
-            self._n_rounds += 1
+            self.tally.add_round(drafted=r.checked, accepted=r.accepted, emitted=r.accepted + 1, draft_s=r.draft_s,
+                                 verify_s=r.verify_s, overhead_s=r.overhead_s,
+                                 positions=r.drafted if r.tree else None)
             self._max_gamma = max(self._max_gamma, r.gamma if r.drafted else 0, r.drafted)
-            self.b_rate.append(self._sum_accepted / self._sum_drafted if self._sum_drafted else np.nan)
+            self.b_rate.append(self.tally.accepted / self.tally.drafted if self.tally.drafted else np.nan)
             self.b_draft_ms.append(r.draft_s * 1e3)
             self.b_verify_ms.append((r.draft_s + r.verify_s) * 1e3)
             self.b_total_ms.append(r.total_s * 1e3)
-            if r.drafted:
+            if r.checked:
                 while len(self._hist) <= max(r.gamma, r.accepted, r.drafted):
                     self._hist.append(0)
                 self._hist[r.accepted] += 1
-                while len(self._pos_drafted) < r.drafted:
-                    self._pos_drafted.append(0)
-                    self._pos_accepted.append(0)
-                for i in range(r.drafted):
-                    self._pos_drafted[i] += 1
-                    if i < r.accepted:
-                        self._pos_accepted[i] += 1
         self._n = len(trace.rounds)
         return True
 
@@ -401,18 +386,15 @@ class LiveGraphs(QWidget):
     # -- figures ------------------------------------------------------------------------------------
     @property
     def alpha(self) -> float:
-        return self._sum_accepted / self._sum_drafted if self._sum_drafted else 0.0
+        return self.tally.snapshot().acceptance_rate
 
     @property
     def c(self) -> float:
-        if not self._sum_drafted or not self._n_rounds or self._sum_verify_s <= 0:
-            return 0.0
-        return (self._sum_draft_s / self._sum_drafted) / (self._sum_verify_s / self._n_rounds)
+        return self.tally.snapshot().c
 
     @property
     def mean_gamma(self) -> float:
-        drafting = sum(self._hist)
-        return self._sum_drafted / drafting if drafting else 0.0
+        return self.tally.snapshot().mean_gamma
 
     @property
     def current_tps(self) -> float:
@@ -456,7 +438,7 @@ class LiveGraphs(QWidget):
             self.dv_curve.setData(edges, self.b_verify_ms.data)
             self.total_curve.setData(edges, self.b_total_ms.data)
         elif name in ("hist", "pos"):
-            bars_key = (tuple(self._hist), tuple(self._pos_drafted), tuple(self._pos_accepted))
+            bars_key = (tuple(self._hist), tuple(self.tally.drafted_at), tuple(self.tally.accepted_at))
             if bars_key != self._bars_key:  # bar items rebuild their picture on every setOpts
                 self._bars_key = bars_key
                 self._draw_bars()
@@ -481,7 +463,7 @@ class LiveGraphs(QWidget):
             "time": (rounds_x, (0.0, nice_ceiling(float(self.b_total_ms.data.max()) if n else 1.0))),
             "hist": ((-0.5, max(len(self._hist), 2) - 0.5),
                      (0.0, nice_ceiling(max(max(self._hist, default=0), 1)) * 1.05)),
-            "pos": ((0.5, max(len(self._pos_drafted), 1) + 0.5), (0.0, 1.02)),
+            "pos": ((0.5, max(len(self.tally.drafted_at), 1) + 0.5), (0.0, 1.02)),
             "theory": ((1.0, float(GAMMA_AXIS[-1])), (0.0, self._theory_top)),
         }
         for name, (xr, yr) in wanted.items():
@@ -500,7 +482,7 @@ class LiveGraphs(QWidget):
         parts = []
         if tps:
             parts.append(f"<b>{tps:.1f} tok/s</b>")
-        if sp is not None and self._sum_drafted:
+        if sp is not None and self.tally.drafted:
             color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
             parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> vs {self.baseline_tps:.1f} tok/s")
         elif sp is not None:
@@ -521,8 +503,8 @@ class LiveGraphs(QWidget):
             self.hist_bars.setOpts(x=np.arange(len(self._hist)), height=np.array(self._hist, dtype=float))
         else:
             self.hist_bars.setOpts(x=[0], height=[0])
-        if self._pos_drafted:
-            rates = np.array(self._pos_accepted, dtype=float) / np.array(self._pos_drafted, dtype=float)
+        if self.tally.drafted_at:
+            rates = np.array(self.tally.accepted_at, dtype=float) / np.array(self.tally.drafted_at, dtype=float)
             self.pos_bars.setOpts(x=np.arange(1, len(rates) + 1), height=rates)
         else:
             self.pos_bars.setOpts(x=[1], height=[0])
@@ -534,7 +516,7 @@ class LiveGraphs(QWidget):
         costs = measured_costs(trace.rounds[: self._n] if trace is not None else [], self.baseline_tps,
                                self.verify_s_per_token)
         top = 2.0
-        if self._sum_drafted:
+        if self.tally.drafted:
             pred = np.array([predicted_speedup(a, float(x), c) for x in GAMMA_AXIS])
             self.theory_curve.setData(GAMMA_AXIS, pred)
             top = max(top, float(pred.max()))

@@ -115,3 +115,24 @@ def test_the_graphs_count_every_candidate_a_tree_round_checked(qtbot, tree_trace
     assert any(len(r.tree) > r.drafted for r in tree_trace.rounds)  # more than the main line
     costs = measured_costs(tree_trace.rounds, baseline_tps=100.0)
     assert costs is not None and max(costs.measured_verify) == max(checked)  # verify cost by nodes checked
+
+
+@pytest.mark.parametrize("tree_nodes", [0, 6])
+def test_the_graphs_figures_are_the_engines_own_tally(qtbot, tiny_tokenizer, tree_nodes):
+    from app.graphs import LiveGraphs
+
+    verifier, draft = tiny.make_pair("llama", tiny_tokenizer)
+    trace = ReplyTrace()
+    prompt = tiny_tokenizer("Once upon a time there was").input_ids
+    for event in Engine(verifier, ModelDrafter(draft)).generate(
+            prompt, GenerationConfig(max_new_tokens=24, tree_nodes=tree_nodes, cost_aware=False)):
+        trace.apply(event)
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.set_trace(trace)
+    stats = trace.stats
+    assert graphs.alpha == pytest.approx(stats["acceptance_rate"])
+    assert graphs.c == pytest.approx(stats["c"])
+    assert graphs.mean_gamma == pytest.approx(stats["mean_gamma"])
+    assert graphs.tally.drafted_at and [a / d for a, d in zip(graphs.tally.accepted_at, graphs.tally.drafted_at)] \
+        == pytest.approx(list(stats["per_position_acceptance"]))
