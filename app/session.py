@@ -197,36 +197,6 @@ def reply_events(session: Session, messages: list[dict], system: str | None, con
     yield from session.engine.generate(built.ids, config, controls)
 
 
-@dataclass(frozen=True)
-class RaceEvent:
-    lane: str  # "off" | "on"
-    event: object
-
-
-def race_events(session: Session, messages: list[dict], system: str | None, config: GenerationConfig,
-                controls: Any) -> Iterator[object]:
-    """The same prompt and seed with speculation off, then on: one after the other, never at once, so
-    neither run steals the other's CPU time (these machines have two cores)."""
-    from specdec_core.chat import build_prompt
-
-    v = session.verifier
-    built = build_prompt(v.tokenizer, messages, system=system or None, context_length=v.context_length,
-                         reserve_new_tokens=config.max_new_tokens)
-    yield PromptInfo(len(built.ids), built.dropped_turns)
-    for lane, speculate in (("off", False), ("on", True)):
-        if controls.cancelled:
-            return
-        # Start each lane from cold caches so both pay the same prefill.
-        session.engine.reset_caches()
-        saved = controls.speculate
-        controls.speculate = speculate
-        try:
-            for ev in session.engine.generate(built.ids, config.with_(speculate=speculate), controls):
-                yield RaceEvent(lane, ev)
-        finally:
-            controls.speculate = saved
-
-
 def config_from_settings(s: Any) -> GenerationConfig:
     """A validated GenerationConfig from the app's settings (raises ConfigError with the reason)."""
     return GenerationConfig(

@@ -63,11 +63,6 @@ class VerifyCost:
             return seconds[below] + share * (seconds[above] - seconds[below])
         return guess if guess is not None else (seconds[above] if above is not None else None)
 
-    def ratios(self) -> dict[int, float]:
-        """Measured cost of each row count over a plain step's (empty until a plain step is measured)."""
-        plain = self.estimate(1)
-        return {rows: s / plain for rows, s in self.seconds.items()} if plain else {}
-
 
 @dataclass
 class TreeSizer:

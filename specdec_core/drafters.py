@@ -40,6 +40,15 @@ class Draft:
 TREE_WIDTH = 4  # candidates considered under each expanded node (the tree keeps the best of them overall)
 
 
+def path_to(parents: Sequence[int], node: int) -> list[int]:
+    """Nodes from the root's child down to `node`, in a tree given by each node's parent (-1: the root)."""
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
 @dataclass(frozen=True)
 class DraftTree:
     """Candidate continuations as a tree: node i is token_ids[i] after node parents[i] (-1: after the last
@@ -64,22 +73,8 @@ class DraftTree:
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's child down to `node`."""
-        path = []
-        while node >= 0:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]
+        return path_to(self.parents, node)
 
-    @property
-    def depth(self) -> int:
-        return max((len(self.path_to(i)) for i in range(len(self))), default=0)
-
-    @staticmethod
-    def chain(draft: Draft) -> DraftTree:
-        """A chain as a tree (prompt lookup's copies: one candidate per position)."""
-        k = len(draft.token_ids)
-        return DraftTree(draft.token_ids, tuple(range(-1, k - 1)), tuple(1.0 for _ in range(k)),
-                         draft.display_probs, draft.stop, draft.draft_s)
 
 
 Worth = Callable[[Sequence[float]], float]  # see _grow_tree
@@ -147,10 +142,7 @@ def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], sta
         depths.append(0 if parent < 0 else depths[parent] + 1)
         if depths[node] + 1 < max_depth and token not in eos_token_ids and len(tokens) < max_nodes and \
                 (worth is None or -negative_value >= worth(values)):
-            path = [node]
-            while parents[path[0]] >= 0:
-                path.insert(0, parents[path[0]])
-            expand(node, path, -negative_value)
+            expand(node, path_to(parents, node), -negative_value)
     stop = DraftStop.TREE if tokens else DraftStop.COST if priced_out else DraftStop.NO_MATCH
     return DraftTree(tuple(tokens), tuple(parents), tuple(values), tuple(shown), stop, time.perf_counter() - start)
 

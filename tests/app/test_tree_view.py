@@ -136,3 +136,16 @@ def test_the_graphs_figures_are_the_engines_own_tally(qtbot, tiny_tokenizer, tre
     assert graphs.mean_gamma == pytest.approx(stats["mean_gamma"])
     assert graphs.tally.drafted_at and [a / d for a, d in zip(graphs.tally.accepted_at, graphs.tally.drafted_at)] \
         == pytest.approx(list(stats["per_position_acceptance"]))
+
+
+def test_a_reply_with_draft_trees_survives_the_conversation_store(tmp_path, tree_trace):
+    from app.store import Conversation, ConversationStore, Message
+
+    store = ConversationStore(tmp_path)
+    conv = Conversation(messages=[Message("user", "Once upon a time"), Message("assistant", tree_trace.text,
+                                                                                 tree_trace)])
+    store.save(conv)
+    again = ConversationStore(tmp_path).load(conv.id).messages[1].trace
+    assert again is not None
+    assert [r.tree for r in again.rounds] == [r.tree for r in tree_trace.rounds]
+    assert tree_rounds(again) == tree_rounds(tree_trace)
