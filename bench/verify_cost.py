@@ -5,7 +5,8 @@ k = gamma + 1, a plain decoding step when k = 1), timed through `CachedForward` 
 runs it, in four set-ups that `specdec_core/cpu_speed.py` and `kv.py` switch on one by one:
 
 - before: `F.linear` everywhere, keys and values repeated per query head, a cache that concatenates;
-- + linear form: each weight shape uses `W @ x.T` for the row counts measured faster here;
+- + columns form: each weight shape uses `W @ x.T` for the row counts measured faster here;
+- + packed form: and oneDNN's inner product on reordered weights where that was faster still;
 - + GQA in SDPA: the attention kernel handles the grouped heads (no copies);
 - + growing cache: new keys and values are written into buffers with room to spare (all fast paths).
 
@@ -38,7 +39,7 @@ from specdec_core import cpu_speed, kv  # noqa: E402
 from specdec_core.models import default_cache_dir, load_model  # noqa: E402
 
 ORIGINAL_GQA_CHECK = sdpa_attention.use_gqa_in_sdpa  # before cpu_speed replaces it
-SETUPS = ("before", "+ linear form", "+ GQA in SDPA", "+ growing cache")
+SETUPS = ("before", "+ columns form", "+ packed form", "+ GQA in SDPA", "+ growing cache")
 
 
 @contextlib.contextmanager
@@ -48,9 +49,9 @@ def setup(model, cached: kv.CachedForward, name: str, plans):
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     saved = {m: vars(m).pop("forward", None) for m in linears}
     if level >= 1:
-        cpu_speed.apply_plans(model, plans)
+        cpu_speed.apply_plans(model, plans if level >= 2 else [cpu_speed.without_packing(p) for p in plans])
     patched = sdpa_attention.use_gqa_in_sdpa
-    if level < 2:
+    if level < 3:
         sdpa_attention.use_gqa_in_sdpa = ORIGINAL_GQA_CHECK
     try:
         yield
@@ -65,7 +66,7 @@ def setup(model, cached: kv.CachedForward, name: str, plans):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompt-tokens", type=int, default=200)
-    parser.add_argument("--ks", default="1,2,3,4,5,6")
+    parser.add_argument("--ks", default="1,2,3,4,5,6,9,17")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
@@ -81,7 +82,7 @@ def main() -> None:
     forwards = {}
     for name in SETUPS:
         cached = kv.CachedForward(model, verifier.device)
-        if SETUPS.index(name) < 3:
+        if SETUPS.index(name) < 4:
             cached.reset = lambda c=cached: (setattr(c, "cache", DynamicCache(config=model.config)),
                                              setattr(c, "cached_ids", []))
             cached.reset()
@@ -107,12 +108,12 @@ def main() -> None:
         one = median[(name, 1)]
         print(f"| {name} | " + " | ".join(f"{median[(name, k)]:.1f} ({median[(name, k)] / one:.2f}×)"
                                         for k in ks) + " |")
-    print("\nrow counts computed as W @ x.T, per weight shape:\n" + cpu_speed.describe(plans))
+    print("\nthe form of each row count, per weight shape:\n" + cpu_speed.describe(plans))
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"prompt_tokens": len(prompt), "repeats": args.repeats, "threads": torch.get_num_threads(),
                        "median_ms": {f"{name}|{k}": median[(name, k)] for name in SETUPS for k in ks},
-                       "plans": [{"shape": p.shape, "column_rows": sorted(p.column_rows)} for p in plans],
+                       "plans": [{"shape": p.shape, "forms": p.forms} for p in plans],
                        "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                                time.gmtime())}, out, indent=1)
 

@@ -2,16 +2,23 @@
 
 Speculation pays only when verifying k tokens costs little more than decoding one. On the CPU a
 forward pass of batch 1 is a series of few-row products `x @ W.T` (x: k rows, W: a weight matrix),
-and BLAS libraries pick their kernels by shape: on the 2-core AMD EPYC with MKL where this project
-is measured, `F.linear` on 2 rows took 1.5x as long as on 1 (the opposite of what a memory-bound
-product should do), while `W @ x.T` on 2 rows ran near the memory floor, faster than 1 row through
-either call. Passing a single row as two equal rows makes plain decoding faster too. See
-docs/performance.md, "Few-row products on the CPU".
+and BLAS libraries pick their kernels by shape. On the 2-core AMD EPYC with MKL where this project is
+measured, `F.linear` on 2 rows took 1.5x as long as on 1 and 9 rows 2-3x (the opposite of what a
+memory-bound product should do). Two other forms of the same product do better:
 
-Which form wins differs per CPU and BLAS, so `speed_up` times both forms on the model's own weights
-(a cold pass over them, as a forward pass makes) for each row count up to `MAX_ROWS`, and gives each
-`nn.Linear` the faster one. Both forms compute the same fp32 dot products; only the summation order
-inside the BLAS differs, as it already does between 1-row and k-row calls.
+- "columns": `W @ x.T`, the weight times a few columns, runs near the memory floor for 1-2 rows (a
+  single row is passed as two equal rows: BLAS has a fast kernel for two columns and a slow
+  matrix-vector path on some CPUs);
+- "packed": oneDNN's inner product on a copy of the weight reordered once, at load, into the blocked
+  layout its kernels read. From 3 rows on it stays within about 1.3x of one row up to 9-16 rows, where
+  MKL takes 2-3x: this is what makes checking a tree of drafts cheap on a CPU. It costs a second copy
+  of each weight in memory, so it is used only when the machine has room for it.
+
+Which form wins differs per CPU and BLAS, so `speed_up` times the forms on the model's own weights
+(a cold pass over them, as a forward pass makes) for row counts up to `MAX_ROWS`, and gives each
+`nn.Linear` the fastest one per row count. All forms compute the same fp32 dot products; only the
+summation order inside the kernels differs, as it already does between 1-row and k-row calls. See
+docs/performance.md, "Checking k tokens on a CPU".
 
 It also lets transformers' SDPA attention handle grouped-query heads inside the kernel when a mask is
 present, for CPU tensors only (transformers does that only without a mask, since CUDA's fast kernels
@@ -22,6 +29,7 @@ call (bit-identical output, 10-15 ms less per verify here).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -34,21 +42,36 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-MAX_ROWS = 9  # a verify of γ ≤ 8 drafts feeds γ + 1 rows
+# Row counts timed: every count a chain of γ ≤ 8 feeds, then steps up to a tree of 32 nodes plus its
+# root. A pass over r rows uses the plan of the smallest timed count ≥ r; longer passes (a prefill)
+# keep F.linear, which is what BLAS is best at.
+ROW_COUNTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17, 24, 33)
+MAX_ROWS = ROW_COUNTS[-1]
+FORMS = ("linear", "columns", "packed")
 _SAMPLE_BYTES = 64 * 2**20  # weights timed per shape: more than a CPU's last-level cache, so timing is cold
-_MIN_GAIN = 0.05  # the columns form must be this much faster to be used
+_MIN_GAIN = 0.05  # another form must be this much faster than F.linear to be used
+_PACKED_SHARE_OF_FREE_MEMORY = 0.5  # packed copies may take at most this share of the memory available
 _DISABLE = "SPECDEC_CPU_MATMUL"  # "off": keep F.linear everywhere
-_PLAN_VERSION = 2  # part of the plan file's name: a new way of measuring measures again
+_PLAN_VERSION = 3  # part of the plan file's name: a new way of measuring measures again
 
 
 @dataclasses.dataclass(frozen=True)
 class RowPlan:
-    """For one weight shape: the row counts (1..MAX_ROWS) computed as `W @ x.T`, and the timings."""
+    """For one weight shape: the fastest form per timed row count, and the timings (ms per form)."""
 
     shape: tuple[int, int]
-    column_rows: frozenset[int]
-    linear_ms: dict[int, float]
-    columns_ms: dict[int, float]
+    forms: dict[int, str]
+    ms: dict[str, dict[int, float]]
+
+    def form_for(self, rows: int) -> str:
+        """The form for a pass over `rows` rows: that of the smallest timed count at or above it."""
+        for count in ROW_COUNTS:
+            if count >= rows:
+                return self.forms.get(count, "linear")
+        return "linear"
+
+    def uses(self, form: str) -> bool:
+        return form in self.forms.values()
 
 
 def columns_product(x_rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -62,12 +85,53 @@ def columns_product(x_rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.mm(weight, operand.t())[:, :rows].t().contiguous()
 
 
-def _planned_forward(plan_rows: frozenset[int]):
+@functools.cache
+def packing_available() -> bool:
+    """Whether this torch build has oneDNN's reordered-weight inner product on the CPU (and it runs)."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        weight, x = torch.randn(8, 4), torch.randn(3, 4)
+        got = packed_product(x, pack(weight))
+        return bool(torch.allclose(got, F.linear(x, weight), rtol=1e-4, atol=1e-5))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """A copy of `weight` in oneDNN's blocked layout, for `packed_product`."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
+
+
+def packed_product(x_rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """[..., in] rows times the packed weight's transpose (plus bias): F.linear through oneDNN."""
+    return torch.ops.mkldnn._linear_pointwise(x_rows, packed, bias, "none", [], "")
+
+
+def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
+    """The module's packed copy, made again if its weight was replaced or changed in place since."""
+    weight = module.weight
+    stamp = (weight.data_ptr(), weight._version)
+    held = vars(module).get("_specdec_packed")
+    if held is None or held[0] != stamp:
+        held = (stamp, pack(weight))
+        vars(module)["_specdec_packed"] = held
+    return held[1]
+
+
+def _planned_forward(plan: RowPlan):
+    by_rows = [plan.form_for(rows) for rows in range(MAX_ROWS + 1)]
+
     def forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if (rows not in plan_rows or x.dtype != self.weight.dtype or x.device.type != "cpu"
+        form = by_rows[rows] if 0 < rows <= MAX_ROWS else "linear"
+        if (form == "linear" or x.dtype != self.weight.dtype or x.device.type != "cpu"
                 or torch.is_autocast_enabled("cpu")):
             return F.linear(x, self.weight, self.bias)
+        if form == "packed":
+            if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+                return F.linear(x, self.weight, self.bias)  # oneDNN's op has no gradient here
+            return packed_product(x, _packed_weight(self), self.bias)
         out = columns_product(x.reshape(rows, x.shape[-1]), self.weight)
         if self.bias is not None:
             out = out + self.bias
@@ -77,7 +141,7 @@ def _planned_forward(plan_rows: frozenset[int]):
 
 
 def _best_ms(forms: dict[str, Callable[[], object]], repeats: int = 3) -> dict[str, float]:
-    """Best time of each form over `repeats` runs, alternating the forms so that both see the same
+    """Best time of each form over `repeats` runs, alternating the forms so that all see the same
     moments of machine load; the minimum discards runs slowed by other work."""
     for fn in forms.values():
         fn()  # warm: first-call allocations and kernel set-up
@@ -90,19 +154,28 @@ def _best_ms(forms: dict[str, Callable[[], object]], repeats: int = 3) -> dict[s
     return best
 
 
+def _fastest(timings: dict[str, float]) -> str:
+    """F.linear unless another form is at least _MIN_GAIN faster; then the fastest."""
+    name = min(timings, key=timings.get)
+    return name if timings[name] < (1 - _MIN_GAIN) * timings["linear"] else "linear"
+
+
 @torch.inference_mode()
-def measure_plan(weights: list[torch.Tensor], max_rows: int = MAX_ROWS) -> RowPlan:
-    """Time both forms over `weights` (same shape, used in turn) for 1..max_rows rows."""
+def measure_plan(weights: list[torch.Tensor], row_counts: tuple[int, ...] = ROW_COUNTS) -> RowPlan:
+    """Time every form over `weights` (same shape, used in turn) for each of `row_counts`."""
     shape = tuple(weights[0].shape)
-    linear_ms: dict[int, float] = {}
-    columns_ms: dict[int, float] = {}
-    for rows in range(1, max_rows + 1):
+    packed = [pack(w) for w in weights] if packing_available() else None
+    ms: dict[str, dict[int, float]] = {name: {} for name in FORMS if name != "packed" or packed}
+    for rows in row_counts:
         x = torch.randn(rows, shape[1], dtype=weights[0].dtype)
-        best = _best_ms({"linear": lambda x=x: [F.linear(x, w) for w in weights],
-                         "columns": lambda x=x: [columns_product(x, w) for w in weights]})
-        linear_ms[rows], columns_ms[rows] = best["linear"], best["columns"]
-    faster = frozenset(r for r in linear_ms if columns_ms[r] < (1 - _MIN_GAIN) * linear_ms[r])
-    return RowPlan(shape=shape, column_rows=faster, linear_ms=linear_ms, columns_ms=columns_ms)
+        forms = {"linear": lambda x=x: [F.linear(x, w) for w in weights],
+                 "columns": lambda x=x: [columns_product(x, w) for w in weights]}
+        if packed:
+            forms["packed"] = lambda x=x: [packed_product(x, p) for p in packed]
+        for name, took in _best_ms(forms).items():
+            ms[name][rows] = took
+    forms_by_rows = {rows: _fastest({name: ms[name][rows] for name in ms}) for rows in row_counts}
+    return RowPlan(shape=shape, forms=forms_by_rows, ms=ms)
 
 
 def _sample(weights: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -127,29 +200,28 @@ def applies_to(model: torch.nn.Module) -> bool:
     return bool(params) and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)
 
 
-def speed_up(model: torch.nn.Module, max_rows: int = MAX_ROWS, cache_dir: Path | None = None,
+def speed_up(model: torch.nn.Module, cache_dir: Path | None = None,
              on_measure: Callable[[], None] | None = None) -> list[RowPlan]:
-    """Give each nn.Linear of a CPU fp32 `model` the faster few-row form measured here (no-op otherwise).
+    """Give each nn.Linear of a CPU fp32 `model` the faster few-row forms measured here (no-op otherwise).
 
-    Measuring takes a few seconds for a 135M model; with `cache_dir` the plans are kept in a JSON
+    Measuring takes about ten seconds for a 135M model; with `cache_dir` the plans are kept in a JSON
     file per CPU, thread count and torch version (<cache>/cpu-plans/; delete it to measure again, say
     after a measurement disturbed by other work), so later loads reuse them; `on_measure` is called
     once before measuring, when the file does not have them. Returns the plans (one per weight shape)
-    so callers can report what was chosen.
+    as applied, so callers can report what was chosen.
     """
     if not applies_to(model):
         return []
     _grouped_heads_in_cpu_attention()
     by_shape = _linears_by_shape(model)
-    known = _read_plans(cache_dir, max_rows)
+    known = _read_plans(cache_dir)
     if on_measure is not None and any(shape not in known for shape in by_shape):
         on_measure()
-    plans = [known.get(shape) or measure_plan(_sample([m.weight.detach() for m in modules]), max_rows)
+    plans = [known.get(shape) or measure_plan(_sample([m.weight.detach() for m in modules]))
              for shape, modules in by_shape.items()]
     if any(plan.shape not in known for plan in plans):
-        _write_plans(cache_dir, max_rows, {**known, **{plan.shape: plan for plan in plans}})
-    apply_plans(model, plans)
-    return plans
+        _write_plans(cache_dir, {**known, **{plan.shape: plan for plan in plans}})
+    return apply_plans(model, plans)
 
 
 def _grouped_heads_in_cpu_attention() -> None:
@@ -181,21 +253,64 @@ def _linears_by_shape(model: torch.nn.Module) -> dict[tuple[int, int], list[torc
     return by_shape
 
 
-def apply_plans(model: torch.nn.Module, plans: list[RowPlan]) -> None:
-    """Route each nn.Linear whose shape has a plan through the columns form for the plan's row counts."""
+def without_packing(plan: RowPlan) -> RowPlan:
+    """The plan with each packed row count given the better of the other two forms."""
+    def unpacked(rows: int, form: str) -> str:
+        if form != "packed":
+            return form
+        timings = {name: plan.ms[name][rows] for name in ("linear", "columns") if rows in plan.ms.get(name, {})}
+        return _fastest(timings) if "linear" in timings else "linear"
+
+    return dataclasses.replace(plan, forms={rows: unpacked(rows, form) for rows, form in plan.forms.items()})
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the OS says can be had now without swapping (Linux, macOS), else None."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _room_for(nbytes: int) -> bool:
+    free = available_memory()
+    return nbytes <= _PACKED_SHARE_OF_FREE_MEMORY * (free if free is not None else 2 * 2**30)
+
+
+def apply_plans(model: torch.nn.Module, plans: list[RowPlan]) -> list[RowPlan]:
+    """Route each nn.Linear whose shape has a plan through its chosen form per row count.
+
+    The packed copies are made now, so that the first verify is not slowed by them, if this machine
+    has room for them (at most half of the memory available); otherwise the packed row counts take the
+    better of the other forms. Returns the plans as applied.
+    """
     by_shape = _linears_by_shape(model)
+    packed_bytes = sum(m.weight.numel() * m.weight.element_size() for plan in plans if plan.uses("packed")
+                       for m in by_shape.get(plan.shape, []))
+    if packed_bytes and not (packing_available() and _room_for(packed_bytes)):
+        plans = [without_packing(plan) for plan in plans]
     for plan in plans:
-        if plan.column_rows:
-            forward = _planned_forward(plan.column_rows)
-            for module in by_shape.get(plan.shape, []):
-                module.forward = types.MethodType(forward, module)
+        if all(form == "linear" for form in plan.forms.values()):
+            continue
+        forward = _planned_forward(plan)
+        for module in by_shape.get(plan.shape, []):
+            module.forward = types.MethodType(forward, module)
+            if plan.uses("packed"):
+                _packed_weight(module)
+    return plans
 
 
-def _plan_file(cache_dir: Path | None, max_rows: int) -> Path | None:
+def _plan_file(cache_dir: Path | None) -> Path | None:
     if cache_dir is None:
         return None
     machine = (f"v{_PLAN_VERSION}-{platform.machine()}-{_cpu_name()}-t{torch.get_num_threads()}"
-               f"-torch{torch.__version__}-r{max_rows}")
+               f"-torch{torch.__version__}-r{MAX_ROWS}")
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in machine)
     return Path(cache_dir) / "cpu-plans" / f"{safe}.json"
 
@@ -210,24 +325,27 @@ def _cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
-def _read_plans(cache_dir: Path | None, max_rows: int) -> dict[tuple[int, int], RowPlan]:
-    path = _plan_file(cache_dir, max_rows)
+def _read_plans(cache_dir: Path | None) -> dict[tuple[int, int], RowPlan]:
+    path = _plan_file(cache_dir)
     try:
         raw = json.loads(path.read_text()) if path else []
-        plans = [RowPlan(shape=tuple(item["shape"]), column_rows=frozenset(item["column_rows"]),
-                         linear_ms={int(k): v for k, v in item["linear_ms"].items()},
-                         columns_ms={int(k): v for k, v in item["columns_ms"].items()}) for item in raw]
+        plans = [RowPlan(shape=tuple(item["shape"]),
+                         forms={int(rows): str(form) for rows, form in item["forms"].items()},
+                         ms={str(name): {int(rows): float(took) for rows, took in by_rows.items()}
+                             for name, by_rows in item["ms"].items()}) for item in raw]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}  # missing or damaged: measure again
+    if any(set(plan.forms) != set(ROW_COUNTS) or not set(plan.forms.values()) <= set(plan.ms) <= set(FORMS)
+           for plan in plans):
+        return {}
     return {plan.shape: plan for plan in plans}
 
 
-def _write_plans(cache_dir: Path | None, max_rows: int, plans: dict[tuple[int, int], RowPlan]) -> None:
-    path = _plan_file(cache_dir, max_rows)
+def _write_plans(cache_dir: Path | None, plans: dict[tuple[int, int], RowPlan]) -> None:
+    path = _plan_file(cache_dir)
     if path is None:
         return
-    items = [{"shape": list(p.shape), "column_rows": sorted(p.column_rows), "linear_ms": p.linear_ms,
-              "columns_ms": p.columns_ms} for p in plans.values()]
+    items = [{"shape": list(p.shape), "forms": p.forms, "ms": p.ms} for p in plans.values()]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")
@@ -238,11 +356,17 @@ def _write_plans(cache_dir: Path | None, max_rows: int, plans: dict[tuple[int, i
 
 
 def describe(plans: list[RowPlan]) -> str:
-    """One line per shape: which row counts use the columns form, and the time it saves."""
+    """One line per shape: which form each range of row counts uses, and the 9-row timings."""
     lines = []
     for plan in plans:
-        rows = ",".join(str(r) for r in sorted(plan.column_rows)) or "none"
-        saved = {r: plan.linear_ms[r] - plan.columns_ms[r] for r in plan.column_rows}
-        gain = " ".join(f"{r}:{plan.linear_ms[r]:.1f}->{plan.columns_ms[r]:.1f}ms" for r in sorted(saved))
-        lines.append(f"{plan.shape[0]}x{plan.shape[1]}: W@x.T for rows {rows} {gain}".rstrip())
+        spans: list[list] = []  # [form, first, last]
+        for rows in ROW_COUNTS:
+            form = plan.forms.get(rows, "linear")
+            if spans and spans[-1][0] == form:
+                spans[-1][2] = rows
+            else:
+                spans.append([form, rows, rows])
+        text = ", ".join(f"{form} {a}" + (f"-{b}" if b != a else "") for form, a, b in spans)
+        nine = " ".join(f"{name} {by_rows[9]:.1f}" for name, by_rows in plan.ms.items() if 9 in by_rows)
+        lines.append(f"{plan.shape[0]}x{plan.shape[1]}: {text}" + (f" (9 rows, ms: {nine})" if nine else ""))
     return "\n".join(lines)

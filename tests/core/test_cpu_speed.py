@@ -1,4 +1,4 @@
-"""CPU fast paths: the few-row product form chosen per shape, its cached plans, and the growing KV cache."""
+"""CPU fast paths: the few-row product forms chosen per shape, their cached plans, and the growing KV cache."""
 
 import json
 
@@ -13,12 +13,15 @@ from specdec_core.engine import Engine
 from specdec_core.events import Finished
 from specdec_core.kv import CachedForward, GrowingLayer
 
+FAST_FORMS = ["columns", pytest.param("packed", marks=pytest.mark.skipif(
+    not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product"))]
 
-def columns_everywhere(model) -> None:
-    """Force the columns form for every row count of every nn.Linear (the machine may not choose it)."""
+
+def force(model, form: str) -> list[cpu_speed.RowPlan]:
+    """Send every row count of every nn.Linear through `form` (the machine may not choose it)."""
     shapes = {tuple(m.weight.shape) for m in model.modules() if type(m) is torch.nn.Linear}
-    everything = frozenset(range(1, cpu_speed.MAX_ROWS + 1))
-    cpu_speed.apply_plans(model, [cpu_speed.RowPlan(s, everything, {}, {}) for s in shapes])
+    every_count = dict.fromkeys(cpu_speed.ROW_COUNTS, form)
+    return cpu_speed.apply_plans(model, [cpu_speed.RowPlan(s, every_count, {}) for s in shapes])
 
 
 @pytest.mark.parametrize("rows", range(1, 10))
@@ -31,28 +34,40 @@ def test_the_columns_form_computes_the_same_product_as_linear(rows):
     torch.testing.assert_close(got, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-5)
 
 
-def test_a_linear_with_bias_and_batched_input_gives_the_same_output_in_the_columns_form():
+@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 17, 33])
+def test_the_packed_form_computes_the_same_product_as_linear(rows):
+    generator = torch.Generator().manual_seed(rows)
+    weight, bias = torch.randn(96, 40, generator=generator), torch.randn(96, generator=generator)
+    x = torch.randn(1, rows, 40, generator=generator)
+    got = cpu_speed.packed_product(x, cpu_speed.pack(weight), bias)
+    torch.testing.assert_close(got, torch.nn.functional.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("form", FAST_FORMS)
+def test_a_linear_with_bias_and_batched_input_gives_the_same_output_in_each_form(form):
     torch.manual_seed(0)
     layer = torch.nn.Linear(24, 48)
     model = torch.nn.Sequential(layer)
     x = torch.randn(1, 3, 24)
     expected = layer(x)
-    columns_everywhere(model)
+    force(model, form)
     torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
-    many = torch.randn(2, 8, 24)  # 16 rows: beyond MAX_ROWS, so plain F.linear
+    many = torch.randn(2, 20, 24)  # 40 rows: beyond MAX_ROWS (a prefill), so plain F.linear
     torch.testing.assert_close(layer(many), torch.nn.functional.linear(many, layer.weight, layer.bias))
 
 
+@pytest.mark.parametrize("form", FAST_FORMS)
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("gamma", [1, 4])
-def test_greedy_speculation_is_unchanged_when_every_product_uses_the_columns_form(tiny_tokenizer, arch, gamma):
+def test_greedy_speculation_is_unchanged_when_every_product_uses_one_fast_form(tiny_tokenizer, arch, gamma, form):
     prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
     config = GenerationConfig(max_new_tokens=40, gamma=gamma)
     reference, _ = tiny.make_pair(arch, tiny_tokenizer)
     expected = list(Engine(reference, None).generate(prompt, config))[-1].token_ids
     verifier, draft = tiny.make_pair(arch, tiny_tokenizer)
-    columns_everywhere(verifier.model)
-    columns_everywhere(draft.model)
+    force(verifier.model, form)
+    force(draft.model, form)
     events = list(Engine(verifier, ModelDrafter(draft)).generate(prompt, config))
     assert isinstance(events[-1], Finished)
     assert events[-1].token_ids == expected
@@ -67,8 +82,11 @@ def test_plans_are_measured_once_per_machine_then_read_back(tiny_tokenizer, tmp_
     assert {p.shape for p in plans} == {tuple(m.weight.shape) for m in first.modules()
                                         if type(m) is torch.nn.Linear}
     for plan in plans:
-        assert set(plan.linear_ms) == set(plan.columns_ms) == set(range(1, cpu_speed.MAX_ROWS + 1))
-        assert all(plan.columns_ms[r] < plan.linear_ms[r] for r in plan.column_rows)
+        assert set(plan.forms) == set(cpu_speed.ROW_COUNTS)
+        assert set(plan.ms["linear"]) == set(plan.ms["columns"]) == set(cpu_speed.ROW_COUNTS)
+        for rows, form in plan.forms.items():
+            if form != "linear":  # another form only when it beat F.linear by the margin
+                assert plan.ms[form][rows] < 0.95 * plan.ms["linear"][rows]
 
     again = cpu_speed.speed_up(tiny.make_model("llama", tiny_tokenizer, seed=2), cache_dir=tmp_path,
                                on_measure=lambda: measured.append(2))
@@ -95,6 +113,32 @@ def test_the_off_switch_and_non_fp32_models_keep_plain_linear(tiny_tokenizer, tm
     assert cpu_speed.speed_up(model, cache_dir=tmp_path) == []
     assert all("forward" not in vars(m) for m in model.modules())
     assert not (tmp_path / "cpu-plans").exists()
+
+
+@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+def test_without_room_for_packed_copies_the_packed_counts_take_the_better_other_form(monkeypatch):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 48)
+    timings = {"linear": dict.fromkeys(cpu_speed.ROW_COUNTS, 10.0),
+               "columns": {rows: 5.0 if rows <= 2 else 12.0 for rows in cpu_speed.ROW_COUNTS},
+               "packed": dict.fromkeys(cpu_speed.ROW_COUNTS, 4.0)}
+    plan = cpu_speed.RowPlan((48, 24), dict.fromkeys(cpu_speed.ROW_COUNTS, "packed"), timings)
+    monkeypatch.setattr(cpu_speed, "available_memory", lambda: 1000)  # bytes: no room for 4.6 kB twice
+    (applied,) = cpu_speed.apply_plans(torch.nn.Sequential(layer), [plan])
+    assert applied.forms == {rows: "columns" if rows <= 2 else "linear" for rows in cpu_speed.ROW_COUNTS}
+    assert "_specdec_packed" not in vars(layer)
+
+
+@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+def test_a_packed_layer_follows_its_weight_when_it_changes_in_place():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 48)
+    force(torch.nn.Sequential(layer), "packed")
+    x = torch.randn(1, 5, 24)
+    with torch.no_grad():
+        layer(x)
+        layer.weight.mul_(2.0)
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
 
 
 def test_the_growing_cache_gives_a_fresh_passs_logits_after_rollbacks_and_regrowth(tiny_tokenizer):
