@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from PySide6.QtCore import QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
     QMessageBox,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QTabWidget,
@@ -37,7 +36,7 @@ from PySide6.QtWidgets import (
 
 from app import gc_pin
 from app import session as session_mod
-from app.chat_view import ChatView, Legend, MessageBubble, copy_text
+from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
 from app.conversations import ConversationController
 from app.export import ExportController
 from app.fit import fit_to_screen
@@ -63,25 +62,6 @@ FLUSH_MS = 40
 GRAPH_EVERY = 2
 CLOSE_WAIT_S = 0.3  # how long closing waits for a reply to end its round (its text is saved before)
 DEFAULT_SIZE = QSize(1480, 900)
-
-
-class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
-
-    submitted = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("composer")
-        self.setPlaceholderText("Message the model…   (Enter sends · Shift+Enter new line · Esc stops)")
-        self.setTabChangesFocus(True)
-        self.setFixedHeight(72)
-
-    def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 - Qt override
-        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (e.modifiers() & Qt.KeyboardModifier.ShiftModifier):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(e)
 
 
 class MainWindow(QMainWindow):
@@ -310,14 +290,7 @@ class MainWindow(QMainWindow):
         self.rank_dialog.raise_()
 
     def _about_colours(self) -> None:
-        QMessageBox.information(
-            self, "Token colours",
-            "Green: a draft token the verifier accepted.\nRed, struck through: a draft token the verifier "
-            "rejected (kept where it was proposed; not part of the reply).\nAmber: the verifier's correction "
-            "that replaced it.\nBlue: the bonus token the verifier adds after a fully accepted round.\n"
-            "No colour: decoded by the verifier alone (speculation off).\n\nHover any token for its round, "
-            "position, draft and verifier probabilities, acceptance probability and the verifier's top "
-            "alternatives.")
+        QMessageBox.information(self, "Token colours", COLOURS_HELP)
 
     def _action(self, menu: QMenu, text: str, slot, shortcut=None) -> QAction:
         a = QAction(text, self)
