@@ -1,4 +1,4 @@
-"""The chat pane: message bubbles, and the streaming reply coloured token by token.
+"""The chat pane: message bubbles, the streaming reply coloured token by token, and the composer.
 
 Rendering is incremental. A reply's tokens live in its `ReplyTrace` (the buffer the window's event
 slot appends to); `ChatView.flush()`, called by the window's one timer, inserts only the tokens that
@@ -12,12 +12,13 @@ import html
 from bisect import bisect_right
 
 from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QTextCharFormat, QTextCursor, QTextOption
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor, QTextOption
 from PySide6.QtWidgets import (
     QCheckBox,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QPlainTextEdit,
     QScrollArea,
     QSizePolicy,
     QTextBrowser,
@@ -468,6 +469,34 @@ class ChatView(QScrollArea):
     def scroll_to_end(self) -> None:
         self._stick = True
         QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+
+class Composer(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("composer")
+        self.setPlaceholderText("Message the model…   (Enter sends · Shift+Enter new line · Esc stops)")
+        self.setTabChangesFocus(True)
+        self.setFixedHeight(72)
+
+    def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (e.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(e)
+
+
+COLOURS_HELP = (
+    "Green: a draft token the verifier accepted.\nRed, struck through: a draft token the verifier "
+    "rejected (kept where it was proposed; not part of the reply).\nAmber: the verifier's correction "
+    "that replaced it.\nBlue: the bonus token the verifier adds after a fully accepted round.\n"
+    "No colour: decoded by the verifier alone (speculation off).\n\nHover any token for its round, "
+    "position, draft and verifier probabilities, acceptance probability and the verifier's top "
+    "alternatives.")
 
 
 class Legend(QWidget):

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def finish(screenshot: bool = True) -> None:
         def shoot_and_quit() -> None:
-            window._tick()
+            window.flush()
             app.processEvents()
             if screenshot and args.screenshot:
                 if not window.grab().save(args.screenshot, "PNG"):
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"generation failed: {trace.error}")
             return
         if args.race:
-            window.race()
+            window.racer.race()
             return
         state["done"] = True
         finish()
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout > 0:
         QTimer.singleShot(int(args.timeout * 1000), lambda: fail(f"not done after {args.timeout:g} s"))
 
-    QTimer.singleShot(0, window.load_models)
+    QTimer.singleShot(0, window.loader.load)
     if args.prompt:
         QTimer.singleShot(0, lambda: window.send(args.prompt))
 

@@ -10,6 +10,7 @@ are left alone); the window is marked busy (`set_busy`) so it does not start a r
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSize, Signal
 from PySide6.QtWidgets import (
@@ -31,6 +32,9 @@ from PySide6.QtWidgets import (
 from app.fit import fit_to_screen
 from app.worker import FunctionWorker
 
+if TYPE_CHECKING:
+    from app.window import MainWindow
+
 PROMPT_SETS = ("all", "chat", "code", "rewrite", "multiturn")
 COLUMNS = ("#", "draft", "speedup", "best γ", "acceptance", "c", "tokens/s", "doctor")
 
@@ -38,7 +42,7 @@ COLUMNS = ("#", "draft", "speedup", "best γ", "acceptance", "c", "tokens/s", "d
 class RankDialog(QDialog):
     ranked = Signal(object)  # the ranking dict, as `specdec rank-drafts --json` writes it
 
-    def __init__(self, window) -> None:
+    def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window_ = window
         self.setWindowTitle("Rank drafts for this verifier")

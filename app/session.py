@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from specdec_core.config import GenerationConfig
@@ -14,6 +15,16 @@ from specdec_core.events import Finished
 
 CALIBRATION_PROMPT = "Write a few sentences about why the sky is blue."
 CALIBRATION_TOKENS = 48
+
+
+class Busy(str, Enum):
+    """What the window's one engine is doing. IDLE is falsy (`if window.busy:` reads as "busy")."""
+
+    IDLE = ""
+    LOAD = "load"
+    REPLY = "reply"
+    RACE = "race"
+    RANK = "rank"
 
 
 @dataclass(frozen=True)
@@ -175,6 +186,19 @@ def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -
                 if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
                     session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
     return tps
+
+
+def calibration_prompt_tokens(session: Session) -> int:
+    """The calibration prompt's length in tokens (0 when the tokenizer has no chat template)."""
+    from specdec_core.chat import build_prompt
+
+    v = session.verifier
+    try:
+        calibration = [{"role": "user", "content": CALIBRATION_PROMPT}]
+        return len(build_prompt(v.tokenizer, calibration, system=None, context_length=v.context_length,
+                                reserve_new_tokens=CALIBRATION_TOKENS).ids)
+    except Exception:  # noqa: BLE001 - a tokenizer without a chat template: length unknown
+        return 0
 
 
 @dataclass(frozen=True)

@@ -5,28 +5,27 @@ events into the reply's trace (a buffer). One QTimer (40 ms) flushes new tokens 
 new rounds into the graphs. The engine runs one generation at a time, so loading, replying, racing and
 ranking are mutually exclusive: `busy` (a `Busy`) says which one is running; other modules change it
 only through `set_busy`, and build prompts with `prompt_messages`.
+
+The window keeps the layout, the menus and the reply flow; controllers in their own modules do the rest
+through its public surface (`MainWindow`'s docstring): loading (app/loading.py), the race
+(app/race_controller.py), the conversation's life outside a reply (app/conversations.py) and exports
+(app/export.py).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
-from enum import Enum
-from pathlib import Path
 
 from PySide6.QtCore import QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
-    QListWidgetItem,
     QMainWindow,
     QMenu,
     QMessageBox,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QTabWidget,
@@ -37,27 +36,22 @@ from PySide6.QtWidgets import (
 
 from app import gc_pin
 from app import session as session_mod
-from app.chat_view import ChatView, Legend, MessageBubble, copy_text
+from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
+from app.conversations import ConversationController
+from app.export import ExportController
 from app.fit import fit_to_screen
-from app.graphs import GraphsPanel, stats_csv, stats_json
-from app.session import LoadRequest, LoadStep, PromptInfo, Session
+from app.graphs import GraphsPanel
+from app.loading import LoadController
+from app.race_controller import RaceController
+from app.session import Busy, PromptInfo, Session
 from app.settings_panel import SettingsPanel
 from app.sidebar import ConversationSidebar
 from app.speedup import BaselineBook, BaselineSample
-from app.store import (
-    DEFAULT_VERIFIER,
-    Conversation,
-    ConversationStore,
-    Message,
-    Settings,
-    to_html,
-    to_json,
-    to_markdown,
-)
+from app.store import Conversation, ConversationStore, Message, Settings
 from app.talk import install_talk_mode
 from app.theme import style_sheet
 from app.trace import ReplyTrace
-from app.worker import EventWorker, FunctionWorker, wait_all
+from app.worker import EventWorker, error_text, wait_all
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, StopReason
 
@@ -70,48 +64,14 @@ CLOSE_WAIT_S = 0.3  # how long closing waits for a reply to end its round (its t
 DEFAULT_SIZE = QSize(1480, 900)
 
 
-class Busy(str, Enum):
-    """What the window's one engine is doing. IDLE is falsy (`if window.busy:` reads as "busy")."""
-
-    IDLE = ""
-    LOAD = "load"
-    REPLY = "reply"
-    RACE = "race"
-    RANK = "rank"
-
-
-class Composer(QPlainTextEdit):
-    """Enter sends, Shift+Enter starts a new line."""
-
-    submitted = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("composer")
-        self.setPlaceholderText("Message the model…   (Enter sends · Shift+Enter new line · Esc stops)")
-        self.setTabChangesFocus(True)
-        self.setFixedHeight(72)
-
-    def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 - Qt override
-        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (e.modifiers() & Qt.KeyboardModifier.ShiftModifier):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(e)
-
-
-def error_text(exc: BaseException) -> str:
-    """A user-facing sentence for an exception (our own errors carry one already)."""
-    if isinstance(exc, SpecdecError):
-        return str(exc)
-    name = type(exc).__name__
-    msg = str(exc).strip()
-    if "out of memory" in msg.lower() or name == "OutOfMemoryError":
-        return ("The device ran out of memory. Try a smaller model, dtype float16/bfloat16, fewer max new "
-                f"tokens, or the CPU. ({msg.splitlines()[0] if msg else name})")
-    return f"{name}: {msg}" if msg else name
-
-
 class MainWindow(QMainWindow):
+    """The main window and its public surface, which the controllers, app/talk, the rank dialog and main.py
+    use (nothing else of it): the signals below; the state `settings`, `store`, `session`, `conv`,
+    `baselines`, `busy` (changed through `set_busy`), `closing`; the widgets built in `_build`; the
+    methods `prompt_messages`, `show_error`, `show_info`, `update_controls`, `save_settings`, `flush`,
+    `add_baseline`, `send`, `stop`, `new_chat`; and the controllers `loader`, `racer`, `conversations`,
+    `exporter` and `talk`."""
+
     models_loaded = Signal(object)  # Session
     load_failed = Signal(str)
     reply_finished = Signal(object)  # ReplyTrace (flushed into the view and graphs)
@@ -132,22 +92,25 @@ class MainWindow(QMainWindow):
         self.conv = Conversation(system=self.settings.system_prompt)
         self._busy = Busy.IDLE
         self.baselines = BaselineBook()  # verifier-alone measurements of the loaded verifier (app/speedup.py)
-        self._undo: list[Message] | None = None  # the conversation before the last edit removed turns
-        self._race_prompt_tokens = 0
         self._last_prompt_tokens = 0
         self._queued_in_composer = False
-        self._remeasure = False
-        self._load_worker: FunctionWorker | None = None
-        self._gen_worker: EventWorker | None = None
+        self._gen_worker: EventWorker | None = None  # the streaming reply's worker
         self._controls = None
         self._trace: ReplyTrace | None = None  # the streaming reply's trace
         self._message: Message | None = None
-        self._pending_prompt: str | None = None
-        self._models_dirty = False
+        self._pending_prompt: str | None = None  # sent once the models are loaded
         self._closing = False
         self._regens = 0
-        self._finish_pending: ReplyTrace | None = None
-        self._race_greedy = True
+
+        self.loader = LoadController(self)
+        self.loader.failed.connect(self._drop_pending_prompt)
+        self.loader.loaded.connect(self.models_loaded)
+        self.loader.failed.connect(self.load_failed)
+        self.loader.finished.connect(self._send_pending_prompt)
+        self.racer = RaceController(self)
+        self.racer.finished.connect(self.race_finished)
+        self.conversations = ConversationController(self)
+        self.exporter = ExportController(self)
 
         self.setWindowTitle("specdec")
         self.resize(DEFAULT_SIZE)
@@ -158,11 +121,11 @@ class MainWindow(QMainWindow):
 
         self.timer = QTimer(self)  # THE flush timer: tokens into the chat, rounds into the graphs
         self.timer.setInterval(FLUSH_MS)
-        self.timer.timeout.connect(self._timer_tick)
+        self.timer.timeout.connect(lambda: self.flush(final=False))
         self._ticks = 0
 
-        self._refresh_sidebar()
-        self._update_controls()
+        self.conversations.refresh_sidebar()
+        self.update_controls()
         self.save_failed.connect(lambda text: self.show_error(
             f"Could not save the conversation: {text}. It stays open here; earlier saves are intact."))
         for notice in (*getattr(self.settings, "notices", ()), *self.store.notices):  # files refused at start
@@ -199,9 +162,9 @@ class MainWindow(QMainWindow):
         self.chat = ChatView()
         self.chat.colored = self.settings.colored
         self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
-        self.chat.edit_requested.connect(self.edit_message)
+        self.chat.edit_requested.connect(self.conversations.edit)
         self.chat.regenerate_requested.connect(self.regenerate)
-        self.chat.graphs_requested.connect(self.show_graphs_for)
+        self.chat.graphs_requested.connect(self.conversations.show_graphs_for)
         v.addWidget(self.chat, 1)
 
         row = QHBoxLayout()
@@ -219,7 +182,7 @@ class MainWindow(QMainWindow):
         self.race_button = QPushButton("Race")
         self.race_button.setToolTip("Run the last prompt (or the composer's text) with speculation off, then "
                                     "on, same seed; compare speed and, when greedy, the texts (Ctrl+Shift+R)")
-        self.race_button.clicked.connect(self.race)
+        self.race_button.clicked.connect(self.racer.race)
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.race_button)
@@ -231,16 +194,16 @@ class MainWindow(QMainWindow):
         self.left_tabs = QTabWidget()
         self.sidebar = ConversationSidebar(self.store)
         self.sidebar.new_requested.connect(self.new_chat)
-        self.sidebar.open_requested.connect(self.open_conversation)
-        self.sidebar.renamed.connect(lambda _id: self._refresh_sidebar())
-        self.sidebar.deleted.connect(self._conversation_deleted)
+        self.sidebar.open_requested.connect(self.conversations.open)
+        self.sidebar.renamed.connect(lambda _id: self.conversations.refresh_sidebar())
+        self.sidebar.deleted.connect(self.conversations.deleted)
         self.sidebar.failed.connect(self.show_error)
         self.conv_list = self.sidebar.list
         self.left_tabs.addTab(self.sidebar, "Chats")
         self.settings_panel = SettingsPanel(self.settings)
-        self.settings_panel.changed.connect(self._settings_changed)
+        self.settings_panel.changed.connect(self.save_settings)
         self.settings_panel.models_changed.connect(self._models_changed)
-        self.settings_panel.load_requested.connect(self.load_models)
+        self.settings_panel.load_requested.connect(self.loader.load)
         self.left_tabs.addTab(self.settings_panel, "Settings")
         self.left_dock = QDockWidget("Conversations", self)
         self.left_dock.setObjectName("left_dock")
@@ -252,8 +215,8 @@ class MainWindow(QMainWindow):
 
         # right: graphs
         self.graphs = GraphsPanel()
-        self.graphs.export_png.clicked.connect(self.export_graphs_png)
-        self.graphs.export_stats.clicked.connect(self.export_stats)
+        self.graphs.export_png.clicked.connect(self.exporter.export_graphs_png)
+        self.graphs.export_stats.clicked.connect(self.exporter.export_stats)
         self.right_dock = QDockWidget("Speculation", self)
         self.right_dock.setObjectName("right_dock")
         self.right_dock.setWidget(self.graphs)
@@ -271,7 +234,7 @@ class MainWindow(QMainWindow):
         self.cancel_load_button = QToolButton()
         self.cancel_load_button.setText("Cancel")
         self.cancel_load_button.setVisible(False)
-        self.cancel_load_button.clicked.connect(self.cancel_load)
+        self.cancel_load_button.clicked.connect(self.loader.cancel)
         self.status_label = QLabel("")
         sb.addWidget(self.status_label, 1)
         sb.addPermanentWidget(self.progress)
@@ -282,11 +245,12 @@ class MainWindow(QMainWindow):
         f = mb.addMenu("&File")
         self._action(f, "New chat", self.new_chat, QKeySequence.StandardKey.New)
         f.addSeparator()
-        self._action(f, "Export conversation as Markdown…", lambda: self.export_conversation("md"))
-        self._action(f, "Export conversation as HTML (with colours)…", lambda: self.export_conversation("html"))
-        self._action(f, "Export conversation as JSON trace…", lambda: self.export_conversation("json"))
-        self._action(f, "Export graphs as PNG…", self.export_graphs_png)
-        self._action(f, "Export reply stats (CSV/JSON)…", self.export_stats)
+        export = self.exporter
+        self._action(f, "Export conversation as Markdown…", lambda: export.export_conversation("md"))
+        self._action(f, "Export conversation as HTML (with colours)…", lambda: export.export_conversation("html"))
+        self._action(f, "Export conversation as JSON trace…", lambda: export.export_conversation("json"))
+        self._action(f, "Export graphs as PNG…", export.export_graphs_png)
+        self._action(f, "Export reply stats (CSV/JSON)…", export.export_stats)
         f.addSeparator()
         self._action(f, "Quit", self.close, QKeySequence.StandardKey.Quit)
 
@@ -295,10 +259,10 @@ class MainWindow(QMainWindow):
         self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         self._action(g, "Regenerate last reply", lambda: self.regenerate(None), "Ctrl+R")
         self.toggle_action = self._action(g, "Toggle speculation", lambda: self.spec_button.toggle(), "Ctrl+D")
-        self._action(g, "Race: speculation off vs on", self.race, "Ctrl+Shift+R")
+        self._action(g, "Race: speculation off vs on", self.racer.race, "Ctrl+Shift+R")
         g.addSeparator()
-        self._action(g, "Load models", self.load_models, "Ctrl+L")
-        self._action(g, "Re-measure baseline (verifier alone)", self.remeasure_baseline)
+        self._action(g, "Load models", self.loader.load, "Ctrl+L")
+        self._action(g, "Re-measure baseline (verifier alone)", self.loader.remeasure_baseline)
         self._action(g, "Rank drafts for this verifier…", self.rank_drafts)
 
         v = mb.addMenu("&View")
@@ -324,6 +288,9 @@ class MainWindow(QMainWindow):
             self.rank_dialog = RankDialog(self)
         self.rank_dialog.show()
         self.rank_dialog.raise_()
+
+    def _about_colours(self) -> None:
+        QMessageBox.information(self, "Token colours", COLOURS_HELP)
 
     def _action(self, menu: QMenu, text: str, slot, shortcut=None) -> QAction:
         a = QAction(text, self)
@@ -355,7 +322,12 @@ class MainWindow(QMainWindow):
         """Say what the engine is doing (the rank dialog and talk mode use this too); updates the controls."""
         self.busy = Busy(state)
         if not self._closing:
-            self._update_controls()
+            self.update_controls()
+
+    @property
+    def closing(self) -> bool:
+        """The window is closing or closed: slots keep their data and touch no widget (they may be deleted)."""
+        return self._closing
 
     def prompt_messages(self, prompt: str | None = None) -> list[dict] | str:
         """The chat messages a race or a talk demo runs: the conversation plus `prompt` (else the
@@ -379,7 +351,8 @@ class MainWindow(QMainWindow):
         self.resizeDocks([self.left_dock, self.right_dock], [left, right], Qt.Orientation.Horizontal)
 
     # ------------------------------------------------------------------------------------ status --
-    def _update_controls(self) -> None:
+    def update_controls(self) -> None:
+        """Buttons and the model label from `busy` and the session."""
         generating = self.busy in ("reply", "race")
         self.send_button.setVisible(not generating)
         self.stop_button.setVisible(generating)
@@ -428,136 +401,7 @@ class MainWindow(QMainWindow):
             return
         self.chat.add_notice(text, "info")
 
-    # ----------------------------------------------------------------------------------- loading --
-    def load_request(self) -> LoadRequest:
-        s = self.settings
-        return LoadRequest(verifier=s.verifier, draft=s.draft, drafter=s.drafter, draft_tokens=s.draft_tokens,
-                           device=s.device, dtype=s.dtype, calibrate=s.calibrate)
-
-    def load_models(self) -> None:
-        """Load the models named in the settings, in the background (keeps the current pair until done)."""
-        if self.busy == "rank":
-            self.status_label.setText("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
-            return
-        if self.busy in ("reply", "race"):
-            self.stop()
-            QTimer.singleShot(100, self.load_models)
-            return
-        if self._load_worker is not None and self._load_worker.is_running:
-            self._load_worker.abort()
-        request = self.load_request()
-        previous = self.session
-        worker = FunctionWorker(lambda progress, cancelled: session_mod.load_session(request, progress, cancelled,
-                                                                              previous), name="load")
-        worker.progress.connect(self._on_load_progress)
-        worker.returned.connect(self._on_loaded)
-        worker.errored.connect(self._on_load_error)
-        worker.finished.connect(lambda w=worker: self._on_load_finished(w))
-        self._load_worker = worker
-        self.busy = Busy.LOAD
-        self.progress.setRange(0, 0)
-        self.progress.setVisible(True)
-        self.cancel_load_button.setVisible(True)
-        self.status_label.setText(f"Loading {request.verifier}…")
-        drafted_by = {session_mod.MODEL: f" ← {request.draft}",
-                      session_mod.HYBRID: f" ← {request.draft} + prompt lookup"}
-        self.model_label.setText(f"Loading <b>{request.verifier}</b>"
-                                 + drafted_by.get(request.drafter, " ← prompt lookup") + "…")
-        self.settings_panel.set_verdict("Checking the pair once the models are loaded…"
-                                        if request.drafter in session_mod.USES_DRAFT else "", None)
-        self._update_controls()
-        worker.start()
-
-    def cancel_load(self) -> None:
-        if self._load_worker is not None and self._load_worker.is_running:
-            self._load_worker.abort()
-            self.status_label.setText("Loading cancelled")
-
-    def _on_load_progress(self, step: LoadStep) -> None:
-        if step.fraction is None:
-            self.progress.setRange(0, 0)
-        else:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * max(0.0, min(1.0, step.fraction))))
-        pct = f" {step.fraction:.0%}" if step.fraction is not None else ""
-        self.status_label.setText(f"{step.what}: {step.message}{pct}")
-
-    def _on_loaded(self, session: Session) -> None:
-        if self._closing:
-            return
-        previous, self.session = self.session, session
-        if previous is None or previous.verifier is not session.verifier or self._remeasure:
-            self.baselines.clear()  # measurements of another verifier (or asked to measure again)
-            if session.baseline_tps:
-                self.baselines.add(BaselineSample(session.baseline_tps, self._calibration_prompt_tokens(session),
-                                                  "calibration", graphs_live=False,
-                                                  verify_s_per_token=session.baseline_verify_s))
-        self._remeasure = False
-        self._models_dirty = False
-        self.settings_panel.set_dirty(False)
-        self.settings_panel.set_verdict(session.verdict, session.verdict_ok, session.verdict_report)
-        if not session.verdict_ok:
-            self.show_error(f"The draft cannot be used with this verifier. {session.verdict}\n"
-                            "Replies use the verifier alone until you pick another draft or prompt lookup.")
-        s = self.settings
-        for spec in (s.verifier, s.draft if s.drafter in session_mod.USES_DRAFT else ""):
-            if spec and spec != DEFAULT_VERIFIER and spec not in s.recent_specs:
-                s.recent_specs = ([spec] + s.recent_specs)[:10]
-        self._save_settings()
-        self.graphs.live.set_baseline(session.baseline_tps, session.baseline_source)
-        load_s = getattr(session.verifier, "load_s", None)
-        self.status_label.setText(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
-        self.models_loaded.emit(session)
-
-    def _on_load_error(self, exc: BaseException) -> None:
-        if self._closing:
-            return
-        msg = f"Could not load the models: {error_text(exc)}"
-        self.settings_panel.set_verdict(error_text(exc), False)
-        self.show_error(msg)
-        self._pending_prompt = None
-        self.load_failed.emit(msg)
-
-    def _on_load_finished(self, worker: FunctionWorker) -> None:
-        if worker is not self._load_worker:
-            return
-        self._load_worker = None
-        self.busy = Busy.IDLE
-        if self._closing:
-            return
-        self.progress.setVisible(False)
-        self.cancel_load_button.setVisible(False)
-        self._update_controls()
-        queued, self._queued_in_composer = self._queued_in_composer, False
-        self.composer.setReadOnly(False)
-        if self._pending_prompt is not None and self.session is not None:
-            text, self._pending_prompt = self._pending_prompt, None
-            if queued:
-                self.composer.clear()
-            self.send(text)
-        else:
-            self._pending_prompt = None  # loading failed or was cancelled: the text is still in the composer
-
-    def remeasure_baseline(self) -> None:
-        if self.session is None or self.busy:
-            return
-        self.session.baseline_tps = None
-        self._remeasure = True
-        self.load_models()
-
-    @staticmethod
-    def _calibration_prompt_tokens(session: Session) -> int:
-        from specdec_core.chat import build_prompt
-
-        v = session.verifier
-        try:
-            calibration = [{"role": "user", "content": session_mod.CALIBRATION_PROMPT}]
-            return len(build_prompt(v.tokenizer, calibration, system=None,
-                                    context_length=v.context_length,
-                                    reserve_new_tokens=session_mod.CALIBRATION_TOKENS).ids)
-        except Exception:  # noqa: BLE001 - a tokenizer without a chat template: length unknown
-            return 0
-
+    # --------------------------------------------------------------------------------- baselines --
     def _graphs_live(self) -> bool:
         """Whether the graphs repaint while a reply streams (the UI load a speed is measured under)."""
         return self.right_dock.isVisible()
@@ -571,7 +415,7 @@ class MainWindow(QMainWindow):
         if self.graphs.live.trace is trace:
             self.graphs.live.set_baseline(b.tokens_per_s, b.how, b.verify_s_per_token)
 
-    def _add_baseline(self, trace: ReplyTrace, source: str) -> None:
+    def add_baseline(self, trace: ReplyTrace, source: str) -> None:
         """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines."""
         st = trace.get_stats()
         if st is None or st.new_tokens < 8 or not st.tokens_per_s:
@@ -603,21 +447,36 @@ class MainWindow(QMainWindow):
 
     def send(self, text: str) -> None:
         """Add a user message and start the reply (queued until the models are loaded)."""
-        if self.busy == "load" or (self.session is None and self._load_worker is not None):
+        if self.busy == "load" or (self.session is None and self.loader.worker is not None):
             self._pending_prompt = text
             self.status_label.setText("The message will be sent once the models are loaded…")
             return
         if self.session is None:
             self._pending_prompt = text
-            self.load_models()
+            self.loader.load()
             return
-        self._undo = None  # the edited message is sent: the removed turns are gone for good
+        self.conversations.undo = None  # the edited message is sent: the removed turns are gone for good
         self.conv.messages.append(Message("user", text))
         self.conv.auto_title()
-        self._save_conversation()  # the chat shows in the sidebar from its first message, not its first reply
+        self.conversations.save()  # the chat shows in the sidebar from its first message, not its first reply
         self.chat.add_user(text, len(self.conv.messages) - 1)
         self.chat.scroll_to_end()
         self._start_reply()
+
+    def _drop_pending_prompt(self) -> None:
+        self._pending_prompt = None  # loading failed: a message waiting for it is not sent
+
+    def _send_pending_prompt(self) -> None:
+        """Loading ended: send the message that waited for it, if the models are there."""
+        queued, self._queued_in_composer = self._queued_in_composer, False
+        self.composer.setReadOnly(False)
+        if self._pending_prompt is not None and self.session is not None:
+            text, self._pending_prompt = self._pending_prompt, None
+            if queued:
+                self.composer.clear()
+            self.send(text)
+        else:
+            self._pending_prompt = None  # loading failed or was cancelled: the text is still in the composer
 
     def _start_reply(self) -> None:
         assert self.session is not None
@@ -653,7 +512,7 @@ class MainWindow(QMainWindow):
         self._gen_worker = worker
         self.busy = Busy.REPLY
         self.status_label.setText("Generating…")
-        self._update_controls()
+        self.update_controls()
         self.timer.start()
         worker.start()
 
@@ -700,53 +559,53 @@ class MainWindow(QMainWindow):
         if self._closing:
             # The reply ended after the window closed (closeEvent waits only 1 s): save what it
             # wrote, and touch no widget, since they may be deleted by now.
-            self._store_quietly()
+            self.conversations.store_quietly()
             return
         # A reply that produced nothing (error before the first token) leaves no empty bubble behind.
         if message is not None and trace is not None and not trace.tokens and trace.error:
             if self.conv.messages and self.conv.messages[-1] is message:
                 self.conv.messages.pop()
-                self._render_conversation(keep_notices=True)
-        self._tick()  # final flush of text and graphs
+                self.conversations.render()
+        self.flush()  # final flush of text and graphs
         self.busy = Busy.IDLE
         self._regens = 0
         if trace is not None and trace.all_plain and trace.stop_reason in ("eos", "max_tokens", "stop_string") \
                 and (trace.get_stats() or None) and trace.get_stats().new_tokens >= 8 and self.session:
             # A reply with speculation off is one more verifier-alone measurement: it joins the others
             # (a median of comparable runs is the baseline) instead of replacing them.
-            self._add_baseline(trace, "speculation-off reply")
-        self._save_conversation()
-        self._update_controls()
+            self.add_baseline(trace, "speculation-off reply")
+        self.conversations.save()
+        self.update_controls()
         self.status_label.setText(trace.summary() if trace is not None and trace.rounds else "Ready")
         self.timer.stop()
         if trace is not None and not self._closing:
             self.reply_finished.emit(trace)
 
-    def _tick(self, final: bool = True) -> None:
+    def flush(self, final: bool = True) -> None:
+        """New tokens into the chat and new rounds into the graphs (the timer's tick; final: every panel)."""
         self.chat.flush()
         self._ticks += 1
         # The header's figures every tick (they match the bubble's footer); one panel every GRAPH_EVERY-th.
         self.graphs.flush(panels=final or self._ticks % GRAPH_EVERY == 0)
 
-    def _timer_tick(self) -> None:
-        self._tick(final=False)
-
     def stop(self) -> None:
-        if self._gen_worker is not None and self._gen_worker.is_running:
-            self._gen_worker.abort()
-            self.status_label.setText("Stopping…")
+        """Stop the reply or the race that is running."""
+        for worker in (self._gen_worker, self.racer.worker):
+            if worker is not None and worker.is_running:
+                worker.abort()
+                self.status_label.setText("Stopping…")
 
     def set_speculation(self, on: bool) -> None:
         self.settings.speculate = on
         if self._controls is not None and self.busy == Busy.REPLY:  # a race's lanes keep their own setting
             self._controls.speculate = on  # the engine reads it at the start of the next round
-        self._update_controls()
-        self._save_settings()
+        self.update_controls()
+        self.save_settings()
 
     def set_colored(self, on: bool) -> None:
         self.settings.colored = on
         self.chat.set_colored(on)
-        self._save_settings()
+        self.save_settings()
 
     def regenerate(self, bubble: MessageBubble | None) -> None:
         if self.busy or self.session is None:
@@ -760,292 +619,28 @@ class MainWindow(QMainWindow):
             return
         del msgs[idx:]
         self._regens += 1
-        self._render_conversation()
-        self._show_graphs_of_last_reply()
+        self.conversations.render()
+        self.conversations.show_graphs_of_last_reply()
         if float(self.settings.temperature) == 0:
             self.show_info("Temperature is 0 (greedy): the verifier always picks its most likely token, so "
                            "regenerating writes the same reply. Raise the temperature (Settings) for a "
                            "different one.")
         self._start_reply()
 
-    def edit_message(self, bubble: MessageBubble) -> None:
-        if self.busy in ("reply", "race"):
-            return
-        idx = bubble.index
-        if idx >= len(self.conv.messages) or self.conv.messages[idx].role != "user":
-            return
-        text = self.conv.messages[idx].content
-        removed = len(self.conv.messages) - idx
-        self._undo = list(self.conv.messages)
-        del self.conv.messages[idx:]
-        self._render_conversation()
-        self._show_graphs_of_last_reply()  # the graphs must not keep showing a removed reply
-        self.composer.setPlainText(text)
-        self.composer.setFocus()
-        cursor = self.composer.textCursor()
-        cursor.movePosition(cursor.MoveOperation.End)
-        self.composer.setTextCursor(cursor)
-        later = removed - 1
-        what = f"this message and the {later} after it" if later else "this message"
-        notice = self.chat.add_notice(f"Editing: {what} left the conversation (nothing is saved until you "
-                                      "send). Undo puts them back.", "info")
-        notice.add_button("Undo", self.undo_edit)
-        self._undo_notice = notice
-        self.status_label.setText("Edit the message and press Enter to send it again (Undo puts the turns back)")
-
-    def undo_edit(self) -> None:
-        """Put back the turns the last Edit removed (until the edited message is sent)."""
-        if self._undo is None or self.busy in (Busy.REPLY, Busy.RACE):
-            return
-        self.conv.messages[:] = self._undo
-        self._undo = None
-        self.composer.clear()
-        self._render_conversation()
-        self._show_graphs_of_last_reply()
-        self.status_label.setText("Edit undone")
-
-    def _show_graphs_of_last_reply(self) -> None:
-        """Point the graphs at the conversation's last reply (none: empty graphs)."""
-        last = next((m.trace for m in reversed(self.conv.messages) if m.trace is not None), None)
-        if self.graphs.live.trace is not last:
-            self.graphs.live.set_trace(last, last.baseline_tps if last else None)
-
-    # --------------------------------------------------------------------------------------- race --
-    def race(self) -> None:
-        if self.busy or self.session is None:
-            if self.session is None:
-                self.show_error("Load the models first (Settings ▸ Load models).")
-            return
-        messages = self.prompt_messages()
-        if isinstance(messages, str):
-            self.show_error(messages.rstrip(".") + " to race speculation off against on.")
-            return
-        try:
-            config = session_mod.config_from_settings(self.settings)
-        except SpecdecError as exc:
-            self.show_error(f"Check the generation settings: {exc}")
-            return
-        if self.session.drafter is None:
-            self.show_error("There is no usable drafter, so there is nothing to race. " + self.session.verdict)
-            return
-        from specdec_core.engine import Controls
-
-        s = self.session
-        self._race_greedy = config.greedy
-        self._controls = Controls()
-        controls = self._controls
-        system = self.settings.system_prompt
-        self.graphs.race.start()
-        self.graphs.tabs.setCurrentIndex(1)
-        self.right_dock.show()
-        # The same lanes as the Talk menu's race (app/talk/context.py): one race implementation.
-        from app.talk.context import TalkContext, engine_lane, lane_events
-
-        ctx = TalkContext(s, messages, system, config)
-        lanes = [engine_lane("off", "Speculation OFF", s.verifier, s.drafter, speculate=False),
-                 engine_lane("on", "Speculation ON", s.verifier, s.drafter, speculate=True)]
-        worker = EventWorker(lambda: lane_events(ctx, lanes, controls),
-                             on_abort=controls.cancel, name="race")
-        worker.event.connect(self._on_race_event)
-        worker.errored.connect(lambda exc: self.show_error(f"Race failed: {error_text(exc)}"))
-        worker.finished.connect(lambda w=worker: self._on_race_finished(w))
-        self._gen_worker = worker
-        self.busy = Busy.RACE
-        self.status_label.setText("Racing: speculation off, then on…")
-        self._update_controls()
-        self.timer.start()
-        worker.start()
-
-    def _on_race_event(self, ev: object) -> None:
-        from app.talk.context import LaneEvent
-
-        if isinstance(ev, PromptInfo):
-            self._race_prompt_tokens = ev.prompt_tokens
-        if isinstance(ev, LaneEvent):
-            self.graphs.race.traces[ev.lane].apply(ev.event)
-            if isinstance(ev.event, Finished) and ev.event.error:
-                self.show_error(f"Race ({ev.lane}) failed: {ev.event.error}")
-
-    def _on_race_finished(self, worker: EventWorker) -> None:
-        if worker is not self._gen_worker:
-            return
-        self._gen_worker = None
-        if self._closing:
-            return
-        self.busy = Busy.IDLE
-        self.timer.stop()
-        html = self.graphs.race.finish(self._race_greedy)
-        off = self.graphs.race.traces.get("off")
-        if off is not None and off.stats and self.session is not None:
-            off.prompt_tokens = off.prompt_tokens or self._race_prompt_tokens
-            self._add_baseline(off, "race")
-        plain = html.replace("<br>", " · ")
-        plain = re.sub(r"<[^>]+>", "", plain)
-        self.show_info(f"Race: {plain}")
-        self.status_label.setText(f"Race: {plain}")
-        self._update_controls()
-        if not self._closing:
-            self.race_finished.emit(plain)
-
     # ------------------------------------------------------------------------------ conversations --
     def new_chat(self) -> None:
-        if self.busy in ("reply", "race"):
+        """Stop a running reply or race and start an empty conversation."""
+        if self.busy in (Busy.REPLY, Busy.RACE):
             self.stop()
-        self.conv = Conversation(system=self.settings.system_prompt)
-        self._trace = None
-        self._undo = None
-        self.chat.clear()
-        self.graphs.live.set_trace(None, self.session.baseline_tps if self.session else None)
-        self.setWindowTitle("specdec")
-        self.status_label.setText("New chat" if self.busy != Busy.LOAD else self.status_label.text())
-        self._refresh_sidebar()
-        self.composer.setFocus()
-
-    def open_conversation(self, conv_id: str) -> None:
-        if self.busy in ("reply", "race"):
-            self.status_label.setText("Stop the reply before switching conversations")
-            return
-        try:
-            conv = self.store.load(conv_id)
-        except (OSError, ValueError, KeyError) as exc:
-            self.show_error(f"Could not open that conversation: {exc}")
-            return
-        self.conv = conv
-        self._undo = None
-        self._render_conversation()
-        for notice in conv.notices:  # read-only (a newer format), or what was dropped as damaged
-            self.show_info(notice)
-        last = next((m.trace for m in reversed(conv.messages) if m.trace is not None), None)
-        self.graphs.live.set_trace(last, last.baseline_tps if last else None)
-        if last is not None:
-            self.graphs.live.flush()
-        self.setWindowTitle(f"specdec — {conv.title}")
-        # The status bar describes this conversation, not the one shown before.
-        self.status_label.setText(f"Opened “{conv.title}”" + (f" · last reply: {last.summary()}" if last else ""))
-        self._refresh_sidebar()
-
-    def _render_conversation(self, keep_notices: bool = False) -> None:
-        self.chat.clear()
-        for i, m in enumerate(self.conv.messages):
-            if m.role == "user":
-                self.chat.add_user(m.content, i)
-            else:
-                trace = m.trace or ReplyTrace(stop_reason="eos")
-                if m.trace is None:  # a reply saved without a trace: show its text plainly
-                    from app.trace import TokenRecord
-
-                    trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
-                self.chat.add_assistant(trace, i)
-        self.chat.scroll_to_end()
-
-    def show_graphs_for(self, bubble: MessageBubble) -> None:
-        if bubble.trace is None or self.busy in ("reply", "race"):
-            return
-        self.graphs.live.set_trace(bubble.trace, bubble.trace.baseline_tps)
-        self.graphs.live.flush()
-        self.graphs.tabs.setCurrentIndex(0)
-        self.right_dock.show()
-
-    def _save_conversation(self) -> None:
-        if not self.conv.messages:
-            return
-        error = self._store_quietly()
-        if error is not None:
-            self.show_error(f"Could not save the conversation: {error}. It stays open here; earlier saves are "
-                            "intact.")
-        self.setWindowTitle(f"specdec — {self.conv.title}")
-        self._refresh_sidebar()
-
-    def _store_quietly(self) -> OSError | None:
-        """Save the conversation atomically; the error if that failed (earlier saves stay intact)."""
-        if not self.conv.messages:
-            return None
-        try:
-            if self._closing:
-                self.store.save(self.conv)  # the app is about to exit: wait for the write
-            else:  # written on the store's thread; a failure comes back through save_failed
-                self.store.save_in_background(self.conv).add_done_callback(self._background_save_done)
-        except OSError as exc:
-            return exc
-        return None
-
-    def _background_save_done(self, future) -> None:
-        """Called on the store's writer thread: only emit (Qt queues the signal to the GUI thread)."""
-        error = future.exception()
-        if error is not None:
-            try:
-                self.save_failed.emit(str(error))
-            except RuntimeError:  # the window is already deleted
-                pass
-
-    def _refresh_sidebar(self) -> None:
-        self.sidebar.refresh(self.conv)
-
-    def _open_item(self, item: QListWidgetItem) -> None:
-        self.sidebar.open_item(item)
-
-    def _conversation_deleted(self, conv_id: str) -> None:
-        if conv_id == self.conv.id:
-            self.new_chat()
-        self._refresh_sidebar()
-
-    # ----------------------------------------------------------------------------------- exports --
-    def _save_path(self, title: str, suggested: str, filt: str) -> str:
-        path, _ = QFileDialog.getSaveFileName(self, title, str(Path.home() / suggested), filt)
-        return path
-
-    def export_conversation(self, kind: str) -> None:
-        slug = "".join(ch if ch.isalnum() else "-" for ch in self.conv.title.lower()).strip("-")[:40] or "chat"
-        filt = {"md": "Markdown (*.md)", "html": "HTML (*.html)", "json": "JSON (*.json)"}[kind]
-        path = self._save_path("Export conversation", f"{slug}.{kind}", filt)
-        if path:
-            self.write_export(kind, Path(path))
-
-    def write_export(self, kind: str, path: Path) -> None:
-        text = {"md": to_markdown, "html": to_html, "json": to_json}[kind](self.conv)
-        path.write_text(text, encoding="utf-8")
-        self.status_label.setText(f"Exported {path}")
-
-    def export_graphs_png(self) -> None:
-        path = self._save_path("Export graphs", "specdec-graphs.png", "PNG image (*.png)")
-        if path:
-            self.graphs.flush()
-            shown = self.graphs.live if self.graphs.tabs.currentIndex() == 0 else self.graphs.race
-            shown.grab().save(path, "PNG")
-            self.status_label.setText(f"Exported {path}")
-
-    def export_stats(self) -> None:
-        trace = self.graphs.live.trace
-        if trace is None:
-            self.status_label.setText("No reply to export yet")
-            return
-        path, filt = QFileDialog.getSaveFileName(self, "Export reply stats", str(Path.home() / "specdec-stats.csv"),
-                                                 "CSV, one row per round (*.csv);;JSON (*.json)")
-        if path:
-            text = stats_json(trace) if path.endswith(".json") or "JSON" in filt else stats_csv(trace)
-            Path(path).write_text(text, encoding="utf-8")
-            self.status_label.setText(f"Exported {path}")
-
-    def _about_colours(self) -> None:
-        QMessageBox.information(
-            self, "Token colours",
-            "Green: a draft token the verifier accepted.\nRed, struck through: a draft token the verifier "
-            "rejected (kept where it was proposed; not part of the reply).\nAmber: the verifier's correction "
-            "that replaced it.\nBlue: the bonus token the verifier adds after a fully accepted round.\n"
-            "No colour: decoded by the verifier alone (speculation off).\n\nHover any token for its round, "
-            "position, draft and verifier probabilities, acceptance probability and the verifier's top "
-            "alternatives.")
+        self._trace = None  # the stopping reply's last events no longer reach the view
+        self.conversations.new()
 
     # ---------------------------------------------------------------------------------- settings --
-    def _settings_changed(self) -> None:
-        self._save_settings()
-
     def _models_changed(self) -> None:
-        self._models_dirty = True
         self.settings_panel.set_dirty(True)
-        self._save_settings()
+        self.save_settings()
 
-    def _save_settings(self) -> None:
+    def save_settings(self) -> None:
         if not self.persist_settings:
             return
         try:
@@ -1065,8 +660,8 @@ class MainWindow(QMainWindow):
                 self._trace.stop_reason = StopReason.CANCELLED.value
             self._message.content = self._message.content or self._trace.text
         if self.busy in (Busy.REPLY, Busy.RACE) and self.conv.messages:
-            self._store_quietly()  # keep what was generated so far
-        self._save_settings()
+            self.conversations.store_quietly()  # keep what was generated so far
+        self.save_settings()
         wait_all(CLOSE_WAIT_S)
         if first_close:
             gc_pin.collector().release()
@@ -1080,4 +675,4 @@ def shutdown_clean(timeout: float = 1.5) -> bool:
     return ok
 
 
-__all__ = ["MainWindow", "Composer", "error_text"]
+__all__ = ["Busy", "MainWindow", "Composer", "error_text"]

@@ -20,6 +20,20 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from specdec_core.errors import SpecdecError
+
+
+def error_text(exc: BaseException) -> str:
+    """A user-facing sentence for an exception a worker reported (our own errors carry one already)."""
+    if isinstance(exc, SpecdecError):
+        return str(exc)
+    name = type(exc).__name__
+    msg = str(exc).strip()
+    if "out of memory" in msg.lower() or name == "OutOfMemoryError":
+        return ("The device ran out of memory. Try a smaller model, dtype float16/bfloat16, fewer max new "
+                f"tokens, or the CPU. ({msg.splitlines()[0] if msg else name})")
+    return f"{name}: {msg}" if msg else name
+
 
 class Cancelled(Exception):
     """Raised inside work (e.g. from a progress callback) when its worker was asked to abort."""

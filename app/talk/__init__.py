@@ -16,20 +16,23 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
-from PySide6.QtWidgets import QDialog, QFileDialog, QMainWindow, QMessageBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QFileDialog, QVBoxLayout, QWidget
 
 from app.fit import available, fit_to_screen, scrolling, wrap_labels
 from app.trace import ReplyTrace
+
+if TYPE_CHECKING:
+    from app.window import MainWindow
 
 PRESENTER_KEYS = ("F5", "Ctrl+Shift+F5")  # the first one free in the window is used
 REPLAY_KEYS = ("F6", "Ctrl+Shift+F6")
 
 
-def current_trace(window: Any) -> ReplyTrace | None:
+def current_trace(window: MainWindow) -> ReplyTrace | None:
     """The reply the window's graphs show (the streaming one, or the one whose Graphs button was pressed),
     else the conversation's last reply with tokens."""
     trace = window.graphs.live.trace
@@ -90,7 +93,7 @@ class TalkDialog(QDialog):
 class TalkMode(QObject):
     """The Talk menu's controller for one main window."""
 
-    def __init__(self, window: QMainWindow,
+    def __init__(self, window: MainWindow,
                  get_current_trace: Callable[[], ReplyTrace | None] | None = None) -> None:
         super().__init__(window)
         from app.talk.presenter import PresenterMode
@@ -138,11 +141,7 @@ class TalkMode(QObject):
         return dlg
 
     def _say(self, text: str) -> None:
-        show = getattr(self.window, "show_error", None)
-        if show is not None:
-            show(text)
-        else:
-            QMessageBox.information(self.window, "Talk", text)
+        self.window.show_error(text)
 
     def open_replay(self, trace: ReplyTrace | None = None) -> TalkDialog | None:
         from app.talk.replay import ReplayDialog
@@ -246,7 +245,7 @@ class TalkMode(QObject):
         return self._show(view, "The speedup, explained: predicted and measured")
 
 
-def install_talk_mode(window: QMainWindow,
+def install_talk_mode(window: MainWindow,
                       get_current_trace: Callable[[], ReplyTrace | None] | None = None) -> TalkMode:
     """Add the Talk menu, the presenter shortcut (F5) and the replay shortcut (F6) to `window`."""
     return TalkMode(window, get_current_trace)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.session import HYBRID, MODEL, PROMPT_LOOKUP, LoadRequest, PromptInfo, Session
 from specdec_core.config import GenerationConfig
 from specdec_core.events import Finished, StopReason, TokenCommitted, TokenState
 from specdec_core.stats import Stats
+
+if TYPE_CHECKING:
+    from app.window import MainWindow
 
 
 @dataclass
@@ -54,7 +57,7 @@ def session_from_pair(pair: Any, spec: str = "") -> Session:
                    verifier=pair.verifier, engine=pair.engine, draft=pair.draft, drafter=pair.drafter)
 
 
-def context_from_window(window: Any, prompt: str | None = None) -> TalkContext | str:
+def context_from_window(window: MainWindow, prompt: str | None = None) -> TalkContext | str:
     """The window's session, prompt and settings, or a sentence saying why there is nothing to run.
 
     The prompt is `prompt`, else the composer's text, else the conversation up to its last user turn

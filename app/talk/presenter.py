@@ -2,18 +2,21 @@
 token legend always visible and the graphs enlarged. Everything stays live, and leaving the mode puts
 every changed property back as it was.
 
-It works from the outside, through the window's public attributes (legend, graphs, docks, menus), so
-window.py needs no changes: `PresenterMode(window).toggle()`.
+It works from the outside, through the window's public attributes (`legend`, `graphs`, `left_dock`,
+`right_dock`), so window.py needs no changes: `PresenterMode(window).toggle()`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QPalette
-from PySide6.QtWidgets import QMainWindow
+from PySide6.QtWidgets import QDockWidget
+
+if TYPE_CHECKING:
+    from app.window import MainWindow
 
 SCALE = 1.6  # type size multiplier
 GRAPHS_SHARE = 0.45  # of the window's width, for the graphs dock
@@ -75,18 +78,18 @@ class _Saved:
     right_visible: bool | None = None
     legend_visible: bool | None = None
     main_state: Any = None  # QMainWindow.saveState(): docks, their places and sizes
-    dock_widths: dict[str, int] = field(default_factory=dict)
+    dock_widths: list[tuple[QDockWidget, int]] = field(default_factory=list)  # the docks shown
     size: Any = None
     axes: list[tuple[Any, QFont | None, QFont | None]] = field(default_factory=list)
     backgrounds: list[tuple[Any, QBrush]] = field(default_factory=list)
 
 
 class PresenterMode(QObject):
-    """Toggles presenter mode on one QMainWindow; `toggled(bool)` follows it."""
+    """Toggles presenter mode on the main window; `toggled(bool)` follows it."""
 
     toggled = Signal(bool)
 
-    def __init__(self, window: QMainWindow, scale: float = SCALE, full_screen: bool = True) -> None:
+    def __init__(self, window: MainWindow, scale: float = SCALE, full_screen: bool = True) -> None:
         super().__init__(window)
         self.window = window
         self.scale = scale
@@ -114,8 +117,7 @@ class PresenterMode(QObject):
                    palette_set=w.testAttribute(Qt.WidgetAttribute.WA_SetPalette), font=QFont(w.font()),
                    font_set=w.testAttribute(Qt.WidgetAttribute.WA_SetFont), window_state=w.windowState(),
                    geometry=w.saveGeometry(), main_state=w.saveState(), size=w.size(),
-                   dock_widths={name: dock.width() for name in ("left_dock", "right_dock")
-                                if (dock := getattr(w, name, None)) is not None and dock.isVisible()})
+                   dock_widths=[(dock, dock.width()) for dock in (w.left_dock, w.right_dock) if dock.isVisible()])
         self._saved = s
         base = w.font().pointSizeF()
         if base <= 0:
@@ -127,17 +129,12 @@ class PresenterMode(QObject):
         w.setPalette(projector_palette(w.palette()))
         w.setStyleSheet(s.style_sheet + presenter_style_sheet(point))
 
-        left, right = getattr(w, "left_dock", None), getattr(w, "right_dock", None)
-        legend = getattr(w, "legend", None)
-        if left is not None:
-            s.left_visible = left.isVisible()
-            left.hide()  # the sidebar is for the speaker, not the room
-        if right is not None:
-            s.right_visible = right.isVisible()
-            right.show()
-        if legend is not None:
-            s.legend_visible = legend.isVisible()
-            legend.show()
+        s.left_visible = w.left_dock.isVisible()
+        w.left_dock.hide()  # the sidebar is for the speaker, not the room
+        s.right_visible = w.right_dock.isVisible()
+        w.right_dock.show()
+        s.legend_visible = w.legend.isVisible()
+        w.legend.show()
         self._enlarge_plots(point)
         if self.full_screen:
             w.showFullScreen()
@@ -162,13 +159,10 @@ class PresenterMode(QObject):
             w.setAttribute(Qt.WidgetAttribute.WA_SetPalette, False)
         if not s.font_set:
             w.setAttribute(Qt.WidgetAttribute.WA_SetFont, False)
-        for dock, visible in ((getattr(w, "left_dock", None), s.left_visible),
-                              (getattr(w, "right_dock", None), s.right_visible)):
-            if dock is not None and visible is not None:
-                dock.setVisible(visible)
-        legend = getattr(w, "legend", None)
-        if legend is not None and s.legend_visible is not None:
-            legend.setVisible(s.legend_visible)
+        for widget, visible in ((w.left_dock, s.left_visible), (w.right_dock, s.right_visible),
+                                (w.legend, s.legend_visible)):
+            if visible is not None:
+                widget.setVisible(visible)
         if self.full_screen:
             w.setWindowState(s.window_state)
             if not (s.window_state & (Qt.WindowState.WindowFullScreen | Qt.WindowState.WindowMaximized)):
@@ -188,8 +182,7 @@ class PresenterMode(QObject):
         w = self.window
         if s.main_state is not None:
             w.restoreState(s.main_state)
-        docks = [(getattr(w, name, None), width) for name, width in s.dock_widths.items()]
-        docks = [(d, width) for d, width in docks if d is not None and d.isVisible()]
+        docks = [(d, width) for d, width in s.dock_widths if d.isVisible()]
         if docks:
             w.resizeDocks([d for d, _ in docks], [width for _, width in docks], Qt.Orientation.Horizontal)
 
@@ -199,9 +192,7 @@ class PresenterMode(QObject):
             import pyqtgraph as pg
         except ImportError:
             return []
-        graphs = getattr(self.window, "graphs", None)
-        root = graphs if graphs is not None else self.window
-        return root.findChildren(pg.PlotWidget)
+        return self.window.graphs.findChildren(pg.PlotWidget)
 
     def _enlarge_plots(self, point: float) -> None:
         assert self._saved is not None
@@ -224,10 +215,9 @@ class PresenterMode(QObject):
     def _fit_docks(self) -> None:
         """Give the graphs a large share of the width (again after every resize)."""
         w = self.window
-        right = getattr(w, "right_dock", None)
-        if not self.active or right is None or not right.isVisible():
+        if not self.active or not w.right_dock.isVisible():
             return
-        w.resizeDocks([right], [int(w.width() * GRAPHS_SHARE)], Qt.Orientation.Horizontal)
+        w.resizeDocks([w.right_dock], [int(w.width() * GRAPHS_SHARE)], Qt.Orientation.Horizontal)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
         if obj is self.window and event.type() == QEvent.Type.Resize and self.active:

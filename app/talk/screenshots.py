@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     talk = install_talk_mode(window)
     window.resize(1600, 950)
     window.show()
-    window.load_models()
+    window.loader.load()
     wait(window.models_loaded, 600)
     settle(200)
     window.composer.setPlainText(args.prompt)

@@ -38,7 +38,7 @@ def make_window(qtbot, data_dir, tiny_models_dir):
         windows.append(w)
         if load:
             with qtbot.waitSignal(w.models_loaded, timeout=LOAD_TIMEOUT_MS):
-                w.load_models()
+                w.loader.load()
             qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
         return w
 

@@ -146,7 +146,7 @@ def test_conversation_survives_save_and_reopen(make_window, data_dir, send_and_w
     w2 = make_window(load=False)
     # the new window's own (unsaved) chat on top, then the saved one
     assert w2.conv_list.count() == 2 and w2.conv_list.item(0).text() == "New chat"
-    w2._open_item(w2.conv_list.item(1))
+    w2.sidebar.open_item(w2.conv_list.item(1))
     assert w2.conv_list.count() == 1  # the empty new chat was never saved: opening another drops its row
     assert w2.conv.id == conv_id
     assert [m.role for m in w2.conv.messages] == ["user", "assistant", "user", "assistant"]
@@ -189,7 +189,7 @@ def test_incompatible_pair_shows_the_doctors_reason(make_window, qtbot, tmp_path
     errors = []
     w.error_shown.connect(errors.append)
     with qtbot.waitSignal(w.models_loaded, timeout=60_000) as blocker:
-        w.load_models()
+        w.loader.load()
     session = blocker.args[0]
     assert not session.verdict_ok and session.drafter is None
     verdict = w.settings_panel.verdict.text()
@@ -270,7 +270,7 @@ def test_regenerate_and_edit_and_resend(make_window, qtbot, send_and_wait):
     assert [m.role for m in w.conv.messages] == ["user", "assistant", "user", "assistant"]
     assert len(w.chat.bubbles) == 4
     # edit the second question: it and everything after leave the chat; its text is back in the composer
-    w.edit_message(w.chat.bubbles[2])
+    w.conversations.edit(w.chat.bubbles[2])
     assert w.composer.toPlainText() == "Second" and len(w.conv.messages) == 2
     w.composer.setPlainText("Second, edited")
     with qtbot.waitSignal(w.reply_finished, timeout=60_000):
@@ -290,7 +290,7 @@ def test_race_runs_off_then_on_and_compares_greedy_texts(make_window, qtbot):
     w = make_window(max_new_tokens=24)
     w.composer.setPlainText("Race me")
     with qtbot.waitSignal(w.race_finished, timeout=120_000) as done:
-        w.race()
+        w.racer.race()
     off, on = w.graphs.race.traces["off"], w.graphs.race.traces["on"]
     assert {t.state for t in off.tokens} == {"plain"} and on.speculative
     assert off.text == on.text and "identical" in done.args[0]
@@ -314,7 +314,7 @@ def test_cancel_load_keeps_the_app_usable(make_window, qtbot, monkeypatch):
     w = make_window()
     loaded = w.session
     monkeypatch.setattr(app.session, "load_session", slow_load)
-    w.load_models()
+    w.loader.load()
     qtbot.waitUntil(lambda: w.progress.isVisible() and w.progress.maximum() == 1000, timeout=5000)
     assert w.cancel_load_button.isVisible()
     w.cancel_load_button.click()
@@ -327,7 +327,7 @@ def test_close_while_loading_exits_quickly(make_window, qtbot, monkeypatch):
 
     w = make_window(load=False)
     monkeypatch.setattr(app.session, "load_session", slow_load)
-    w.load_models()
+    w.loader.load()
     qtbot.waitUntil(lambda: w.busy == "load", timeout=2000)
     t = time.perf_counter()
     w.close()
@@ -363,7 +363,7 @@ def test_choosing_both_drafters_loads_a_hybrid_with_its_draft_token_cap(make_win
     saved = Settings.load(data_dir)
     assert (saved.drafter, saved.draft_tokens) == ("hybrid", 2)
     with qtbot.waitSignal(w.models_loaded, timeout=60_000):
-        w.load_models()
+        w.loader.load()
     qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
     drafter = w.session.drafter
     assert isinstance(drafter, HybridDrafter) and isinstance(drafter.model_drafter, ModelDrafter)

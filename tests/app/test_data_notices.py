@@ -27,7 +27,7 @@ def test_bad_files_are_reported_in_the_window_never_fatal(qtbot, data_dir, monke
     assert [w.conv_list.item(i).text() for i in range(w.conv_list.count())] == ["New chat", "Future chat"]
 
     shown.clear()
-    w.open_conversation("from-the-future")
+    w.conversations.open("from-the-future")
     assert w.conv.read_only and any("read-only" in t for t in shown)
-    w._save_conversation()  # a reply in it would save: refused, the stored document stays as it was
+    w.conversations.save()  # a reply in it would save: refused, the stored document stays as it was
     assert ConversationStore().load("from-the-future").messages[0].extra == {"mood": "curious"}

@@ -17,7 +17,7 @@ def test_embedded_default_chats_and_races(qtbot, tmp_path, monkeypatch):
     qtbot.addWidget(w)
     w.show()
     with qtbot.waitSignal(w.models_loaded, timeout=300_000) as loaded:
-        w.load_models()
+        w.loader.load()
     session = loaded.args[0]
     assert session.verdict_ok and session.baseline_tps and session.baseline_tps > 0
     qtbot.waitUntil(lambda: w.busy == "", timeout=10_000)
@@ -27,6 +27,6 @@ def test_embedded_default_chats_and_races(qtbot, tmp_path, monkeypatch):
     assert trace.error is None and trace.text.strip()
     assert w.chat.bubbles[-1].body.toPlainText()
     with qtbot.waitSignal(w.race_finished, timeout=300_000) as raced:
-        w.race()
+        w.racer.race()
     assert "identical" in raced.args[0]  # greedy: speculation changed nothing
     w.close()

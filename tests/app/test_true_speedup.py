@@ -77,7 +77,7 @@ def test_mid_reply_the_graph_header_and_the_bubble_footer_show_the_same_speed(ma
         trace = w.graphs.live.trace
         if trace is None or trace.finished or len(trace.rounds) < 3:
             return
-        w._tick(final=False)  # the timer's tick: text and graphs together
+        w.flush(final=False)  # the timer's tick: text and graphs together
         footer, header = w.chat.streaming_bubble.footer.text(), w.graphs.live.header.text()
         seen.append((_numbers(header)[:1], _numbers(footer)[:1]))
 

@@ -72,11 +72,11 @@ def test_edit_can_be_undone_and_the_graphs_forget_the_removed_reply(make_window,
     first = send_and_wait(w, "First question")
     second = send_and_wait(w, "Second question")
     assert w.graphs.live.trace is second
-    w.edit_message(w.chat.bubbles[2])  # the second question: it and its reply leave the conversation
+    w.conversations.edit(w.chat.bubbles[2])  # the second question: it and its reply leave the conversation
     assert [m.content for m in w.conv.messages if m.role == "user"] == ["First question"]
     assert w.graphs.live.trace is first  # not the removed reply
     assert w.composer.toPlainText() == "Second question"
-    notice = w._undo_notice
+    notice = w.conversations.undo_notice
     assert "Undo" in notice.buttons and "and the 1 after it" in notice.label.text()
     notice.buttons["Undo"].click()
     assert [m.role for m in w.conv.messages] == ["user", "assistant", "user", "assistant"]
@@ -94,7 +94,7 @@ def test_the_status_bar_describes_the_conversation_shown(make_window, send_and_w
     assert w.conv_list.item(0).text() == "New chat" and w.conv_list.item(0).isSelected()  # shown at once
     send_and_wait(w, "Second chat")
     assert w.conv.id == other
-    w.open_conversation(w.conv_list.item(1).data(0x0100))
+    w.conversations.open(w.conv_list.item(1).data(0x0100))
     assert "Hello" in w.status_label.text() and "Second chat" not in w.status_label.text()
 
 
@@ -126,7 +126,7 @@ def test_the_speculation_button_is_not_green_without_a_usable_draft(make_window,
     w = make_window(load=False)
     w.settings.drafter, w.settings.draft = "model", ""  # no draft chosen: the verifier decodes alone
     with qtbot.waitSignal(w.models_loaded, timeout=60_000):
-        w.load_models()
+        w.loader.load()
     qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
     assert w.session.drafter is None and "no usable draft" in w.model_label.text()
     assert not w.spec_button.isEnabled() and w.spec_button.text() == "Speculation unavailable"
@@ -135,7 +135,7 @@ def test_the_speculation_button_is_not_green_without_a_usable_draft(make_window,
 def test_a_message_sent_while_loading_stays_in_the_composer_until_it_is_sent(make_window, qtbot):
     w = make_window(load=False)
     with qtbot.waitSignal(w.reply_finished, timeout=60_000):
-        w.load_models()
+        w.loader.load()
         w.composer.setPlainText("Queued question")
         w.send_from_composer()
         assert w.busy == "load"

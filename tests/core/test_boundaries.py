@@ -41,3 +41,38 @@ def test_the_command_line_modules_form_no_import_cycle():
     assert not {"specdec_core.cli", "specdec_core.bench_cli"} & top_level_imports("bench")
     assert "specdec_core.cli" not in top_level_imports("bench_cli")
     assert not {"specdec_core.cli", "specdec_core.bench", "specdec_core.bench_cli"} & top_level_imports("cli_options")
+
+
+def test_modules_outside_the_main_window_use_only_its_public_surface():
+    # The window's private members (`self._x` and `def _x` in app/window.py) are its own: the controllers,
+    # talk mode, the rank dialog and main.py reach it through public names, and never probe it with
+    # getattr/hasattr for an attribute it may lack.
+    import ast
+    from pathlib import Path
+
+    app_dir = Path(__file__).resolve().parents[2] / "app"
+    window_tree = ast.parse((app_dir / "window.py").read_text())
+    (main_window,) = [n for n in window_tree.body if isinstance(n, ast.ClassDef) and n.name == "MainWindow"]
+    private = {n.name for n in ast.walk(main_window) if isinstance(n, ast.FunctionDef)}
+    private |= {n.attr for n in ast.walk(main_window)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    private = {name for name in private if name.startswith("_") and not name.startswith("__")}
+    assert {"_busy", "_closing", "_trace", "_build"} <= private  # the scan finds them
+
+    def is_window(node: ast.expr) -> bool:  # how the app's modules name the main window
+        return (isinstance(node, ast.Name) and node.id in ("window", "w", "win")) or \
+            (isinstance(node, ast.Attribute) and node.attr in ("window", "window_"))
+
+    bad = []
+    for path in sorted(app_dir.rglob("*.py")):
+        if path.name == "window.py" and path.parent == app_dir:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(app_dir.parent)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Attribute) and node.attr in private and \
+                    not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+                bad.append(f"{where} uses the window's private .{node.attr}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("getattr", "hasattr") and node.args and is_window(node.args[0]):
+                bad.append(f"{where} probes the window with {node.func.id}")
+    assert not bad, "\n".join(bad)

@@ -1,0 +1,183 @@
+"""The open conversation's life outside a reply: new, open, delete (the sidebar), saving, drawing it in
+the chat view, editing a turn (with undo), and which of its replies the graphs show.
+
+The window holds the open `Conversation` (`window.conv`); this controller replaces and stores it.
+Saving runs on the store's writer thread while the app is open and waits for the write while it closes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.chat_view import MessageBubble, Notice
+from app.session import Busy
+from app.store import Conversation, Message
+from app.trace import ReplyTrace, TokenRecord
+
+if TYPE_CHECKING:
+    from app.window import MainWindow
+
+GENERATING = (Busy.REPLY, Busy.RACE)
+
+
+class ConversationController:
+    def __init__(self, window: MainWindow) -> None:
+        self.window = window
+        self.undo: list[Message] | None = None  # the conversation before the last edit removed turns
+        self.undo_notice: Notice | None = None  # the chat's notice with the Undo button
+
+    # -- switching ----------------------------------------------------------------------------------------
+    def new(self) -> None:
+        """An empty conversation in place of the open one (called by `MainWindow.new_chat`)."""
+        w = self.window
+        w.conv = Conversation(system=w.settings.system_prompt)
+        self.undo = None
+        w.chat.clear()
+        w.graphs.live.set_trace(None, w.session.baseline_tps if w.session else None)
+        w.setWindowTitle("specdec")
+        w.status_label.setText("New chat" if w.busy != Busy.LOAD else w.status_label.text())
+        self.refresh_sidebar()
+        w.composer.setFocus()
+
+    def open(self, conv_id: str) -> None:
+        w = self.window
+        if w.busy in GENERATING:
+            w.status_label.setText("Stop the reply before switching conversations")
+            return
+        try:
+            conv = w.store.load(conv_id)
+        except (OSError, ValueError, KeyError) as exc:
+            w.show_error(f"Could not open that conversation: {exc}")
+            return
+        w.conv = conv
+        self.undo = None
+        self.render()
+        for notice in conv.notices:  # read-only (a newer format), or what was dropped as damaged
+            w.show_info(notice)
+        last = _last_trace(conv)
+        w.graphs.live.set_trace(last, last.baseline_tps if last else None)
+        if last is not None:
+            w.graphs.live.flush()
+        w.setWindowTitle(f"specdec — {conv.title}")
+        # The status bar describes this conversation, not the one shown before.
+        w.status_label.setText(f"Opened “{conv.title}”" + (f" · last reply: {last.summary()}" if last else ""))
+        self.refresh_sidebar()
+
+    def deleted(self, conv_id: str) -> None:
+        if conv_id == self.window.conv.id:
+            self.window.new_chat()
+        self.refresh_sidebar()
+
+    def refresh_sidebar(self) -> None:
+        self.window.sidebar.refresh(self.window.conv)
+
+    # -- showing --------------------------------------------------------------------------------------------
+    def render(self) -> None:
+        """Draw the whole conversation in the chat view again."""
+        chat = self.window.chat
+        chat.clear()
+        for i, m in enumerate(self.window.conv.messages):
+            if m.role == "user":
+                chat.add_user(m.content, i)
+            else:
+                trace = m.trace or ReplyTrace(stop_reason="eos")
+                if m.trace is None:  # a reply saved without a trace: show its text plainly
+                    trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
+                chat.add_assistant(trace, i)
+        chat.scroll_to_end()
+
+    def show_graphs_for(self, bubble: MessageBubble) -> None:
+        w = self.window
+        if bubble.trace is None or w.busy in GENERATING:
+            return
+        w.graphs.live.set_trace(bubble.trace, bubble.trace.baseline_tps)
+        w.graphs.live.flush()
+        w.graphs.tabs.setCurrentIndex(0)
+        w.right_dock.show()
+
+    def show_graphs_of_last_reply(self) -> None:
+        """Point the graphs at the conversation's last reply (none: empty graphs)."""
+        last = _last_trace(self.window.conv)
+        if self.window.graphs.live.trace is not last:
+            self.window.graphs.live.set_trace(last, last.baseline_tps if last else None)
+
+    # -- editing --------------------------------------------------------------------------------------------
+    def edit(self, bubble: MessageBubble) -> None:
+        """Take a user turn (and everything after it) out of the conversation into the composer."""
+        w = self.window
+        if w.busy in GENERATING:
+            return
+        messages = w.conv.messages
+        idx = bubble.index
+        if idx >= len(messages) or messages[idx].role != "user":
+            return
+        text = messages[idx].content
+        removed = len(messages) - idx
+        self.undo = list(messages)
+        del messages[idx:]
+        self.render()
+        self.show_graphs_of_last_reply()  # the graphs must not keep showing a removed reply
+        w.composer.setPlainText(text)
+        w.composer.setFocus()
+        cursor = w.composer.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        w.composer.setTextCursor(cursor)
+        later = removed - 1
+        what = f"this message and the {later} after it" if later else "this message"
+        notice = w.chat.add_notice(f"Editing: {what} left the conversation (nothing is saved until you "
+                                   "send). Undo puts them back.", "info")
+        notice.add_button("Undo", self.undo_edit)
+        self.undo_notice = notice
+        w.status_label.setText("Edit the message and press Enter to send it again (Undo puts the turns back)")
+
+    def undo_edit(self) -> None:
+        """Put back the turns the last edit removed (until the edited message is sent)."""
+        w = self.window
+        if self.undo is None or w.busy in GENERATING:
+            return
+        w.conv.messages[:] = self.undo
+        self.undo = None
+        w.composer.clear()
+        self.render()
+        self.show_graphs_of_last_reply()
+        w.status_label.setText("Edit undone")
+
+    # -- saving ---------------------------------------------------------------------------------------------
+    def save(self) -> None:
+        """Store the conversation (a failure is shown; earlier saves stay intact) and list it in the sidebar."""
+        w = self.window
+        if not w.conv.messages:
+            return
+        error = self.store_quietly()
+        if error is not None:
+            w.show_error(f"Could not save the conversation: {error}. It stays open here; earlier saves are "
+                         "intact.")
+        w.setWindowTitle(f"specdec — {w.conv.title}")
+        self.refresh_sidebar()
+
+    def store_quietly(self) -> OSError | None:
+        """Save the conversation atomically; the error if that failed (earlier saves stay intact)."""
+        w = self.window
+        if not w.conv.messages:
+            return None
+        try:
+            if w.closing:
+                w.store.save(w.conv)  # the app is about to exit: wait for the write
+            else:  # written on the store's thread; a failure comes back through save_failed
+                w.store.save_in_background(w.conv).add_done_callback(self._background_save_done)
+        except OSError as exc:
+            return exc
+        return None
+
+    def _background_save_done(self, future) -> None:
+        """Called on the store's writer thread: only emit (Qt queues the signal to the GUI thread)."""
+        error = future.exception()
+        if error is not None:
+            try:
+                self.window.save_failed.emit(str(error))
+            except RuntimeError:  # the window is already deleted
+                pass
+
+
+def _last_trace(conv: Conversation) -> ReplyTrace | None:
+    return next((m.trace for m in reversed(conv.messages) if m.trace is not None), None)

@@ -1,0 +1,147 @@
+"""Loading the model pair the settings name, on a worker, without blocking the window.
+
+The window owns the session; this controller replaces it when a load succeeds and keeps the current
+pair until then. It drives the status bar's progress and Cancel button, the model label and the settings
+panel's verdict, and starts the verifier-alone baselines afresh when the verifier changes. What the
+window does next (send a message queued meanwhile) hangs on `loaded`, `failed` and `finished`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app import session as session_mod
+from app.session import Busy, LoadRequest, LoadStep, Session, calibration_prompt_tokens
+from app.speedup import BaselineSample
+from app.store import DEFAULT_VERIFIER
+from app.worker import FunctionWorker, error_text
+
+if TYPE_CHECKING:
+    from app.window import MainWindow
+
+
+class LoadController(QObject):
+    loaded = Signal(object)  # the new Session, once the window shows it
+    failed = Signal(str)  # the message shown to the user
+    finished = Signal()  # after loaded or failed (or a cancel), once the window is idle again
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.worker: FunctionWorker | None = None  # the running load; None once it has finished
+        self._remeasure = False  # the next load measures the baseline again, even for the same verifier
+
+    def request(self) -> LoadRequest:
+        s = self.window.settings
+        return LoadRequest(verifier=s.verifier, draft=s.draft, drafter=s.drafter, draft_tokens=s.draft_tokens,
+                           device=s.device, dtype=s.dtype, calibrate=s.calibrate)
+
+    def load(self) -> None:
+        """Load the models named in the settings, in the background (keeps the current pair until done)."""
+        w = self.window
+        if w.busy == Busy.RANK:
+            w.status_label.setText("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
+            return
+        if w.busy in (Busy.REPLY, Busy.RACE):
+            w.stop()
+            QTimer.singleShot(100, self.load)
+            return
+        if self.worker is not None and self.worker.is_running:
+            self.worker.abort()
+        request = self.request()
+        previous = w.session
+        worker = FunctionWorker(lambda progress, cancelled: session_mod.load_session(request, progress, cancelled,
+                                                                              previous), name="load")
+        worker.progress.connect(self._on_progress)
+        worker.returned.connect(self._on_loaded)
+        worker.errored.connect(self._on_error)
+        worker.finished.connect(lambda wk=worker: self._on_finished(wk))
+        self.worker = worker
+        w.busy = Busy.LOAD
+        w.progress.setRange(0, 0)
+        w.progress.setVisible(True)
+        w.cancel_load_button.setVisible(True)
+        w.status_label.setText(f"Loading {request.verifier}…")
+        drafted_by = {session_mod.MODEL: f" ← {request.draft}",
+                      session_mod.HYBRID: f" ← {request.draft} + prompt lookup"}
+        w.model_label.setText(f"Loading <b>{request.verifier}</b>"
+                              + drafted_by.get(request.drafter, " ← prompt lookup") + "…")
+        w.settings_panel.set_verdict("Checking the pair once the models are loaded…"
+                                     if request.drafter in session_mod.USES_DRAFT else "", None)
+        w.update_controls()
+        worker.start()
+
+    def cancel(self) -> None:
+        if self.worker is not None and self.worker.is_running:
+            self.worker.abort()
+            self.window.status_label.setText("Loading cancelled")
+
+    def remeasure_baseline(self) -> None:
+        """Load the same pair again and measure the verifier alone afresh."""
+        w = self.window
+        if w.session is None or w.busy:
+            return
+        w.session.baseline_tps = None
+        self._remeasure = True
+        self.load()
+
+    def _on_progress(self, step: LoadStep) -> None:
+        progress = self.window.progress
+        if step.fraction is None:
+            progress.setRange(0, 0)
+        else:
+            progress.setRange(0, 1000)
+            progress.setValue(int(1000 * max(0.0, min(1.0, step.fraction))))
+        pct = f" {step.fraction:.0%}" if step.fraction is not None else ""
+        self.window.status_label.setText(f"{step.what}: {step.message}{pct}")
+
+    def _on_loaded(self, session: Session) -> None:
+        w = self.window
+        if w.closing:
+            return
+        previous, w.session = w.session, session
+        if previous is None or previous.verifier is not session.verifier or self._remeasure:
+            w.baselines.clear()  # measurements of another verifier (or asked to measure again)
+            if session.baseline_tps:
+                w.baselines.add(BaselineSample(session.baseline_tps, calibration_prompt_tokens(session),
+                                               "calibration", graphs_live=False,
+                                               verify_s_per_token=session.baseline_verify_s))
+        self._remeasure = False
+        w.settings_panel.set_dirty(False)
+        w.settings_panel.set_verdict(session.verdict, session.verdict_ok, session.verdict_report)
+        if not session.verdict_ok:
+            w.show_error(f"The draft cannot be used with this verifier. {session.verdict}\n"
+                         "Replies use the verifier alone until you pick another draft or prompt lookup.")
+        s = w.settings
+        for spec in (s.verifier, s.draft if s.drafter in session_mod.USES_DRAFT else ""):
+            if spec and spec != DEFAULT_VERIFIER and spec not in s.recent_specs:
+                s.recent_specs = ([spec] + s.recent_specs)[:10]
+        w.save_settings()
+        w.graphs.live.set_baseline(session.baseline_tps, session.baseline_source)
+        load_s = getattr(session.verifier, "load_s", None)
+        w.status_label.setText(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
+        self.loaded.emit(session)
+
+    def _on_error(self, exc: BaseException) -> None:
+        w = self.window
+        if w.closing:
+            return
+        msg = f"Could not load the models: {error_text(exc)}"
+        w.settings_panel.set_verdict(error_text(exc), False)
+        w.show_error(msg)
+        self.failed.emit(msg)
+
+    def _on_finished(self, worker: FunctionWorker) -> None:
+        if worker is not self.worker:
+            return
+        w = self.window
+        self.worker = None
+        w.busy = Busy.IDLE
+        if w.closing:
+            return
+        w.progress.setVisible(False)
+        w.cancel_load_button.setVisible(False)
+        w.update_controls()
+        self.finished.emit()

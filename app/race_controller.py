@@ -1,0 +1,105 @@
+"""The window's race: the last prompt with speculation off, then on, same seed, into the Race graphs.
+
+It runs the same lanes as the Talk menu's race (`lane_events` in app/talk/context.py): one race
+implementation. The off lane is a verifier-alone run, so it joins the window's baselines.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject, Signal
+
+from app import session as session_mod
+from app.session import Busy, PromptInfo
+from app.worker import EventWorker, error_text
+from specdec_core.errors import SpecdecError
+from specdec_core.events import Finished
+
+if TYPE_CHECKING:
+    from app.window import MainWindow
+
+
+class RaceController(QObject):
+    finished = Signal(str)  # the verdict in plain text ("… faster", and whether the texts match)
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.worker: EventWorker | None = None  # the running race; None once it has finished
+        self._prompt_tokens = 0
+        self._greedy = True
+
+    def race(self) -> None:
+        w = self.window
+        if w.busy or w.session is None:
+            if w.session is None:
+                w.show_error("Load the models first (Settings ▸ Load models).")
+            return
+        messages = w.prompt_messages()
+        if isinstance(messages, str):
+            w.show_error(messages.rstrip(".") + " to race speculation off against on.")
+            return
+        try:
+            config = session_mod.config_from_settings(w.settings)
+        except SpecdecError as exc:
+            w.show_error(f"Check the generation settings: {exc}")
+            return
+        if w.session.drafter is None:
+            w.show_error("There is no usable drafter, so there is nothing to race. " + w.session.verdict)
+            return
+        from app.talk.context import TalkContext, engine_lane, lane_events
+        from specdec_core.engine import Controls
+
+        s = w.session
+        self._greedy = config.greedy
+        controls = Controls()
+        w.graphs.race.start()
+        w.graphs.tabs.setCurrentIndex(1)
+        w.right_dock.show()
+        ctx = TalkContext(s, messages, w.settings.system_prompt, config)
+        lanes = [engine_lane("off", "Speculation OFF", s.verifier, s.drafter, speculate=False),
+                 engine_lane("on", "Speculation ON", s.verifier, s.drafter, speculate=True)]
+        worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race")
+        worker.event.connect(self._on_event)
+        worker.errored.connect(lambda exc: w.show_error(f"Race failed: {error_text(exc)}"))
+        worker.finished.connect(lambda wk=worker: self._on_finished(wk))
+        self.worker = worker
+        w.busy = Busy.RACE
+        w.status_label.setText("Racing: speculation off, then on…")
+        w.update_controls()
+        w.timer.start()
+        worker.start()
+
+    def _on_event(self, ev: object) -> None:
+        from app.talk.context import LaneEvent
+
+        if isinstance(ev, PromptInfo):
+            self._prompt_tokens = ev.prompt_tokens
+        if isinstance(ev, LaneEvent):
+            self.window.graphs.race.traces[ev.lane].apply(ev.event)
+            if isinstance(ev.event, Finished) and ev.event.error:
+                self.window.show_error(f"Race ({ev.lane}) failed: {ev.event.error}")
+
+    def _on_finished(self, worker: EventWorker) -> None:
+        if worker is not self.worker:
+            return
+        w = self.window
+        self.worker = None
+        if w.closing:
+            return
+        w.busy = Busy.IDLE
+        w.timer.stop()
+        html = w.graphs.race.finish(self._greedy)
+        off = w.graphs.race.traces.get("off")
+        if off is not None and off.stats and w.session is not None:
+            off.prompt_tokens = off.prompt_tokens or self._prompt_tokens
+            w.add_baseline(off, "race")
+        plain = html.replace("<br>", " · ")
+        plain = re.sub(r"<[^>]+>", "", plain)
+        w.show_info(f"Race: {plain}")
+        w.status_label.setText(f"Race: {plain}")
+        w.update_controls()
+        if not w.closing:
+            self.finished.emit(plain)
