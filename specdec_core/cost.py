@@ -66,15 +66,20 @@ class VerifyCost:
 
 @dataclass
 class TreeSizer:
-    """Chooses how many of a best-first tree's nodes the verifier checks, to maximise expected tokens per
-    second: (1 + sum of the kept nodes' values x calibration) / (verify cost of those rows + their draft time).
+    """Chooses how far a best-first tree grows and how many of its nodes the verifier checks, to maximise
+    expected tokens per second: (1 + sum of the kept nodes' values x calibration) / (verify cost of those
+    rows + drafting time).
 
     A node's value is the draft's probability that its whole path is right, so the sum is the draft's
     expectation of accepted tokens. Drafts are rarely calibrated; `calibration` scales that expectation
-    by how many tokens the kept trees really yielded against what the draft expected."""
+    by how many tokens the kept trees really yielded against what the draft expected.
+
+    Drafting is paid per expansion (one draft step that scores all of a node's children), not per node: a
+    sibling of a node already in the tree costs only its verifier row. Once a tree is grown, its drafting
+    is spent whatever is kept, so pruning it weighs the rows alone."""
 
     cost: VerifyCost = field(default_factory=VerifyCost)
-    draft_per_node: float = 0.0  # running mean of the drafting time per node of a grown tree
+    draft_per_expansion: float = 0.0  # running mean of the drafting time per expansion
     expected: float = 0.0  # running sums over checked trees: what the draft expected to be accepted ...
     accepted: float = 0.0  # ... and what was
 
@@ -83,44 +88,52 @@ class TreeSizer:
         # Start trusting the draft; a few rounds of evidence then dominate the prior of 4 expected tokens.
         return (self.accepted + 4.0) / (self.expected + 4.0)
 
-    def best_size(self, values: Sequence[float], extra_rows: int = 1) -> int:
-        """How many of the nodes (best first) to check. `extra_rows`: committed tokens fed with them (1 for the
-        last committed token, 0 when the verifier already read it). Drafting is charged per node at the
-        measured rate, since a tree grown smaller would have cost less."""
+    def best_size(self, values: Sequence[float], spent_s: float = 0.0, extra_rows: int = 1) -> int:
+        """How many of the nodes (best first) to check, drafting having taken `spent_s` seconds.
+        `extra_rows`: committed tokens fed with them (1 for the last committed token, 0 when the verifier
+        already read it)."""
         plain = self.cost.estimate(max(1, extra_rows))
         if plain is None:
             return len(values)  # nothing measured yet: check them all, and measure
-        best, best_rate, gained = 0, 1.0 / plain, 1.0
-        for n, value in enumerate(values, start=1):
-            gained += value * self.calibration
-            rate = gained / self._seconds(extra_rows, n)
+        best, best_rate = 0, 1.0 / (plain + spent_s)
+        for n, rate in enumerate(self._rates(values, spent_s, extra_rows), start=1):
             if rate > best_rate:
                 best, best_rate = n, rate
         return best
 
-    def least_value(self, values: Sequence[float], extra_rows: int = 1) -> float:
-        """The value a next node must have to raise the expected rate above the best a prefix of `values`
-        reaches (for drafting: growing the tree further cannot pay below this). 0 until costs are known."""
+    def least_value(self, values: Sequence[float], expansions: int = 0, more: int = 0,
+                    extra_rows: int = 1) -> float:
+        """The value a next node must have to raise the expected rate above the best that a prefix of
+        `values` reaches after `expansions` expansions, when the node costs its row and `more` expansions
+        (1 to score its children). For growing a tree: below this, growing further cannot pay.
+        0 until costs are known."""
         plain = self.cost.estimate(max(1, extra_rows))
         if plain is None:
             return 0.0
-        best_rate, gained = 1.0 / plain, 1.0
-        for n, value in enumerate(values, start=1):
-            gained += value * self.calibration
-            best_rate = max(best_rate, gained / self._seconds(extra_rows, n))
-        seconds = self._seconds(extra_rows, len(values) + 1)
+        spent = expansions * self.draft_per_expansion
+        best_rate = max([1.0 / (plain + spent), *self._rates(values, spent, extra_rows)])
+        gained = 1.0 + sum(values) * self.calibration
+        seconds = self._verify_s(extra_rows, len(values) + 1) + spent + more * self.draft_per_expansion
         return max(0.0, (best_rate * seconds - gained) / self.calibration)
 
-    def _seconds(self, extra_rows: int, nodes: int) -> float:
+    def _rates(self, values: Sequence[float], spent_s: float, extra_rows: int) -> list[float]:
+        """Expected tokens per second of checking the first 1, 2, ... nodes."""
+        rates, gained = [], 1.0
+        for n, value in enumerate(values, start=1):
+            gained += value * self.calibration
+            rates.append(gained / (self._verify_s(extra_rows, n) + spent_s))
+        return rates
+
+    def _verify_s(self, extra_rows: int, nodes: int) -> float:
         seconds = self.cost.estimate(extra_rows + nodes)
         assert seconds is not None
-        return seconds + self.draft_per_node * nodes
+        return seconds
 
-    def observe_draft(self, nodes: int, draft_s: float) -> None:
-        if nodes:
-            per_node = draft_s / nodes
-            self.draft_per_node = per_node if not self.draft_per_node else \
-                self.draft_per_node + _SMOOTHING * (per_node - self.draft_per_node)
+    def observe_draft(self, expansions: int, draft_s: float) -> None:
+        if expansions:
+            per_expansion = draft_s / expansions
+            self.draft_per_expansion = per_expansion if not self.draft_per_expansion else \
+                self.draft_per_expansion + _SMOOTHING * (per_expansion - self.draft_per_expansion)
 
     def observe(self, values: Sequence[float], accepted: int) -> None:
         """The verifier's verdict on a checked tree whose nodes had these values."""

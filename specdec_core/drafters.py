@@ -62,6 +62,7 @@ class DraftTree:
     display_probs: tuple[float, ...]  # draft(x) given the path above it, as people read it
     stop: DraftStop
     draft_s: float
+    expansions: int = 0  # draft steps taken to grow it (each scores one node's children)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -77,7 +78,7 @@ class DraftTree:
 
 
 
-Worth = Callable[[Sequence[float]], float]  # see _grow_tree
+Worth = Callable[[Sequence[float], int, int], float]  # see _grow_tree
 
 
 # Prompt lookup's copies joined to a tree: the chance that a copied token is right given the copy was right so
@@ -96,10 +97,11 @@ def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], sta
     `copied`: a continuation prompt lookup found; it joins the tree as one more branch, valued with
     LOOKUP_ACCEPTANCE, so the verifier can take the copy, the draft's guess, or whichever is right.
 
-    `worth(values)`: the least value the next node must have to pay for its checking, given the values of
-    the nodes taken so far (cost.py). Growth stops when the best candidate falls below it, and a node is
-    not expanded when even its own value would not pay (its children are worth less): an unsure draft
-    costs one look at the root's distribution and nothing more."""
+    `worth(values, expansions, more)`: the least value the next node must have to pay for its checking and
+    `more` further expansions, given the values of the nodes taken so far and the `expansions` made
+    (cost.TreeSizer.least_value). Growth stops when the best candidate falls below it, and a node is not
+    expanded when even its own value would not pay for that expansion (its children are worth less): an
+    unsure draft costs one look at the root's distribution and nothing more."""
     tokens: list[int] = []
     parents: list[int] = []
     values: list[float] = []
@@ -108,8 +110,11 @@ def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], sta
     in_tree: set[tuple[int, int]] = set()  # (parent, token) pairs already in the tree
     frontier: list[tuple[float, int, int, int, float]] = []  # (-value, order, parent, token, prob)
     order = itertools.count()
+    expansions = 0
 
     def expand(parent: int, path: list[int], value: float) -> None:
+        nonlocal expansions
+        expansions += 1
         path_tokens = [tokens[i] for i in path]
         logits = logits_after(path, path_tokens)
         # Greedy: rank by the softmax (the sampled one-hot says nothing); sampling: by the processed probs.
@@ -127,7 +132,7 @@ def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], sta
     expand(-1, [], 1.0)
     priced_out = False
     while frontier and len(tokens) < max_nodes:
-        if worth is not None and -frontier[0][0] < worth(values):
+        if worth is not None and -frontier[0][0] < worth(values, expansions, 0):
             priced_out = True
             break
         negative_value, _, parent, token, prob = heapq.heappop(frontier)
@@ -141,10 +146,11 @@ def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], sta
         shown.append(prob)
         depths.append(0 if parent < 0 else depths[parent] + 1)
         if depths[node] + 1 < max_depth and token not in eos_token_ids and len(tokens) < max_nodes and \
-                (worth is None or -negative_value >= worth(values)):
+                (worth is None or -negative_value >= worth(values, expansions, 1)):
             expand(node, path_to(parents, node), -negative_value)
     stop = DraftStop.TREE if tokens else DraftStop.COST if priced_out else DraftStop.NO_MATCH
-    return DraftTree(tuple(tokens), tuple(parents), tuple(values), tuple(shown), stop, time.perf_counter() - start)
+    return DraftTree(tuple(tokens), tuple(parents), tuple(values), tuple(shown), stop, time.perf_counter() - start,
+                     expansions)
 
 
 def _no_tree(stop: DraftStop, start: float) -> DraftTree:

@@ -317,10 +317,9 @@ class Engine:
         worth = self.sizer.least_value if config.cost_aware else None
         tree = self.drafter.propose_tree(ids, self.tree_nodes(config), min(gamma, room), config,  # type: ignore[attr-defined]
                                          self.vocab_size, self.verifier.eos_token_ids, worth=worth)
-        if tree.stop is DraftStop.TREE:
-            self.sizer.observe_draft(len(tree), tree.draft_s)
+        self.sizer.observe_draft(tree.expansions, tree.draft_s)
         if config.cost_aware and tree.stop is DraftStop.TREE:
-            size = self.sizer.best_size(tree.values)
+            size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
         return tree
 

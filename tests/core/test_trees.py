@@ -155,12 +155,21 @@ def test_the_sizer_checks_nothing_when_a_plain_step_is_faster_and_more_when_chec
 
 
 def test_growing_stops_where_the_next_node_cannot_pay():
-    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.056, 3: 0.065, 5: 0.090}), draft_per_node=0.002)
-    assert sizer.least_value([]) > 0.1  # a second row costs 6 ms + 2 ms of drafting: it must bring > 0.16 tokens
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.056, 3: 0.065, 5: 0.090}), draft_per_expansion=0.002)
+    assert sizer.least_value([]) == pytest.approx(0.12)  # a second row costs 6 ms: it must bring 0.12 tokens
+    assert sizer.least_value([], more=1) == pytest.approx(0.16)  # and 2 ms more if its children are scored
     assert sizer.least_value([0.9]) < sizer.least_value([0.1]) + 1  # finite either way
     # the threshold is what best_size uses: a node just above it is kept, one just below is not
     need = sizer.least_value([])
     assert sizer.best_size([need * 1.05]) == 1 and sizer.best_size([need * 0.95]) == 0
+
+
+def test_drafting_already_spent_does_not_shrink_the_tree_checked():
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.051, 3: 0.052, 4: 0.053}), draft_per_expansion=0.020)
+    # rows are nearly free here, so siblings whose drafting is done are worth checking however slow it was
+    assert sizer.best_size([0.3, 0.2, 0.1], spent_s=0.040) == 3
+    # but growing on costs an expansion each time, so a node worth 0.1 is not expanded, only checked
+    assert sizer.least_value([0.3], expansions=2, more=0) < 0.1 < sizer.least_value([0.3], expansions=2, more=1)
 
 
 def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_guesses(pairs, tiny_tokenizer):
