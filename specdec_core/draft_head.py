@@ -132,17 +132,20 @@ class DecoderLayer(nn.Module):
         h = self.mlp_norm(x)
         return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: HeadCache | None) -> torch.Tensor:
-        """x [B, T, d] at `positions` [T]; with a cache (batch 1) the T new positions follow the cached ones."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: HeadCache | None,
+                sees: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, T, d] at `positions` [T]; with a cache (batch 1) the T new positions follow the cached ones,
+        and by default query t sees every cached position and the new ones up to itself; `sees`
+        [T, cached + T] says otherwise (a tree's branches, each seeing only its own ancestors)."""
         q, k, v = self._qkv(x, positions)
         if cache is None:
             return self._attend_and_mlp(x, q, k, v, None, True)
         past, length = len(cache), x.shape[1]
         k, v = cache.append(k, v)
-        # Query t sees every cached position and the new ones up to itself.
-        keys = torch.arange(past + length, device=x.device)
-        mask = None if length == 1 else keys[None] <= keys[past:, None]
-        return self._attend_and_mlp(x, q, k, v, mask, False)
+        if sees is None and length > 1:
+            keys = torch.arange(past + length, device=x.device)
+            sees = keys[None] <= keys[past:, None]
+        return self._attend_and_mlp(x, q, k, v, sees, False)
 
     def forward_chain(self, x: torch.Tensor, positions: torch.Tensor, keys: list, values: list) -> torch.Tensor:
         """Step s = len(keys) of a drafting chain, for every position at once (training).
@@ -195,11 +198,12 @@ class SpecdecHeadModel(PreTrainedModel):
         return None  # the verifier's, cut to head_ids
 
     def forward(self, features: torch.Tensor, token_embeds: torch.Tensor, positions: torch.Tensor,
-                cache: HeadCache | None = None) -> torch.Tensor:
+                cache: HeadCache | None = None, sees: torch.Tensor | None = None) -> torch.Tensor:
         """Predicted next hidden states [B, T, d] from the verifier's hidden states f_i [B, T, d] and the
-        embeddings of the tokens x_{i+1} that followed them [B, T, d], at `positions` [T]."""
+        embeddings of the tokens x_{i+1} that followed them [B, T, d], at `positions` [T] (`sees`: see
+        DecoderLayer.forward)."""
         x = self.fc(torch.cat([token_embeds, features], -1))
-        return self.norm(self.layer(x, positions, cache))
+        return self.norm(self.layer(x, positions, cache, sees))
 
     def forward_chain(self, states: torch.Tensor, token_embeds: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """Training-time drafting (after EAGLE-3's "training-time test"): step 0 reads the true states,

@@ -9,8 +9,6 @@ A drafter need not be a model: prompt lookup copies from the conversation.
 from __future__ import annotations
 
 import dataclasses
-import heapq
-import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from specdec_core.config import GenerationConfig
+from specdec_core.cpu_speed import columns_product
 from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
 from specdec_core.kv import CachedForward, common_prefix_length
@@ -86,71 +85,113 @@ Worth = Callable[[Sequence[float], int, int], float]  # see _grow_tree
 LOOKUP_ACCEPTANCE = (0.54, 0.67, 0.81, 0.86)
 
 
-def _grow_tree(logits_after: Callable[[list[int], list[int]], torch.Tensor], start: float, max_nodes: int,
-               max_depth: int, config: GenerationConfig, eos_token_ids: frozenset[int],
-               copied: Sequence[int] = (), worth: Worth | None = None) -> DraftTree:
-    """Best-first growth (after EAGLE-2): the node whose path the draft finds likeliest joins the tree next,
-    and is expanded into its TREE_WIDTH likeliest children. `logits_after(path, path_tokens)` gives the
-    draft's logits over the verifier's ids after the nodes `path` ([] for the root) whose ids are
-    `path_tokens`. A node is expanded only while the tree has room for its children.
+LevelLogits = Callable[[list[list[int]], list[list[int]]], torch.Tensor]  # see _grow_tree
+
+
+@dataclass
+class _Candidate:
+    token: int
+    parent: int  # candidate index, -1: the root
+    value: float  # the draft's probability that the whole path to it is right
+    shown: float  # the draft's probability of the token given its path, as people read it
+    depth: int  # 0: a child of the root
+
+
+def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth: int, config: GenerationConfig,
+               eos_token_ids: frozenset[int], copied: Sequence[int] = (), worth: Worth | None = None) -> DraftTree:
+    """Grow a tree a level at a time, then keep its best nodes (after EAGLE-2's expand and rerank phases).
+
+    Each level expands, in one call, the TREE_WIDTH likeliest candidates of the deepest level into their
+    TREE_WIDTH likeliest children: `logits_for(paths, paths_tokens)` gives the draft's logits [n, vocab] over
+    the verifier's ids after each path of candidate indices ([[]] for the root's). A draft that can score
+    several paths at once (the head) pays for a level about what one path costs. The tree checked is then
+    the `max_nodes` candidates with the highest values; a child's value never exceeds its parent's, so
+    they form a tree, parents first.
 
     `copied`: a continuation prompt lookup found; it joins the tree as one more branch, valued with
     LOOKUP_ACCEPTANCE, so the verifier can take the copy, the draft's guess, or whichever is right.
 
     `worth(values, expansions, more)`: the least value the next node must have to pay for its checking and
-    `more` further expansions, given the values of the nodes taken so far and the `expansions` made
-    (cost.TreeSizer.least_value). Growth stops when the best candidate falls below it, and a node is not
-    expanded when even its own value would not pay for that expansion (its children are worth less): an
-    unsure draft costs one look at the root's distribution and nothing more."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    values: list[float] = []
-    shown: list[float] = []
-    depths: list[int] = []
-    in_tree: set[tuple[int, int]] = set()  # (parent, token) pairs already in the tree
-    frontier: list[tuple[float, int, int, int, float]] = []  # (-value, order, parent, token, prob)
-    order = itertools.count()
+    `more` further expansions (levels), given the values of the best nodes so far and the `expansions` made
+    (cost.TreeSizer.least_value). A candidate below it is not checked, and one whose own value could not
+    pay for another level is not expanded (its children are worth less): an unsure draft costs one look at
+    the root's distribution and nothing more."""
+    candidates: list[_Candidate] = []
+    index: dict[tuple[int, int], int] = {}  # (parent, token) -> candidate
     expansions = 0
 
-    def expand(parent: int, path: list[int], value: float) -> None:
+    def path_of(node: int) -> list[int]:
+        return path_to([c.parent for c in candidates], node) if node >= 0 else []
+
+    def offer(parent: int, token: int, value: float, shown: float, depth: int) -> None:
+        held = index.get((parent, token))
+        if held is None:
+            index[(parent, token)] = len(candidates)
+            candidates.append(_Candidate(token, parent, value, shown, depth))
+        elif value > candidates[held].value:  # proposed twice (by the draft and by the copy): the likelier
+            candidates[held].value = value
+
+    def best(limit: int) -> list[int]:
+        """The candidates that would be checked now: by value, parents first, at most `limit`."""
+        order = sorted(range(len(candidates)), key=lambda i: (-candidates[i].value, i))
+        kept: set[int] = set()
+        chosen = []
+        for i in order:
+            if len(chosen) >= limit:
+                break
+            if candidates[i].parent < 0 or candidates[i].parent in kept:
+                kept.add(i)
+                chosen.append(i)
+        return chosen
+
+    def checked() -> tuple[list[int], bool]:
+        """The best candidates that pay for their rows (all of the best, without `worth`); and whether
+        one was priced out."""
+        chosen: list[int] = []
+        for i in best(max_nodes):
+            if worth is not None and candidates[i].value < worth([candidates[n].value for n in chosen],
+                                                                   expansions, 0):
+                return chosen, True
+            chosen.append(i)
+        return chosen, False
+
+    def expand(parents: list[int]) -> None:
         nonlocal expansions
         expansions += 1
-        path_tokens = [tokens[i] for i in path]
-        logits = logits_after(path, path_tokens)
+        paths = [path_of(node) for node in parents]
+        paths_tokens = [[candidates[n].token for n in path] for path in paths]
+        rows = logits_for(paths, paths_tokens)
         # Greedy: rank by the softmax (the sampled one-hot says nothing); sampling: by the processed probs.
-        probs = torch.softmax(logits.float(), -1) if config.greedy else processed_probs(logits, config)
-        top = torch.topk(probs, min(TREE_WIDTH, probs.shape[-1]))
-        for prob, token in zip(top.values.tolist(), top.indices.tolist()):
-            if prob > 0:
-                heapq.heappush(frontier, (-value * prob, next(order), parent, token, prob))
-        depth = len(path)
-        if depth < len(copied) and path_tokens == list(copied[:depth]):  # on the copied branch
-            prior = LOOKUP_ACCEPTANCE[min(depth, len(LOOKUP_ACCEPTANCE) - 1)]
-            copy = copied[depth]
-            heapq.heappush(frontier, (-value * prior, next(order), parent, copy, float(probs[copy])))
+        probs = torch.softmax(rows.float(), -1) if config.greedy else processed_probs(rows, config)
+        top = torch.topk(probs, min(TREE_WIDTH, probs.shape[-1]), dim=-1)
+        for row, (parent, path_tokens) in enumerate(zip(parents, paths_tokens)):
+            value = candidates[parent].value if parent >= 0 else 1.0
+            depth = len(path_tokens)
+            for prob, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                if prob > 0:
+                    offer(parent, token, value * prob, prob, depth)
+            if depth < len(copied) and path_tokens == list(copied[:depth]):  # on the copied branch
+                prior = LOOKUP_ACCEPTANCE[min(depth, len(LOOKUP_ACCEPTANCE) - 1)]
+                copy = copied[depth]
+                offer(parent, copy, value * prior, float(probs[row, copy]), depth)
 
-    expand(-1, [], 1.0)
-    priced_out = False
-    while frontier and len(tokens) < max_nodes:
-        if worth is not None and -frontier[0][0] < worth(values, expansions, 0):
-            priced_out = True
+    expand([-1])
+    for depth in range(max_depth - 1):
+        chosen, _ = checked()
+        values = [candidates[i].value for i in chosen]
+        level = [i for i in chosen if candidates[i].depth == depth and candidates[i].token not in eos_token_ids
+                 and (worth is None or candidates[i].value >= worth(values, expansions, 1))][:TREE_WIDTH]
+        if not level:
             break
-        negative_value, _, parent, token, prob = heapq.heappop(frontier)
-        if (parent, token) in in_tree:
-            continue  # proposed twice (by the draft and by the copy): the likelier entry came first
-        in_tree.add((parent, token))
-        node = len(tokens)
-        tokens.append(token)
-        parents.append(parent)
-        values.append(-negative_value)
-        shown.append(prob)
-        depths.append(0 if parent < 0 else depths[parent] + 1)
-        if depths[node] + 1 < max_depth and token not in eos_token_ids and len(tokens) < max_nodes and \
-                (worth is None or -negative_value >= worth(values, expansions, 1)):
-            expand(node, path_to(parents, node), -negative_value)
-    stop = DraftStop.TREE if tokens else DraftStop.COST if priced_out else DraftStop.NO_MATCH
-    return DraftTree(tuple(tokens), tuple(parents), tuple(values), tuple(shown), stop, time.perf_counter() - start,
-                     expansions)
+        expand(level)
+
+    chosen, priced_out = checked()
+    position = {node: k for k, node in enumerate(chosen)}
+    picked = [candidates[i] for i in chosen]
+    stop = DraftStop.TREE if chosen else DraftStop.COST if priced_out else DraftStop.NO_MATCH
+    return DraftTree(tuple(c.token for c in picked), tuple(position[c.parent] if c.parent >= 0 else -1 for c in picked),
+                     tuple(c.value for c in picked), tuple(c.shown for c in picked), stop,
+                     time.perf_counter() - start, expansions)
 
 
 def _no_tree(stop: DraftStop, start: float) -> DraftTree:
@@ -283,18 +324,19 @@ class ModelDrafter:
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
                      vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = (),
                      worth: Worth | None = None) -> DraftTree:
-        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see
-        _grow_tree). Each expansion runs the draft on its path;
-        the cache's prefix rule makes moving to another branch cost only the part that differs."""
+        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
+        A level runs the draft on each of its paths in turn; the cache's prefix rule makes moving to
+        another branch cost only the part that differs."""
         start = time.perf_counter()
         context = self._readable(ids)
         if not context or max_nodes <= 0 or max_depth <= 0:
             return _no_tree(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
 
-        def logits_after(path: list[int], path_tokens: list[int]) -> torch.Tensor:
-            return in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids, vocab_size)
+        def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> torch.Tensor:
+            return torch.stack([in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids,
+                                                vocab_size) for path_tokens in paths_tokens])
 
-        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
@@ -349,14 +391,19 @@ class HeadDrafter:
     def prefill(self, ids: Sequence[int]) -> None:
         self._catch_up(list(ids))
 
-    def _step(self, states: torch.Tensor, tokens: Sequence[int], first_position: int) -> torch.Tensor:
-        """Run the head on (state f_i, token x_{i+1}) pairs from `first_position` on; predicted states [n, d]."""
+    def _step(self, states: torch.Tensor, tokens: Sequence[int], positions: int | Sequence[int],
+              sees: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the head on (state f_i, token x_{i+1}) pairs; predicted states [n, d]. `positions`: the first
+        of consecutive positions, or each pair's own; `sees` [n, cached + n]: which cached and new
+        positions each pair attends to (default: all cached ones, and the new ones causally)."""
         device = self.draft.device
         token_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.embed.weight.device)
         embeds = self.embed(token_ids).to(device, self.draft.dtype)
-        positions = torch.arange(first_position, first_position + len(tokens), device=device)
+        if isinstance(positions, int):
+            positions = range(positions, positions + len(tokens))
         start = time.perf_counter()
-        predicted = self.model(states[None].to(device, self.draft.dtype), embeds, positions, self.cache)[0]
+        predicted = self.model(states[None].to(device, self.draft.dtype), embeds,
+                               torch.tensor(list(positions), device=device), self.cache, sees)[0]
         self.forward_s += time.perf_counter() - start
         return predicted
 
@@ -382,12 +429,14 @@ class HeadDrafter:
             return self.verifier_forward.hidden_states(len(ids) - 1, len(ids))[0]  # the verifier's own: exact
         return self._next_state
 
-    def _logits(self, state: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    def _logits(self, states: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """The head's logits over the verifier's ids [n, vocab_size] for predicted states [n, d] (-inf outside
+        its output rows)."""
         start = time.perf_counter()
-        scores = self.output_rows @ state.to(self.output_rows.dtype)
+        scores = columns_product(states.to(self.output_rows.dtype), self.output_rows)  # W @ x.T: see cpu_speed
         self.forward_s += time.perf_counter() - start
-        logits = scores.new_full((vocab_size,), float("-inf"))
-        return logits.index_copy_(0, self.head_ids.to(logits.device), scores)
+        logits = scores.new_full((len(states), vocab_size), float("-inf"))
+        return logits.index_copy_(1, self.head_ids.to(logits.device), scores)
 
     @torch.inference_mode()
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
@@ -404,7 +453,7 @@ class HeadDrafter:
             if drafted:  # feed back the predicted state with the token drafted from it
                 position = len(context) - 1 + len(drafted) - 1
                 current[0] = self._step(current[0][None], drafted[-1:], position)[-1]
-            return self._logits(current[0], vocab_size)
+            return self._logits(current[0][None], vocab_size)[0]
 
         return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
 
@@ -412,37 +461,39 @@ class HeadDrafter:
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
                      vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = (),
                      worth: Worth | None = None) -> DraftTree:
-        """Up to `max_nodes` candidates at most `max_depth` deep, best first
-        (`copied`, `worth`: see _grow_tree).
+        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
 
-        A node at depth d is fed to the head at the position after the last true one plus d, with the state
-        its parent predicted; the head's cache holds the draft positions of one branch at a time and is cut
-        back to the branch point when the next expansion lies on another branch."""
+        A level's nodes, all at depth d, run through the head in one call: each is fed at the position after
+        the last true one plus d, with the state its parent predicted, and attends to the true positions,
+        its ancestors (fed by earlier levels) and itself. The head's cache keeps those draft positions
+        after the true ones until the next round cuts them off."""
         start = time.perf_counter()
         context = list(ids)
         root_state = self._catch_up(context) if max_nodes > 0 and max_depth > 0 else None
         if root_state is None:
             return _no_tree(DraftStop.MAX_TOKENS if max_nodes <= 0 or max_depth <= 0 else DraftStop.NO_MATCH, start)
         first_position = len(context) - 1
+        self.cache.crop(self._true_positions)
         predicted: dict[int, torch.Tensor] = {}  # node -> the state the head predicts after it
-        parent_of: dict[int, int] = {}
-        cached: list[int] = []  # nodes whose draft positions follow the true ones in the head's cache
+        slot: dict[int, int] = {}  # node -> its position in the head's cache
 
-        def logits_after(path: list[int], path_tokens: list[int]) -> torch.Tensor:
-            if not path:
-                return self._logits(root_state, vocab_size)
-            for parent, node in zip([-1, *path[:-1]], path):
-                parent_of[node] = parent
-            shared = common_prefix_length(cached, path)
-            self.cache.crop(self._true_positions + shared)
-            missing = path[shared:]
-            states = torch.stack([root_state if parent_of[n] < 0 else predicted[parent_of[n]] for n in missing])
-            for node, state in zip(missing, self._step(states, path_tokens[shared:], first_position + shared)):
-                predicted[node] = state
-            cached[:] = path
-            return self._logits(predicted[path[-1]], vocab_size)
+        def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> torch.Tensor:
+            if paths == [[]]:
+                return self._logits(root_state[None], vocab_size)
+            nodes, past = [path[-1] for path in paths], len(self.cache)
+            states = torch.stack([predicted[path[-2]] if len(path) > 1 else root_state for path in paths])
+            sees = torch.zeros(len(paths), past + len(paths), dtype=torch.bool, device=self.draft.device)
+            sees[:, :self._true_positions] = True
+            for row, path in enumerate(paths):
+                sees[row, [slot[n] for n in path[:-1]] + [past + row]] = True
+            tokens = [path_tokens[-1] for path_tokens in paths_tokens]
+            depth = len(paths[0]) - 1
+            out = self._step(states, tokens, [first_position + depth] * len(paths), sees)
+            for row, node in enumerate(nodes):
+                predicted[node], slot[node] = out[row], past + row
+            return self._logits(out, vocab_size)
 
-        return _grow_tree(logits_after, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # the next propose() keeps only the positions computed from true states

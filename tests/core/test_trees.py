@@ -93,6 +93,35 @@ def test_greedy_speculation_with_trees_equals_the_verifiers_own_greedy_generate(
         hf_greedy(verifier, prompt, 40)
 
 
+@pytest.mark.parametrize("kind", ["model", "head"])
+def test_every_node_of_a_tree_has_the_drafts_probability_along_its_own_path(pairs, tiny_tokenizer, kind):
+    """A level's paths are scored in one head call (each seeing only its ancestors): node by node, the
+    probability shown equals drafting that path alone, one token at a time."""
+    verifier, draft = pairs["llama"]
+    drafter, alone = (drafters_for(verifier, draft)[kind] for _ in range(2))
+    vocab = verifier.producible_ids
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    for each in (drafter, alone):
+        if kind == "head":
+            each.attach(CachedForward(verifier.model, verifier.device))
+            each.verifier_forward.logits_for(prompt)
+    tree = drafter.propose_tree(prompt, 24, 4, GenerationConfig(), vocab, frozenset())
+    assert tree.expansions < len(tree) and max(len(tree.path_to(n)) for n in range(len(tree))) >= 3
+    for node in range(len(tree)):
+        path_tokens = [tree.token_ids[n] for n in tree.path_to(node)]
+        if kind == "model":
+            logits = alone.forward.logits_for(prompt + path_tokens[:-1])[-1][:vocab]
+        else:
+            alone.reset_cache()
+            with torch.inference_mode():
+                state = alone._catch_up(list(prompt))
+                for depth, token in enumerate(path_tokens[:-1]):
+                    state = alone._step(state[None], [token], len(prompt) - 1 + depth)[-1]
+                logits = alone._logits(state[None], vocab)[0]
+        expected = float(torch.softmax(logits.float(), -1)[path_tokens[-1]])
+        assert tree.display_probs[node] == pytest.approx(expected, rel=1e-4, abs=1e-6)
+
+
 def test_tree_nodes_zero_is_the_chain_of_before(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
