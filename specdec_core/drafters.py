@@ -82,7 +82,57 @@ Worth = Callable[[Sequence[float], int, int], float]  # see _grow_tree
 
 # Prompt lookup's copies joined to a tree: the chance that a copied token is right given the copy was right so
 # far (measured on the bundled prompts: 0.54 at the first position, then 0.67, 0.81, 0.86; performance.md).
+# The prior of CopyRecord, which learns the conversation's own rates.
 LOOKUP_ACCEPTANCE = (0.54, 0.67, 0.81, 0.86)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Prompt lookup's continuation, joined to a tree as one more branch: its tokens, and the chance that
+    each is right given that the ones before it were (the last rate holds for the positions past it)."""
+
+    tokens: tuple[int, ...] = ()
+    acceptance: tuple[float, ...] = LOOKUP_ACCEPTANCE
+
+    def rate(self, position: int) -> float:
+        return self.acceptance[min(position, len(self.acceptance) - 1)]
+
+
+class CopyRecord:
+    """How often prompt lookup's copies turned out right in this conversation, by position.
+
+    A copy's worth depends on the text: a reply that rewrites a given text copies long runs that are
+    right, a free answer copies short ones that are not. The record starts from LOOKUP_ACCEPTANCE (worth
+    PRIOR_WEIGHT copies) and follows the recent copies (each older one counts DECAY times less), so a
+    tree keeps a long copy where copies have been right, and prunes it where they have not."""
+
+    PRIOR_WEIGHT = 4.0
+    DECAY = 0.9
+
+    def __init__(self, prior: Sequence[float] = LOOKUP_ACCEPTANCE):
+        self.prior = tuple(prior)
+        self.tried = [0.0] * len(self.prior)  # copies that reached position i (all before it right) ...
+        self.right = [0.0] * len(self.prior)  # ... and were right there too
+
+    def acceptance(self) -> tuple[float, ...]:
+        weight = self.PRIOR_WEIGHT
+        return tuple((right + prior * weight) / (tried + weight)
+                     for prior, tried, right in zip(self.prior, self.tried, self.right))
+
+    def record(self, copied: Sequence[int], verified: Sequence[int]) -> None:
+        """A copy proposed after some text, and the tokens the verifier then produced there (only the
+        positions they cover are judged)."""
+        judged = min(len(copied), len(verified))
+        if not judged:
+            return
+        self.tried = [n * self.DECAY for n in self.tried]
+        self.right = [n * self.DECAY for n in self.right]
+        for position in range(judged):
+            slot = min(position, len(self.prior) - 1)
+            self.tried[slot] += 1
+            if copied[position] != verified[position]:
+                break
+            self.right[slot] += 1
 
 
 LevelLogits = Callable[[list[list[int]], list[list[int]]], torch.Tensor]  # see _grow_tree
@@ -98,7 +148,7 @@ class _Candidate:
 
 
 def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth: int, config: GenerationConfig,
-               eos_token_ids: frozenset[int], copied: Sequence[int] = (), worth: Worth | None = None) -> DraftTree:
+               eos_token_ids: frozenset[int], copied: Copy = Copy(), worth: Worth | None = None) -> DraftTree:
     """Grow a tree a level at a time, then keep its best nodes (after EAGLE-2's expand and rerank phases).
 
     Each level expands, in one call, the TREE_WIDTH likeliest candidates of the deepest level into their
@@ -108,8 +158,8 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
     the `max_nodes` candidates with the highest values; a child's value never exceeds its parent's, so
     they form a tree, parents first.
 
-    `copied`: a continuation prompt lookup found; it joins the tree as one more branch, valued with
-    LOOKUP_ACCEPTANCE, so the verifier can take the copy, the draft's guess, or whichever is right.
+    `copied`: a continuation prompt lookup found; it joins the tree as one more branch, valued with its
+    acceptance rates, so the verifier can take the copy, the draft's guess, or whichever is right.
 
     `worth(values, expansions, more)`: the least value the next node must have to pay for its checking and
     `more` further expansions (levels), given the values of the best nodes so far and the `expansions` made
@@ -170,10 +220,9 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
             for prob, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
                 if prob > 0:
                     offer(parent, token, value * prob, prob, depth)
-            if depth < len(copied) and path_tokens == list(copied[:depth]):  # on the copied branch
-                prior = LOOKUP_ACCEPTANCE[min(depth, len(LOOKUP_ACCEPTANCE) - 1)]
-                copy = copied[depth]
-                offer(parent, copy, value * prior, float(probs[row, copy]), depth)
+            if depth < len(copied.tokens) and path_tokens == list(copied.tokens[:depth]):  # on the copied branch
+                copy = copied.tokens[depth]
+                offer(parent, copy, value * copied.rate(depth), float(probs[row, copy]), depth)
 
     expand([-1])
     for depth in range(max_depth - 1):
@@ -322,7 +371,7 @@ class ModelDrafter:
         return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
 
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = (),
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
                      worth: Worth | None = None) -> DraftTree:
         """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
         A level runs the draft on each of its paths in turn; the cache's prefix rule makes moving to
@@ -459,7 +508,7 @@ class HeadDrafter:
 
     @torch.inference_mode()
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Sequence[int] = (),
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
                      worth: Worth | None = None) -> DraftTree:
         """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
 
@@ -583,11 +632,14 @@ class HybridDrafter:
         self.lookup = lookup or PromptLookupDrafter()
         self.model_tokens = model_tokens
         self.name = f"{model_drafter.name} + prompt lookup"
+        self.copies = CopyRecord()  # trees: how often copies were right here (chains take every copy anyway)
+        self._last_copy: tuple[list[int], tuple[int, ...]] | None = None  # (the text before it, the copy)
 
     def reset(self, seed: int) -> None:
         self.model_drafter.reset(seed)
 
     def reset_cache(self) -> None:
+        self._last_copy = None
         reset = getattr(self.model_drafter, "reset_cache", None)
         if reset is not None:
             reset()
@@ -612,9 +664,16 @@ class HybridDrafter:
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
                      vocab_size: int, eos_token_ids: frozenset[int], worth: Worth | None = None) -> DraftTree:
         """The draft's tree with prompt lookup's copy (if it finds one) as one more branch."""
+        ids = list(ids)
+        if self._last_copy is not None:  # judge the last round's copy by what the verifier produced there
+            before, copy = self._last_copy
+            if len(ids) > len(before) and ids[:len(before)] == before:
+                self.copies.record(copy, ids[len(before):])
         copied = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids)
+        self._last_copy = (ids, copied.token_ids) if copied.token_ids else None
+        branch = Copy(copied.token_ids, self.copies.acceptance())
         tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config,  # type: ignore[attr-defined]
-                                               vocab_size, eos_token_ids, copied.token_ids, worth)
+                                               vocab_size, eos_token_ids, branch, worth)
         return dataclasses.replace(tree, draft_s=tree.draft_s + copied.draft_s)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:

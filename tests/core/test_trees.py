@@ -10,7 +10,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.cost import TreeSizer, VerifyCost
-from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter
+from specdec_core.drafters import LOOKUP_ACCEPTANCE, CopyRecord, HeadDrafter, HybridDrafter, ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.kv import CachedForward
@@ -216,6 +216,45 @@ def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_gue
     assert len(tree.path_to(node)) == 3
     assert len({p for p in tree.parents if p == -1}) == 1 and tree.parents.count(-1) > 1  # other guesses too
     assert len(set(zip(tree.parents, tree.token_ids))) == len(tree)  # no candidate twice under one parent
+
+
+def test_the_copy_record_follows_how_often_copies_were_right_position_by_position():
+    record = CopyRecord()
+    assert record.acceptance() == pytest.approx(LOOKUP_ACCEPTANCE)
+    for _ in range(12):
+        record.record([5, 6, 7, 8, 9], [5, 6, 7, 8, 9, 10])  # long copies, all right
+    assert all(rate > max(prior, 0.8) for rate, prior in zip(record.acceptance(), LOOKUP_ACCEPTANCE))
+    for _ in range(12):
+        record.record([5, 6, 7], [4, 6, 7])  # wrong at once: later positions are not judged
+    rates = record.acceptance()
+    assert rates[0] < 0.4 < LOOKUP_ACCEPTANCE[0] and rates[1] > LOOKUP_ACCEPTANCE[1]
+    reached = record.tried[1]
+    record.record([5, 6, 7], [5])  # the verifier produced one token there: only position 0 is judged
+    assert record.tried[1] < reached and record.acceptance()[0] > rates[0]
+
+
+def test_a_hybrid_values_its_copy_by_how_often_copies_were_right_in_the_conversation(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
+    text = tiny_tokenizer("one two three four five six one two three four five six one two").input_ids
+    vocab = len(tiny_tokenizer)
+
+    def copy_values(ids):
+        tree = hybrid.propose_tree(ids, 16, 4, GenerationConfig(), vocab, frozenset())
+        copy = hybrid._last_copy[1]
+        node, values = -1, []
+        for token in copy[:3]:
+            node = next(i for i, (t, p) in enumerate(zip(tree.token_ids, tree.parents)) if t == token and p == node)
+            values.append(tree.values[node])
+        return copy, values
+
+    copy, first = copy_values(text)
+    assert first[0] >= LOOKUP_ACCEPTANCE[0] - 1e-9
+    ids = list(text)
+    for _ in range(6):  # the verifier keeps producing what was copied
+        ids += list(copy)
+        copy, later = copy_values(ids)
+    assert later[2] > first[2] and hybrid.copies.acceptance()[2] > LOOKUP_ACCEPTANCE[2]
 
 
 def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs, tiny_tokenizer):
