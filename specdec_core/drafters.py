@@ -158,7 +158,7 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
     the `max_nodes` candidates with the highest values; a child's value never exceeds its parent's, so
     they form a tree, parents first.
 
-    `copied`: a continuation prompt lookup found; it joins the tree as one more branch, valued with its
+    `copied`: a continuation prompt lookup found; it joins the tree whole, as one more branch valued with its
     acceptance rates, so the verifier can take the copy, the draft's guess, or whichever is right.
 
     `worth(values, expansions, more)`: the least value the next node must have to pay for its checking and
@@ -173,13 +173,14 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
     def path_of(node: int) -> list[int]:
         return path_to([c.parent for c in candidates], node) if node >= 0 else []
 
-    def offer(parent: int, token: int, value: float, shown: float, depth: int) -> None:
+    def offer(parent: int, token: int, value: float, shown: float, depth: int) -> int:
         held = index.get((parent, token))
         if held is None:
-            index[(parent, token)] = len(candidates)
+            held = index[(parent, token)] = len(candidates)
             candidates.append(_Candidate(token, parent, value, shown, depth))
         elif value > candidates[held].value:  # proposed twice (by the draft and by the copy): the likelier
             candidates[held].value = value
+        return held
 
     def best(limit: int) -> list[int]:
         """The candidates that would be checked now: by value, parents first, at most `limit`."""
@@ -220,9 +221,11 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
             for prob, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
                 if prob > 0:
                     offer(parent, token, value * prob, prob, depth)
-            if depth < len(copied.tokens) and path_tokens == list(copied.tokens[:depth]):  # on the copied branch
-                copy = copied.tokens[depth]
-                offer(parent, copy, value * copied.rate(depth), float(probs[row, copy]), depth)
+            if parent < 0:  # the copy joins whole: it costs no drafting (shown as lookup proposes it: p = 1)
+                node, value = -1, 1.0
+                for depth, token in enumerate(copied.tokens):
+                    value *= copied.rate(depth)
+                    node = offer(node, token, value, 1.0, depth)
 
     expand([-1])
     for depth in range(max_depth - 1):
