@@ -62,6 +62,7 @@ class DraftTree:
     stop: DraftStop
     draft_s: float
     expansions: int = 0  # draft steps taken to grow it (each scores one node's children)
+    copied: tuple[bool, ...] = ()  # per node: proposed by prompt lookup's copy, not by the draft (empty: none)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -69,7 +70,11 @@ class DraftTree:
     def prefix(self, n: int) -> DraftTree:
         """The n best nodes (a tree, since parents come first)."""
         return dataclasses.replace(self, token_ids=self.token_ids[:n], parents=self.parents[:n],
-                                   values=self.values[:n], display_probs=self.display_probs[:n])
+                                   values=self.values[:n], display_probs=self.display_probs[:n],
+                                   copied=self.copied[:n])
+
+    def is_copy(self, node: int) -> bool:
+        return node < len(self.copied) and self.copied[node]
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's child down to `node`."""
@@ -145,6 +150,7 @@ class _Candidate:
     value: float  # the draft's probability that the whole path to it is right
     shown: float  # the draft's probability of the token given its path, as people read it
     depth: int  # 0: a child of the root
+    copied: bool = False  # proposed by prompt lookup's copy (and not by the draft)
 
 
 def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth: int, config: GenerationConfig,
@@ -173,11 +179,11 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
     def path_of(node: int) -> list[int]:
         return path_to([c.parent for c in candidates], node) if node >= 0 else []
 
-    def offer(parent: int, token: int, value: float, shown: float, depth: int) -> int:
+    def offer(parent: int, token: int, value: float, shown: float, depth: int, copied: bool = False) -> int:
         held = index.get((parent, token))
         if held is None:
             held = index[(parent, token)] = len(candidates)
-            candidates.append(_Candidate(token, parent, value, shown, depth))
+            candidates.append(_Candidate(token, parent, value, shown, depth, copied))
         elif value > candidates[held].value:  # proposed twice (by the draft and by the copy): the likelier
             candidates[held].value = value
         return held
@@ -225,7 +231,7 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
                 node, value = -1, 1.0
                 for depth, token in enumerate(copied.tokens):
                     value *= copied.rate(depth)
-                    node = offer(node, token, value, 1.0, depth)
+                    node = offer(node, token, value, 1.0, depth, copied=True)
 
     expand([-1])
     for depth in range(max_depth - 1):
@@ -243,7 +249,7 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
     stop = DraftStop.TREE if chosen else DraftStop.COST if priced_out else DraftStop.NO_MATCH
     return DraftTree(tuple(c.token for c in picked), tuple(position[c.parent] if c.parent >= 0 else -1 for c in picked),
                      tuple(c.value for c in picked), tuple(c.shown for c in picked), stop,
-                     time.perf_counter() - start, expansions)
+                     time.perf_counter() - start, expansions, tuple(c.copied for c in picked))
 
 
 def _no_tree(stop: DraftStop, start: float) -> DraftTree:

@@ -284,8 +284,10 @@ class Engine:
         # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
         if len(tree):
             self.verifier_forward.keep_path(acceptance.path)
-        if tree.stop is DraftStop.TREE:
-            self.sizer.observe(tree.values, len(acceptance.path))
+        if tree.stop is DraftStop.TREE:  # calibrate the draft's own values (a copy's rates are learned apart)
+            drafted = [node for node in range(len(tree)) if not tree.is_copy(node)]
+            self.sizer.observe([tree.values[node] for node in drafted],
+                               sum(not tree.is_copy(node) for node in acceptance.path))
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
         mainline = _mainline(tree, acceptance.path)
