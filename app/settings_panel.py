@@ -183,8 +183,8 @@ class SettingsPanel(QScrollArea):
         self.tree.setSpecialValueText("auto")
         self.tree.setSuffix(" nodes")
         self.tree.setToolTip("Draft trees: at most this many candidates checked per round in one verifier pass, "
-                             "the cost model keeping what pays on this machine. 0: one chain. auto: trees on a "
-                             "GPU, the chain on a CPU (where checking many tokens costs more than it brings)")
+                             "the cost model keeping what pays on this machine. 0: one chain. auto: trees when "
+                             "greedy, the chain when sampling (so that a seed reproduces a reply)")
         g.addRow("Draft tree", self.tree)
         self.cutoff = QDoubleSpinBox()
         self.cutoff.setRange(0.0, 0.99)

@@ -76,7 +76,8 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tree-nodes", type=tree_nodes, default="auto", metavar="N|auto",
                        help="draft trees: at most N candidates checked per round in one verifier pass, the cost "
                        "model keeping what pays on this machine; 0 drafts one chain (default auto: trees of up to "
-                       f"{defaults.TREE_NODES} on a GPU, the chain on a CPU)")
+                       f"{defaults.TREE_NODES} when greedy, the chain when sampling, so that a seed reproduces a "
+                       "reply)")
     group.add_argument("--max-new-tokens", type=int, default=256)
     group.add_argument("--temperature", type=finite_float, default=0.0, help="0 is greedy (default)")
     group.add_argument("--top-k", type=int, default=0)

@@ -33,7 +33,7 @@ class GenerationConfig:
     confidence_cutoff: float = 0.0
     # Draft trees (drafters that can grow them: a draft model or head, alone or in a hybrid): at most this
     # many candidate nodes checked per round in one verifier pass, gamma deep at most. 0 keeps one chain;
-    # TREE_AUTO lets the engine choose by device (defaults.tree_nodes_for).
+    # TREE_AUTO lets the engine choose (defaults.tree_nodes_for: trees when greedy, the chain when sampling).
     tree_nodes: int = 0
     # With trees: check only as many of the nodes as maximise expected tokens per second, from the verify
     # cost measured on this machine (cost.py); possibly none. False checks every node drafted.

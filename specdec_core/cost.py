@@ -26,15 +26,18 @@ class VerifyCost:
 
     Each row count keeps its last few timings and reads their median: one pass slowed by other work on the
     machine must not decide the next rounds' tree sizes. A row count timed fewer than SETTLED times reads no
-    more than the guess from below, so that a size is not written off after one unlucky pass."""
+    more than the guess from below, so that a size is not written off after one unlucky pass. Timings older
+    than MAX_AGE passes are forgotten: a size that measured slow while the machine was busy, and so was
+    never chosen again, is guessed from its neighbours once more, tried, and measured afresh."""
 
     WINDOW = 9
     SETTLED = 3
+    MAX_AGE = 256
 
     def __init__(self, seconds: dict[int, float] | None = None):
-        self._samples: dict[int, deque[float]] = {}
-        for rows, value in (seconds or {}).items():  # given figures count as settled
-            self._samples[rows] = deque([value] * self.SETTLED, maxlen=self.WINDOW)
+        self._samples: dict[int, deque[tuple[int, float]]] = {}  # rows -> (pass number, seconds)
+        self._passes = 0
+        self._given = dict(seconds or {})  # given figures count as settled, and do not age
 
     def __repr__(self) -> str:
         return f"VerifyCost({self.seconds})"
@@ -42,12 +45,17 @@ class VerifyCost:
     def observe(self, rows: int, seconds: float) -> None:
         if rows < 1 or seconds <= 0:
             return
-        self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append(seconds)
+        self._passes += 1
+        self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append((self._passes, seconds))
+
+    def _fresh(self, rows: int) -> list[float]:
+        return [s for n, s in self._samples.get(rows, ()) if n > self._passes - self.MAX_AGE]
 
     @property
     def seconds(self) -> dict[int, float]:
-        """The median timing of each row count measured so far."""
-        return {rows: statistics.median(samples) for rows, samples in sorted(self._samples.items())}
+        """The median timing of each row count measured lately (or given)."""
+        measured = {rows: statistics.median(fresh) for rows in self._samples if (fresh := self._fresh(rows))}
+        return dict(sorted({**self._given, **measured}.items()))
 
     def estimate(self, rows: int) -> float | None:
         """Measured, else interpolated between measured sizes, else guessed from the nearest one below."""
@@ -55,7 +63,7 @@ class VerifyCost:
         below = max((r for r in seconds if r < rows), default=None)
         guess = seconds[below] * (1 + _GUESSED_SLOPE * (rows - below)) if below is not None else None
         if rows in seconds:
-            unsettled = len(self._samples[rows]) < self.SETTLED and guess is not None
+            unsettled = rows not in self._given and len(self._fresh(rows)) < self.SETTLED and guess is not None
             return min(seconds[rows], guess) if unsettled else seconds[rows]  # type: ignore[type-var]
         above = min((r for r in seconds if r > rows), default=None)
         if below is not None and above is not None:

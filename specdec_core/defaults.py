@@ -28,18 +28,21 @@ GAMMA_CEILING = 16  # the longest draft the settings offer, and adaptive draftin
 
 
 # --- draft trees ---
-# `--tree-nodes auto`: on a GPU (CUDA or MPS) a forward pass over 16 tokens costs about what one does, so
-# the engine grows trees of up to TREE_NODES nodes and its cost model (cost.py) checks what pays. On a CPU
-# checking k tokens costs more with every token (docs/performance.md: 1.3x for 5 rows, 2x for 9 on the
-# 2-core machine); there the cost-aware trees measured 1.03x against the chain's 1.21x, so auto keeps the
-# chain. Any explicit number applies on every device.
+# `--tree-nodes auto`: when greedy, trees of up to TREE_NODES nodes, sized each round by the cost model
+# (cost.py), which measures what checking k tokens costs on this machine and keeps only the nodes that pay
+# (none, when a plain step is fastest). On a GPU a pass over 16 tokens is expected to cost about what one
+# does. On the 2-core CPU of docs/performance.md checking 5 tokens now costs about one step and 9 about 1.4
+# (cpu_speed.py's packed form), and cost-aware trees measured 1.58-1.84x against the chain's 1.57-1.61x on
+# held-out prompts and 1.58-1.63x against 1.48-1.51x on the bundled ones (2026-12-01, "Draft trees").
+# When sampling, auto keeps the chain: tree sizes follow this machine's timings, and they decide which
+# random draws a round makes, so a seed would no longer reproduce a reply (the output distribution is the
+# verifier's either way). An explicit number applies as given; 0 is the chain.
 TREE_NODES = 16
-ACCELERATORS = ("cuda", "mps")
 
 
-def tree_nodes_for(device_type: str) -> int:
-    """What `--tree-nodes auto` means on a device of this type."""
-    return TREE_NODES if device_type in ACCELERATORS else 0
+def tree_nodes_for(*, greedy: bool) -> int:
+    """What `--tree-nodes auto` means: cost-aware trees when greedy, the chain when sampling."""
+    return TREE_NODES if greedy else 0
 
 
 def gamma_max(gamma: int) -> int:

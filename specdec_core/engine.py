@@ -309,9 +309,9 @@ class Engine:
         return dataclasses.replace(result, verified=dataclasses.replace(result.verified, tree=nodes))
 
     def tree_nodes(self, config: GenerationConfig) -> int:
-        """The most tree nodes a round may check (0: a chain); `auto` depends on the verifier's device."""
+        """The most tree nodes a round may check (0: a chain); for `auto` see defaults.tree_nodes_for."""
         if config.tree_nodes == TREE_AUTO:
-            return defaults.tree_nodes_for(self.verifier.device.type)
+            return defaults.tree_nodes_for(greedy=config.greedy)
         return config.tree_nodes
 
     def _draft_tree(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> DraftTree:

@@ -29,7 +29,10 @@ def make_window(qtbot, data_dir, tiny_models_dir):
     def make(load: bool = True, **overrides):
         settings = Settings(verifier=str(tiny_models_dir["llama-verifier"]),
                             draft=str(tiny_models_dir["llama-draft"]), drafter="model", device="cpu",
-                            dtype="float32", max_new_tokens=24, calibrate=False)
+                            dtype="float32", max_new_tokens=24, calibrate=False,
+                            # The tiny pair decodes in about a millisecond, where the cost model may find that
+                            # no draft pays (auto: trees when greedy); tests that need trees ask for them.
+                            tree_nodes=0)
         for k, v in overrides.items():
             setattr(settings, k, v)
         w = MainWindow(settings, ConversationStore(data_dir))

@@ -57,14 +57,15 @@ def test_tree_nodes_checks_a_tree_per_round_and_the_json_lists_its_nodes(capsys,
     _, off = run_json(capsys, *common, "--no-speculation")
     _, tree = run_json(capsys, *common, "--tree-nodes", "6")
     _, chain = run_json(capsys, *common, "--tree-nodes", "0")
-    _, auto = run_json(capsys, *common)  # auto: the chain on a CPU
+    _, auto = run_json(capsys, *common)  # auto, greedy: trees sized by the cost model (possibly none)
+    _, sampled = run_json(capsys, *common, "--temperature", "0.8", "--seed", "3")  # auto, sampling: the chain
     assert tree[0]["token_ids"] == chain[0]["token_ids"] == auto[0]["token_ids"] == off[0]["token_ids"]
     trees = [r["tree"] for r in tree[0]["rounds"] if r["tree"]]
     assert trees and all(len(t) <= 6 for t in trees)
     for nodes in trees:
         assert all(-1 <= n["parent"] < i for i, n in enumerate(nodes))
         assert set(nodes[0]) == {"parent", "token_id", "draft_prob", "target_prob", "accept_prob", "accepted"}
-    assert not any(r["tree"] for r in chain[0]["rounds"] + auto[0]["rounds"])
+    assert not any(r["tree"] for r in chain[0]["rounds"] + sampled[0]["rounds"])
     assert main(["generate", "Hi", "--tree-nodes", "-2"]) == 2
     assert "error:" in capsys.readouterr().err
 

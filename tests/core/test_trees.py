@@ -269,6 +269,18 @@ def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs,
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 12)
 
 
+def test_a_size_measured_slow_long_ago_is_guessed_again_and_so_tried_again():
+    cost = VerifyCost()
+    for _ in range(3):
+        cost.observe(1, 0.050)
+        cost.observe(5, 0.200)  # measured while the machine was busy
+    assert cost.estimate(5) == pytest.approx(0.200)
+    for _ in range(VerifyCost.MAX_AGE):
+        cost.observe(1, 0.050)  # only plain steps since: 5 rows would never be chosen, so never re-timed
+    assert cost.estimate(5) == pytest.approx(0.050 * (1 + 4 * 0.08))  # the guess from below again
+    assert cost.estimate(1) == pytest.approx(0.050)
+
+
 def test_one_slow_pass_does_not_move_the_verify_cost():
     cost = VerifyCost()
     for seconds in (0.050, 0.051, 0.049, 0.300, 0.050):  # one pass slowed by other work on the machine
