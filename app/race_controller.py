@@ -66,11 +66,7 @@ class RaceController(QObject):
         worker.errored.connect(lambda exc: w.show_error(f"Race failed: {error_text(exc)}"))
         worker.finished.connect(lambda wk=worker: self._on_finished(wk))
         self.worker = worker
-        w.busy = Busy.RACE
-        w.status_label.setText("Racing: speculation off, then on…")
-        w.update_controls()
-        w.timer.start()
-        worker.start()
+        w.start_worker(worker, Busy.RACE, "Racing: speculation off, then on…")
 
     def _on_event(self, ev: object) -> None:
         from app.talk.context import LaneEvent

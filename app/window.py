@@ -69,8 +69,8 @@ class MainWindow(QMainWindow):
     use (nothing else of it): the signals below; the state `settings`, `store`, `session`, `conv`,
     `baselines`, `busy` (changed through `set_busy`), `closing`; the widgets built in `_build`; the
     methods `prompt_messages`, `show_error`, `show_info`, `update_controls`, `save_settings`, `flush`,
-    `add_baseline`, `send`, `stop`, `new_chat`; and the controllers `loader`, `racer`, `conversations`,
-    `exporter` and `talk`."""
+    `add_baseline`, `start_worker`, `send`, `stop`, `new_chat`; and the controllers `loader`, `racer`,
+    `conversations`, `exporter` and `talk`."""
 
     models_loaded = Signal(object)  # Session
     load_failed = Signal(str)
@@ -510,8 +510,12 @@ class MainWindow(QMainWindow):
         worker.errored.connect(self._on_gen_error)
         worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
         self._gen_worker = worker
-        self.busy = Busy.REPLY
-        self.status_label.setText("Generating…")
+        self.start_worker(worker, Busy.REPLY, "Generating…")
+
+    def start_worker(self, worker: EventWorker, busy: Busy, status: str) -> None:
+        """Mark the window busy, say so, and start `worker` with the repaint timer running."""
+        self.busy = busy
+        self.status_label.setText(status)
         self.update_controls()
         self.timer.start()
         worker.start()
