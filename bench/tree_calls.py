@@ -22,8 +22,8 @@ from specdec_core.pairing import load_pair  # noqa: E402
 from specdec_core.prompt_sets import load_prompts  # noqa: E402
 
 CONFIGS = {
-    "chain, as shipped": dict(),
-    "trees, cost-aware, <= 16 nodes": dict(tree_nodes=16),
+    "chain (--tree-nodes 0)": dict(tree_nodes=0),
+    "trees, cost-aware, <= 16 nodes (auto, greedy)": dict(tree_nodes=16),
     "trees of 8 nodes, all checked, depth <= 4": dict(tree_nodes=8, cost_aware=False),
     "trees of 32 nodes, all checked, depth <= 6": dict(tree_nodes=32, gamma=6, cost_aware=False),
     "trees of 64 nodes, all checked, depth <= 8": dict(tree_nodes=64, gamma=8, cost_aware=False),
