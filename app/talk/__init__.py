@@ -163,8 +163,9 @@ class TalkMode(QObject):
 
         trace = trace or self.get_current_trace()
         if trace is None or not tree_rounds(trace):
-            self._say("This reply has no draft trees: set Draft tree to a number of nodes (Generation settings) "
-                      "and send a message (on a CPU, auto keeps one chain).")
+            self._say("This reply has no draft trees: auto grows them only when greedy (temperature 0), and "
+                      "checks none where no draft pays. Set Draft tree to a number of nodes (Generation "
+                      "settings) and send a message.")
             return None
         dlg = TreeDialog(trace, self.window, scale=1.6 if self.presenter.active else 1.0)
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
