@@ -234,14 +234,19 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
                     node = offer(node, token, value, 1.0, depth, copied=True)
 
     expand([-1])
+    expanded: set[int] = set()
     for depth in range(max_depth - 1):
         chosen, _ = checked()
         values = [candidates[i].value for i in chosen]
+        # A node is scored with its ancestors' states, so only children of expanded nodes (or of the root)
+        # can be expanded: a copied node deep in the copy waits until the copy above it was expanded.
         level = [i for i in chosen if candidates[i].depth == depth and candidates[i].token not in eos_token_ids
+                 and (candidates[i].parent < 0 or candidates[i].parent in expanded)
                  and (worth is None or candidates[i].value >= worth(values, expansions, 1))][:TREE_WIDTH]
         if not level:
             break
         expand(level)
+        expanded.update(level)
 
     chosen, priced_out = checked()
     position = {node: k for k, node in enumerate(chosen)}

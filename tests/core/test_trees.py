@@ -218,6 +218,31 @@ def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_gue
     assert len(set(zip(tree.parents, tree.token_ids))) == len(tree)  # no candidate twice under one parent
 
 
+def test_a_copied_node_is_expanded_only_after_the_copied_node_above_it():
+    """The head scores a path with its ancestors' predicted states, so every expanded path's ancestors must
+    have been expanded in earlier levels, even where the copy ranks high deep down but low at the root."""
+    from specdec_core.drafters import Copy, _grow_tree
+
+    vocab, fed = 50, set()
+
+    def logits_for(paths, paths_tokens):
+        rows = []
+        for path in paths:
+            assert all(node in fed for node in path[:-1]), f"path {path} has an ancestor never expanded"
+            fed.update(path[-1:])
+            logits = torch.zeros(vocab)  # below the root: every token alike
+            if not path:
+                logits[1:5] = 4.0  # the root: four likely tokens, the copy's first token unlikely
+            rows.append(logits)
+        return torch.stack(rows)
+
+    copy = Copy((10, 11, 12), acceptance=(0.05, 0.99, 0.99))  # a doubtful start, then sure
+    tree = _grow_tree(logits_for, 0.0, 64, 4, GenerationConfig(), frozenset(), copy)
+    assert len(tree) > 8 and all(p < i for i, p in enumerate(tree.parents))
+    copied = [n for n in range(len(tree)) if tree.is_copy(n)]
+    assert [tree.token_ids[n] for n in copied] == [10, 11, 12]
+
+
 def test_the_copy_record_follows_how_often_copies_were_right_position_by_position():
     record = CopyRecord()
     assert record.acceptance() == pytest.approx(LOOKUP_ACCEPTANCE)
