@@ -37,7 +37,8 @@ class VerifyCost:
     def __init__(self, seconds: dict[int, float] | None = None):
         self._samples: dict[int, deque[tuple[int, float]]] = {}  # rows -> (pass number, seconds)
         self._passes = 0
-        self._given = dict(seconds or {})  # given figures count as settled, and do not age
+        self._given = dict(seconds or {})  # given figures count as SETTLED timings that never age
+        self._medians: dict[int, float] | None = None  # `seconds`, until the next observation
 
     def __repr__(self) -> str:
         return f"VerifyCost({self.seconds})"
@@ -47,29 +48,37 @@ class VerifyCost:
             return
         self._passes += 1
         self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append((self._passes, seconds))
+        self._medians = None
 
-    def _fresh(self, rows: int) -> list[float]:
-        return [s for n, s in self._samples.get(rows, ()) if n > self._passes - self.MAX_AGE]
+    def _timings(self, rows: int) -> list[float]:
+        """The row count's recent timings, with a given figure counted SETTLED times."""
+        fresh = [s for n, s in self._samples.get(rows, ()) if n > self._passes - self.MAX_AGE]
+        return [self._given[rows]] * self.SETTLED + fresh if rows in self._given else fresh
 
     @property
     def seconds(self) -> dict[int, float]:
         """The median timing of each row count measured lately (or given)."""
-        measured = {rows: statistics.median(fresh) for rows in self._samples if (fresh := self._fresh(rows))}
-        return dict(sorted({**self._given, **measured}.items()))
+        if self._medians is None:
+            rows_known = sorted({*self._samples, *self._given})
+            self._medians = {rows: statistics.median(t) for rows in rows_known if (t := self._timings(rows))}
+        return self._medians
 
     def estimate(self, rows: int) -> float | None:
-        """Measured, else interpolated between measured sizes, else guessed from the nearest one below."""
+        """Measured, else interpolated between measured sizes, else guessed from the nearest one below (or,
+        with none below, from the nearest above, optimistically: a size nobody measured gets tried)."""
         seconds = self.seconds
         below = max((r for r in seconds if r < rows), default=None)
         guess = seconds[below] * (1 + _GUESSED_SLOPE * (rows - below)) if below is not None else None
         if rows in seconds:
-            unsettled = rows not in self._given and len(self._fresh(rows)) < self.SETTLED and guess is not None
+            unsettled = len(self._timings(rows)) < self.SETTLED and guess is not None
             return min(seconds[rows], guess) if unsettled else seconds[rows]  # type: ignore[type-var]
         above = min((r for r in seconds if r > rows), default=None)
         if below is not None and above is not None:
             share = (rows - below) / (above - below)
             return seconds[below] + share * (seconds[above] - seconds[below])
-        return guess if guess is not None else (seconds[above] if above is not None else None)
+        if guess is not None:
+            return guess
+        return seconds[above] / (1 + _GUESSED_SLOPE * (above - rows)) if above is not None else None
 
 
 @dataclass

@@ -229,7 +229,7 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
                     offer(parent, token, value * prob, prob, depth)
             if parent < 0:  # the copy joins whole: it costs no drafting (shown as lookup proposes it: p = 1)
                 node, value = -1, 1.0
-                for depth, token in enumerate(copied.tokens):
+                for depth, token in enumerate(copied.tokens[:max_depth]):
                     value *= copied.rate(depth)
                     node = offer(node, token, value, 1.0, depth, copied=True)
 
@@ -240,9 +240,10 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
         values = [candidates[i].value for i in chosen]
         # A node is scored with its ancestors' states, so only children of expanded nodes (or of the root)
         # can be expanded: a copied node deep in the copy waits until the copy above it was expanded.
+        least = 0.0 if worth is None else worth(values, expansions, 1)
         level = [i for i in chosen if candidates[i].depth == depth and candidates[i].token not in eos_token_ids
                  and (candidates[i].parent < 0 or candidates[i].parent in expanded)
-                 and (worth is None or candidates[i].value >= worth(values, expansions, 1))][:TREE_WIDTH]
+                 and candidates[i].value >= least][:TREE_WIDTH]
         if not level:
             break
         expand(level)
@@ -651,6 +652,7 @@ class HybridDrafter:
 
     def reset(self, seed: int) -> None:
         self.model_drafter.reset(seed)
+        self._last_copy = None  # a new reply: what follows the last copy is the chat template, not a verdict
 
     def reset_cache(self) -> None:
         self._last_copy = None

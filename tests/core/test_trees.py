@@ -218,6 +218,18 @@ def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_gue
     assert len(set(zip(tree.parents, tree.token_ids))) == len(tree)  # no candidate twice under one parent
 
 
+def test_a_new_reply_does_not_judge_the_last_replys_copy_by_the_chat_template(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
+    text = tiny_tokenizer("one two three four one two three four one two").input_ids
+    hybrid.propose_tree(text, 8, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    assert hybrid._last_copy is not None
+    hybrid.reset(seed=1)
+    template = tiny_tokenizer(" user says hello assistant").input_ids
+    hybrid.propose_tree(text + template, 8, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    assert hybrid.copies.tried == [0.0] * len(LOOKUP_ACCEPTANCE)
+
+
 def test_a_copied_node_is_expanded_only_after_the_copied_node_above_it():
     """The head scores a path with its ancestors' predicted states, so every expanded path's ancestors must
     have been expanded in earlier levels, even where the copy ranks high deep down but low at the root."""
@@ -304,6 +316,20 @@ def test_a_size_measured_slow_long_ago_is_guessed_again_and_so_tried_again():
         cost.observe(1, 0.050)  # only plain steps since: 5 rows would never be chosen, so never re-timed
     assert cost.estimate(5) == pytest.approx(0.050 * (1 + 4 * 0.08))  # the guess from below again
     assert cost.estimate(1) == pytest.approx(0.050)
+
+
+def test_sizes_below_the_ones_timed_lately_are_guessed_cheaper_so_the_plain_step_is_tried_again():
+    cost = VerifyCost()
+    cost.observe(1, 0.050)
+    for _ in range(VerifyCost.MAX_AGE):
+        cost.observe(9, 0.065)  # only trees of 8 nodes since: the plain step's timing has aged out
+    assert cost.estimate(1) < cost.estimate(5) < cost.estimate(9) == pytest.approx(0.065)
+
+
+def test_a_given_figure_counts_as_settled_timings_not_as_one():
+    cost = VerifyCost({1: 0.050, 5: 0.060})
+    cost.observe(5, 0.500)  # one slow pass does not replace a given figure
+    assert cost.estimate(5) == pytest.approx(0.060)
 
 
 def test_one_slow_pass_does_not_move_the_verify_cost():
