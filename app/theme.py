@@ -6,7 +6,7 @@ text keeps the palette's own colour except for rejected tokens, which are red an
 
 from __future__ import annotations
 
-from PySide6.QtGui import QColor, QFont, QPalette, QTextCharFormat
+from PySide6.QtGui import QColor, QPalette, QTextCharFormat
 from PySide6.QtWidgets import QApplication
 
 from specdec_core.events import TokenState
@@ -65,14 +65,6 @@ def token_format(state: str, colored: bool = True) -> QTextCharFormat:
 
 def css_rgba(c: QColor) -> str:
     return f"rgba({c.red()},{c.green()},{c.blue()},{c.alpha()})"
-
-
-def mono_font(size: int | None = None) -> QFont:
-    f = QFont("monospace")
-    f.setStyleHint(QFont.StyleHint.Monospace)
-    if size:
-        f.setPointSize(size)
-    return f
 
 
 def style_sheet() -> str:

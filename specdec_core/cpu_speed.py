@@ -108,9 +108,8 @@ def packed_product(x_rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tenso
     return torch.ops.mkldnn._linear_pointwise(x_rows, packed, bias, "none", [], "")
 
 
-def _packed_weight(module: torch.nn.Linear) -> torch.Tensor:
-    """The module's packed copy, made again if its weight was replaced or changed in place since."""
-    weight = module.weight
+def _packed_weight(module: torch.nn.Linear, weight: torch.Tensor) -> torch.Tensor:
+    """The module's packed copy of `weight`, made again if it was replaced or changed in place since."""
     stamp = (weight.data_ptr(), weight._version)
     held = vars(module).get("_specdec_packed")
     if held is None or held[0] != stamp:
@@ -125,16 +124,16 @@ def _planned_forward(plan: RowPlan):
     def forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         form = by_rows[rows] if 0 < rows <= MAX_ROWS else "linear"
-        if (form == "linear" or x.dtype != self.weight.dtype or x.device.type != "cpu"
-                or torch.is_autocast_enabled("cpu")):
-            return F.linear(x, self.weight, self.bias)
+        weight, bias = self.weight, self.bias  # each read goes through nn.Module.__getattr__: once per call
+        if form == "linear" or x.dtype != weight.dtype or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
+            return F.linear(x, weight, bias)
         if form == "packed":
-            if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
-                return F.linear(x, self.weight, self.bias)  # oneDNN's op has no gradient here
-            return packed_product(x, _packed_weight(self), self.bias)
-        out = columns_product(x.reshape(rows, x.shape[-1]), self.weight)
-        if self.bias is not None:
-            out = out + self.bias
+            if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+                return F.linear(x, weight, bias)  # oneDNN's op has no gradient here
+            return packed_product(x, _packed_weight(self, weight), bias)
+        out = columns_product(x.reshape(rows, x.shape[-1]), weight)
+        if bias is not None:
+            out = out + bias
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     return forward
@@ -302,7 +301,7 @@ def apply_plans(model: torch.nn.Module, plans: list[RowPlan]) -> list[RowPlan]:
         for module in by_shape.get(plan.shape, []):
             module.forward = types.MethodType(forward, module)
             if plan.uses("packed"):
-                _packed_weight(module)
+                _packed_weight(module, module.weight)
     return plans
 
 

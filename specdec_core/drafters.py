@@ -536,8 +536,7 @@ class HeadDrafter:
         root_state = self._catch_up(context) if max_nodes > 0 and max_depth > 0 else None
         if root_state is None:
             return _no_tree(DraftStop.MAX_TOKENS if max_nodes <= 0 or max_depth <= 0 else DraftStop.NO_MATCH, start)
-        first_position = len(context) - 1
-        self.cache.crop(self._true_positions)
+        first_position = len(context) - 1  # _catch_up left the cache at the true positions
         predicted: dict[int, torch.Tensor] = {}  # node -> the state the head predicts after it
         slot: dict[int, int] = {}  # node -> its position in the head's cache
 

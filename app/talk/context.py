@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.session import HYBRID, MODEL, PROMPT_LOOKUP, LoadRequest, PromptInfo, Session
+from app.session import PromptInfo, Session
 from specdec_core.config import GenerationConfig
 from specdec_core.events import Finished, StopReason, TokenCommitted, TokenState
 from specdec_core.stats import Stats
@@ -46,23 +46,12 @@ class TalkContext:
         return TalkContext(self.session, [{"role": "user", "content": text}], self.system, self.config)
 
 
-def session_from_pair(pair: Any, spec: str = "") -> Session:
-    """An app Session around a specdec_core.pairing.Pair (for scripts and screenshots)."""
-    from specdec_core.drafters import HybridDrafter
-
-    kind = (HYBRID if isinstance(pair.drafter, HybridDrafter) else MODEL) if pair.draft is not None else PROMPT_LOOKUP
-    draft_spec = getattr(pair.draft, "spec", "") if pair.draft is not None else ""
-    return Session(request=LoadRequest(verifier=spec or getattr(pair.verifier, "spec", ""), draft=draft_spec,
-                                       drafter=kind),
-                   verifier=pair.verifier, engine=pair.engine, draft=pair.draft, drafter=pair.drafter)
-
-
 def context_from_window(window: MainWindow, prompt: str | None = None) -> TalkContext | str:
     """The window's session, prompt and settings, or a sentence saying why there is nothing to run.
 
     The prompt is `prompt`, else the composer's text, else the conversation up to its last user turn
     (what the window's own race uses)."""
-    from app import session as sess
+    from app import session as session_mod
     from specdec_core.errors import SpecdecError
 
     session = window.session
@@ -74,7 +63,7 @@ def context_from_window(window: MainWindow, prompt: str | None = None) -> TalkCo
     if isinstance(messages, str):
         return messages
     try:
-        config = sess.config_from_settings(window.settings)
+        config = session_mod.config_from_settings(window.settings)
     except SpecdecError as exc:
         return f"Check the generation settings: {exc}"
     return TalkContext(session, messages, window.settings.system_prompt, config)
