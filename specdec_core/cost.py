@@ -57,10 +57,18 @@ class VerifyCost:
 
     @property
     def seconds(self) -> dict[int, float]:
-        """The median timing of each row count measured lately (or given)."""
+        """The timing of each row count measured lately (or given): the medians, made non-decreasing in rows.
+
+        A pass over more rows never costs less, so a median above a larger row count's is noise (a busy
+        moment, few samples). Left alone, one such bump reads as a steep step that no node is worth paying
+        for, and the trees stop growing at it. Neighbours that disagree are pooled into their mean weighted
+        by how many timings each has (isotonic regression by pooling adjacent violators)."""
         if self._medians is None:
             rows_known = sorted({*self._samples, *self._given})
-            self._medians = {rows: statistics.median(t) for rows in rows_known if (t := self._timings(rows))}
+            timed = [(rows, t) for rows in rows_known if (t := self._timings(rows))]
+            self._medians = dict(zip([rows for rows, _ in timed],
+                                     _non_decreasing([statistics.median(t) for _, t in timed],
+                                                     [len(t) for _, t in timed])))
         return self._medians
 
     def estimate(self, rows: int) -> float | None:
@@ -79,6 +87,19 @@ class VerifyCost:
         if guess is not None:
             return guess
         return seconds[above] / (1 + _GUESSED_SLOPE * (above - rows)) if above is not None else None
+
+
+def _non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence nearest to `values` in weighted least squares (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for value, weight in zip(values, weights):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean, weight, count = blocks.pop()
+            last = blocks[-1]
+            total = last[1] + weight
+            blocks[-1] = [(last[0] * last[1] + mean * weight) / total, total, last[2] + count]
+    return [mean for mean, _, count in blocks for _ in range(int(count))]
 
 
 @dataclass

@@ -342,3 +342,17 @@ def test_one_slow_pass_does_not_move_the_verify_cost():
     cost.observe(3, 0.190)
     cost.observe(3, 0.210)
     assert cost.estimate(3) == pytest.approx(0.200)
+
+
+def test_a_size_timed_slow_at_a_busy_moment_does_not_stop_trees_growing_past_it():
+    cost = VerifyCost()
+    for _ in range(3):
+        for rows, seconds in ((1, 0.050), (2, 0.050), (3, 0.051), (4, 0.080), (5, 0.052), (6, 0.053)):
+            cost.observe(rows, seconds)  # 4 rows happened to be timed while something else ran
+    estimates = [cost.estimate(rows) for rows in range(1, 7)]
+    assert estimates == sorted(estimates)  # more rows never read as cheaper
+    assert cost.estimate(4) == pytest.approx((0.080 + 0.052 + 0.053) / 3)  # pooled with the sizes above it
+    sizer = TreeSizer(cost=cost)
+    # Two nodes checked (3 rows); a third of value 0.45 pays once the bump is pooled (it could not pay at 80 ms:
+    # it would have had to be worth more than one token).
+    assert sizer.least_value([0.6, 0.5]) < 0.45
