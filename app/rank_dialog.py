@@ -31,11 +31,12 @@ from PySide6.QtWidgets import (
 
 from app.fit import fit_to_screen
 from app.worker import FunctionWorker
+from specdec_core.prompt_sets import BUNDLED_SETS
 
 if TYPE_CHECKING:
     from app.window import MainWindow
 
-PROMPT_SETS = ("all", "chat", "code", "rewrite", "multiturn")
+PROMPT_SETS = ("all", *BUNDLED_SETS)
 COLUMNS = ("#", "draft", "speedup", "best γ", "acceptance", "c", "tokens/s", "doctor")
 
 

@@ -381,7 +381,31 @@ def _bench_result(cases, prompts, replies, config: GenerationConfig, settings: B
         if config.greedy:
             result["hf_assisted"]["identical"] = all(row["hf_identical"] for row in rows)
     result["per_prompt"] = rows
+    result["by_category"] = _by_category(cases, replies, repeats)
     return result
+
+
+def category_of(case: PromptCase) -> str:
+    """A prompt's category: its name up to the first '-' ("qa-capital" -> "qa"; "tasks-3" -> "tasks")."""
+    return case.name.split("-", 1)[0]
+
+
+def _by_category(cases, replies, repeats: int) -> list[dict]:
+    """Each category's speedup and tokens per call, computed as the whole run's are: the median over
+    repeats of its prompts' total tokens/s on over off."""
+    rows = []
+    for category in dict.fromkeys(category_of(case) for case in cases):
+        members = [p for p, case in enumerate(cases) if category_of(case) == category]
+        per_repeat = {kind: [summarize([replies[kind][p][r] for p in members]) for r in range(repeats)]
+                      for kind in ("off", "on")}
+        on = _median_summary(per_repeat["on"])
+        rows.append({
+            "category": category, "prompts": len(members),
+            "speedup": _median([a["tokens_per_s"] / b["tokens_per_s"] if b["tokens_per_s"] else float("nan")
+                                for a, b in zip(per_repeat["on"], per_repeat["off"])]),
+            "acceptance_rate": on["acceptance_rate"], "mean_accepted_length": on["mean_accepted_length"],
+        })
+    return rows
 
 
 def _setup(config: GenerationConfig, settings: BenchSettings, verifier, engine, draft, n_prompts: int) -> dict:

@@ -114,7 +114,13 @@ def format_bench(result: dict) -> str:
         if hf:
             cells.append(_fmt(row["hf_tokens_per_s"], ".1f"))
         rows.append(cells)
-    return "\n".join(lines) + "\n\n" + _table(header, rows)
+    text = "\n".join(lines) + "\n\n" + _table(header, rows)
+    categories = result.get("by_category", [])
+    if len(categories) > 1:
+        text += "\n\n" + _table(["category", "prompts", "speedup", "accept", "tok/call"], [
+            [row["category"], str(row["prompts"]), _fmt(row["speedup"]) + "x", _fmt(row["acceptance_rate"], ".0%"),
+             _fmt(row["mean_accepted_length"])] for row in categories])
+    return text
 
 
 def format_ranking(result: dict) -> str:

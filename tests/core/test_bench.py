@@ -7,7 +7,7 @@ import json
 import pytest
 import tiny
 
-from specdec_core.bench import load_prompts, predict_speedup
+from specdec_core.bench import category_of, load_prompts, predict_speedup
 from specdec_core.cli import main
 from specdec_core.stats import predicted_speedup
 
@@ -48,6 +48,14 @@ def test_prompt_files_take_text_json_strings_lists_and_objects(folders):
     assert cases[3].name == "robot" and cases[3].system == "Be brief."
 
 
+def test_the_tasks_set_has_four_prompts_of_each_task_kind():
+    cases = load_prompts("tasks")
+    kinds = [category_of(case) for case in cases]
+    assert sorted(set(kinds)) == ["conversation", "math", "qa", "rag", "summary", "translation"]
+    assert all(kinds.count(kind) == 4 for kind in kinds)
+    assert len(load_prompts("all")) == 16  # `all` stays the four sets the performance page compares
+
+
 def test_bench_writes_the_documented_json_and_greedy_replies_are_identical(capsys, folders, tmp_path):
     plot = ["--plot", str(tmp_path / "bench.png")] if importlib.util.find_spec("matplotlib") else []
     result, table = bench(capsys, folders, tmp_path, "--draft", folders["draft"], "--gamma", "3", "--hf-reference",
@@ -65,6 +73,11 @@ def test_bench_writes_the_documented_json_and_greedy_replies_are_identical(capsy
     assert [r["turns"] for r in rows] == [1, 1, 3, 1] and all(r["identical"] for r in rows)
     assert all(r["speedup"] > 0 and r["baseline_tokens_per_s"] > 0 for r in rows)
     assert "measured speedup" in table and "robot" in table
+    categories = result["by_category"]  # by the name before its first '-': the file's stem, or "robot"
+    assert [(c["category"], c["prompts"]) for c in categories] == [("prompts", 3), ("robot", 1)]
+    assert all(c["speedup"] > 0 for c in categories)
+    assert categories[1]["mean_accepted_length"] == pytest.approx(rows[3]["mean_accepted_length"])
+    assert "category" in table and "tok/call" in table
     if plot:
         assert (tmp_path / "bench.png").stat().st_size > 0
 
