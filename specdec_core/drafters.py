@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from specdec_core import cpu_speed
 from specdec_core.config import GenerationConfig
-from specdec_core.cpu_speed import columns_product
 from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
 from specdec_core.kv import CachedForward, common_prefix_length
@@ -140,7 +140,9 @@ class CopyRecord:
             self.right[slot] += 1
 
 
-LevelLogits = Callable[[list[list[int]], list[list[int]]], torch.Tensor]  # see _grow_tree
+# (paths, their tokens) -> the draft's scores [n, m] after each path, and the verifier id of each of the m
+# columns (None: column i is id i). See _grow_tree.
+LevelLogits = Callable[[list[list[int]], list[list[int]]], tuple[torch.Tensor, torch.Tensor | None]]
 
 
 @dataclass
@@ -158,8 +160,9 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
     """Grow a tree a level at a time, then keep its best nodes (after EAGLE-2's expand and rerank phases).
 
     Each level expands, in one call, the TREE_WIDTH likeliest candidates of the deepest level into their
-    TREE_WIDTH likeliest children: `logits_for(paths, paths_tokens)` gives the draft's logits [n, vocab] over
-    the verifier's ids after each path of candidate indices ([[]] for the root's). A draft that can score
+    TREE_WIDTH likeliest children: `logits_for(paths, paths_tokens)` gives the draft's logits after each path
+    of candidate indices ([[]] for the root's), [n, vocab] over the verifier's ids or [n, m] over the m ids it
+    also returns (a head scores only its own ids; the others have no draft mass). A draft that can score
     several paths at once (the head) pays for a level about what one path costs. The tree checked is then
     the `max_nodes` candidates with the highest values; a child's value never exceeds its parent's, so
     they form a tree, parents first.
@@ -217,14 +220,15 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
         expansions += 1
         paths = [path_of(node) for node in parents]
         paths_tokens = [[candidates[n].token for n in path] for path in paths]
-        rows = logits_for(paths, paths_tokens)
+        rows, ids = logits_for(paths, paths_tokens)
         # Greedy: rank by the softmax (the sampled one-hot says nothing); sampling: by the processed probs.
         probs = torch.softmax(rows.float(), -1) if config.greedy else processed_probs(rows, config)
         top = torch.topk(probs, min(TREE_WIDTH, probs.shape[-1]), dim=-1)
+        tokens = top.indices if ids is None else ids[top.indices]
         for row, (parent, path_tokens) in enumerate(zip(parents, paths_tokens)):
             value = candidates[parent].value if parent >= 0 else 1.0
             depth = len(path_tokens)
-            for prob, token in zip(top.values[row].tolist(), top.indices[row].tolist()):
+            for prob, token in zip(top.values[row].tolist(), tokens[row].tolist()):
                 if prob > 0:
                     offer(parent, token, value * prob, prob, depth)
             if parent < 0:  # the copy joins whole: it costs no drafting (shown as lookup proposes it: p = 1)
@@ -396,9 +400,9 @@ class ModelDrafter:
         if not context or max_nodes <= 0 or max_depth <= 0:
             return _no_tree(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
 
-        def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> torch.Tensor:
+        def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, None]:
             return torch.stack([in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids,
-                                                vocab_size) for path_tokens in paths_tokens])
+                                                vocab_size) for path_tokens in paths_tokens]), None
 
         return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
@@ -441,7 +445,12 @@ class HeadDrafter:
         head_ids = self.model.head_ids
         output = verifier.get_output_embeddings().weight
         self.head_ids = head_ids[head_ids < output.shape[0]].to(output.device)
-        self.output_rows = output.detach()[self.head_ids].to(self.draft.device, self.draft.dtype)
+        # The verifier's output rows of the head's ids, as a layer of their own: on a CPU it takes the
+        # product form measured fastest here for each row count, as the models' layers do (cpu_speed.py).
+        rows = output.detach()[self.head_ids].to(self.draft.device, self.draft.dtype)
+        self.output = torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device, dtype=rows.dtype)
+        self.output.weight = torch.nn.Parameter(rows, requires_grad=False)
+        cpu_speed.speed_up(self.output, cache_dir=self.draft.cache_dir)
         self.reset_cache()
 
     def reset(self, seed: int) -> None:
@@ -493,12 +502,17 @@ class HeadDrafter:
             return self.verifier_forward.hidden_states(len(ids) - 1, len(ids))[0]  # the verifier's own: exact
         return self._next_state
 
+    def _scores(self, states: torch.Tensor) -> torch.Tensor:
+        """The head's logits over its own ids [n, len(head_ids)] for predicted states [n, d]."""
+        start = time.perf_counter()
+        scores = self.output(states.to(self.output.weight.dtype))
+        self.forward_s += time.perf_counter() - start
+        return scores
+
     def _logits(self, states: torch.Tensor, vocab_size: int) -> torch.Tensor:
         """The head's logits over the verifier's ids [n, vocab_size] for predicted states [n, d] (-inf outside
         its output rows)."""
-        start = time.perf_counter()
-        scores = columns_product(states.to(self.output_rows.dtype), self.output_rows)  # W @ x.T: see cpu_speed
-        self.forward_s += time.perf_counter() - start
+        scores = self._scores(states)
         logits = scores.new_full((len(states), vocab_size), float("-inf"))
         return logits.index_copy_(1, self.head_ids.to(logits.device), scores)
 
@@ -540,9 +554,11 @@ class HeadDrafter:
         predicted: dict[int, torch.Tensor] = {}  # node -> the state the head predicts after it
         slot: dict[int, int] = {}  # node -> its position in the head's cache
 
-        def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> torch.Tensor:
+        head_ids = self.head_ids.to(self.draft.device)
+
+        def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
             if paths == [[]]:
-                return self._logits(root_state[None], vocab_size)
+                return self._scores(root_state[None]), head_ids
             nodes, past = [path[-1] for path in paths], len(self.cache)
             states = torch.stack([predicted[path[-2]] if len(path) > 1 else root_state for path in paths])
             sees = torch.zeros(len(paths), past + len(paths), dtype=torch.bool, device=self.draft.device)
@@ -554,7 +570,7 @@ class HeadDrafter:
             out = self._step(states, tokens, [first_position + depth] * len(paths), sees)
             for row, node in enumerate(nodes):
                 predicted[node], slot[node] = out[row], past + row
-            return self._logits(out, vocab_size)
+            return self._scores(out), head_ids
 
         return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 

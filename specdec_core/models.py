@@ -110,6 +110,7 @@ class LoadedModel:
     eos_token_ids: frozenset[int]  # any of these ends a reply
     load_s: float
     source: str  # where the weights came from, e.g. "embedded GGUF (cached safetensors)"
+    cache_dir: Path | None = None  # where this machine's CPU product plans are kept (cpu_speed.py); None: nowhere
 
     @property
     def vocab_size(self) -> int:
@@ -345,6 +346,7 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
         cpu_speed.speed_up(model, cache_dir=cache, on_measure=lambda: report(
             "tune", None, "Timing this CPU's matrix kernels for the model's shapes (first load only)"))
     loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
+    loaded.cache_dir = cache
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} from {resolved.source} in {loaded.load_s:.1f} s")
     return loaded

@@ -246,7 +246,7 @@ def test_a_copied_node_is_expanded_only_after_the_copied_node_above_it():
             if not path:
                 logits[1:5] = 4.0  # the root: four likely tokens, the copy's first token unlikely
             rows.append(logits)
-        return torch.stack(rows)
+        return torch.stack(rows), None  # columns are the ids themselves
 
     copy = Copy((10, 11, 12), acceptance=(0.05, 0.99, 0.99))  # a doubtful start, then sure
     tree = _grow_tree(logits_for, 0.0, 64, 4, GenerationConfig(), frozenset(), copy)
