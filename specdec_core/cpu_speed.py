@@ -264,7 +264,15 @@ def without_packing(plan: RowPlan) -> RowPlan:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory the OS says can be had now without swapping (Linux, macOS), else None."""
+    """Bytes of memory that can be had now without swapping (Linux, macOS), else None: what the OS says
+    is available, and no more than this process's cgroup has left under its limit (a container's limit is
+    often far below the machine's memory, and crossing it kills the process)."""
+    free = _os_available_memory()
+    left = _cgroup_memory_left()
+    return left if free is None else free if left is None else min(free, left)
+
+
+def _os_available_memory() -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -275,6 +283,40 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_OWN_CGROUPS = Path("/proc/self/cgroup")
+
+
+def _cgroup_memory_left() -> int | None:
+    """The least that any memory cgroup of this process has left under its limit (v2 memory.max or v1
+    memory.limit_in_bytes, less the usage), looked up where /proc/self/cgroup says and at the mount's
+    root (what a container sees of its own group); None without a limit."""
+    try:
+        lines = _OWN_CGROUPS.read_text().splitlines()
+    except OSError:
+        return None
+    places: list[tuple[Path, str, str]] = []
+    for line in lines:
+        _, controllers, group = (line.split(":", 2) + ["", ""])[:3]
+        relative = group.strip().lstrip("/")
+        if controllers == "":  # v2: one unified hierarchy
+            places += [(_CGROUP_ROOT / relative, "memory.max", "memory.current"),
+                       (_CGROUP_ROOT, "memory.max", "memory.current")]
+        elif "memory" in controllers.split(","):  # v1
+            places += [(_CGROUP_ROOT / "memory" / relative, "memory.limit_in_bytes", "memory.usage_in_bytes"),
+                       (_CGROUP_ROOT / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes")]
+    lefts = []
+    for folder, limit_file, usage_file in places:
+        try:
+            limit_text = (folder / limit_file).read_text().strip()
+            if limit_text == "max" or int(limit_text) >= 2**60:  # v1 writes "no limit" as a huge number
+                continue
+            lefts.append(max(0, int(limit_text) - int((folder / usage_file).read_text().strip())))
+        except (OSError, ValueError):
+            continue
+    return min(lefts) if lefts else None
 
 
 def _room_for(nbytes: int) -> bool:

@@ -129,6 +129,27 @@ def test_without_room_for_packed_copies_the_packed_counts_take_the_better_other_
     assert "_specdec_packed" not in vars(layer)
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_memory_left_under_a_containers_cgroup_limit_caps_what_is_available(monkeypatch, tmp_path, version):
+    group = "box/job"
+    if version == "v2":
+        folder, files = tmp_path / group, ("memory.max", "memory.current")
+        own = f"0::/{group}\n"
+    else:
+        folder, files = tmp_path / "memory" / group, ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        own = f"4:memory:/{group}\n3:cpu:/\n"
+    folder.mkdir(parents=True)
+    (folder / files[0]).write_text(str(2**30))  # 1 GiB limit ...
+    (folder / files[1]).write_text(str(600 * 2**20))  # ... of which 600 MiB are used
+    (tmp_path / "self-cgroup").write_text(own)
+    monkeypatch.setattr(cpu_speed, "_CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(cpu_speed, "_OWN_CGROUPS", tmp_path / "self-cgroup")
+    monkeypatch.setattr(cpu_speed, "_os_available_memory", lambda: 20 * 2**30)
+    assert cpu_speed.available_memory() == 424 * 2**20
+    (folder / files[0]).write_text("max" if version == "v2" else "9223372036854771712")  # no limit
+    assert cpu_speed.available_memory() == 20 * 2**30
+
+
 @pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
 def test_a_packed_layer_follows_its_weight_when_it_changes_in_place():
     torch.manual_seed(0)
