@@ -14,6 +14,9 @@ Panels
 - Time per round, stacked: draft, verify, overhead.
 - Theory against practice: predicted speedup over γ for the measured α and c (Leviathan et al.),
   the measured point, and the break-even line (speedup = 1) under which speculation loses.
+- The cost of checking k tokens on this machine: each verifier pass's time by the positions it fed, the
+  curve the cost model reads from them (cost.VerifyCost: recent medians, never falling as k grows), and
+  the verifier-alone step that the textbook formula assumes every check costs.
 And the race: tokens over time for the same prompt with speculation off and on.
 """
 
@@ -42,6 +45,7 @@ from PySide6.QtWidgets import (
 from app.speedup import measured_costs, nice_ceiling, practical_speedup, why_they_differ
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import ReplyTrace
+from specdec_core.cost import VerifyCost
 from specdec_core.stats import StatsAccumulator, predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
@@ -136,7 +140,7 @@ def live_tps(trace: ReplyTrace | None) -> float:
 
 
 class LiveGraphs(QWidget):
-    """Six panels bound to one reply trace at a time.
+    """Seven panels bound to one reply trace at a time.
 
     Cost: the window's timer calls `flush()`; new rounds go into buffers (cheap), then while a reply
     streams only the next panel with new data is redrawn (one per tick, so each panel repaints a few
@@ -144,7 +148,7 @@ class LiveGraphs(QWidget):
     drawn while the panel is hidden. The header is a plain label (a plot title re-lays out its plot).
     """
 
-    PANELS = ("tps", "acc", "time", "hist", "pos", "theory")
+    PANELS = ("tps", "acc", "time", "hist", "pos", "theory", "cost")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -265,8 +269,28 @@ class LiveGraphs(QWidget):
                                           )
         pi.addItem(self.break_even)
         pi.legend.addItem(pg.PlotDataItem(pen=self.break_even.pen), "break-even (1×)")
+
+        # 7. the cost of checking k tokens: each pass, the cost model's curve, one plain step
+        self.cost_plot = _plot("Cost of checking k tokens", "ms per pass", "tokens fed (k)", count_bottom=True)
+        pi = self.cost_plot.getPlotItem()
+        pi.addLegend(offset=(-4, 4), labelTextSize="7pt", brush=pg.mkBrush(0, 0, 0, 0), verSpacing=-6)
+        self.cost_passes = pi.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
+                                   symbolBrush=_with_alpha(VERIFY_COLOR, 110), name="a pass")
+        self.cost_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), symbol="o", symbolSize=6,
+                                  symbolBrush=ACCENT, symbolPen=None, name="cost model")
+        self.step_line = pg.InfiniteLine(angle=0, movable=False,
+                                         pen=pg.mkPen(STATE_SOLID["plain"], width=1.5, style=Qt.PenStyle.DashLine))
+        self.step_line.setVisible(False)
+        pi.addItem(self.step_line)
+        pi.legend.addItem(pg.PlotDataItem(pen=self.step_line.pen), "one step, verifier alone")
+        self.cost_plot.setToolTip(
+            "What one verifier pass cost in this reply, by the number of positions it fed (the last token and "
+            "the drafts, or a tree's nodes). The line is what the cost model reads from these passes to size "
+            "draft trees: the median of each k's recent passes, never falling as k grows. The textbook "
+            "formula assumes every check costs one plain step (dashed).")
         self.plots = {"tps": self.tps_plot, "acc": self.acc_plot, "hist": self.hist_plot,
-                      "pos": self.pos_plot, "time": self.time_plot, "theory": self.theory_plot}
+                      "pos": self.pos_plot, "time": self.time_plot, "theory": self.theory_plot,
+                      "cost": self.cost_plot}
         self._set_ranges(force=True)
         self.set_columns(2)
 
@@ -283,8 +307,9 @@ class LiveGraphs(QWidget):
             self.grid.addWidget(plot, i // columns, i % columns)
             # One column scrolls: each plot a readable fixed height instead of stretching to fill.
             plot.setMaximumHeight(ONE_COLUMN_HEIGHT if columns == 1 else QWIDGETSIZE_MAX)
-        for r in range(6):
-            self.grid.setRowStretch(r, 1 if r < 6 // columns else 0)
+        panels = len(self.PANELS)
+        for r in range(panels):
+            self.grid.setRowStretch(r, 1 if r < -(-panels // columns) else 0)
 
     @staticmethod
     def columns_for(width: int) -> int:
@@ -309,6 +334,9 @@ class LiveGraphs(QWidget):
         self.b_draft_ms = Buffer()
         self.b_verify_ms = Buffer()
         self.b_total_ms = Buffer()
+        self.b_rows = Buffer()  # positions each verifier pass fed (nan: none ran) ...
+        self.b_pass_ms = Buffer()  # ... and what it took
+        self.cost = VerifyCost()  # the cost model's reading of these passes, as the engine's sizer keeps it
         self.tally = StatsAccumulator()  # the engine's own tally, folded from the trace's rounds (stats.py)
         self._max_gamma = 0
         self._hist: list[int] = []  # rounds by accepted length, as long as the largest γ seen (the x axis)
@@ -354,6 +382,10 @@ class LiveGraphs(QWidget):
             self.b_draft_ms.append(r.draft_s * 1e3)
             self.b_verify_ms.append((r.draft_s + r.verify_s) * 1e3)
             self.b_total_ms.append(r.total_s * 1e3)
+            rows = r.rows or (r.checked + 1 if r.index else 0)  # a trace saved before passes were counted
+            self.b_rows.append(float(rows) if rows else np.nan)
+            self.b_pass_ms.append(r.verify_s * 1e3 if rows else np.nan)
+            self.cost.observe(rows, r.verify_s)
             if r.checked:
                 while len(self._hist) <= max(r.gamma, r.accepted, r.drafted):
                     self._hist.append(0)
@@ -437,6 +469,8 @@ class LiveGraphs(QWidget):
             self.draft_curve.setData(edges, self.b_draft_ms.data)
             self.dv_curve.setData(edges, self.b_verify_ms.data)
             self.total_curve.setData(edges, self.b_total_ms.data)
+        elif name == "cost":
+            self._draw_cost()
         elif name in ("hist", "pos"):
             bars_key = (tuple(self._hist), tuple(self.tally.drafted_at), tuple(self.tally.accepted_at))
             if bars_key != self._bars_key:  # bar items rebuild their picture on every setOpts
@@ -465,6 +499,7 @@ class LiveGraphs(QWidget):
                      (0.0, nice_ceiling(max(max(self._hist, default=0), 1)) * 1.05)),
             "pos": ((0.5, max(len(self.tally.drafted_at), 1) + 0.5), (0.0, 1.02)),
             "theory": ((1.0, float(GAMMA_AXIS[-1])), (0.0, self._theory_top)),
+            "cost": self._cost_ranges(),
         }
         for name, (xr, yr) in wanted.items():
             if only is not None and name != only:
@@ -497,6 +532,24 @@ class LiveGraphs(QWidget):
             self.header.setText(text)
             self.header.setToolTip("Tokens/s and the measured speedup of this reply against the verifier alone "
                                    "on this machine. " + (f"Baseline: {how}." if how else ""))
+
+    def _draw_cost(self) -> None:
+        self.cost_passes.setData(self.b_rows.data, self.b_pass_ms.data, connect="finite")
+        curve = self.cost.seconds
+        self.cost_curve.setData(np.array(list(curve), dtype=float), np.array(list(curve.values())) * 1e3)
+        step = self.verify_s_per_token
+        if step:
+            self.step_line.setValue(step * 1e3)
+        self.step_line.setVisible(bool(step))
+
+    def _cost_ranges(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        rows = self.b_rows.data[np.isfinite(self.b_rows.data)]
+        passes = self.b_pass_ms.data[np.isfinite(self.b_pass_ms.data)]
+        # The y axis follows the cost model's medians (and the plain step), not a pass slowed by other work.
+        top = max([*(s * 1e3 for s in self.cost.seconds.values()), (self.verify_s_per_token or 0.0) * 1e3,
+                   float(np.percentile(passes, 90)) if passes.size else 0.0, 1.0])
+        return (0.5, max(8.0, nice_ceiling(float(rows.max()) if rows.size else 1.0)) + 0.5), \
+            (0.0, nice_ceiling(1.4 * top))
 
     def _draw_bars(self) -> None:
         if self._hist:

@@ -61,6 +61,7 @@ class RoundRecord:
     # token), draft_prob, target_prob, accept_prob (None: never checked) and accepted (on the accepted path).
     tree: list[dict] = field(default_factory=list)
     emitted_token_id: int | None = None  # the verifier's correction or bonus token (None: path ended on EOS)
+    rows: int = 0  # positions the verifier's pass fed (0: none ran, or a trace saved before this was kept)
 
     @property
     def total_s(self) -> float:
@@ -113,6 +114,7 @@ class ReplyTrace:
                 overhead_s=event.overhead_s, t_end=t_end, tokens_after=prev + event.n_accepted + 1,
                 tree=[asdict(node) for node in event.tree],
                 emitted_token_id=event.emitted_token_id if event.emitted_state != TokenState.ACCEPTED else None,
+                rows=event.rows,
             ))
         elif isinstance(event, Prefilled):
             self.prompt_tokens = event.prompt_tokens

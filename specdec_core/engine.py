@@ -109,6 +109,7 @@ class _Timing:
     draft_s: float
     verify_s: float
     overhead_s: float
+    rows: int  # positions the verifier's pass fed
 
 
 def adapted_gamma(gamma: int, verified: RoundVerified, gamma_max: int) -> int:
@@ -247,7 +248,8 @@ class Engine:
         verify_start = time.perf_counter()
         logits, target_probs = self._verify(reply.ids, draft, config)
         verify_s = time.perf_counter() - verify_start
-        self.sizer.cost.observe(self.verifier_forward.last_run, verify_s)
+        verified_rows = self.verifier_forward.last_run
+        self.sizer.cost.observe(verified_rows, verify_s)
         # 4. Accept: a prefix of the drafts, then the verifier's correction or bonus token.
         acceptance, committed = self._accept(draft, target_probs)
         # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
@@ -260,7 +262,7 @@ class Engine:
                               emitted=len(committed), draft_s=draft.draft_s, verify_s=verify_s,
                               overhead_s=overhead_s)
         # 6. Emit the round's events.
-        timing = _Timing(draft_s=draft.draft_s, verify_s=verify_s, overhead_s=overhead_s)
+        timing = _Timing(draft_s=draft.draft_s, verify_s=verify_s, overhead_s=overhead_s, rows=verified_rows)
         return self._emit(reply, draft, logits, target_probs, acceptance, committed, timing, config,
                           reply.gamma if speculating else None)
 
@@ -275,7 +277,8 @@ class Engine:
         target_probs = processed_probs(logits, config)
         _synchronize(self.verifier.device)
         verify_s = time.perf_counter() - verify_start
-        self.sizer.cost.observe(self.verifier_forward.last_run, verify_s)
+        verified_rows = self.verifier_forward.last_run
+        self.sizer.cost.observe(verified_rows, verify_s)
         # 4. Accept the longest path the verifier agrees with, then its correction or bonus token.
         acceptance = accept_tree(tree.token_ids, tree.parents, target_probs, self.generator)
         path_tokens = tuple(tree.token_ids[node] for node in acceptance.path)
@@ -284,10 +287,11 @@ class Engine:
         # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
         if len(tree):
             self.verifier_forward.keep_path(acceptance.path)
-        if tree.stop is DraftStop.TREE:  # calibrate the draft's own values (a copy's rates are learned apart)
-            drafted = [node for node in range(len(tree)) if not tree.is_copy(node)]
-            self.sizer.observe([tree.values[node] for node in drafted],
-                               sum(not tree.is_copy(node) for node in acceptance.path))
+        # Calibrate the draft's own values (a copy's rates are learned apart); a round that checked none of
+        # them only ages the evidence.
+        drafted = [node for node in range(len(tree)) if not tree.is_copy(node)] if tree.stop is DraftStop.TREE else []
+        self.sizer.observe([tree.values[node] for node in drafted],
+                           sum(not tree.is_copy(node) for node in acceptance.path) if drafted else 0)
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
         mainline = _mainline(tree, acceptance.path)
@@ -302,7 +306,7 @@ class Engine:
                       for i in mainline), tree.stop, tree.draft_s)
         chain_acceptance = Acceptance(len(acceptance.path), acceptance.next_token,
                                       tuple(acceptance.accept_probs[i] or 0.0 for i in mainline), (), ())
-        timing = _Timing(draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s)
+        timing = _Timing(draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s, rows=verified_rows)
         result = self._emit(reply, chain, logits[rows], target_probs[rows], chain_acceptance, committed, timing,
                             config, reply.gamma)
         nodes = self._tree_verdicts(tree, acceptance, logits, target_probs, config)
@@ -397,7 +401,7 @@ class Engine:
         verified = RoundVerified(
             round_index=index, drafted=verdicts, n_accepted=n, emitted_token_id=committed[-1],
             emitted_state=emitted_state, stop=draft.stop, gamma=gamma or 0, draft_s=timing.draft_s,
-            verify_s=timing.verify_s, overhead_s=timing.overhead_s)
+            verify_s=timing.verify_s, overhead_s=timing.overhead_s, rows=timing.rows)
         return RoundResult(drafted=proposed, verified=verified, tokens=tuple(tokens), committed=committed)
 
     def _alternatives_by_row(self, shown: torch.Tensor, rows: int, count: int) -> list[tuple[Alternative, ...]]:

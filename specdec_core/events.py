@@ -114,6 +114,9 @@ class RoundVerified:
     # Draft trees: every node checked in this round's one verifier pass (`drafted` is then the tree's main
     # line: the accepted path and the draft's best guess below it). Empty for a chain.
     tree: tuple[TreeNodeVerdict, ...] = ()
+    # Positions the verifier's pass fed: the last committed token and the drafts (a tree: its nodes). 0: no
+    # pass ran (the first round's plain step reuses the prefill's distribution). What verify_s paid for.
+    rows: int = 0
 
 
 @dataclass(frozen=True)

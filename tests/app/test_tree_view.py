@@ -149,3 +149,31 @@ def test_a_reply_with_draft_trees_survives_the_conversation_store(tmp_path, tree
     assert again is not None
     assert [r.tree for r in again.rounds] == [r.tree for r in tree_trace.rounds]
     assert tree_rounds(again) == tree_rounds(tree_trace)
+
+
+def test_the_cost_panel_plots_every_pass_and_the_engines_own_cost_curve(qtbot, tiny_tokenizer):
+    import numpy as np
+
+    from app.graphs import LiveGraphs
+
+    verifier, draft = tiny.make_pair("llama", tiny_tokenizer)
+    engine = Engine(verifier, ModelDrafter(draft))
+    trace = ReplyTrace()
+    prompt = tiny_tokenizer("Once upon a time there was").input_ids
+    for event in engine.generate(prompt, GenerationConfig(max_new_tokens=24, tree_nodes=6, cost_aware=False)):
+        trace.apply(event)
+    rounds = trace.rounds
+    assert rounds[0].rows == len(rounds[0].tree)  # the prefill gave the last prompt token's distribution
+    assert all(r.rows == len(r.tree) + 1 for r in rounds[1:] if r.tree)  # the last token and every node
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.set_trace(trace)
+    graphs.set_baseline(100.0, verify_s_per_token=0.004)
+    fed, ms = graphs.cost_passes.getData()
+    assert sorted(fed[np.isfinite(fed)]) == sorted(r.rows for r in rounds if r.rows)
+    assert graphs.cost.seconds == pytest.approx(engine.sizer.cost.seconds)  # what the sizer read, pass for pass
+    x, y = graphs.cost_curve.getData()
+    assert list(x) == sorted(engine.sizer.cost.seconds) and list(y) == sorted(y)  # never falling as k grows
+    assert graphs.step_line.isVisible() and graphs.step_line.value() == pytest.approx(4.0)
+    saved = ReplyTrace.from_dict(trace.to_dict())
+    assert [r.rows for r in saved.rounds] == [r.rows for r in rounds]
