@@ -118,8 +118,13 @@ class TreeSizer:
 
     cost: VerifyCost = field(default_factory=VerifyCost)
     draft_per_expansion: float = 0.0  # running mean of the drafting time per expansion
-    expected: float = 0.0  # running sums over checked trees: what the draft expected to be accepted ...
-    accepted: float = 0.0  # ... and what was
+    expected: float = 0.0  # sums over recent rounds, each older round counting DECAY times less: what the
+    accepted: float = 0.0  # draft expected to be accepted in the trees checked, and what was
+
+    # A draft's confidence means more in some texts than in others (a head trained on English replies is as
+    # sure of itself in French, and mostly wrong): recent rounds decide, so that a reply where the draft
+    # fails stops paying for rows within a few rounds, and one where it does well gets trusted again.
+    DECAY = 0.95  # per round: the last ~20 rounds weigh most
 
     @property
     def calibration(self) -> float:
@@ -174,6 +179,7 @@ class TreeSizer:
                 self.draft_per_expansion + _SMOOTHING * (per_expansion - self.draft_per_expansion)
 
     def observe(self, values: Sequence[float], accepted: int) -> None:
-        """The verifier's verdict on a checked tree whose nodes had these values."""
-        self.expected += sum(values)
-        self.accepted += accepted
+        """The verifier's verdict on a round's checked tree whose nodes had these values (none checked: a
+        round that only ages the evidence, so that a draft priced out is eventually tried again)."""
+        self.expected = self.expected * self.DECAY + sum(values)
+        self.accepted = self.accepted * self.DECAY + accepted

@@ -356,3 +356,16 @@ def test_a_size_timed_slow_at_a_busy_moment_does_not_stop_trees_growing_past_it(
     # Two nodes checked (3 rows); a third of value 0.45 pays once the bump is pooled (it could not pay at 80 ms:
     # it would have had to be worth more than one token).
     assert sizer.least_value([0.6, 0.5]) < 0.45
+
+
+def test_the_drafts_calibration_follows_the_recent_rounds_so_a_text_it_fails_on_stops_costing_rows():
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.067}), draft_per_expansion=0.002)
+    for _ in range(300):  # a long English reply: the draft's 0.6 is right more often than it says
+        sizer.observe([0.6], 1)
+    assert sizer.calibration > 1.4 and sizer.best_size([0.6]) == 1
+    for _ in range(30):  # then French: as sure of itself, and wrong every time
+        sizer.observe([0.6], 0)
+    assert sizer.calibration < 0.6 and sizer.best_size([0.6]) == 0  # a plain step is faster now
+    for _ in range(100):  # rounds that check nothing only age the evidence: the draft is tried again
+        sizer.observe([], 0)
+    assert sizer.calibration > 0.9 and sizer.best_size([0.6]) == 1
