@@ -88,6 +88,7 @@ def reply_json(events: list[Event]) -> dict:
             rounds.append({"drafted": drafted, "accepted": accepted, "emitted": emitted,
                            "stop": event.stop.value, "gamma": event.gamma,
                            "draft_s": event.draft_s, "verify_s": event.verify_s,
+                           "verify_rows": event.rows,  # positions the verifier's pass fed (0: none ran)
                            # a draft tree: every node checked in the round's one pass (empty for a chain)
                            "tree": [{"parent": n.parent, "token_id": n.token_id, "draft_prob": n.draft_prob,
                                      "target_prob": n.target_prob, "accept_prob": n.accept_prob,

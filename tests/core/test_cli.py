@@ -66,6 +66,8 @@ def test_tree_nodes_checks_a_tree_per_round_and_the_json_lists_its_nodes(capsys,
         assert all(-1 <= n["parent"] < i for i, n in enumerate(nodes))
         assert set(nodes[0]) == {"parent", "token_id", "draft_prob", "target_prob", "accept_prob", "accepted"}
     assert not any(r["tree"] for r in chain[0]["rounds"] + sampled[0]["rounds"])
+    later = tree[0]["rounds"][1:]  # after the first, a pass feeds the last committed token and every node
+    assert all(r["verify_rows"] == len(r["tree"] or r["drafted"]) + 1 for r in later)
     assert main(["generate", "Hi", "--tree-nodes", "-2"]) == 2
     assert "error:" in capsys.readouterr().err
 
