@@ -522,6 +522,8 @@ class LiveGraphs(QWidget):
             parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> vs {self.baseline_tps:.1f} tok/s")
         elif sp is not None:
             parts.append(f"speculation off ({sp:.2f}× the baseline)")
+        if self.tally.drafted and self.tally.rounds:
+            parts.append(f"{self.tally.new_tokens / self.tally.rounds:.2f} tokens per verifier call")
         if trace is not None and not trace.finished and trace.rounds:
             parts.append("so far")
         head = " · ".join(parts)
@@ -531,7 +533,9 @@ class LiveGraphs(QWidget):
             self.speedup_label = text
             self.header.setText(text)
             self.header.setToolTip("Tokens/s and the measured speedup of this reply against the verifier alone "
-                                   "on this machine. " + (f"Baseline: {how}." if how else ""))
+                                   "on this machine, and how far one verifier pass advanced the reply on average "
+                                   "(the figure that does not depend on the machine). "
+                                   + (f"Baseline: {how}." if how else ""))
 
     def _draw_cost(self) -> None:
         self.cost_passes.setData(self.b_rows.data, self.b_pass_ms.data, connect="finite")

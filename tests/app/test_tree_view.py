@@ -175,5 +175,6 @@ def test_the_cost_panel_plots_every_pass_and_the_engines_own_cost_curve(qtbot, t
     x, y = graphs.cost_curve.getData()
     assert list(x) == sorted(engine.sizer.cost.seconds) and list(y) == sorted(y)  # never falling as k grows
     assert graphs.step_line.isVisible() and graphs.step_line.value() == pytest.approx(4.0)
+    assert f"{trace.stats['mean_accepted_length']:.2f} tokens per verifier call" in graphs.header.text()
     saved = ReplyTrace.from_dict(trace.to_dict())
     assert [r.rows for r in saved.rounds] == [r.rows for r in rounds]
