@@ -555,10 +555,16 @@ class HeadDrafter:
         slot: dict[int, int] = {}  # node -> its position in the head's cache
 
         head_ids = self.head_ids.to(self.draft.device)
+        unknown = head_ids >= vocab_size  # output rows past the verifier's tokenizer (padding): never proposed
+        padded = bool(unknown.any())
+
+        def scores(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            rows = self._scores(states)
+            return (rows.masked_fill(unknown, float("-inf")) if padded else rows), head_ids
 
         def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
             if paths == [[]]:
-                return self._scores(root_state[None]), head_ids
+                return scores(root_state[None])
             nodes, past = [path[-1] for path in paths], len(self.cache)
             states = torch.stack([predicted[path[-2]] if len(path) > 1 else root_state for path in paths])
             sees = torch.zeros(len(paths), past + len(paths), dtype=torch.bool, device=self.draft.device)
@@ -570,7 +576,7 @@ class HeadDrafter:
             out = self._step(states, tokens, [first_position + depth] * len(paths), sees)
             for row, node in enumerate(nodes):
                 predicted[node], slot[node] = out[row], past + row
-            return self._scores(out), head_ids
+            return scores(out)
 
         return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 

@@ -95,6 +95,17 @@ def test_a_head_never_drafts_a_token_outside_its_subset(verifiers, tiny_tokenize
     assert list(events[-1].token_ids)  # the verifier still emits what it wants
 
 
+def test_a_heads_tree_never_proposes_an_id_past_the_verifiers_vocabulary(verifiers, tiny_tokenizer):
+    verifier = verifiers["llama"]
+    drafter = HeadDrafter(tiny.make_head(verifier))
+    engine = Engine(verifier, drafter)
+    ids = prompt(tiny_tokenizer)
+    engine.verifier_forward.logits_for(ids)
+    known = len(tiny_tokenizer) // 2  # as if the upper half of the output rows were padding past the tokenizer
+    tree = drafter.propose_tree(ids, 16, 3, GenerationConfig(), known, frozenset())
+    assert len(tree) and max(tree.token_ids) < known
+
+
 def test_a_saved_head_loads_as_a_model_spec_and_passes_the_doctor(verifiers, tiny_tokenizer, tmp_path):
     verifier = verifiers["llama"]
     head = tiny.make_head(verifier)
