@@ -49,6 +49,7 @@ DRAFT_STOP_WORDS = {
     "draft_cap": "the draft model's cap on tokens per round (below γ)",
     "tree": "grew a tree of candidates as large as pays",
     "cost": "checking a draft would cost more than it brings on this machine (the cost model)",
+    "probe": "a plain step, timed again so that the cost model weighs drafts against this machine's current speed",
     "confidence": "the draft's confidence fell under the cutoff",
     "eos": "the draft proposed end of text",
     "max_tokens": "the reply's token budget was nearly spent",

@@ -154,6 +154,9 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
         progress(LoadStep("baseline", "measuring the verifier alone (speedup baseline)", None))
         session.baseline_tps = calibrate(session, cancelled)
         session.baseline_source = f"calibration run ({CALIBRATION_TOKENS} tokens, verifier alone)"
+        # Its steps were timed with the window idle; replies run while it repaints, and a tree weighed against
+        # an idle plain step looks dearer than it is. The first reply times a plain step of its own.
+        engine.forget_verify_costs()
     return session
 
 

@@ -33,6 +33,10 @@ class VerifyCost:
     WINDOW = 9
     SETTLED = 3
     MAX_AGE = 256
+    # A size with fewer than SETTLED timings of the last MAX_AGE passes is `stale`: the engine then times the
+    # plain step again (the reference every tree is weighed against), so that it follows the machine's
+    # current load. One timing alone is not trusted: a pass that met the app's window laying out a new
+    # reply took 127 ms where trees of 16 nodes took 88, and made every tree look free.
 
     def __init__(self, seconds: dict[int, float] | None = None):
         self._samples: dict[int, deque[tuple[int, float]]] = {}  # rows -> (pass number, seconds)
@@ -49,6 +53,11 @@ class VerifyCost:
         self._passes += 1
         self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append((self._passes, seconds))
         self._medians = None
+
+    def stale(self, rows: int) -> bool:
+        """Whether `rows` has fewer than SETTLED timings of the last MAX_AGE passes (a given figure never
+        goes stale)."""
+        return rows not in self._given and len(self._timings(rows)) < self.SETTLED
 
     def _timings(self, rows: int) -> list[float]:
         """The row count's recent timings, with a given figure counted SETTLED times."""

@@ -18,7 +18,7 @@ import torch
 
 from specdec_core import defaults
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.cost import TreeSizer
+from specdec_core.cost import TreeSizer, VerifyCost
 from specdec_core.drafters import Draft, Drafter, DraftTree, attach_drafter, grows_trees
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
@@ -155,6 +155,11 @@ class Engine:
         attach_drafter(drafter, self.verifier_forward)  # a draft head reads the verifier's hidden states
         self.grows_trees = grows_trees(drafter) and supports_trees(self.verifier.model)
 
+    def forget_verify_costs(self) -> None:
+        """Drop the verify timings measured so far: they were taken under other conditions than the replies
+        to come (the app's calibration runs while its window is idle; replies run while it repaints)."""
+        self.sizer.cost = VerifyCost()
+
     def reset_caches(self) -> None:
         self.verifier_forward.reset()
         reset = getattr(self.drafter, "reset_cache", None)  # drafters with a cache of their own
@@ -269,8 +274,14 @@ class Engine:
     def _tree_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float
                     ) -> RoundResult:
         """One verifier call over a tree of candidates: the same steps as a chain's round."""
-        # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py).
-        tree = self._draft_tree(reply.ids, reply.gamma, remaining - 1, config)
+        # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py). Every
+        #    size is weighed against a plain step: when that has not been timed lately (or ever, or not under
+        #    the machine's current load), the round is a plain step that times it. The first round feeds
+        #    nothing for one (the prefill gave its distribution), so it never probes.
+        if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
+            tree = DraftTree((), (), (), (), DraftStop.PROBE, 0.0)
+        else:
+            tree = self._draft_tree(reply.ids, reply.gamma, remaining - 1, config)
         # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
         verify_start = time.perf_counter()
         logits = self.verifier_forward.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]

@@ -32,6 +32,7 @@ class DraftStop(str, Enum):
     GAMMA = "gamma"  # drafted the round's full length
     TREE = "tree"  # grew a tree of candidates (its size is the round's node budget or the cost model's pick)
     COST = "cost"  # the cost model found checking no drafted node faster than a plain step (cost.py)
+    PROBE = "probe"  # no drafting: a plain step timed again, the reference trees are weighed against (cost.py)
     DRAFT_CAP = "draft_cap"  # a hybrid's draft model drafted its cap (--draft-tokens), below the round's γ
     CONFIDENCE = "confidence"  # the draft's top probability fell under the cutoff
     EOS = "eos"  # the draft proposed end of sequence

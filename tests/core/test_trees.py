@@ -369,3 +369,37 @@ def test_the_drafts_calibration_follows_the_recent_rounds_so_a_text_it_fails_on_
     for _ in range(100):  # rounds that check nothing only age the evidence: the draft is tried again
         sizer.observe([], 0)
     assert sizer.calibration > 0.9 and sizer.best_size([0.6]) == 1
+
+
+def test_a_size_is_stale_until_timed_a_few_times_and_again_when_not_timed_lately():
+    cost = VerifyCost()
+    assert cost.stale(1)  # never timed
+    cost.observe(1, 0.127)  # one pass that met other work: not to be trusted alone
+    assert cost.stale(1)
+    cost.observe(1, 0.050)
+    cost.observe(1, 0.051)
+    assert not cost.stale(1) and cost.estimate(1) == pytest.approx(0.051)
+    for _ in range(VerifyCost.MAX_AGE - 2):
+        cost.observe(5, 0.060)  # trees only since
+    assert cost.stale(1) and not cost.stale(5)  # the oldest plain step has aged out
+    retimed = 0
+    while cost.stale(1) and retimed < 5:  # timed again, until enough recent timings
+        cost.observe(1, 0.052)
+        retimed += 1
+    assert not cost.stale(1) and retimed <= VerifyCost.SETTLED
+    assert not VerifyCost({1: 0.05}).stale(1)  # a given figure never goes stale
+
+
+def test_a_tree_reply_times_a_plain_step_when_it_has_none_lately_and_stays_exact(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    engine = Engine(verifier, ModelDrafter(draft))
+    engine.forget_verify_costs()  # as the app does after its idle calibration
+    prompt = tiny_tokenizer("Once upon a time there was").input_ids
+    events = generate(engine, prompt, max_new_tokens=24, tree_nodes=6)
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    probes = [r for r in rounds if r.stop is DraftStop.PROBE]
+    assert rounds[0].stop is not DraftStop.PROBE  # the first round has no plain step to time
+    assert probes == rounds[1:1 + VerifyCost.SETTLED]  # then a few, and none until they age
+    assert all(not r.drafted and not r.tree and r.rows == 1 for r in probes)
+    assert not engine.sizer.cost.stale(1)
+    assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 24)
