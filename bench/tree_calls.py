@@ -127,7 +127,7 @@ def print_calibration(engine, prompts: list[list[int]], max_new_tokens: int) -> 
     for depth in sorted(judged):
         cells = []
         for lo, hi in zip(BINS, BINS[1:]):
-            hits = [accepted for prob, accepted in judged[depth] if lo <= prob < hi or (hi == 1.0 and prob == 1.0)]
+            hits = [accepted for prob, accepted in judged[depth] if lo <= prob < hi]  # copies (p = 1) left out
             cells.append(f"{sum(hits) / len(hits):.2f} ({len(hits):3d})" if len(hits) >= 10 else " " * 10)
         pairs = judged[depth]
         mean_prob = sum(p for p, _ in pairs) / len(pairs)

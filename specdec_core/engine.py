@@ -275,9 +275,9 @@ class Engine:
                     ) -> RoundResult:
         """One verifier call over a tree of candidates: the same steps as a chain's round."""
         # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py). Every
-        #    size is weighed against a plain step: when that has not been timed lately (or ever, or not under
-        #    the machine's current load), the round is a plain step that times it. The first round feeds
-        #    nothing for one (the prefill gave its distribution), so it never probes.
+        #    size is weighed against a plain step: while that has fewer than a few recent timings
+        #    (cost.VerifyCost.stale), the round is a plain step that times it. The first round feeds nothing
+        #    for one (the prefill gave its distribution), so it never probes.
         if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
             tree = DraftTree((), (), (), (), DraftStop.PROBE, 0.0)
         else:
