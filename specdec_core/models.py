@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from specdec_core import cpu_speed, defaults
+from specdec_core import cpu_speed, defaults, gguf_types
 from specdec_core.errors import ModelLoadError
 from specdec_core.resources import assets_dir
 
@@ -573,7 +573,8 @@ def _check_gguf_header(gguf: Path) -> None:
     except ImportError:
         return
     try:
-        header = GgufHeader.from_file(str(gguf))
+        with gguf_types.readable_types():
+            header = GgufHeader.from_file(str(gguf))
         end = max((header.data_start + t.offset + t.nbytes for t in header.tensors), default=0)
     except Exception as error:  # any parse failure means a damaged header
         raise ModelLoadError(f"{gguf} is not a valid GGUF file or is truncated "
@@ -694,7 +695,8 @@ def _convert(gguf: Path, out: Path, digest: str, report: _Reporter) -> None:
         # Rough shares of the ~20 s a 135M model takes here: tokenizer 20 %, config and tensor map 50 %,
         # dequantising 25 %, writing 5 %. Only the dequantising loop reports its own progress.
         report("convert", 0.2, f"Reading the {kind} config and tensor map (first load only)")
-        with _gguf_tensor_progress(report, start=0.7, end=0.95):
+        # Types transformers has no kernel for (Q5_0, Q5_1, ...) are read with the gguf package's own code.
+        with _gguf_tensor_progress(report, start=0.7, end=0.95), gguf_types.readable_types():
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                          dtype=_gguf_float_dtype(gguf))
     except _ProgressError:

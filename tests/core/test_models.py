@@ -1,5 +1,6 @@
 """Model specs -> LoadedModel on tiny models: folders, GGUF conversion and its cache, devices, errors."""
 
+import contextlib
 import json
 import shutil
 import sys
@@ -26,8 +27,10 @@ from specdec_core.models import (
 )
 
 
-def write_tiny_gguf(path: Path, model, tokenizer) -> Path:
-    """Write a tiny llama as an F32 GGUF file, laid out the way llama.cpp's converter does."""
+def write_tiny_gguf(path: Path, model, tokenizer, quantise=None) -> Path:
+    """Write a tiny llama as an F32 GGUF file, laid out the way llama.cpp's converter does.
+
+    `quantise(gguf_name, values)`: None to keep a tensor F32, else (raw bytes [rows, bytes], ggml type)."""
     config = model.config
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny llama")
@@ -66,7 +69,12 @@ def write_tiny_gguf(path: Path, model, tokenizer) -> Path:
             array = rotary_interleave(array, config.num_attention_heads)
         elif name.endswith("k_proj.weight"):
             array = rotary_interleave(array, config.num_key_value_heads)
-        writer.add_tensor(names.get_name(name, try_suffixes=(".weight",)), np.ascontiguousarray(array))
+        gguf_name = names.get_name(name, try_suffixes=(".weight",))
+        raw = quantise(gguf_name, array) if quantise is not None else None
+        if raw is None:
+            writer.add_tensor(gguf_name, np.ascontiguousarray(array))
+        else:
+            writer.add_tensor(gguf_name, raw[0], raw_dtype=raw[1])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -336,6 +344,66 @@ def test_a_gguf_converts_once_then_loads_from_the_cache(tiny_gguf, tiny_llama, t
     for name, tensor in tiny_llama.state_dict().items():
         assert torch.equal(second.model.state_dict()[name], tensor), name
     assert torch.equal(next_logits(first), next_logits(second))
+
+
+# Every block type llama.cpp writes and the gguf package reads: transformers has kernels for some, the others
+# (Q5_0, Q5_1, TQ1_0, TQ2_0, MXFP4, NVFP4) are read with gguf's own code (gguf_types.py).
+def _block_types():
+    from specdec_core.gguf_types import gguf_dequantisable
+
+    return sorted(gguf_dequantisable())
+
+
+def _quantised_blocks(values: np.ndarray, qtype: int, seed: int) -> np.ndarray:
+    """`values` [rows, cols] in ggml type `qtype`: quantised where gguf can, else random blocks (the K and IQ
+    types have no quantiser in gguf), with a block whose fp16 scales decode to inf/NaN replaced by zeros."""
+    from gguf import quants
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    kind = GGMLQuantizationType(qtype)
+    with contextlib.suppress(NotImplementedError):
+        return quants.quantize(values.astype(np.float32), kind)
+    block_values, block_bytes = GGML_QUANT_SIZES[kind]
+    rows, cols = values.shape
+    blocks = np.random.default_rng(seed).integers(0, 256, (rows * cols // block_values, block_bytes), dtype=np.uint8)
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = np.isfinite(quants.dequantize(blocks, kind)).all(axis=1)
+    blocks[~finite] = 0
+    return blocks.reshape(rows, cols // block_values * block_bytes)
+
+
+def test_a_gguf_of_every_block_type_loads_with_the_values_gguf_reads(tiny_tokenizer, tmp_path):
+    """One tiny llama whose weights use every block type in turn (hidden size 256: a K block's width);
+    each converted weight equals what the gguf package dequantises from the same bytes."""
+    from gguf import quants
+    from gguf.constants import GGMLQuantizationType
+
+    types = _block_types()
+    assert {6, 7} <= set(types)  # Q5_0 and Q5_1, which transformers alone refuses
+    # 5 comparable matrices per layer (q and k are permuted on load), and the embeddings and output rows
+    layers = -(-(len(types) - 2) // 5)
+    model = tiny.make_model("llama", tiny_tokenizer, seed=5, hidden=256, layers=layers)
+    remaining = list(types)
+    raw: dict[str, tuple[np.ndarray, int]] = {}
+
+    def quantise(name: str, values: np.ndarray):
+        if values.ndim != 2 or ".attn_q." in name or ".attn_k." in name or not remaining:
+            return None
+        qtype = remaining.pop(0)
+        raw[name] = (_quantised_blocks(values, qtype, seed=len(raw)), qtype)
+        return raw[name]
+
+    path = write_tiny_gguf(tmp_path / "every-type.gguf", model, tiny_tokenizer, quantise)
+    assert not remaining, "the tiny model has too few matrices for every type"
+    loaded = load_cpu(path, cache_dir=tmp_path / "cache")
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
+    weights = {names.get_name(key, try_suffixes=(".weight",)): value for key, value in loaded.model.state_dict().items()}
+    for name, (blocks, qtype) in raw.items():
+        expected = quants.dequantize(blocks, GGMLQuantizationType(qtype))
+        got = weights[name].numpy()
+        assert got.shape == expected.shape, GGMLQuantizationType(qtype).name
+        np.testing.assert_array_equal(got, expected.astype(np.float32), err_msg=GGMLQuantizationType(qtype).name)
 
 
 def test_a_gguf_tokenizer_survives_the_cache(tiny_gguf, tiny_tokenizer, tmp_path):
