@@ -19,7 +19,6 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-
 _LENDING = threading.RLock()
 
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from specdec_core import cpu_speed, defaults, gguf_types
+from specdec_core import catalog, cpu_speed, defaults, gguf_types
 from specdec_core.errors import ModelLoadError
 from specdec_core.resources import assets_dir
 
@@ -375,6 +375,13 @@ def _resolve(spec: str, *, report: _Reporter, trust_remote_code: bool, cache_dir
         _check_remote_code(folder, spec, trust_remote_code)
         return _Resolved(folder, name, "the draft shipped in assets/")
 
+    listed = catalog.known(key)
+    if listed is not None and listed.download is not None:  # installed with `specdec models install`
+        installed = catalog.installed_file(listed, cache_dir)
+        if installed is None:
+            raise catalog.not_installed_error(listed)
+        return _from_gguf(installed, listed.title.split(" (")[0], "installed GGUF", cache_dir, report)
+
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -391,7 +398,7 @@ def _resolve(spec: str, *, report: _Reporter, trust_remote_code: bool, cache_dir
             raise ModelLoadError(f"the GGUF file {spec!r} does not exist")
         return _from_gguf(path, path.stem, "GGUF file", cache_dir, report)
 
-    names = ", ".join([*_EMBEDDED, *_SHIPPED])
+    names = ", ".join(catalog.KNOWN)
     tried = f"{spec!r} is not a local folder, a .gguf file or an embedded model ({names})"
     if not _HUB_ID.fullmatch(spec.strip()):
         raise ModelLoadError(f"{tried}, and it does not look like a Hugging Face model id (org/name)")
@@ -528,6 +535,17 @@ def _context_length(config) -> int:
 
 
 # --------------------------------------------------------------------------- GGUF -> cached folder
+
+
+def convert_gguf(gguf: Path, *, cache_dir: Path | None = None, progress: ProgressCallback | None = None) -> Path:
+    """Convert a GGUF file into the cache now (nothing when it is there already); its folder."""
+    try:
+        with _quiet_transformers_bars():
+            folder, _ = _converted_gguf(Path(gguf), cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
+                                        report=_Reporter(progress))
+    except _ProgressError as error:
+        raise error.original from None
+    return folder
 
 
 def _converted_gguf(gguf: Path, *, cache_dir: Path, report: _Reporter) -> tuple[Path, bool]:

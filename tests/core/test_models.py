@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tiny
 import torch
+from tiny import write_gguf as write_tiny_gguf
 
 from specdec_core import models
 from specdec_core.errors import ModelLoadError
@@ -25,61 +26,6 @@ from specdec_core.models import (
     resolve_dtype,
     tqdm_progress,
 )
-
-
-def write_tiny_gguf(path: Path, model, tokenizer, quantise=None) -> Path:
-    """Write a tiny llama as an F32 GGUF file, laid out the way llama.cpp's converter does.
-
-    `quantise(gguf_name, values)`: None to keep a tensor F32, else (raw bytes [rows, bytes], ggml type)."""
-    config = model.config
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny llama")
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_vocab_size(config.vocab_size)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-
-    tokens = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
-    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
-    specials = set(tokenizer.all_special_tokens)
-    writer.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
-    writer.add_tokenizer_pre("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL for t in tokens])
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
-    writer.add_bos_token_id(tokenizer.bos_token_id)
-    writer.add_eos_token_id(tokenizer.eos_token_id)
-    writer.add_pad_token_id(tokenizer.pad_token_id)
-    writer.add_chat_template(tokenizer.chat_template)
-
-    def rotary_interleave(weight: np.ndarray, heads: int) -> np.ndarray:
-        # GGUF stores q/k rows with each head's rotary halves interleaved; transformers undoes this on load.
-        return weight.reshape(heads, 2, weight.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(weight.shape)
-
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
-    for name, tensor in model.state_dict().items():
-        array = tensor.float().numpy()
-        if name.endswith("q_proj.weight"):
-            array = rotary_interleave(array, config.num_attention_heads)
-        elif name.endswith("k_proj.weight"):
-            array = rotary_interleave(array, config.num_key_value_heads)
-        gguf_name = names.get_name(name, try_suffixes=(".weight",))
-        raw = quantise(gguf_name, array) if quantise is not None else None
-        if raw is None:
-            writer.add_tensor(gguf_name, np.ascontiguousarray(array))
-        else:
-            writer.add_tensor(gguf_name, raw[0], raw_dtype=raw[1])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -398,7 +344,8 @@ def test_a_gguf_of_every_block_type_loads_with_the_values_gguf_reads(tiny_tokeni
     loaded = load_cpu(path, cache_dir=tmp_path / "cache")
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
-    weights = {names.get_name(key, try_suffixes=(".weight",)): value for key, value in loaded.model.state_dict().items()}
+    weights = {names.get_name(key, try_suffixes=(".weight",)): value
+               for key, value in loaded.model.state_dict().items()}
     for name, (blocks, qtype) in raw.items():
         expected = quants.dequantize(blocks, GGMLQuantizationType(qtype))
         got = weights[name].numpy()
