@@ -20,7 +20,7 @@ from specdec_core import cpu_speed
 from specdec_core.config import GenerationConfig
 from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
-from specdec_core.kv import CachedForward, common_prefix_length
+from specdec_core.kv import CachedForward, common_prefix_length, supports_trees
 from specdec_core.sampling import processed_probs, sample
 
 if TYPE_CHECKING:
@@ -355,6 +355,7 @@ class ModelDrafter:
         self.generator = torch.Generator(device=draft.device)
         self.known_ids = draft.producible_ids  # ids 0..known_ids-1 mean the same to both models
         self.unknown_id: int | None = getattr(draft.tokenizer, "unk_token_id", None)
+        self._trees = supports_trees(draft.model)  # a tree level can run as one forward pass
 
     def _readable(self, ids: Sequence[int]) -> list[int]:
         """`ids` as the draft can read them (the same ids unless the verifier produced one it lacks)."""
@@ -393,18 +394,53 @@ class ModelDrafter:
                      vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
                      worth: Worth | None = None) -> DraftTree:
         """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
-        A level runs the draft on each of its paths in turn; the cache's prefix rule makes moving to
-        another branch cost only the part that differs."""
+
+        A level costs one draft forward pass, whatever its width: the level's paths, with their ancestors,
+        run as a tree after the committed tokens, each node attending only to its own ancestors (kv.py's
+        tree attention, as the verifier checks trees), and the pass's nodes are dropped from the draft's
+        cache at once (rolled back to the committed tokens). A draft whose cache cannot hold a tree
+        (sliding-window layers) runs each path in turn, moving between branches by the cache's prefix rule."""
         start = time.perf_counter()
         context = self._readable(ids)
         if not context or max_nodes <= 0 or max_depth <= 0:
             return _no_tree(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
 
+        def in_ids(row: torch.Tensor) -> torch.Tensor:
+            return in_verifier_ids(row, self.known_ids, vocab_size)
+
         def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, None]:
-            return torch.stack([in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids,
-                                                vocab_size) for path_tokens in paths_tokens]), None
+            if paths == [[]]:
+                return in_ids(self.forward.logits_for(context)[-1])[None], None
+            tree = self._level_tree(paths, paths_tokens)
+            if tree is None:
+                return torch.stack([in_ids(self.forward.logits_for(context + self._readable(path_tokens))[-1])
+                                    for path_tokens in paths_tokens]), None
+            tokens, parents, rows = tree
+            logits = self.forward.logits_for_tree(context, tokens, parents)
+            self.forward.keep_path([])  # roll back: the cache holds the committed tokens only, as before
+            return torch.stack([in_ids(logits[row]) for row in rows]), None
 
         return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+
+    def _level_tree(self, paths: list[list[int]], paths_tokens: list[list[int]]
+                    ) -> tuple[list[int], list[int], list[int]] | None:
+        """A level's paths as one tree: its nodes' tokens (as the draft reads them), their parents (-1: after
+        the committed tokens), and the logits row after each path's last node; None where it cannot run as
+        one (a cache without tree support, or a token the draft cannot read)."""
+        if not self._trees:
+            return None
+        local: dict[int, int] = {}  # candidate -> node of this pass; ancestors come first on every path
+        tokens: list[int] = []
+        parents: list[int] = []
+        for path, path_tokens in zip(paths, paths_tokens):
+            for depth, (candidate, token) in enumerate(zip(path, path_tokens)):
+                if candidate not in local:
+                    if token >= self.known_ids and self.unknown_id is None:
+                        return None
+                    local[candidate] = len(tokens)
+                    tokens.append(token if token < self.known_ids else self.unknown_id)  # type: ignore[arg-type]
+                    parents.append(local[path[depth - 1]] if depth else -1)
+        return tokens, parents, [1 + local[path[-1]] for path in paths]
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
