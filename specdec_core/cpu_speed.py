@@ -327,8 +327,9 @@ def _cgroup_memory_left() -> int | None:
 def packing_budget(model: torch.nn.Module) -> int:
     """Bytes of packed copies `model` may hold: a share of its weights (at least _PACKED_FLOOR), and no more
     than a share of the memory available now."""
-    weights = sum(storage.nbytes() for storage in {p.untyped_storage().data_ptr(): p.untyped_storage()
-                                                    for p in model.parameters()}.values())
+    from specdec_core.resources import weight_bytes
+
+    weights = weight_bytes(model)
     free = available_memory()
     room = _PACKED_SHARE_OF_FREE_MEMORY * (free if free is not None else 2 * 2**30)
     return int(min(room, max(_PACKED_SHARE_OF_WEIGHTS * weights, _PACKED_FLOOR)))

@@ -48,6 +48,11 @@ def test_prompt_files_take_text_json_strings_lists_and_objects(folders):
     assert cases[3].name == "robot" and cases[3].system == "Be brief."
 
 
+def test_the_held_out_code_set_asks_for_code_in_several_languages():
+    cases = load_prompts("code-heldout")
+    assert len(cases) == 8 and len({case.name.split("-")[0] for case in cases}) >= 6
+
+
 def test_the_tasks_set_has_four_prompts_of_each_task_kind():
     cases = load_prompts("tasks")
     kinds = [category_of(case) for case in cases]
@@ -78,6 +83,10 @@ def test_bench_writes_the_documented_json_and_greedy_replies_are_identical(capsy
     assert all(c["speedup"] > 0 for c in categories)
     assert categories[1]["mean_accepted_length"] == pytest.approx(rows[3]["mean_accepted_length"])
     assert "category" in table and "tok/call" in table
+    memory = result["memory"]  # what each model weighs, and what the process took at its peak
+    assert set(memory["weights_bytes"]) == {"verifier", "draft"} and all(memory["weights_bytes"].values())
+    assert memory["peak_rss_bytes"] > sum(memory["weights_bytes"].values())
+    assert "peak RSS / weights" in table
     if plot:
         assert (tmp_path / "bench.png").stat().st_size > 0
 
