@@ -353,6 +353,25 @@ def test_a_gguf_of_every_block_type_loads_with_the_values_gguf_reads(tiny_tokeni
         np.testing.assert_array_equal(got, expected.astype(np.float32), err_msg=GGMLQuantizationType(qtype).name)
 
 
+def test_a_smaller_dtype_loads_from_a_copy_written_once_in_that_dtype(tiny_gguf, tiny_llama, tmp_path):
+    """Loading the float32 conversion as bfloat16 would map the whole float32 file: a bfloat16 copy is
+    written once beside it, and loads read that."""
+    first_stages, second_stages = [], []
+    first = load_cpu(tiny_gguf, cache_dir=tmp_path, dtype="bfloat16", progress=first_stages.append)
+    second = load_cpu(tiny_gguf, cache_dir=tmp_path, dtype="bfloat16", progress=second_stages.append)
+
+    (folder,) = [p for p in (tmp_path / "gguf").iterdir() if not p.name.startswith(".")]
+    copy = folder / "as-bfloat16"
+    assert sorted(p.name for p in copy.glob("*.safetensors")) == sorted(p.name for p in folder.glob("*.safetensors"))
+    assert sum(p.stat().st_size for p in copy.glob("*.safetensors")) < 0.6 * sum(
+        p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert any("bfloat16 copy" in p.message for p in first_stages)
+    assert not any("bfloat16 copy" in p.message for p in second_stages)
+    for name, tensor in tiny_llama.state_dict().items():
+        assert torch.equal(second.model.state_dict()[name], tensor.to(torch.bfloat16)), name
+    assert torch.equal(next_logits(first), next_logits(second))
+
+
 def test_a_gguf_tokenizer_survives_the_cache(tiny_gguf, tiny_tokenizer, tmp_path):
     load_cpu(tiny_gguf, cache_dir=tmp_path)
     tokenizer = load_cpu(tiny_gguf, cache_dir=tmp_path).tokenizer
