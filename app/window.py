@@ -264,6 +264,7 @@ class MainWindow(QMainWindow):
         self._action(g, "Load models", self.loader.load, "Ctrl+L")
         self._action(g, "Re-measure baseline (verifier alone)", self.loader.remeasure_baseline)
         self._action(g, "Rank drafts for this verifier…", self.rank_drafts)
+        self._action(g, "Models (install, remove, use a pair)…", self.show_models)
 
         v = mb.addMenu("&View")
         v.addAction(self.left_dock.toggleViewAction())
@@ -288,6 +289,16 @@ class MainWindow(QMainWindow):
             self.rank_dialog = RankDialog(self)
         self.rank_dialog.show()
         self.rank_dialog.raise_()
+
+    def show_models(self) -> None:
+        """Known models, installed or not, and their pairs (app/models_dialog.py)."""
+        from app.models_dialog import ModelsDialog
+
+        if getattr(self, "models_dialog", None) is None:
+            self.models_dialog = ModelsDialog(self)
+        self.models_dialog.refresh()
+        self.models_dialog.show()
+        self.models_dialog.raise_()
 
     def _about_colours(self) -> None:
         QMessageBox.information(self, "Token colours", COLOURS_HELP)
