@@ -99,3 +99,75 @@ def test_greedy_speculation_with_another_vocabulary_equals_the_verifier_alone(ve
         assert list(finished.token_ids) == verifier_alone(verifier, prompt, 24), (draft.name, text, gamma)
         drafted, accepted = drafted + finished.stats.drafted, accepted + finished.stats.accepted
     assert 0 < accepted < drafted  # the rounds mixed acceptances and rejections
+
+
+# --------------------------------------------------------------------------- sampling: the verifier's distribution
+
+SMALL_VERIFIER = (["<|endoftext|>", "<|im_start|>", "<|im_end|>", "a", "b", "Ġ", "Ġa", "ab"], [("Ġ", "a"), ("a", "b")])
+SMALL_DRAFT = (["<|endoftext|>", "<|im_end|>", "<|im_start|>", "b", "a", "▁", "▁a", "▁b", "ba"],
+               [("▁", "a"), ("▁", "b"), ("b", "a")])
+PROMPT = [1, 3, 5]  # "<|im_start|>a "
+CONFIGS = [
+    GenerationConfig(temperature=1.0, max_new_tokens=3, gamma=3, top_alternatives=0),
+    GenerationConfig(temperature=0.7, top_k=6, top_p=0.9, max_new_tokens=3, gamma=3, top_alternatives=0),
+]
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    """An 8-token byte-level verifier and a 9-token SentencePiece-style draft: 7 texts shared (at other ids
+    in part), the verifier's 'ab' unknown to the draft, the draft's ' b' and 'ba' unknown to the verifier."""
+    def loaded(vocabulary, seed, **spelling):
+        tokenizer = tiny.hand_tokenizer(*vocabulary, **spelling)
+        model = tiny.make_model("llama", tokenizer, seed=seed, logit_scale=20.0, layers=1, hidden=16)
+        return tiny.as_loaded(model, tokenizer, eos_token_ids=frozenset())
+    return loaded(SMALL_VERIFIER, 3), loaded(SMALL_DRAFT, 4, spelling="metaspace")
+
+
+def exact_joint(verifier, config):
+    """P(first token = a, second token = b) under the verifier's processed distribution."""
+    size = len(verifier.tokenizer)
+    with torch.no_grad():
+        first = processed_probs(verifier.model(torch.tensor([PROMPT])).logits[0, -1], config)
+        nexts = processed_probs(verifier.model(torch.tensor([PROMPT + [a] for a in range(size)])).logits[:, -1],
+                                config)
+    return first[:, None] * nexts
+
+
+def sampled_joint(engine, config, size, runs):
+    counts = torch.zeros(size, size)
+    for seed in range(runs):
+        *_, finished = engine.generate(PROMPT, config.with_(seed=seed))
+        a, b = finished.token_ids[:2]
+        counts[a, b] += 1
+    return counts
+
+
+def chi_square_p_value(counts, probs):
+    expected, observed = probs.flatten() * counts.sum(), counts.flatten()
+    assert observed[expected == 0].sum() == 0, "a token the verifier rules out was emitted"
+    keep = expected >= 5  # pool sparse cells into one
+    obs = torch.cat([observed[keep], observed[~keep].sum()[None]])
+    exp = torch.cat([expected[keep], expected[~keep].sum()[None]])
+    obs, exp = obs[exp > 0], exp[exp > 0]
+    stat = ((obs - exp) ** 2 / exp).sum()
+    return float(torch.special.gammaincc(torch.tensor((len(obs) - 1) / 2.0), stat / 2.0))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["t1", "t0.7-topk6-topp0.9"])
+def test_tli_sampling_follows_the_verifiers_processed_distribution(small_pair, config):
+    verifier, draft = small_pair
+    exact = exact_joint(verifier, config)
+    assert float(exact[7].sum() + exact[:, 7].sum()) > 0.05  # the test needs mass on 'ab', which TLI never drafts
+    engine = Engine(verifier, TokenIntersectionDrafter(draft, verifier))
+    *_, probe = engine.generate(PROMPT, config)
+    assert probe.stats.drafted > 0
+    assert chi_square_p_value(sampled_joint(engine, config, 8, runs=1000), exact) > 1e-3
+
+
+def test_slem_proposals_are_one_hot_so_sampling_follows_the_verifiers_distribution_too(small_pair):
+    verifier, draft = small_pair
+    config = CONFIGS[1]
+    engine = Engine(verifier, StringMatchDrafter(draft, verifier))
+    counts = sampled_joint(engine, config, 8, runs=600)
+    assert chi_square_p_value(counts, exact_joint(verifier, config)) > 1e-3
