@@ -47,8 +47,10 @@ def stranger():
 
 
 def verifier_alone(verifier, prompt, max_new_tokens=40):
-    out = verifier.model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=max_new_tokens,
-                                  eos_token_id=verifier.tokenizer.eos_token_id, pad_token_id=0)
+    ids = torch.tensor([prompt])  # the mask: a start token that is also the padding token must count
+    out = verifier.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                  max_new_tokens=max_new_tokens, eos_token_id=verifier.tokenizer.eos_token_id,
+                                  pad_token_id=0)
     return out[0, len(prompt):].tolist()
 
 
@@ -171,3 +173,60 @@ def test_slem_proposals_are_one_hot_so_sampling_follows_the_verifiers_distributi
     engine = Engine(verifier, StringMatchDrafter(draft, verifier))
     counts = sampled_joint(engine, config, 8, runs=600)
     assert chi_square_p_value(counts, exact_joint(verifier, config)) > 1e-3
+
+
+# --------------------------------------------------------------------------- SLEM: where the spellings meet
+
+
+def slem(verifier, draft):
+    return StringMatchDrafter(draft, verifier)
+
+
+def test_slem_leaves_out_a_last_word_the_draft_may_not_have_finished(verifier, look_alike):
+    tokenizer = verifier.tokenizer
+    committed = tokenizer("The capital of").input_ids
+    finished = tokenizer("The capital of France is").input_ids[len(committed):]
+    assert slem(verifier, look_alike).proposal(committed, " France is Par", complete=False) == finished
+    # a draft that ended its reply has finished its last word
+    whole = tokenizer("The capital of France is Par").input_ids[len(committed):]
+    assert slem(verifier, look_alike).proposal(committed, " France is Par", complete=True) == whole
+
+
+def test_slem_proposes_nothing_where_the_committed_text_would_merge_with_the_new(verifier, look_alike):
+    tokenizer = verifier.tokenizer
+    committed = tokenizer("The capital of F").input_ids  # '...Ġ', 'F': in context 'Fra' is one token
+    assert tokenizer("The capital of France").input_ids[:len(committed)] != committed
+    assert slem(verifier, look_alike).proposal(committed, "rance is", complete=True) == []
+
+
+@pytest.fixture(scope="module")
+def start_token_pair(tiny_tokenizer):
+    """A verifier whose tokenizer starts every encoding with <|endoftext|> (as Llama's add <s>), and a draft
+    built from it over the renumbered vocabulary."""
+    tokenizer = tiny.renumbered_tokenizer(tiny_tokenizer, start_token=True)
+    verifier = tiny.as_loaded(tiny.make_model("llama", tokenizer, seed=1, logit_scale=8.0), tokenizer, "starts")
+    other = tiny.renumbered_tokenizer(tiny_tokenizer, drop_merges=20)
+    draft = tiny.renumbered_model(verifier.model, tokenizer, other, noise=0.2, noise_seed=3)
+    return verifier, tiny.as_loaded(draft, other, "draft")
+
+
+def test_slem_never_proposes_the_start_token_a_fresh_encoding_adds(start_token_pair):
+    verifier, draft = start_token_pair
+    tokenizer, start = verifier.tokenizer, verifier.tokenizer.bos_token_id
+    committed = tokenizer("The capital of").input_ids
+    assert committed[0] == start and tokenizer(" France is").input_ids[0] == start  # every encoding starts so
+    proposed = slem(verifier, draft).proposal(committed, " France is Paris", complete=True)
+    assert proposed == tokenizer("The capital of France is Paris").input_ids[len(committed):]
+    assert start not in proposed
+
+
+def test_greedy_slem_with_a_start_token_tokenizer_equals_the_verifier_alone_and_is_accepted(start_token_pair):
+    verifier, draft = start_token_pair
+    engine = Engine(verifier, slem(verifier, draft))
+    accepted = 0
+    for text in PROMPTS:
+        prompt = verifier.tokenizer(text).input_ids
+        finished = run(engine, prompt, max_new_tokens=24, gamma=4)
+        assert list(finished.token_ids) == verifier_alone(verifier, prompt, 24)
+        accepted += finished.stats.accepted
+    assert accepted > 0
