@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.config import GenerationConfig
+from specdec_core.defaults import SLEM, TLI
 from specdec_core.drafters import Copy, Draft, DraftTree, Worth, _autoregress, _grow_tree, _no_tree
 from specdec_core.events import DraftStop
 from specdec_core.kv import CachedForward
@@ -42,8 +43,6 @@ from specdec_core.kv import CachedForward
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
 
-TLI = "tli"  # token-level intersection
-SLEM = "slem"  # string-level exact match
 STRATEGIES = {TLI: "token-level intersection", SLEM: "string-level exact match"}
 
 
@@ -66,10 +65,12 @@ def _byte_level_decoder() -> dict[str, int]:
 
 def _spelling(tokenizer) -> str:
     """How the token strings spell text: "byte-level" (GPT-2: 'Ġthe'), "metaspace" (SentencePiece: '▁the',
-    '<0x0A>') or "other" (read each token through the tokenizer)."""
-    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    '<0x0A>'), "plain" (no decoder: the string is the text) or "other" (read each token through the
+    tokenizer)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    decoder = getattr(backend, "decoder", None)
     if decoder is None:
-        return "other"
+        return "plain" if backend is not None else "other"  # no decoder: a token's string is its text
     try:
         spec = json.dumps(json.loads(decoder.__getstate__()))
     except (AttributeError, TypeError, ValueError):
@@ -99,6 +100,8 @@ def token_texts(tokenizer, size: int) -> list[bytes | None]:
                 texts[i] = bytes(byte_of[c] for c in token)
             except KeyError:
                 texts[i] = token.encode("utf-8")
+        elif spelling == "plain":
+            texts[i] = token.encode("utf-8")
         elif spelling == "metaspace":
             if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
                 texts[i] = bytes([int(token[3:5], 16)])  # SentencePiece's byte fallback
@@ -251,6 +254,9 @@ class _CrossVocabDrafter:
         pass  # rollback is implicit: the next round's context keeps only the cache prefix that still matches
 
 
+NO_COPY = Copy()  # a tree without prompt lookup's branch
+
+
 class TokenIntersectionDrafter(_CrossVocabDrafter):
     """TLI: the draft's distribution over the shared tokens, proposed as the verifier's ids."""
 
@@ -292,7 +298,7 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
 
     @torch.inference_mode()
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
                      worth: Worth | None = None) -> DraftTree:
         """A tree over the shared tokens (see drafters._grow_tree); each path runs on the draft's cache,
         whose prefix rule makes moving between branches cost only the part that differs."""

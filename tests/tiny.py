@@ -204,3 +204,14 @@ def renumbered_model(verifier_model, verifier_tokenizer, draft_tokenizer, *, noi
             for parameter in model.parameters():
                 parameter.add_(torch.randn(parameter.shape, generator=generator) * noise * parameter.std())
     return model
+
+
+def save_wide_head(folder: Path, tokenizer: PreTrainedTokenizerFast, *, hidden: int = 48) -> Path:
+    """A draft head made for a verifier `hidden` wide, saved as a model folder: no pair with a verifier of
+    another width can work (it reads the verifier's hidden states), whatever the tokenizers."""
+    verifier = as_loaded(make_model("llama", tokenizer, seed=9, hidden=hidden), tokenizer, "wide")
+    head = make_head(verifier)
+    folder.mkdir(parents=True, exist_ok=True)
+    head.model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
