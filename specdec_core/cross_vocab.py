@@ -25,6 +25,7 @@ The boundary: this module knows tokenizers and the draft model; the engine sees 
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections.abc import Sequence
@@ -50,17 +51,18 @@ STRATEGIES = {TLI: "token-level intersection", SLEM: "string-level exact match"}
 
 
 @lru_cache(maxsize=1)
-def _byte_level_decoder() -> dict[str, int]:
-    """GPT-2's byte-level alphabet read backwards: the printable stand-in of each byte -> the byte."""
+def _byte_level_table() -> dict[int, int]:
+    """GPT-2's byte-level alphabet read backwards, as a str.translate table: the printable stand-in of each
+    byte -> the character of that code (so that .encode('latin-1') gives the byte)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
+    table, extra = {}, 0
     for byte in range(256):
         if byte in printable:
-            chars[chr(byte)] = byte
+            table[byte] = byte
         else:
-            chars[chr(256 + extra)] = byte
+            table[256 + extra] = byte
             extra += 1
-    return chars
+    return table
 
 
 def _spelling(tokenizer) -> str:
@@ -89,7 +91,7 @@ def token_texts(tokenizer, size: int) -> list[bytes | None]:
     spelling = _spelling(tokenizer)
     added = {i: t.content for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()}
     texts: list[bytes | None] = [None] * size
-    byte_of = _byte_level_decoder()
+    table = _byte_level_table()
     for token, i in tokenizer.get_vocab().items():
         if not 0 <= i < size:
             continue
@@ -97,8 +99,8 @@ def token_texts(tokenizer, size: int) -> list[bytes | None]:
             texts[i] = added[i].encode("utf-8")
         elif spelling == "byte-level":
             try:
-                texts[i] = bytes(byte_of[c] for c in token)
-            except KeyError:
+                texts[i] = token.translate(table).encode("latin-1")
+            except UnicodeEncodeError:  # a character outside the alphabet: the token's own text
                 texts[i] = token.encode("utf-8")
         elif spelling == "plain":
             texts[i] = token.encode("utf-8")
@@ -186,13 +188,34 @@ def _adds_start_token(tokenizer) -> bool:
     return bool(ids) and ids[0] == bos
 
 
+def _common_prefix(a: str, b: str) -> int:
+    """Characters `a` and `b` share at their start (a binary search of C-level slice comparisons)."""
+    if b.startswith(a):
+        return len(a)
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+SPLICE_BACK = 8  # tokens re-encoded before the first changed character (their last ones may merge with it)
+
+
 class Retokenizer:
     """Token ids of one tokenizer -> the same text in another's ids.
 
     Special tokens (chat markers) cross over when the other tokenizer has a token of the same text, and are
     dropped otherwise (their text would read as ordinary characters). A start token the target adds to
     every encoding is added once, at the start of the sequence, and never again (encoding a piece of text
-    in the middle must not put one there)."""
+    in the middle must not put one there).
+
+    Encoding a long conversation again every round would cost milliseconds per round, so only the end is
+    encoded again: from SPLICE_BACK tokens before the first character that changed, kept when those tokens
+    come out as they were (the cut then lies between words), else the whole text is encoded."""
 
     def __init__(self, source_tokenizer, target_tokenizer, known_target: int):
         self.source = source_tokenizer
@@ -202,17 +225,44 @@ class Retokenizer:
         self._dropped = {i for i, t in getattr(source_tokenizer, "added_tokens_decoder", {}).items()
                          if t.content not in target_specials}
         self._start = target_tokenizer.bos_token_id if _adds_start_token(target_tokenizer) else None
+        self._offsets = bool(getattr(target_tokenizer, "is_fast", False))
         self._last: tuple[tuple[int, ...], list[int]] = ((), [])
+        self._text = ""
+        self._body: list[int] = []  # the target's ids of _text, without the start token
+        self._ends: list[int] = []  # where each of them ends in _text
 
     def text(self, ids: Sequence[int]) -> str:
         kept = [t for t in ids if t not in self._dropped]
         return self.source.decode(kept, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
+    def _encode(self, text: str) -> tuple[list[int], list[int]]:
+        if not self._offsets:
+            return self.target(text, add_special_tokens=False).input_ids, []
+        encoded = self.target(text, add_special_tokens=False, return_offsets_mapping=True)
+        return encoded.input_ids, [end for _, end in encoded.offset_mapping]
+
+    def _spliced(self, text: str) -> tuple[list[int], list[int]]:
+        """The target's ids of `text` and their ends, re-encoding only what follows the unchanged start."""
+        same = _common_prefix(self._text, text)
+        first_changed = bisect.bisect_right(self._ends, same)  # the first token that ends past it
+        cut = first_changed - SPLICE_BACK
+        if cut < 1 or not self._ends:
+            return self._encode(text)
+        restart = self._ends[cut - 1]
+        tail, tail_ends = self._encode(text[restart:])
+        check = first_changed - cut - 1  # old tokens after the cut that lie wholly in the unchanged text, but one
+        if check < 1 or tail[:check] != self._body[cut:cut + check]:
+            return self._encode(text)
+        return self._body[:cut] + tail, self._ends[:cut] + [restart + end for end in tail_ends]
+
     def __call__(self, ids: Sequence[int]) -> list[int]:
         key = tuple(ids)
         if key == self._last[0]:
             return list(self._last[1])
-        out = self.target(self.text(ids), add_special_tokens=False).input_ids
+        text = self.text(ids)
+        self._body, self._ends = self._spliced(text)
+        self._text = text
+        out = self._body
         if self._start is not None and (not out or out[0] != self._start):
             out = [self._start, *out]
         out = [t for t in out if t < self.known_target]  # ids past the draft's output rows it cannot read

@@ -230,3 +230,14 @@ def test_greedy_slem_with_a_start_token_tokenizer_equals_the_verifier_alone_and_
         assert list(finished.token_ids) == verifier_alone(verifier, prompt, 24)
         accepted += finished.stats.accepted
     assert accepted > 0
+
+
+def test_reading_a_growing_text_again_gives_what_encoding_it_whole_gives(tiny_tokenizer):
+    draft = tiny.renumbered_tokenizer(tiny_tokenizer, drop_merges=20)
+    read = Retokenizer(tiny_tokenizer, draft, len(draft))
+    text = " ".join(tiny.CORPUS[:6]) * 2
+    ids = tiny_tokenizer(text).input_ids
+    for end in range(40, len(ids), 7):  # the end of the text changes each time, as rounds commit tokens
+        assert read(ids[:end]) == draft(tiny_tokenizer.decode(ids[:end])).input_ids, end
+    other = tiny_tokenizer("Hello! How can I help you today?").input_ids + ids[:60]  # another conversation
+    assert read(other) == draft(tiny_tokenizer.decode(other)).input_ids
