@@ -26,6 +26,8 @@ The boundary: this module knows tokenizers and the draft model; the engine sees 
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import itertools
 import json
 import time
 from collections.abc import Sequence
@@ -303,6 +305,12 @@ class _CrossVocabDrafter:
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next round's context keeps only the cache prefix that still matches
 
+    def _shown(self, draft_ids: Sequence[int]) -> str:
+        """The draft's own tokens as people read them: "'▁Par' + 'is' (ids 812, 33)"."""
+        tokens = self.draft.tokenizer.convert_ids_to_tokens(list(draft_ids))
+        ids = ", ".join(str(t) for t in draft_ids)
+        return " + ".join(repr(t) for t in tokens) + f" ({'ids' if len(draft_ids) > 1 else 'id'} {ids})"
+
 
 NO_COPY = Copy()  # a tree without prompt lookup's branch
 
@@ -344,7 +352,8 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
         def next_logits(drafted: list[int]) -> torch.Tensor:
             return self._placed(self.forward.logits_for(self._own(ids, context, drafted))[-1], vocab_size)
 
-        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+        draft = _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+        return dataclasses.replace(draft, sources=tuple(self._shown([self._to_draft[t]]) for t in draft.token_ids))
 
     @torch.inference_mode()
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
@@ -391,6 +400,11 @@ class StringMatchDrafter(_CrossVocabDrafter):
     def proposal(self, committed: Sequence[int], new_text: str, complete: bool) -> list[int]:
         """The verifier's ids for `new_text` written after `committed` (its own ids); without the last word
         unless `complete`. Empty when no spelling of it follows the committed tokens' boundaries."""
+        return self._spelled(committed, new_text, complete)[0]
+
+    def _spelled(self, committed: Sequence[int], new_text: str, complete: bool
+                 ) -> tuple[list[int], list[tuple[int, int]]]:
+        """proposal(), with where each proposed token lies in `new_text` (begin, end)."""
         tail = list(committed[-LOOK_BEHIND:])
         tail_text = self.verifier_tokenizer.decode(tail, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         whole = tail_text + new_text
@@ -399,16 +413,19 @@ class StringMatchDrafter(_CrossVocabDrafter):
         # The first token that starts at or after the committed text's end; none may straddle that end.
         first = next((i for i, (begin, _) in enumerate(offsets) if begin >= len(tail_text)), len(ids))
         if first and offsets[first - 1][1] > len(tail_text):
-            return []  # the committed text's last token would merge with the new text: no boundary lines up
+            return [], []  # the committed text's last token would merge with the new text: no boundary lines up
         proposed = ids[first:]
-        ends = [end for _, end in offsets[first:]]
+        spans = [(begin - len(tail_text), end - len(tail_text)) for begin, end in offsets[first:]]
         if not complete and proposed:
-            cut = self._last_word_start(whole, len(tail_text))
-            proposed = [t for t, end in zip(proposed, ends) if end <= cut]
+            cut = self._last_word_start(whole, len(tail_text)) - len(tail_text)
+            kept = [i for i, (_, end) in enumerate(spans) if end <= cut]
+            proposed, spans = [proposed[i] for i in kept], [spans[i] for i in kept]
         # What is proposed must spell the new text after the committed tokens, exactly.
         spelled = self.verifier_tokenizer.decode(tail + proposed, skip_special_tokens=False,
                                                  clean_up_tokenization_spaces=False)
-        return proposed if whole.startswith(spelled) and spelled.startswith(tail_text) else []
+        if whole.startswith(spelled) and spelled.startswith(tail_text):
+            return proposed, spans
+        return [], []
 
     def _last_word_start(self, text: str, floor: int) -> int:
         """Where the last word of `text` begins (the verifier's pre-tokenizer decides what a word is)."""
@@ -441,7 +458,8 @@ class StringMatchDrafter(_CrossVocabDrafter):
         new_text = after[len(before):] if after.startswith(before) else ""
         self.last_draft_text = new_text
         # 3. The verifier's tokens for that text, checked one-hot.
-        tokens = [t for t in self.proposal(ids, new_text, complete) if t < vocab_size][:max_tokens]
+        proposed, spans = self._spelled(ids, new_text, complete)
+        tokens = list(itertools.takewhile(lambda t: t < vocab_size, proposed))[:max_tokens]
         for i, token in enumerate(tokens):
             if token in eos_token_ids:
                 tokens = tokens[:i + 1]
@@ -452,7 +470,18 @@ class StringMatchDrafter(_CrossVocabDrafter):
             DraftStop.GAMMA if tokens else DraftStop.NO_MATCH
         index = torch.tensor(tokens, dtype=torch.long)
         probs = torch.nn.functional.one_hot(index, vocab_size).float() if tokens else torch.empty(0, vocab_size)
-        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start)
+        sources = self._sources(behind, drafted, len(before), spans[:len(tokens)]) if tokens else ()
+        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start, sources)
+
+    def _sources(self, behind: list[int], drafted: list[int], before: int, spans: list[tuple[int, int]]
+                 ) -> tuple[str, ...]:
+        """For each proposed token (its span in the draft's new text), the draft tokens whose text it overlaps."""
+        decode = self.draft.tokenizer.decode
+        ends = [len(decode(behind + drafted[:i + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False))
+                - before for i in range(len(drafted))]
+        starts = [0, *ends[:-1]]
+        return tuple(self._shown([d for d, s, e in zip(drafted, starts, ends) if s < end and e > begin] or drafted[:1])
+                     for begin, end in spans)
 
 
 def cross_vocab_drafter(strategy: str, draft: LoadedModel, verifier: LoadedModel) -> _CrossVocabDrafter:

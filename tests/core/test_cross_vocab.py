@@ -241,3 +241,29 @@ def test_reading_a_growing_text_again_gives_what_encoding_it_whole_gives(tiny_to
         assert read(ids[:end]) == draft(tiny_tokenizer.decode(ids[:end])).input_ids, end
     other = tiny_tokenizer("Hello! How can I help you today?").input_ids + ids[:60]  # another conversation
     assert read(other) == draft(tiny_tokenizer.decode(other)).input_ids
+
+
+# --------------------------------------------------------------------------- what people see
+
+
+def drafted_tokens(engine, prompt):
+    from specdec_core.events import TokenCommitted, TokenRejected
+
+    events = list(engine.generate(prompt, GenerationConfig(max_new_tokens=16, gamma=4, tree_nodes=0)))
+    return [e for e in events if isinstance(e, (TokenCommitted, TokenRejected)) and e.draft_prob is not None]
+
+
+def test_each_drafted_token_names_the_draft_token_it_came_from(verifier, look_alike):
+    drafter = TokenIntersectionDrafter(look_alike, verifier)
+    tokens = drafted_tokens(Engine(verifier, drafter), verifier.tokenizer(PROMPTS[0]).input_ids)
+    assert tokens
+    to_draft = drafter.map.to_draft()
+    for token in tokens:  # the same text, the draft's own spelling and id
+        draft_id = to_draft[token.token_id]
+        assert token.draft_source == f"{look_alike.tokenizer.convert_ids_to_tokens(draft_id)!r} (id {draft_id})"
+
+
+def test_slem_names_the_draft_tokens_each_proposed_token_was_spelled_from(verifier, look_alike):
+    tokens = drafted_tokens(Engine(verifier, StringMatchDrafter(look_alike, verifier)),
+                            verifier.tokenizer(PROMPTS[0]).input_ids)
+    assert tokens and all(token.draft_source and "(id" in token.draft_source for token in tokens)
