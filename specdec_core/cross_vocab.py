@@ -395,7 +395,6 @@ class StringMatchDrafter(_CrossVocabDrafter):
         self.draft_eos = frozenset(draft.eos_token_ids)
         pre_tokenizer = getattr(getattr(verifier.tokenizer, "backend_tokenizer", None), "pre_tokenizer", None)
         self._words = pre_tokenizer.pre_tokenize_str if pre_tokenizer is not None else None
-        self.last_draft_text = ""  # the draft's own text of the last proposal (for people)
 
     def proposal(self, committed: Sequence[int], new_text: str, complete: bool) -> list[int]:
         """The verifier's ids for `new_text` written after `committed` (its own ids); without the last word
@@ -456,7 +455,6 @@ class StringMatchDrafter(_CrossVocabDrafter):
         before = decode(behind, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         after = decode(behind + drafted, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         new_text = after[len(before):] if after.startswith(before) else ""
-        self.last_draft_text = new_text
         # 3. The verifier's tokens for that text, checked one-hot.
         proposed, spans = self._spelled(ids, new_text, complete)
         tokens = list(itertools.takewhile(lambda t: t < vocab_size, proposed))[:max_tokens]
