@@ -72,6 +72,11 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
         f"<tr><td>draft probability</td><td>&nbsp;{_p(tok.draft_prob)}</td></tr>",
         f"<tr><td>verifier probability</td><td>&nbsp;{_p(tok.target_prob)}</td></tr>",
     ]
+    if tok.draft_source:  # a draft with another tokenizer: what it wrote, and the verifier token it became
+        rows.append(f"<tr><td>draft's own token(s)</td><td>&nbsp;<span style='font-family:monospace'>"
+                    f"{html.escape(tok.draft_source)}</span></td></tr>")
+        rows.append(f"<tr><td>became verifier token</td><td>&nbsp;<span style='font-family:monospace'>"
+                    f"{html.escape(repr(tok.text))}</span> (id {tok.token_id})</td></tr>")
     rnd = trace.rounds[tok.round] if trace is not None and 0 <= tok.round < len(trace.rounds) else None
     tree = rnd is not None and rnd.index == tok.round and bool(rnd.tree)
     if tok.accept_prob is not None:

@@ -31,6 +31,7 @@ class LoadController(QObject):
         super().__init__(window)
         self.window = window
         self.worker: FunctionWorker | None = None  # the running load; None once it has finished
+        self.drafts_worker: FunctionWorker | None = None  # the latest look for installed drafts (_offer_drafts)
         self._remeasure = False  # the next load measures the baseline again, even for the same verifier
 
     def request(self) -> LoadRequest:
@@ -122,7 +123,23 @@ class LoadController(QObject):
         w.graphs.live.set_baseline(session.baseline_tps, session.baseline_source)
         load_s = getattr(session.verifier, "load_s", None)
         w.status_label.setText(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
+        self._offer_drafts(session)
         self.loaded.emit(session)
+
+    def _offer_drafts(self, session: Session) -> None:
+        """In the background: the installed models (and recent specs) that could draft for this verifier,
+        offered in the settings with their vocabulary overlap (tokenizers only; nothing is downloaded)."""
+        from specdec_core.catalog import installed_names
+        from specdec_core.draft_candidates import draft_candidates, installed_hub_models
+
+        tokenizer = session.verifier.tokenizer
+        specs = installed_names() + list(self.window.settings.recent_specs)
+        exclude = self.window.settings.verifier
+        worker = FunctionWorker(lambda progress, cancelled: draft_candidates(
+            tokenizer, installed_hub_models() + specs, exclude=exclude, cancelled=cancelled), name="drafts")
+        worker.returned.connect(self.window.settings_panel.offer_drafts)
+        self.drafts_worker = worker
+        worker.start()
 
     def _on_error(self, exc: BaseException) -> None:
         w = self.window

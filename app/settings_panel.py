@@ -34,6 +34,7 @@ from specdec_core.defaults import GAMMA_CEILING, HYBRID, MODEL, PROMPT_LOOKUP, U
 from specdec_core.defaults import VERIFIER as DEFAULT_VERIFIER
 
 EMBEDDED_LABEL = " (embedded)"
+NOTE_SEPARATOR = "  ·  "  # between a spec and the note the settings show beside it (cut off again by spec())
 
 
 class SpecCombo(QComboBox):
@@ -51,7 +52,20 @@ class SpecCombo(QComboBox):
         text = self.currentText().strip()
         if text.endswith(EMBEDDED_LABEL):
             text = text[: -len(EMBEDDED_LABEL)]
-        return text
+        return text.split(NOTE_SEPARATOR)[0].strip()
+
+    def offer(self, noted: list[tuple[str, str]]) -> None:
+        """Offer more specs, each with a note beside it (an offered spec already listed gets the note)."""
+        self.blockSignals(True)
+        typed = self.currentText()
+        for spec, note in noted:
+            for i in range(self.count()):
+                if self.itemText(i).split(NOTE_SEPARATOR)[0] == spec:
+                    self.removeItem(i)
+                    break
+            self.addItem(f"{spec}{NOTE_SEPARATOR}{note}")
+        self.setEditText(typed)
+        self.blockSignals(False)
 
     def set_spec(self, spec: str, recents: list[str], embedded: str | None) -> None:
         self.blockSignals(True)
@@ -300,6 +314,11 @@ class SettingsPanel(QScrollArea):
         s.seed = self.seed.value()
         s.system_prompt = self.system.toPlainText()
         self.changed.emit()
+
+    def offer_drafts(self, candidates: list) -> None:
+        """Installed models that could draft for the loaded verifier, each with its vocabulary overlap
+        (draft_candidates.DraftCandidate: a draft with another tokenizer drafts through the text, cross_vocab.py)."""
+        self.draft.offer([(c.spec, c.label) for c in candidates])
 
     def set_verdict(self, text: str, ok: bool | None, details: str = "") -> None:
         """The doctor's verdict in words (ok None: neutral, e.g. while loading)."""

@@ -37,6 +37,7 @@ class TokenRecord:
     accept_prob: float | None
     alternatives: list[tuple[str, float]] = field(default_factory=list)  # verifier's top tokens
     t: float = 0.0  # engine seconds since decoding began when the round that emitted it ended
+    draft_source: str | None = None  # a draft with another tokenizer: its own token(s) this one came from
 
     @property
     def in_reply(self) -> bool:
@@ -102,6 +103,7 @@ class ReplyTrace:
                 round=event.round_index, position=event.position, draft_prob=event.draft_prob,
                 target_prob=event.target_prob, accept_prob=event.accept_prob,
                 alternatives=[(a.text, float(a.prob)) for a in event.alternatives], t=t,
+                draft_source=event.draft_source,
             ))
         elif isinstance(event, RoundVerified):
             t_end = (self.rounds[-1].t_end if self.rounds else 0.0) + \

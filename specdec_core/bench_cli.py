@@ -270,7 +270,11 @@ def cmd_bench(args) -> int:
     if args.hf_reference and isinstance(pair.drafter, HybridDrafter):
         raise BenchError("transformers' assisted generation has no hybrid of prompt lookup and a draft model: "
                          "drop --hf-reference, or compare with --drafter prompt-lookup or --drafter model")
-    settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference)
+    cross_vocabulary = pair.verdict is not None and pair.verdict.cross_vocabulary
+    if args.hf_reference and cross_vocabulary and _same_row_count(pair.verifier, pair.draft):
+        raise BenchError("transformers' assisted generation tells tokenizers apart by the models' vocabulary sizes, "
+                         "which are equal here although the tokenizers differ: drop --hf-reference")
+    settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference, cross_vocabulary=cross_vocabulary)
     result = run_bench(pair.engine, pair.verifier, pair.draft, cases, config, settings, progress=_say)
     result["setup"]["prompt_file"] = args.prompts
     result["memory"] = memory_figures(pair.verifier, pair.draft)
@@ -281,6 +285,10 @@ def cmd_bench(args) -> int:
         plot_bench(result, args.plot)
         _say(f"wrote {args.plot}")
     return 0
+
+
+def _same_row_count(verifier, draft) -> bool:
+    return verifier.model.config.get_text_config().vocab_size == draft.model.config.get_text_config().vocab_size
 
 
 def cmd_rank_drafts(args) -> int:
@@ -319,7 +327,8 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--repeats", type=int, default=3, help="runs of each prompt in each mode (default 3)")
     bench.add_argument("--hf-reference", action="store_true",
                        help="also time transformers' generate(assistant_model=..., num_assistant_tokens=gamma) "
-                            "or its prompt lookup, on the same prompts, pair and gamma")
+                            "(with assistant_tokenizer for a draft with another tokenizer) or its prompt lookup, on "
+                            "the same prompts, pair and gamma")
     bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
     bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
                                                      "predicted against measured speedup (needs matplotlib)")

@@ -321,6 +321,25 @@ def listing(cache_dir: Path) -> list[Listing]:
     return rows
 
 
+def converted_folder(name: str, cache_dir: Path | None = None) -> Path | None:
+    """The converted (transformers) folder of a known downloadable model, when it is installed and converted."""
+    from specdec_core.models import default_cache_dir
+
+    model = known(name)
+    if model is None or model.download is None:
+        return None
+    folder = Path(cache_dir or default_cache_dir()) / "gguf" / model.download.sha256
+    return folder if (folder / "config.json").is_file() else None
+
+
+def installed_names(cache_dir: Path | None = None) -> list[str]:
+    """The downloadable known models installed here."""
+    from specdec_core.models import default_cache_dir
+
+    cache = Path(cache_dir or default_cache_dir())
+    return [model.name for model in KNOWN.values() if model.download is not None and is_installed(model, cache)]
+
+
 def pairings(cache_dir: Path) -> list[tuple[str, str, bool]]:
     """(verifier, draft, both installed) for each known good pair."""
     return [(model.name, draft, is_installed(model, cache_dir) and is_installed(KNOWN[draft], cache_dir))

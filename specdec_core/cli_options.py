@@ -51,8 +51,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", metavar="SPEC", help="draft model spec (implies --drafter model)")
     group.add_argument("--drafter", choices=defaults.DRAFTER_KINDS,
                        help="what proposes tokens: a draft model, copies from the conversation (prompt-lookup), "
-                       "or copies where they exist and the draft model elsewhere (hybrid) (default: model with "
-                       "--draft, else prompt-lookup)")
+                       "copies where they exist and the draft model elsewhere (hybrid), or a draft with another "
+                       "tokenizer through the text: the tokens both vocabularies hold (tli; what model and hybrid "
+                       "use for such a draft) or its greedy text re-tokenised (slem) (default: model with --draft, "
+                       "else prompt-lookup)")
     group.add_argument("--draft-tokens", type=int, metavar="N",
                        help="hybrid: at most N tokens from the draft model in a round without a match "
                        "(default: gamma)")
@@ -157,7 +159,7 @@ def load_from_args(args: Any):
     """The verifier and drafter the options name, paired and checked (pairing.load_pair)."""
     from specdec_core.pairing import LoadOptions, load_pair
 
-    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup")
+    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup", *defaults.CROSS_VOCABULARY)
                                           or (args.drafter is None and args.draft)):
         raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,

@@ -34,6 +34,8 @@ class Draft:
     display_probs: tuple[float, ...]  # draft(x_i) for people: softmax at temperature 1 when greedy
     stop: DraftStop
     draft_s: float
+    # A draft with another tokenizer (cross_vocab.py): the draft's own token(s) behind each proposed token.
+    sources: tuple[str, ...] = ()
 
 
 TREE_WIDTH = 4  # candidates considered under each expanded node (the tree keeps the best of them overall)

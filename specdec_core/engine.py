@@ -428,7 +428,8 @@ class Engine:
         for i, token in enumerate(draft.token_ids):
             common = dict(token_id=token, text=texts[i], round_index=index, position=i,
                           draft_prob=draft.display_probs[i], target_prob=shown_target[i],
-                          accept_prob=acceptance.accept_probs[i], alternatives=alternatives[i])
+                          accept_prob=acceptance.accept_probs[i], alternatives=alternatives[i],
+                          draft_source=draft.sources[i] if i < len(draft.sources) else None)
             tokens.append(TokenCommitted(state=TokenState.ACCEPTED, **common) if i < n else TokenRejected(**common))
         emitted_state = TokenState.ACCEPTED
         if len(committed) > n:  # the verifier's own token: a correction, a bonus, or a plain decode step
