@@ -659,6 +659,7 @@ class Settings:
     seed: int = 0
     system_prompt: str = ""
     colored: bool = True
+    reading: bool = False  # reading mode: rejected drafts hidden inside replies
     calibrate: bool = True  # measure the verifier alone after loading (the speedup baseline)
     recent_specs: list[str] = field(default_factory=list)
 

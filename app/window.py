@@ -157,10 +157,13 @@ class MainWindow(QMainWindow):
         self.legend = Legend()
         self.legend.check.setChecked(self.settings.colored)
         self.legend.toggled.connect(self.set_colored)
+        self.legend.reading.setChecked(self.settings.reading)
+        self.legend.reading_toggled.connect(self.set_reading)
         v.addWidget(self.legend)
 
         self.chat = ChatView()
         self.chat.colored = self.settings.colored
+        self.chat.reading = self.settings.reading
         self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
         self.chat.edit_requested.connect(self.conversations.edit)
         self.chat.regenerate_requested.connect(self.regenerate)
@@ -609,6 +612,11 @@ class MainWindow(QMainWindow):
     def set_colored(self, on: bool) -> None:
         self.settings.colored = on
         self.chat.set_colored(on)
+        self.save_settings()
+
+    def set_reading(self, on: bool) -> None:
+        self.settings.reading = on
+        self.chat.set_reading(on)
         self.save_settings()
 
     def regenerate(self, bubble: MessageBubble | None) -> None:
