@@ -369,6 +369,7 @@ class MessageBubble(QFrame):
     edit_requested = Signal(object)
     regenerate_requested = Signal(object)
     graphs_requested = Signal(object)
+    branch_requested = Signal(object, int)  # self, -1 (the previous version) or +1 (the next)
 
     def __init__(self, role: str, index: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -389,6 +390,22 @@ class MessageBubble(QFrame):
         self.meta.setWordWrap(True)  # a long pair name wraps: the bubble never grows past the chat's width
         head.addWidget(self.meta, 1)
         self.actions: dict[str, QToolButton] = {}
+        self.branch_label = QLabel("")
+        self.branch_label.setObjectName("muted")
+        self.branch_label.setToolTip("Regenerated: every version of this reply is kept")
+        self.branch_buttons: list[QToolButton] = []
+        for text, step, tip in (("‹", -1, "Show the earlier version of this reply"),
+                                ("›", 1, "Show the later version of this reply")):
+            b = QToolButton()
+            b.setText(text)
+            b.setObjectName("bubble_action")
+            b.setToolTip(tip)
+            b.clicked.connect(lambda _checked=False, step=step: self.branch_requested.emit(self, step))
+            self.branch_buttons.append(b)
+        head.addWidget(self.branch_buttons[0])
+        head.addWidget(self.branch_label)
+        head.addWidget(self.branch_buttons[1])
+        self.set_branch(1, 1)
         names = ("Copy", "Edit") if role == "user" else ("Graphs", "Copy", "Regenerate")
         for name in names:
             b = QToolButton()
@@ -427,6 +444,18 @@ class MessageBubble(QFrame):
         for name in ("Regenerate", "Edit"):
             if name in self.actions:
                 self.actions[name].setEnabled(not streaming)
+        self._streaming = streaming
+        self.set_branch(*self.branch)
+
+    def set_branch(self, which: int, count: int) -> None:
+        """Which version of a regenerated reply this is (from 1) of how many; ‹ › flip between them."""
+        self.branch = (which, count)
+        streaming = getattr(self, "_streaming", False)
+        for b in (*self.branch_buttons, self.branch_label):
+            b.setVisible(count > 1)
+        self.branch_label.setText(f"{which}/{count}")
+        self.branch_buttons[0].setEnabled(which > 1 and not streaming)
+        self.branch_buttons[1].setEnabled(which < count and not streaming)
 
     def update_footer(self) -> None:
         trace = self.trace
@@ -498,6 +527,7 @@ class ChatView(QScrollArea):
     edit_requested = Signal(object)
     regenerate_requested = Signal(object)
     graphs_requested = Signal(object)
+    branch_requested = Signal(object, int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -589,6 +619,7 @@ class ChatView(QScrollArea):
         b.edit_requested.connect(self.edit_requested)
         b.regenerate_requested.connect(self.regenerate_requested)
         b.graphs_requested.connect(self.graphs_requested)
+        b.branch_requested.connect(self.branch_requested)
 
     # -- streaming ----------------------------------------------------------------------------------
     @property

@@ -97,6 +97,15 @@ def _browse_row(combo: SpecCombo, parent: QWidget) -> QWidget:
     return w
 
 
+def stop_sequences(text: str) -> list[str]:
+    """The stop sequences typed one per line, "\\n" standing for a line break inside one."""
+    return [line.replace("\\n", "\n") for line in text.splitlines() if line]
+
+
+def stops_text(sequences: list[str]) -> str:
+    return "\n".join(q.replace("\n", "\\n") for q in sequences)
+
+
 class SettingsPanel(QScrollArea):
     changed = Signal()
     models_changed = Signal()
@@ -208,6 +217,15 @@ class SettingsPanel(QScrollArea):
         self.top_p.setSingleStep(0.05)
         self.top_p.setDecimals(2)
         g.addRow("Top-p", self.top_p)
+        self.repetition = QDoubleSpinBox()
+        self.repetition.setRange(1.0, 3.0)
+        self.repetition.setSingleStep(0.05)
+        self.repetition.setDecimals(2)
+        self.repetition.setSpecialValueText("off")
+        self.repetition.setToolTip("Make tokens already in the conversation less likely: their scores are divided by "
+                                   "this (as transformers does). Draft and verifier both apply it, so speculation "
+                                   "still writes exactly what the verifier alone would. 1.1–1.3 is typical.")
+        g.addRow("Repetition penalty", self.repetition)
         self.max_new = QSpinBox()
         self.max_new.setRange(1, 32768)
         self.max_new.setSingleStep(64)
@@ -216,9 +234,16 @@ class SettingsPanel(QScrollArea):
         self.seed.setRange(0, 2**31 - 1)
         g.addRow("Seed", self.seed)
         self.system = QPlainTextEdit()
-        self.system.setPlaceholderText("System prompt (optional; always kept when old turns are dropped)")
+        self.system.setPlaceholderText("This chat's system prompt (optional; always kept when old turns are "
+                                       "dropped). New chats start with the last one written.")
+        self.system.setToolTip("Saved with the conversation: each chat keeps its own")
         self.system.setFixedHeight(72)
         g.addRow("System", self.system)
+        self.stops = QPlainTextEdit()
+        self.stops.setPlaceholderText("Stop sequences, one per line (\\n for a line break): the reply ends before "
+                                      "the first one it writes")
+        self.stops.setFixedHeight(48)
+        g.addRow("Stop at", self.stops)
         outer.addWidget(gen)
         outer.addStretch(1)
         self.setWidget(inner)
@@ -234,10 +259,11 @@ class SettingsPanel(QScrollArea):
         self.draft_tokens.valueChanged.connect(self._models_edited)
         for w in (self.gamma, self.tree, self.top_k, self.max_new, self.seed):
             w.valueChanged.connect(self._edited)
-        for w in (self.cutoff, self.temperature, self.top_p):
+        for w in (self.cutoff, self.temperature, self.top_p, self.repetition):
             w.valueChanged.connect(self._edited)
         self.adaptive.toggled.connect(self._edited)
         self.system.textChanged.connect(self._edited)
+        self.stops.textChanged.connect(self._edited)
 
     def refresh(self) -> None:
         """Show the settings object's values (without emitting change signals)."""
@@ -245,7 +271,7 @@ class SettingsPanel(QScrollArea):
         widgets = [self.verifier, self.draft, self.device, self.dtype, self.use_lookup, self.use_model,
                    self.use_hybrid, self.draft_tokens,
                    self.gamma, self.tree, self.adaptive, self.cutoff, self.temperature, self.top_k, self.top_p,
-                   self.max_new, self.seed, self.system]
+                   self.max_new, self.seed, self.system, self.repetition, self.stops]
         for w in widgets:
             w.blockSignals(True)
         self.verifier.set_spec(s.verifier, s.recent_specs, DEFAULT_VERIFIER)
@@ -265,8 +291,11 @@ class SettingsPanel(QScrollArea):
         self.top_p.setValue(s.top_p)
         self.max_new.setValue(s.max_new_tokens)
         self.seed.setValue(s.seed)
+        self.repetition.setValue(s.repetition_penalty)
         if self.system.toPlainText() != s.system_prompt:
             self.system.setPlainText(s.system_prompt)
+        if stop_sequences(self.stops.toPlainText()) != s.stop_sequences:
+            self.stops.setPlainText(stops_text(s.stop_sequences))
         for w in widgets:
             w.blockSignals(False)
         self._enable_draft_rows()
@@ -298,8 +327,18 @@ class SettingsPanel(QScrollArea):
         s.top_p = round(self.top_p.value(), 4)
         s.max_new_tokens = self.max_new.value()
         s.seed = self.seed.value()
+        s.repetition_penalty = round(self.repetition.value(), 4)
         s.system_prompt = self.system.toPlainText()
+        s.stop_sequences = stop_sequences(self.stops.toPlainText())
         self.changed.emit()
+
+    def show_system(self, text: str) -> None:
+        """Show the open chat's system prompt (it becomes the one new chats start with)."""
+        if self.system.toPlainText() != text:
+            self.system.blockSignals(True)
+            self.system.setPlainText(text)
+            self.system.blockSignals(False)
+        self.settings.system_prompt = text
 
     def set_verdict(self, text: str, ok: bool | None, details: str = "") -> None:
         """The doctor's verdict in words (ok None: neutral, e.g. while loading)."""

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import gc_pin
+from app import branches, gc_pin
 from app import session as session_mod
 from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
 from app.conversations import ConversationController
@@ -101,6 +101,7 @@ class MainWindow(QMainWindow):
         self._pending_prompt: str | None = None  # sent once the models are loaded
         self._closing = False
         self._regens = 0
+        self._earlier_versions: list = []  # a regenerated reply's earlier versions, until the new one starts
 
         self.loader = LoadController(self)
         self.loader.failed.connect(self._drop_pending_prompt)
@@ -167,6 +168,7 @@ class MainWindow(QMainWindow):
         self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
         self.chat.edit_requested.connect(self.conversations.edit)
         self.chat.regenerate_requested.connect(self.regenerate)
+        self.chat.branch_requested.connect(self.conversations.flip_branch)
         self.chat.graphs_requested.connect(self.conversations.show_graphs_for)
         v.addWidget(self.chat, 1)
 
@@ -207,6 +209,7 @@ class MainWindow(QMainWindow):
         self.settings_panel.changed.connect(self.save_settings)
         self.settings_panel.models_changed.connect(self._models_changed)
         self.settings_panel.load_requested.connect(self.loader.load)
+        self.settings_panel.system.textChanged.connect(self._system_edited)
         self.left_tabs.addTab(self.settings_panel, "Settings")
         self.left_dock = QDockWidget("Conversations", self)
         self.left_dock.setObjectName("left_dock")
@@ -487,26 +490,29 @@ class MainWindow(QMainWindow):
             config = session_mod.config_from_settings(self.settings)
         except SpecdecError as exc:
             self.show_error(f"Check the generation settings: {exc}")
+            self._restore_earlier_versions()
             return
         if self._regens and config.temperature > 0:
             config = config.with_(seed=config.seed + self._regens)  # a regenerated sample differs
         from specdec_core.engine import Controls
 
         s = self.session
-        self.conv.system = self.settings.system_prompt
         messages = self.conv.chat_messages()
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
                            baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed)
         self._pick_baseline(trace, self._last_prompt_tokens)  # refined when the prompt is built
         message = Message("assistant", "", trace)
+        branches.attach(message, self._earlier_versions)
+        self._earlier_versions = []
         self.conv.messages.append(message)
         self._trace, self._message = trace, message
-        self.chat.add_assistant(trace, len(self.conv.messages) - 1, streaming=True)
+        bubble = self.chat.add_assistant(trace, len(self.conv.messages) - 1, streaming=True)
+        bubble.set_branch(*branches.position(message))
         self.graphs.live.set_trace(trace, s.baseline_tps)
         self.graphs.tabs.setCurrentIndex(0)
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
-        system = self.settings.system_prompt
+        system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
         worker = EventWorker(lambda: session_mod.reply_events(s, messages, system, config, controls),
                              on_abort=controls.cancel, name="reply")
         worker.event.connect(self._on_event)
@@ -514,6 +520,16 @@ class MainWindow(QMainWindow):
         worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
         self._gen_worker = worker
         self.start_worker(worker, Busy.REPLY, "Generating…")
+
+    def _restore_earlier_versions(self) -> None:
+        """A regenerate that could not start: the reply it set aside is shown again."""
+        versions, self._earlier_versions = self._earlier_versions, []
+        if versions:
+            placeholder = Message("assistant", "")
+            branches.attach(placeholder, versions)
+            self.conv.messages.append(placeholder)
+            branches.drop_failed(self.conv.messages, placeholder)
+            self.conversations.render()
 
     def start_worker(self, worker: EventWorker, busy: Busy, status: str) -> None:
         """Mark the window busy, say so, and start `worker` with the repaint timer running."""
@@ -571,7 +587,7 @@ class MainWindow(QMainWindow):
         # A reply that produced nothing (error before the first token) leaves no empty bubble behind.
         if message is not None and trace is not None and not trace.tokens and trace.error:
             if self.conv.messages and self.conv.messages[-1] is message:
-                self.conv.messages.pop()
+                branches.drop_failed(self.conv.messages, message)  # a regenerated one: the earlier version again
                 self.conversations.render()
         self.flush()  # final flush of text and graphs
         self.busy = Busy.IDLE
@@ -629,7 +645,7 @@ class MainWindow(QMainWindow):
             idx = bubble.index
         if idx is None or idx >= len(msgs) or msgs[idx].role != "assistant":
             return
-        del msgs[idx:]
+        self._earlier_versions = branches.set_aside(msgs, idx)  # flip back to them with ‹ › on the new reply
         self._regens += 1
         self.conversations.render()
         self.conversations.show_graphs_of_last_reply()
@@ -648,6 +664,12 @@ class MainWindow(QMainWindow):
         self.conversations.new()
 
     # ---------------------------------------------------------------------------------- settings --
+    def _system_edited(self) -> None:
+        """The settings' System box edits the open chat's system prompt, saved with the chat."""
+        self.conv.system = self.settings_panel.system.toPlainText()
+        if self.conv.messages and not self.conv.read_only:
+            self.conversations.store_quietly()
+
     def _models_changed(self) -> None:
         self.settings_panel.set_dirty(True)
         self.save_settings()
