@@ -114,6 +114,7 @@ class SettingsPanel(QScrollArea):
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
+        self.dirty = False  # model settings changed since the pair was loaded
         self.setWidgetResizable(True)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         inner = QWidget()
@@ -170,6 +171,12 @@ class SettingsPanel(QScrollArea):
         self.load_button.setToolTip("Load the models above in the background (Ctrl+L)")
         self.load_button.clicked.connect(self.load_requested)
         form.addRow("", self.load_button)
+        self.pending = QLabel("Changed: these models are loaded when you send your next message, or now with "
+                              "Load models. Until then replies use the pair loaded before.")
+        self.pending.setObjectName("verdict_bad")
+        self.pending.setWordWrap(True)
+        self.pending.setVisible(False)
+        form.addRow("", self.pending)
         outer.addWidget(models)
 
         # ---- generation ----
@@ -349,5 +356,8 @@ class SettingsPanel(QScrollArea):
         self.verdict.style().polish(self.verdict)
 
     def set_dirty(self, dirty: bool) -> None:
+        """Whether the model settings differ from the pair loaded (the next message loads them first)."""
+        self.dirty = dirty
         self.load_button.setText("Load models ●" if dirty else "Load models")
         self.load_button.setDefault(dirty)
+        self.pending.setVisible(dirty)

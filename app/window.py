@@ -440,7 +440,7 @@ class MainWindow(QMainWindow):
         if self.busy == "rank":
             self.status_label.setText("A draft ranking is running (Generation ▸ Rank drafts): send when it ends.")
             return
-        if self.busy == Busy.LOAD or self.session is None:
+        if self.busy == Busy.LOAD or self.session is None or self.settings_panel.dirty:
             # Queued until the models are loaded: the text stays in the composer (locked) meanwhile, so it
             # is visibly waiting, and is still there to edit if loading fails or is cancelled.
             self.composer.setReadOnly(True)
@@ -457,7 +457,8 @@ class MainWindow(QMainWindow):
             self._pending_prompt = text
             self.status_label.setText("The message will be sent once the models are loaded…")
             return
-        if self.session is None:
+        if self.session is None or self.settings_panel.dirty:
+            # Model settings changed since the load: the reply uses the pair they name, loaded first.
             self._pending_prompt = text
             self.loader.load()
             return
@@ -672,6 +673,9 @@ class MainWindow(QMainWindow):
 
     def _models_changed(self) -> None:
         self.settings_panel.set_dirty(True)
+        if not self.busy:
+            self.status_label.setText("Model settings changed: they are loaded when you send your next message "
+                                      "(or now: Load models)")
         self.save_settings()
 
     def save_settings(self) -> None:
