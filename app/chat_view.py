@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.markdown import BOLD, CODE, CODE_LINE, FENCE_OPEN, HEADING, ITALIC, mark_line
+from app.markdown import BOLD, CODE, CODE_LINE, FENCE_CLOSE, FENCE_OPEN, HEADING, ITALIC, mark_line
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
 from app.trace import STATE_DESCRIPTIONS, ReplyTrace, TokenRecord
 from app.tree_view import describe as describe_tree
@@ -286,6 +286,8 @@ class TokenTextView(QTextBrowser):
             self._insert_copy_link(cursor, marked.lang, len(self.code_blocks) - 1)
         elif marked.kind == CODE_LINE and self.code_blocks:
             self.code_blocks[-1].append(text)
+        elif marked.kind == FENCE_CLOSE:
+            cursor.setBlockFormat(self._block_format(False))  # the block ended: its fence line is not code
         code = CODE if marked.kind == CODE_LINE else 0
         heading = marked.level if marked.kind == HEADING else 0
         offset = 0
@@ -328,7 +330,7 @@ class TokenTextView(QTextBrowser):
         link.setAnchorHref(f"{COPY_CODE}{block}")
         link.setForeground(QColor(59, 130, 246))
         link.setToolTip("Copy this code block")
-        cursor.insertText("⧉ Copy code", link)
+        cursor.insertText("Copy code", link)
 
     def _on_anchor(self, url) -> None:
         href = url.toString()
@@ -714,6 +716,11 @@ class Legend(QWidget):
         self.check.setToolTip("Show each token's speculation state (hover a token for details)")
         self.check.toggled.connect(self.toggled)
         lay.addWidget(self.check)
+        self.reading = QCheckBox("Reading mode")
+        self.reading.setToolTip("Hide rejected drafts inside the replies, so they read as text (hover a token, "
+                                "the tree view and the replay still show them)")
+        self.reading.toggled.connect(self.reading_toggled)
+        lay.addWidget(self.reading)
         self.swatches: list[QLabel] = []
         for state in (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.CORRECTED, TokenState.BONUS,
                       TokenState.PLAIN):
@@ -727,11 +734,6 @@ class Legend(QWidget):
             lay.addWidget(lbl)
             self.swatches.append(lbl)
         lay.addStretch(1)
-        self.reading = QCheckBox("Reading mode")
-        self.reading.setToolTip("Hide rejected drafts inside the replies, so they read as text (hover a token, "
-                                "the tree view and the replay still show them)")
-        self.reading.toggled.connect(self.reading_toggled)
-        lay.addWidget(self.reading)
 
 
 def copy_text(text: str) -> None:
