@@ -290,26 +290,26 @@ class TokenTextView(QTextBrowser):
             cursor.setBlockFormat(self._block_format(False))  # the block ended: its fence line is not code
         code = CODE if marked.kind == CODE_LINE else 0
         heading = marked.level if marked.kind == HEADING else 0
-        offset = 0
+        # Runs of one (state, style) go in with one insertText each, as in _append_raw.
+        pos, offset = cursor.position(), 0
+        run: list[str] = []
+        run_key: tuple[str, int] | None = None
         for token, piece, rejected in self._line:
-            self._record(token, cursor.position())
+            self._record(token, pos)
             state = self.trace.tokens[token].state
-            if rejected:
-                cursor.insertText(piece, self._format(state, code, heading))
-                continue
-            run: list[str] = []
-            run_flags = 0
-            for shown, flags in marked.chars[offset:offset + len(piece)]:
+            chars = ((piece, code),) if rejected else marked.chars[offset:offset + len(piece)]
+            offset += 0 if rejected else len(piece)
+            for shown, flags in chars:
                 if not shown:
                     continue
-                if run and flags != run_flags:
-                    cursor.insertText("".join(run), self._format(state, run_flags, heading))
+                if run and (state, flags) != run_key:
+                    cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
                     run.clear()
-                run_flags = flags
+                run_key = (state, flags)
                 run.append(shown)
-            if run:
-                cursor.insertText("".join(run), self._format(state, run_flags, heading))
-            offset += len(piece)
+                pos += _utf16_len(shown)
+        if run:
+            cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
         if breaking is not None:
             self._record(breaking, cursor.position())
             cursor.insertBlock(self._block_format(in_code), QTextCharFormat())
