@@ -21,6 +21,7 @@ from PySide6.QtGui import (
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
+    QTextFormat,
     QTextOption,
 )
 from PySide6.QtWidgets import (
@@ -56,7 +57,7 @@ def _utf16_len(text: str) -> int:
 
 
 COPY_CODE = "copy-code:"  # the href of a code block's copy link
-HEADING_SCALE = {1: 1.45, 2: 1.3, 3: 1.15}  # font size of headings by level (deeper ones: bold only)
+HEADING_SIZE = {1: 2, 2: 1}  # headings' size steps by level (Qt's: 1.2x, 1.5x the text; deeper ones: bold only)
 
 
 def _p(x: float | None) -> str:
@@ -196,8 +197,8 @@ class TokenTextView(QTextBrowser):
             fmt.setFontWeight(QFont.Weight.Bold)
         if flags & ITALIC:
             fmt.setFontItalic(True)
-        if heading:
-            fmt.setFontPointSize(self.font().pointSizeF() * HEADING_SCALE.get(heading, 1.0))
+        if heading:  # relative to the view's font, so presenter mode's larger type enlarges headings too
+            fmt.setProperty(QTextFormat.Property.FontSizeAdjustment, HEADING_SIZE.get(heading, 0))
         return fmt
 
     def _block_format(self, code: bool) -> QTextBlockFormat:
