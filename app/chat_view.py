@@ -405,10 +405,6 @@ class MessageBubble(QFrame):
             b.setToolTip(tip)
             b.clicked.connect(lambda _checked=False, step=step: self.branch_requested.emit(self, step))
             self.branch_buttons.append(b)
-        head.addWidget(self.branch_buttons[0])
-        head.addWidget(self.branch_label)
-        head.addWidget(self.branch_buttons[1])
-        self.set_branch(1, 1)
         names = ("Copy", "Edit") if role == "user" else ("Graphs", "Copy", "Regenerate")
         for name in names:
             b = QToolButton()
@@ -434,7 +430,14 @@ class MessageBubble(QFrame):
         self.footer.setObjectName("bubble_footer")
         self.footer.setWordWrap(True)
         self.footer.setVisible(False)
-        lay.addWidget(self.footer)
+        # Under the reply, not in the header: the header's buttons already set the bubble's narrowest width.
+        foot = QHBoxLayout()
+        foot.setSpacing(4)
+        for widget in (self.branch_buttons[0], self.branch_label, self.branch_buttons[1]):
+            foot.addWidget(widget, 0, Qt.AlignmentFlag.AlignTop)
+        foot.addWidget(self.footer, 1)
+        lay.addLayout(foot)
+        self.set_branch(1, 1)
 
     @property
     def trace(self) -> ReplyTrace | None:
@@ -723,18 +726,38 @@ class Legend(QWidget):
         self.reading.toggled.connect(self.reading_toggled)
         lay.addWidget(self.reading)
         self.swatches: list[QLabel] = []
+        self._texts: list[tuple[QWidget, str, str]] = [(self.check, "Colour tokens", "Colours"),
+                                                          (self.reading, "Reading mode", "Reading")]
         for state in (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.CORRECTED, TokenState.BONUS,
                       TokenState.PLAIN):
             bg, fg = STATE_STYLE[state.value]
             style = f"background:{css_rgba(bg)};" if bg is not None else "border:1px solid rgba(127,127,127,128);"
             deco = "text-decoration:line-through;" if state is TokenState.REJECTED else ""
             color = f"color:{css_rgba(fg)};" if fg is not None else ""
-            lbl = QLabel(f"<span style='{style}{deco}{color} padding:1px 4px'>&nbsp;{STATE_LABEL[state.value]}"
-                         "&nbsp;</span>")
+            html_of = f"<span style='{style}{deco}{color} padding:1px 4px'>&nbsp;{{}}&nbsp;</span>".format
+            label = STATE_LABEL[state.value]
+            lbl = QLabel(html_of(label))
+            # narrow: "verifier only" -> "verifier"
+            self._texts.append((lbl, html_of(label), html_of(label.split()[0])))
             lbl.setToolTip(STATE_DESCRIPTIONS[state.value])
             lay.addWidget(lbl)
             self.swatches.append(lbl)
         lay.addStretch(1)
+
+    def _set_narrow(self, narrow: bool) -> None:
+        for widget, full, short in self._texts:
+            widget.setText(short if narrow else full)
+        self.layout().setSpacing(6 if narrow else 10)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        """Shorter texts where the full row does not fit (presenter mode's large type on a small screen)."""
+        super().resizeEvent(event)
+        narrow = self.check.text() != self._texts[0][1]
+        self._set_narrow(False)
+        full = self.layout().sizeHint().width()
+        self._set_narrow(narrow)
+        if (event.size().width() < full) != narrow:
+            self._set_narrow(not narrow)
 
 
 def copy_text(text: str) -> None:

@@ -116,3 +116,20 @@ def test_streaming_renders_the_same_reply_and_never_redraws_lines_that_ended(qtb
     qtbot.addWidget(whole)
     whole.set_trace(trace, colored=True)
     assert view.toPlainText() == whole.toPlainText() and view._starts == whole._starts
+
+
+def test_the_legend_shortens_its_texts_where_the_full_row_does_not_fit(qtbot):
+    from PySide6.QtWidgets import QWidget
+
+    from app.chat_view import Legend
+
+    holder = QWidget()  # a child, as in the window: its parent's layout decides its width
+    qtbot.addWidget(holder)
+    legend = Legend(holder)
+    holder.show()
+    full = legend.sizeHint().width()
+    legend.resize(full - 40, 30)
+    qtbot.waitUntil(lambda: legend.reading.text() == "Reading")
+    assert legend.check.text() == "Colours" and legend.sizeHint().width() <= full - 40
+    legend.resize(full + 20, 30)
+    qtbot.waitUntil(lambda: legend.reading.text() == "Reading mode")
