@@ -44,12 +44,13 @@ from PySide6.QtWidgets import (
 
 from app.speedup import measured_costs, nice_ceiling, practical_speedup, why_they_differ
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
-from app.trace import ReplyTrace
+from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace
 from specdec_core.cost import VerifyCost
 from specdec_core.stats import StatsAccumulator, predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
+PAUSED_ROUNDS = 8  # rounds in a row without a draft (the cost model's call) before the header says so
 
 
 def _with_alpha(c: QColor, a: int) -> QColor:
@@ -517,15 +518,22 @@ class LiveGraphs(QWidget):
         parts = []
         if tps:
             parts.append(f"<b>{tps:.1f} tok/s</b>")
-        if sp is not None and self.tally.drafted:
+        spread = trace.rate_spread() if trace is not None else None
+        if sp is not None and self.tally.drafted and spread is None:
+            parts.append(f"too short for a speedup (under {MIN_SPEEDUP_TOKENS} tokens)")
+        elif sp is not None and self.tally.drafted:
             color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
-            parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> vs {self.baseline_tps:.1f} tok/s")
-        elif sp is not None:
+            parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> ±{sp * spread:.2f} "
+                         f"vs {self.baseline_tps:.1f} tok/s")
+        elif sp is not None and not (trace is not None and trace.paused_rounds()):
             parts.append(f"speculation off ({sp:.2f}× the baseline)")
         if self.tally.drafted and self.tally.rounds:
             parts.append(f"{self.tally.new_tokens / self.tally.rounds:.2f} tokens per verifier call")
         if trace is not None and not trace.finished and trace.rounds:
             parts.append("so far")
+        paused = trace.paused_rounds() if trace is not None else 0
+        if paused >= PAUSED_ROUNDS:
+            parts.append("<b style='color:rgb(235,160,20)'>speculation paused: not paying here</b>")
         head = " · ".join(parts)
         how = self.baseline_how if (self.baseline_tps and trace is not None) else ""
         text = head + (f"<br><span style='font-size:8pt'>baseline: {html.escape(how)}</span>" if how and head else "")
@@ -534,7 +542,13 @@ class LiveGraphs(QWidget):
             self.header.setText(text)
             self.header.setToolTip("Tokens/s and the measured speedup of this reply against the verifier alone "
                                    "on this machine, and how far one verifier pass advanced the reply on average "
-                                   "(the figure that does not depend on the machine). "
+                                   "(the figure that does not depend on the machine). The ± is one standard error "
+                                   "from this reply's own round-to-round spread (the baseline's is not in it); "
+                                   f"replies under {MIN_SPEEDUP_TOKENS} tokens get no speedup. "
+                                   + (f"Speculation paused: the last {paused} rounds drafted nothing, because on "
+                                      "this machine checking a draft would cost more than it brings (the cost "
+                                      "model); it drafts again as soon as a draft pays. " if paused >= PAUSED_ROUNDS
+                                      else "")
                                    + (f"Baseline: {how}." if how else ""))
 
     def _draw_cost(self) -> None:

@@ -33,6 +33,7 @@ class LoadController(QObject):
         self.worker: FunctionWorker | None = None  # the running load; None once it has finished
         self.drafts_worker: FunctionWorker | None = None  # the latest look for installed drafts (_offer_drafts)
         self._remeasure = False  # the next load measures the baseline again, even for the same verifier
+        self._stopping = False  # a load is waiting for the reply or race it stopped
 
     def request(self) -> LoadRequest:
         s = self.window.settings
@@ -46,9 +47,15 @@ class LoadController(QObject):
             w.status_label.setText("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
             return
         if w.busy in (Busy.REPLY, Busy.RACE):
+            if not self._stopping:  # said once, however many times the load waits for the round to end
+                what = "reply" if w.busy == Busy.REPLY else "race"
+                w.show_info(f"Loading the models stopped the {what} that was running"
+                            + ("; what it wrote so far is kept." if what == "reply" else "."))
+            self._stopping = True
             w.stop()
             QTimer.singleShot(100, self.load)
             return
+        self._stopping = False
         if self.worker is not None and self.worker.is_running:
             self.worker.abort()
         request = self.request()

@@ -58,7 +58,7 @@ class RaceController(QObject):
         w.graphs.race.start()
         w.graphs.tabs.setCurrentIndex(1)
         w.right_dock.show()
-        ctx = TalkContext(s, messages, w.settings.system_prompt, config)
+        ctx = TalkContext(s, messages, w.conv.system, config)
         lanes = [engine_lane("off", "Speculation OFF", s.verifier, s.drafter, speculate=False),
                  engine_lane("on", "Speculation ON", s.verifier, s.drafter, speculate=True)]
         worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race")

@@ -84,6 +84,9 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=finite_float, default=0.0, help="0 is greedy (default)")
     group.add_argument("--top-k", type=int, default=0)
     group.add_argument("--top-p", type=finite_float, default=1.0)
+    group.add_argument("--repetition-penalty", type=finite_float, default=1.0, metavar="P",
+                       help="divide the logits of tokens already in the text by P (multiply negative ones), as "
+                       "transformers does; both models apply it, so speculation stays exact (default 1: off)")
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--system", metavar="TEXT", help="system prompt")
     group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -101,7 +104,7 @@ def config_from_args(args: Any) -> GenerationConfig:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
         max_new_tokens=args.max_new_tokens, speculate=not args.no_speculation, gamma=args.gamma,
         adaptive=args.adaptive, gamma_max=defaults.gamma_max(args.gamma), confidence_cutoff=args.confidence_cutoff,
-        tree_nodes=getattr(args, "tree_nodes", TREE_AUTO),
+        tree_nodes=getattr(args, "tree_nodes", TREE_AUTO), repetition_penalty=getattr(args, "repetition_penalty", 1.0),
     ).validate()
 
 

@@ -352,7 +352,8 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
         def next_logits(drafted: list[int]) -> torch.Tensor:
             return self._placed(self.forward.logits_for(self._own(ids, context, drafted))[-1], vocab_size)
 
-        draft = _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+        draft = _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
+                             ids=ids)
         return dataclasses.replace(draft, sources=tuple(self._shown([self._to_draft[t]]) for t in draft.token_ids))
 
     @torch.inference_mode()

@@ -21,7 +21,7 @@ from specdec_core.config import GenerationConfig
 from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
 from specdec_core.kv import CachedForward, common_prefix_length, supports_trees
-from specdec_core.sampling import processed_probs, sample
+from specdec_core.sampling import processed_probs, sample, seen_tokens
 
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
@@ -289,11 +289,12 @@ class Drafter(Protocol):
         ...
 
 
-def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator, first: bool
-          ) -> tuple[int, torch.Tensor, float] | None:
+def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator, first: bool,
+          seen: torch.Tensor | None = None) -> tuple[int, torch.Tensor, float] | None:
     """One drafted token from the draft's logits [V]: (token, the processed distribution it was sampled
-    from, its probability as people read it), or None when the confidence cutoff ends the round."""
-    draft_probs = processed_probs(logits, config)
+    from, its probability as people read it), or None when the confidence cutoff ends the round.
+    `seen`: the ids of the history so far, for the repetition penalty (sampling.seen_tokens)."""
+    draft_probs = processed_probs(logits, config, seen)
     # What people see: when greedy the sampled distribution is a one-hot, so show the softmax.
     shown_probs = torch.softmax(logits.float(), -1) if config.greedy else draft_probs
     if config.confidence_cutoff and not first and float(shown_probs.max()) < config.confidence_cutoff:
@@ -318,15 +319,17 @@ def in_verifier_ids(logits: torch.Tensor, known: int, vocab_size: int) -> torch.
 
 def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float, max_tokens: int,
                  config: GenerationConfig, generator: torch.Generator, vocab_size: int,
-                 eos_token_ids: frozenset[int]) -> Draft:
+                 eos_token_ids: frozenset[int], ids: Sequence[int] = ()) -> Draft:
     """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)` ([vocab_size] logits
-    over the verifier's ids)."""
+    over the verifier's ids); `ids` is what they continue (the repetition penalty reads it)."""
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     shown: list[float] = []
     stop = DraftStop.GAMMA if max_tokens > 0 else DraftStop.MAX_TOKENS
     while len(tokens) < max_tokens:
-        picked = _pick(next_logits(tokens), config, generator, first=not tokens)
+        logits = next_logits(tokens)
+        seen = seen_tokens(config, ids, [tokens], vocab_size, logits.device)
+        picked = _pick(logits, config, generator, first=not tokens, seen=None if seen is None else seen[0])
         if picked is None:
             stop = DraftStop.CONFIDENCE
             break
@@ -390,7 +393,8 @@ class ModelDrafter:
             # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
             return in_verifier_ids(self.forward.logits_for(context + drafted)[-1], self.known_ids, vocab_size)
 
-        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
+                            ids)
 
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
                      vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
@@ -571,7 +575,8 @@ class HeadDrafter:
                 current[0] = self._step(current[0][None], drafted[-1:], position)[-1]
             return self._logits(current[0][None], vocab_size)[0]
 
-        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
+                            ids)
 
     @torch.inference_mode()
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,

@@ -37,7 +37,14 @@ from specdec_core.events import (
     TreeNodeVerdict,
 )
 from specdec_core.kv import CachedForward, supports_trees
-from specdec_core.sampling import Acceptance, TreeAcceptance, accept_drafts, accept_tree, processed_probs
+from specdec_core.sampling import (
+    Acceptance,
+    TreeAcceptance,
+    accept_drafts,
+    accept_tree,
+    processed_probs,
+    seen_tokens,
+)
 from specdec_core.stats import StatsAccumulator
 from specdec_core.textstream import TextStream
 
@@ -316,7 +323,9 @@ class Engine:
         # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
         verify_start = time.perf_counter()
         logits = self.verifier_forward.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
-        target_probs = processed_probs(logits, config)
+        paths = [[tree.token_ids[n] for n in tree.path_to(node)] for node in range(len(tree))]
+        seen = seen_tokens(config, reply.ids, [[], *paths], self.vocab_size, logits.device)
+        target_probs = processed_probs(logits, config, seen)
         _synchronize(self.verifier.device)
         verify_s = time.perf_counter() - verify_start
         verified_rows = self.verifier_forward.last_run
@@ -398,7 +407,8 @@ class Engine:
         both [k+1, V] over the verifier's vocabulary."""
         k = len(draft.token_ids)
         logits = self.verifier_forward.logits_for(ids + list(draft.token_ids), n_last=k + 1)[:, :self.vocab_size]
-        target_probs = processed_probs(logits, config)
+        seen = seen_tokens(config, ids, [draft.token_ids[:j] for j in range(k + 1)], self.vocab_size, logits.device)
+        target_probs = processed_probs(logits, config, seen)
         _synchronize(self.verifier.device)
         return logits, target_probs
 

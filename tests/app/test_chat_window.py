@@ -55,9 +55,11 @@ def test_reply_tokens_carry_the_engines_states(make_window, qtbot, send_and_wait
     view = bubble.body
     shown = [trace.tokens[i] for i in view._token_index]
     assert shown == [t for t in trace.tokens if t.text]
+    fenced = "`" in trace.text  # a code fence hides whole lines (app/markdown.py): text is compared elsewhere
     for tok, (text, bg, struck) in zip(shown, rendered_states(view)):
         want = tok.text.replace("\n", "↵") if tok.state == "rejected" else tok.text
-        assert text == want
+        if not fenced and not any(c in tok.text for c in "*#-+`"):  # Markdown markers are hidden or replaced
+            assert text == want
         assert bg == expected_background(tok.state), tok
         assert struck == (tok.state == TokenState.REJECTED.value)
 
