@@ -218,12 +218,14 @@ class PositionRecord:
 
     A chain's worth depends on the pair and the text (a copy of a quoted passage is right for long runs, a
     copy in a free answer rarely), so the engine sizes each round's chain from this record of the reply so
-    far. A round that drafts nothing only ages the record, which drifts back to the prior: a drafter priced
-    out is tried again after a while."""
+    far. A round priced out drafts nothing and only ages the record (AGING, slower than DECAY), which drifts
+    back to the prior: a drafter priced out is tried again after some 10-20 rounds, not every few (on the
+    1.5B verifier of docs/performance.md a wrong 4-token copy cost a second plain step)."""
 
-    PRIOR = (0.6, 0.7, 0.8, 0.85)
-    PRIOR_WEIGHT = 4.0
+    PRIOR = (0.5, 0.65, 0.8, 0.85)  # about prompt lookup's rates on the bundled prompts (drafters.LOOKUP_ACCEPTANCE)
+    PRIOR_WEIGHT = 2.0
     DECAY = 0.9
+    AGING = 0.97
 
     def __init__(self, prior: Sequence[float] = PRIOR):
         self.prior = tuple(prior)
@@ -234,16 +236,16 @@ class PositionRecord:
         return tuple((right + prior * self.PRIOR_WEIGHT) / (tried + self.PRIOR_WEIGHT)
                      for prior, tried, right in zip(self.prior, self.tried, self.right))
 
-    def age(self) -> None:
-        self.tried = [n * self.DECAY for n in self.tried]
-        self.right = [n * self.DECAY for n in self.right]
+    def age(self, factor: float | None = None) -> None:
+        factor = self.AGING if factor is None else factor
+        self.tried = [n * factor for n in self.tried]
+        self.right = [n * factor for n in self.right]
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A round that drafted `drafted` tokens and had the first `accepted` of them accepted."""
+        self.age(self.DECAY)
         if not drafted:
-            self.age()
             return
-        self.age()
         for position in range(min(drafted, accepted + 1)):
             slot = min(position, len(self.prior) - 1)
             self.tried[slot] += 1
