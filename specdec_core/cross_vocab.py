@@ -39,9 +39,18 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.defaults import SLEM, TLI
-from specdec_core.drafters import Copy, Draft, DraftTree, Worth, _autoregress, _grow_tree, _no_tree
+from specdec_core.drafters import (
+    Copy,
+    Draft,
+    DraftTree,
+    Worth,
+    _autoregress,
+    _grow_tree,
+    _no_tree,
+    level_as_tree,
+)
 from specdec_core.events import DraftStop
-from specdec_core.kv import CachedForward
+from specdec_core.kv import CachedForward, supports_trees
 
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
@@ -323,6 +332,7 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
     def __init__(self, draft: LoadedModel, verifier: LoadedModel):
         super().__init__(draft, verifier)
         self._to_draft = self.map.to_draft()
+        self._trees = supports_trees(draft.model)  # a tree level can run as one draft pass
         self._columns = self.map.draft_ids.to(draft.device)
         self._targets = self.map.verifier_ids.to(draft.device)
 
@@ -370,6 +380,13 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
             return _no_tree(DraftStop.NO_MATCH, start)
 
         def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+            # A level in one draft pass (tree attention) when every token on its paths is a shared one.
+            tree = level_as_tree(paths, paths_tokens, self._to_draft.get) if paths != [[]] and self._trees else None
+            if tree is not None:
+                tokens, parents, at = tree
+                logits = self.forward.logits_for_tree(context, tokens, parents)
+                self.forward.keep_path([])  # roll back to the committed text's ids
+                return logits[at][:, self._columns], self._targets
             rows = [self.forward.logits_for(self._own(ids, context, tokens))[-1, self._columns]
                     for tokens in paths_tokens]
             return torch.stack(rows), self._targets

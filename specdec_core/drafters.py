@@ -264,6 +264,28 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
                      time.perf_counter() - start, expansions, tuple(c.copied for c in picked))
 
 
+def level_as_tree(paths: list[list[int]], paths_tokens: list[list[int]], readable: Callable[[int], int | None]
+                  ) -> tuple[list[int], list[int], list[int]] | None:
+    """A tree level's paths (candidate indices, root's child first) as one tree a draft model can run in one
+    pass (kv.CachedForward.logits_for_tree): its nodes' tokens in the draft's ids (`readable`: None where the
+    draft cannot read a token, and then None for the whole level), each node's parent (-1: after the
+    committed tokens), and the logits row after each path's last node. Ancestors come first on every path."""
+    local: dict[int, int] = {}  # candidate -> node of this pass
+    tokens: list[int] = []
+    parents: list[int] = []
+    for path, path_tokens in zip(paths, paths_tokens):
+        for depth, (candidate, token) in enumerate(zip(path, path_tokens)):
+            if candidate in local:
+                continue
+            own = readable(token)
+            if own is None:
+                return None
+            local[candidate] = len(tokens)
+            tokens.append(own)
+            parents.append(local[path[depth - 1]] if depth else -1)
+    return tokens, parents, [1 + local[path[-1]] for path in paths]
+
+
 def _no_tree(stop: DraftStop, start: float) -> DraftTree:
     return DraftTree((), (), (), (), stop, time.perf_counter() - start)
 
@@ -430,23 +452,13 @@ class ModelDrafter:
 
     def _level_tree(self, paths: list[list[int]], paths_tokens: list[list[int]]
                     ) -> tuple[list[int], list[int], list[int]] | None:
-        """A level's paths as one tree: its nodes' tokens (as the draft reads them), their parents (-1: after
-        the committed tokens), and the logits row after each path's last node; None where it cannot run as
-        one (a cache without tree support, or a token the draft cannot read)."""
         if not self._trees:
             return None
-        local: dict[int, int] = {}  # candidate -> node of this pass; ancestors come first on every path
-        tokens: list[int] = []
-        parents: list[int] = []
-        for path, path_tokens in zip(paths, paths_tokens):
-            for depth, (candidate, token) in enumerate(zip(path, path_tokens)):
-                if candidate not in local:
-                    if token >= self.known_ids and self.unknown_id is None:
-                        return None
-                    local[candidate] = len(tokens)
-                    tokens.append(token if token < self.known_ids else self.unknown_id)  # type: ignore[arg-type]
-                    parents.append(local[path[depth - 1]] if depth else -1)
-        return tokens, parents, [1 + local[path[-1]] for path in paths]
+
+        def readable(token: int) -> int | None:
+            return token if token < self.known_ids else self.unknown_id
+
+        return level_as_tree(paths, paths_tokens, readable)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches

@@ -267,3 +267,25 @@ def test_slem_names_the_draft_tokens_each_proposed_token_was_spelled_from(verifi
     tokens = drafted_tokens(Engine(verifier, StringMatchDrafter(look_alike, verifier)),
                             verifier.tokenizer(PROMPTS[0]).input_ids)
     assert tokens and all(token.draft_source and "(id" in token.draft_source for token in tokens)
+
+
+def test_a_tli_tree_level_costs_one_draft_pass_and_each_node_has_its_paths_probability(verifier, look_alike):
+    """A level's paths run as one tree in the draft (tree attention); a node's draft probability is still
+    the one drafting its path alone gives."""
+    drafter, alone = TokenIntersectionDrafter(look_alike, verifier), TokenIntersectionDrafter(look_alike, verifier)
+    prompt = verifier.tokenizer(PROMPTS[0]).input_ids
+    vocab = verifier.producible_ids
+    drafter.prefill(prompt)
+    calls = drafter.forward.forward_calls
+
+    tree = drafter.propose_tree(prompt, 16, 3, GenerationConfig(), vocab, frozenset())
+
+    assert tree.expansions >= 2 and len(tree) > tree.expansions
+    assert drafter.forward.forward_calls - calls <= tree.expansions
+    context = alone.read(prompt)
+    for node in range(len(tree)):
+        path = [tree.token_ids[n] for n in tree.path_to(node)]
+        row = alone.forward.logits_for(alone._own(prompt, context, path[:-1]))[-1, alone._columns]
+        column = int((alone._targets == path[-1]).nonzero()[0, 0])
+        expected = float(torch.softmax(row.float(), -1)[column])
+        assert tree.display_probs[node] == pytest.approx(expected, rel=1e-4, abs=1e-6)
