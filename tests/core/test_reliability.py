@@ -140,6 +140,23 @@ def test_the_cli_refuses_non_finite_floats(capsys, folders, flag, value):
     assert code == 2 and "finite" in one_error_line(err)
 
 
+def cli_reply(capsys, folders, *args) -> dict:
+    code = main(["generate", "The capital of France is", "--verifier", folders["verifier"], "--draft",
+                 folders["draft"], "--device", "cpu", "--max-new-tokens", "12", "--json", *args])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out.splitlines()[0])
+
+
+@pytest.mark.parametrize("speculation", [[], ["--no-speculation"]])
+@pytest.mark.parametrize("temperature", ["1e-300", "1e-40"])
+def test_a_temperature_too_small_for_float32_replies_as_greedy(capsys, folders, speculation, temperature):
+    """Issue 25: logits / 1e-300 overflowed to NaN and the reply was one id repeated at acceptance 1.0."""
+    greedy = cli_reply(capsys, folders, "--temperature", "0", *speculation)
+    tiny_t = cli_reply(capsys, folders, "--temperature", temperature, "--seed", "3", *speculation)
+    assert tiny_t["token_ids"] == greedy["token_ids"]
+
+
 # --------------------------------------------------------------------------- 8. one error line, exit 2
 
 
