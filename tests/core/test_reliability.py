@@ -14,6 +14,7 @@ import os
 import pickle
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -265,6 +266,44 @@ def test_a_template_that_explodes_its_output_is_stopped(tiny_tokenizer):
     tokenizer = with_template(tiny_tokenizer, "{{ 'x ' * 20000000 }}")
     with pytest.raises(errors.ChatTemplateError, match="characters"):
         build_prompt(tokenizer, [{"role": "user", "content": "hi"}], context_length=512)
+
+
+LONG_STRING_LOOP = "{% for a in 'x'*1000 %}{% for c in 'x'*10000000 %}{% endfor %}{% endfor %}"
+HUGE_ALLOCATION = "{{ ('x'*3000000000)[:10] }}"
+
+
+def test_a_loop_over_a_long_string_is_stopped_by_the_time_limit(tiny_tokenizer, monkeypatch):
+    """Issue 25: a loop over a string makes no Python calls, so the old in-process hook never saw it."""
+    monkeypatch.setattr(chat, "TEMPLATE_TIME_LIMIT_S", 1.0)
+    tokenizer = with_template(tiny_tokenizer, LONG_STRING_LOOP)
+    start = time.monotonic()
+    with pytest.raises(errors.ChatTemplateError, match="longer than 1 s"):
+        build_prompt(tokenizer, [{"role": "user", "content": "hi"}], context_length=512)
+    assert time.monotonic() - start < 10
+    # the killed renderer is replaced: the next template renders
+    assert build_prompt(tiny_tokenizer, [{"role": "user", "content": "hi"}], context_length=512).ids
+
+
+def test_one_huge_allocation_is_refused_by_the_memory_cap(tiny_tokenizer):
+    """Issue 25: 'x' * 3000000000 is one allocation, which passed the old cap (checked between calls)."""
+    tokenizer = with_template(tiny_tokenizer, HUGE_ALLOCATION)
+    with pytest.raises(errors.ChatTemplateError, match="memory"):
+        build_prompt(tokenizer, [{"role": "user", "content": "hi"}], context_length=512)
+
+
+@pytest.mark.parametrize("template", [LONG_STRING_LOOP, HUGE_ALLOCATION])
+def test_a_hostile_template_in_the_cli_is_one_line_within_30_s(capsys, folders, tmp_path, template):
+    folder = tmp_path / "hostile"
+    shutil.copytree(folders["verifier"], folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    for extra in folder.glob("chat_template.*"):
+        extra.unlink()
+    start = time.monotonic()
+    code, err = run_cli(capsys, "generate", "hi", "--verifier", str(folder), "--device", "cpu")
+    assert code == 2 and "chat template" in one_error_line(err)
+    assert time.monotonic() - start < 30
 
 
 def test_bounded_rendering_gives_the_same_ids_as_transformers(tiny_tokenizer):
