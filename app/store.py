@@ -41,6 +41,11 @@ from specdec_core.events import TokenState
 FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
 SCHEMA_VERSION = 1  # of the database (PRAGMA user_version); migrations below bring older ones up
 DB_NAME = "conversations.sqlite3"
+# Another process (a second app instance, a backup tool) may hold the write lock: each write waits this
+# long for it (SQLite's busy timeout), and a write that still finds it locked is tried again.
+BUSY_TIMEOUT_S = 10.0
+WRITE_ATTEMPTS = 3
+RECOVERED_SUFFIX = ".recovered.json"  # conversations/<id>.recovered.json: a chat the database refused at close
 ROLES = ("user", "assistant", "system")
 
 
@@ -310,9 +315,11 @@ class ConversationStore:
         self.folder = self.root / "conversations"  # JSON files of earlier versions
         self.db_path = self.root / DB_NAME
         self.notices: list[str] = []  # what opening the store skipped or refused, for the window to show
+        self.recovery_reason = ""  # why the last save_or_recover wrote a recovery file
         self.read_only = False
         self._saved: dict[str, list[tuple]] = {}  # conversation id -> fingerprints of its stored messages
         self._pending: dict[str, ConversationInfo | None] = {}  # queued writes, for list(); None: deleted
+        self._failed: set[str] = set()  # conversations whose last write failed
         self._lock = threading.Lock()
         self._local = threading.local()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-store")
@@ -324,9 +331,9 @@ class ConversationStore:
         if conn is None:
             if self.read_only and self.db_path.exists():
                 conn = sqlite3.connect(f"{self.db_path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                                       timeout=10)
+                                       timeout=BUSY_TIMEOUT_S)
             else:
-                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=10)
+                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; WAL keeps it atomic
             conn.execute("PRAGMA foreign_keys=ON")
@@ -405,9 +412,29 @@ class ConversationStore:
         with self._lock:
             self._pending[conv.id] = info
             self._saved[conv.id] = [_fingerprint(m) for m in conv.messages]
-        future = self._writer.submit(self._write, job)
+        future = self._writer.submit(self._write_retrying, job)
         future.add_done_callback(lambda f, i=info: self._written(conv.id, i, f))
         return future
+
+    def save_failed(self, conv_id: str) -> bool:
+        """Whether the last write of conversation `conv_id` failed (after the queued writes land)."""
+        self._writer.submit(lambda: None).result()
+        with self._lock:
+            return conv_id in self._failed
+
+    def save_or_recover(self, conv: Conversation) -> Path | None:
+        """Save `conv` and wait; if the database refuses it (locked past every retry, damaged, a full disk),
+        write it to conversations/<id>.recovered.json instead, which the next start imports. Returns that
+        file's path (None: saved). Raises OSError only when the recovery file cannot be written either."""
+        try:
+            self.save(conv)
+            return None
+        except (OSError, sqlite3.Error) as error:
+            reason = error
+        path = self.folder / f"{conv.id}{RECOVERED_SUFFIX}"
+        atomic_write_text(path, json.dumps(conv.to_dict(), ensure_ascii=False))
+        self.recovery_reason = str(reason)
+        return path
 
     def _prepare(self, conv: Conversation) -> _SaveJob:
         saved = self._saved.get(conv.id, [])
@@ -421,6 +448,18 @@ class ConversationStore:
         row = (conv.id, conv.title, conv.created, conv.updated, conv.system, FORMAT_VERSION,
                json.dumps(conv.extra, ensure_ascii=False), len(conv.messages))
         return _SaveJob(row=row, count=len(conv.messages), changed=changed)
+
+    def _write_retrying(self, job: _SaveJob) -> None:
+        """_write, tried again while another process holds the lock past the busy timeout."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                self._write(job)
+                return
+            except sqlite3.OperationalError as error:
+                locked = "locked" in str(error) or "busy" in str(error)
+                if not locked or attempt == WRITE_ATTEMPTS:
+                    raise
+                time.sleep(0.05 * attempt)
 
     def _write(self, job: _SaveJob, conn: sqlite3.Connection | None = None) -> None:
         conn = conn or self._connect()
@@ -447,7 +486,8 @@ class ConversationStore:
                                  (*row[:2], zlib.compress(trace, 1)))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
+                conn.execute("ROLLBACK")
             raise
 
     def _written(self, conv_id: str, info: ConversationInfo | None, future: Future) -> None:
@@ -456,6 +496,9 @@ class ConversationStore:
                 del self._pending[conv_id]
             if future.exception() is not None:
                 self._saved.pop(conv_id, None)  # unknown what is stored now: the next save writes it all
+                self._failed.add(conv_id)
+            else:
+                self._failed.discard(conv_id)
 
     # -- reading --
     def load(self, conv_id: str) -> Conversation:
@@ -588,6 +631,9 @@ class ConversationStore:
         except (InvalidData, RecursionError) as error:
             return f"it is not a conversation ({error})"
         self.notices.extend(conv.notices)
+        if path.name.endswith(RECOVERED_SUFFIX):
+            self.notices.append(f"“{conv.title}” could not be saved when specdec last closed; it was kept in "
+                                f"{path.name} and is back in the list")
         existing = conn.execute("SELECT updated FROM conversations WHERE id = ?", (conv.id,)).fetchone()
         if existing is not None and isinstance(existing[0], (int, float)) and existing[0] >= conv.updated:
             return "imported"  # the database holds this conversation already, as new or newer
@@ -613,7 +659,10 @@ class _transaction:
         return self.conn
 
     def __exit__(self, kind, value, tb) -> None:
-        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+            self.conn.execute("ROLLBACK")
 
 
 def _json_object(text: object) -> dict:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sqlite3
 import time
 
 import pytest
@@ -33,3 +35,59 @@ def test_a_hostile_chat_template_ends_in_a_clear_message_and_the_window_goes_on(
     assert "chat template" in shown.args[0] and "Traceback" not in shown.args[0]
     qtbot.waitUntil(lambda: w.busy == "", timeout=10_000)
     assert time.monotonic() - start < 30
+
+
+@contextlib.contextmanager
+def write_lock(db_path):
+    """Another process's `BEGIN IMMEDIATE`, held until the block ends."""
+    other = sqlite3.connect(db_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def reopened_messages(data_dir, conv_id) -> list[str]:
+    from app.store import ConversationStore
+
+    return [m.content for m in ConversationStore(data_dir).load(conv_id).messages]
+
+
+def test_closing_after_the_lock_refused_a_save_keeps_the_chat_and_says_so(make_window, send_and_wait, data_dir,
+                                                                          monkeypatch, capfd):
+    """Issue 25: with another process holding the write lock the app exited 0, silently, without the chat."""
+    from app import store
+
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.1)
+    w = make_window()
+    with write_lock(data_dir / store.DB_NAME):
+        send_and_wait(w, "Hello")
+        w.close()
+    assert "could not be saved" in capfd.readouterr().err
+    assert reopened_messages(data_dir, w.conv.id) == [m.content for m in w.conv.messages]
+
+
+def test_closing_mid_reply_under_a_lock_keeps_the_partial_reply(make_window, qtbot, data_dir, monkeypatch, capfd):
+    """Issue 25: closing mid-reply under a lock raised `database is locked` out of closeEvent."""
+    from app import store
+    from specdec_core.events import TokenCommitted
+
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.1)
+    w = make_window(max_new_tokens=200)
+    closed = []
+
+    def close_after_tokens(event) -> None:
+        if isinstance(event, TokenCommitted) and not closed and len(w._trace.tokens) >= 3:
+            closed.append(True)
+            w.close()
+
+    w.generation_event.connect(close_after_tokens)
+    with write_lock(data_dir / store.DB_NAME):
+        w.composer.setPlainText("Hello")
+        w.send_from_composer()
+        qtbot.waitUntil(lambda: bool(closed), timeout=30_000)
+    assert "could not be saved" in capfd.readouterr().err
+    messages = reopened_messages(data_dir, w.conv.id)
+    assert messages[0] == "Hello" and len(messages) == 2 and messages[1]

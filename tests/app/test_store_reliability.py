@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import typing
 
+import pytest
+
+from app import store as store_module
 from app.store import Conversation, ConversationStore, Message
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
 
@@ -36,3 +41,37 @@ def test_opening_a_long_chat_resolves_each_records_type_hints_once(tmp_path, mon
     back = store.load(conv.id)
     assert back.messages == conv.messages
     assert len(calls) <= 5, len(calls)
+
+
+@contextlib.contextmanager
+def write_lock(db_path):
+    """Another process's `BEGIN IMMEDIATE`: it holds the database's write lock until the block ends."""
+    other = sqlite3.connect(db_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+@pytest.fixture
+def short_lock_waits(monkeypatch):
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.1)
+
+
+def test_a_chat_the_locked_database_refuses_goes_to_a_recovery_file_and_comes_back(tmp_path, short_lock_waits):
+    store = ConversationStore(tmp_path)
+    conv = chat_of(2)
+    store.save(conv)
+    conv.messages.append(Message("user", "one more"))
+    with write_lock(store.db_path):
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            store.save(conv)
+        assert store.save_failed(conv.id)
+        recovered = store.save_or_recover(conv)
+    assert recovered is not None and recovered.exists() and "locked" in store.recovery_reason
+    store.close()
+    again = ConversationStore(tmp_path)
+    assert again.load(conv.id).messages == conv.messages
+    assert any("could not be saved" in n and conv.title in n for n in again.notices)
