@@ -372,7 +372,74 @@ class ConversationStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+        damage = self._damage(conn) if version else None
+        if damage:
+            conn = self._recover(conn, damage)
         self._import_json_files(conn)
+
+    def _damage(self, conn: sqlite3.Connection) -> str | None:
+        """What is wrong inside the database (PRAGMA quick_check, missing tables), or None."""
+        try:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as error:
+            return str(error)
+        missing = sorted(_TABLES - tables)
+        if problems != ["ok"]:
+            return " ".join("; ".join(problems).split())[:300]
+        return f"the table{'s' if len(missing) > 1 else ''} {', '.join(missing)} {'are' if len(missing) > 1 else 'is'} " \
+               "missing" if missing else None
+
+    def _recover(self, damaged: sqlite3.Connection, damage: str) -> sqlite3.Connection:
+        """Copy what can still be read into a fresh database, keep the damaged file aside, and say what was
+        recovered. A conversation whose row is gone but whose messages remain comes back untitled."""
+        fresh_path = self.db_path.with_name(f"{DB_NAME}.recovering")
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(fresh_path) + suffix).unlink(missing_ok=True)
+        fresh = sqlite3.connect(fresh_path, isolation_level=None)
+        fresh.executescript(f"BEGIN;\n{_SCHEMA_1}\nPRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;")
+        ids = (_readable(damaged, "SELECT id FROM conversations")[0]
+               + _readable(damaged, "SELECT DISTINCT conversation_id FROM messages")[0])
+        recovered = incomplete = 0
+        for (conv_id,) in dict.fromkeys(ids):
+            rows, whole_row = _readable(damaged, "SELECT * FROM conversations WHERE id = ?", (conv_id,))
+            messages, all_messages = _readable(damaged, "SELECT * FROM messages WHERE conversation_id = ?",
+                                               (conv_id,))
+            traces, all_traces = _readable(damaged, "SELECT * FROM traces WHERE conversation_id = ?", (conv_id,))
+            partly = not (whole_row and all_messages and all_traces)
+            try:
+                with _transaction(fresh):
+                    if rows:
+                        fresh.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows[0])
+                    else:
+                        fresh.execute("INSERT INTO conversations VALUES (?, 'Recovered chat', 0, 0, '', ?, '{}', ?, "
+                                      "NULL)", (conv_id, FORMAT_VERSION, len(messages)))
+                    fresh.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?)", messages)
+                    fresh.executemany("INSERT OR IGNORE INTO traces SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM "
+                                      "messages WHERE conversation_id = ?1 AND position = ?2)", traces)
+                    fresh.execute("UPDATE conversations SET message_count = (SELECT count(*) FROM messages WHERE "
+                                  "conversation_id = ?1) WHERE id = ?1", (conv_id,))
+                recovered += 1
+                incomplete += partly
+            except sqlite3.Error:  # a row of the wrong shape: this conversation is lost
+                continue
+        imported = _readable(damaged, "SELECT * FROM imported_files")[0]
+        with _transaction(fresh):
+            fresh.executemany("INSERT OR IGNORE INTO imported_files VALUES (?, ?, ?, ?)", imported)
+        fresh.close()
+        damaged.close()
+        self._local.conn = None
+        aside = self.db_path.with_name(f"{DB_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(str(self.db_path) + suffix)
+            if path.exists():
+                os.replace(path, Path(str(aside) + suffix))
+        os.replace(fresh_path, self.db_path)
+        some = f" ({incomplete} of them in part)" if incomplete else ""
+        self.notices.append(f"The conversation database was damaged inside ({damage}); it was kept as {aside.name} "
+                            f"and {recovered} conversation{'' if recovered == 1 else 's'}{some} recovered into a "
+                            "new one")
+        return self._connect()
 
     def _set_aside(self, error: Exception) -> None:
         """A database file that is not one (damaged): keep it for recovery, start a new one."""
@@ -386,8 +453,16 @@ class ConversationStore:
                             "and a new one started")
 
     def close(self) -> None:
-        """Finish queued writes and close the connections."""
+        """Finish queued writes and close the connections; the last to close checkpoints the WAL into the
+        database file, so that a copy of the .sqlite3 file alone holds every chat."""
+        try:
+            self._writer.submit(self._close_connection).result()
+        except RuntimeError:  # closed before
+            pass
         self._writer.shutdown(wait=True)
+        self._close_connection()
+
+    def _close_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -648,6 +723,20 @@ class ConversationStore:
             self._saved.pop(conv.id, None)
         self._write(self._prepare(conv), conn)
         return "imported"
+
+
+_TABLES = frozenset({"conversations", "messages", "traces", "imported_files"})
+
+
+def _readable(conn: sqlite3.Connection, sql: str, args: tuple = ()) -> tuple[list, bool]:
+    """(the rows a query can still read from a damaged database, whether it read them all)."""
+    rows: list = []
+    try:
+        for row in conn.execute(sql, args):
+            rows.append(row)
+    except sqlite3.DatabaseError:
+        return rows, False
+    return rows, True
 
 
 class _transaction:

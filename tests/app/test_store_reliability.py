@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import random
+import shutil
 import sqlite3
 import typing
 
@@ -75,3 +77,61 @@ def test_a_chat_the_locked_database_refuses_goes_to_a_recovery_file_and_comes_ba
     again = ConversationStore(tmp_path)
     assert again.load(conv.id).messages == conv.messages
     assert any("could not be saved" in n and conv.title in n for n in again.notices)
+
+
+def saved_store(root, n: int = 6) -> list[Conversation]:
+    store = ConversationStore(root)
+    convs = [chat_of(3) for _ in range(n)]
+    for i, conv in enumerate(convs):
+        conv.id = f"20250101-00000{i}-abcdef"
+        conv.title = f"chat {i}"
+        store.save(conv)
+    store.close()
+    return convs
+
+
+def test_closing_the_store_checkpoints_the_wal_so_the_file_alone_holds_every_chat(tmp_path):
+    convs = saved_store(tmp_path / "a", 2)
+    copy = tmp_path / "b"
+    copy.mkdir()
+    shutil.copy(tmp_path / "a" / store_module.DB_NAME, copy / store_module.DB_NAME)
+    assert {c.id for c in ConversationStore(copy).list()} == {c.id for c in convs}
+
+
+@pytest.mark.parametrize("table", ["conversations", "messages", "traces"])
+def test_a_dropped_table_is_recreated_and_saves_work_again(tmp_path, table):
+    """Issue 25: with a table dropped every save failed, under a message that said earlier saves were intact."""
+    convs = saved_store(tmp_path)
+    with sqlite3.connect(tmp_path / store_module.DB_NAME) as other:
+        other.execute("PRAGMA foreign_keys=OFF")
+        other.execute(f"DROP TABLE {table}")
+    store = ConversationStore(tmp_path)
+    assert any("damaged inside" in n and f"{table} is missing" in n for n in store.notices), store.notices
+    assert list(tmp_path.glob(f"{store_module.DB_NAME}.damaged-*"))
+    fresh = chat_of(1)
+    store.save(fresh)
+    assert store.load(fresh.id).messages == fresh.messages
+    if table == "traces":  # the text of every chat survives; the traces are gone
+        assert [m.content for m in store.load(convs[0].id).messages] == [m.content for m in convs[0].messages]
+
+
+def test_damaged_pages_are_found_at_open_and_what_can_be_read_is_recovered(tmp_path):
+    """Issue 25: a damaged page made every conversation unreadable and every save fail."""
+    convs = saved_store(tmp_path, 12)
+    path = tmp_path / store_module.DB_NAME
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 6 * page
+    rng = random.Random(1)
+    for start in (3 * page, len(data) - 2 * page):  # one page in the middle, one near the end
+        data[start:start + page] = bytes(rng.randrange(256) for _ in range(page))
+    path.write_bytes(bytes(data))
+    store = ConversationStore(tmp_path)
+    assert any("damaged inside" in n and "recovered" in n for n in store.notices), store.notices
+    listed = store.list()
+    for info in listed:
+        store.load(info.id)  # every listed conversation opens
+    fresh = chat_of(1)
+    store.save(fresh)
+    assert store.load(fresh.id).messages == fresh.messages
+    assert len(listed) >= 1 and len(convs) == 12
