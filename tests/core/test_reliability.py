@@ -439,3 +439,31 @@ def test_max_memory_too_small_for_the_model_is_a_load_error(folders):
     'Tensor.item() cannot be called on meta tensors' (a traceback, exit 1)."""
     with pytest.raises(ModelLoadError, match="does not fit"):
         load_model(folders["verifier"], device="cpu", device_map="auto", max_memory={"cpu": 2000})
+
+
+# --------------------------------------------------------------------------- issue 25: configs claiming absurd sizes
+
+
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", 1_000_000), ("hidden_size", 10**9),
+                                          ("intermediate_size", 10**12), ("vocab_size", 10**11)])
+def test_a_config_claiming_absurd_sizes_is_refused_before_building_the_model(capsys, folders, tmp_path, field, value):
+    """Issue 25: a config claiming 10^6 layers made loading hang while memory grew by ~40 MB/s."""
+    folder = tmp_path / "absurd"
+    shutil.copytree(folders["verifier"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    start = time.monotonic()
+    code, err = run_cli(capsys, "generate", "hi", "--verifier", str(folder), "--device", "cpu")
+    assert code == 2 and "config.json describes at least" in one_error_line(err)
+    assert time.monotonic() - start < 30
+
+
+def test_the_weights_check_passes_every_tiny_architecture(tiny_models_dir):
+    from specdec_core.weights_check import check_weights, implied_parameters, stored_elements
+
+    for name, folder in tiny_models_dir.items():
+        check_weights(folder, spec=name)
+        config = json.loads((folder / "config.json").read_text())
+        stored = sum(stored_elements(p) for p in folder.glob("*.safetensors"))
+        assert implied_parameters(config) <= stored, name  # a lower bound, even with tied embeddings
