@@ -612,9 +612,9 @@ class ConversationStore:
             message = {**_json_object(m_extra), "role": role, "content": content, "created": created}
             if position in traces:
                 try:
-                    message["trace"] = json.loads(zlib.decompress(traces[position]))
-                except (zlib.error, ValueError, TypeError) as error:
-                    problems.append(f"the trace of message {position + 1} was dropped ({error})")
+                    message["trace"] = json.loads(_inflated(traces[position]))
+                except (zlib.error, ValueError, TypeError, RecursionError) as error:
+                    problems.append(f"the trace of message {position + 1} was dropped ({str(error)[:120]})")
             head["messages"].append(message)
         conv = Conversation.from_dict(head)
         conv.notices[:0] = [f"“{conv.title}”: {p}" for p in problems]
@@ -651,8 +651,15 @@ class ConversationStore:
             if notice not in self.notices:
                 self.notices.append(notice)
         for conv_id, title, updated, count, fmt in rows:
-            if not (check_id(conv_id) and valid_text(title) and isinstance(updated, (int, float))
-                    and isinstance(count, int) and isinstance(fmt, int)):
+            bad = [what for what, ok in (("id", check_id(conv_id)), ("title", valid_text(title)),
+                                         ("date", isinstance(updated, (int, float))),
+                                         ("message count", isinstance(count, int)),
+                                         ("format", isinstance(fmt, int))) if not ok]
+            if bad:  # named, not hidden: the README promises that what is skipped is said
+                shown = conv_id if check_id(conv_id) else repr(conv_id)[:60]
+                notice = f"A saved conversation ({shown}) is not listed: its {', '.join(bad)} cannot be read"
+                if notice not in self.notices:
+                    self.notices.append(notice)
                 continue
             out[conv_id] = ConversationInfo(conv_id, title, float(updated), count, fmt > FORMAT_VERSION)
         with self._lock:
@@ -723,6 +730,21 @@ class ConversationStore:
             self._saved.pop(conv.id, None)
         self._write(self._prepare(conv), conn)
         return "imported"
+
+
+TRACE_SIZE_LIMIT = 64 << 20  # bytes of one trace's JSON: a long reply's is well under 10 MB
+
+
+def _inflated(blob: object) -> bytes:
+    """A trace blob decompressed, refusing one that inflates past TRACE_SIZE_LIMIT (a zlib bomb of 1 MB
+    would take gigabytes and seconds on the GUI thread)."""
+    if not isinstance(blob, bytes):
+        raise TypeError(f"a trace is stored as {type(blob).__name__}, not bytes")
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(blob, TRACE_SIZE_LIMIT)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"it is larger than {TRACE_SIZE_LIMIT >> 20} MB")
+    return data
 
 
 _TABLES = frozenset({"conversations", "messages", "traces", "imported_files"})

@@ -7,6 +7,7 @@ import random
 import shutil
 import sqlite3
 import typing
+import zlib
 
 import pytest
 
@@ -135,3 +136,70 @@ def test_damaged_pages_are_found_at_open_and_what_can_be_read_is_recovered(tmp_p
     store.save(fresh)
     assert store.load(fresh.id).messages == fresh.messages
     assert len(listed) >= 1 and len(convs) == 12
+
+
+# --------------------------------------------------------------------------- issue 25, item 7: smaller ones
+
+
+def store_with_trace_blob(root, blob: bytes) -> tuple[ConversationStore, str]:
+    store = ConversationStore(root)
+    conv = chat_of(1)
+    store.save(conv)
+    with sqlite3.connect(store.db_path) as other:
+        other.execute("UPDATE traces SET data = ? WHERE conversation_id = ?", (blob, conv.id))
+    return store, conv.id
+
+
+def test_a_trace_of_deeply_nested_brackets_is_dropped_not_a_recursion_error(tmp_path):
+    store, conv_id = store_with_trace_blob(tmp_path, zlib.compress(b"[" * 100_000))
+    conv = store.load(conv_id)
+    assert conv.messages[1].trace is None and [m.role for m in conv.messages] == ["user", "assistant"]
+    assert any("trace of message 2 was dropped" in n for n in conv.notices)
+
+
+def test_a_zlib_bomb_in_a_trace_is_refused_without_inflating_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "TRACE_SIZE_LIMIT", 1 << 20)
+    store, conv_id = store_with_trace_blob(tmp_path, zlib.compress(b" " * (8 << 20), 9))
+    conv = store.load(conv_id)
+    assert conv.messages[1].trace is None
+    assert any("larger than 1 MB" in n for n in conv.notices), conv.notices
+
+
+@pytest.mark.parametrize("column, value, what", [("title", b"\xff", "title"), ("updated", "yesterday", "date"),
+                                                 ("format", "one", "format"), ("id", "../evil", "id")])
+def test_a_row_that_cannot_be_listed_is_named_not_hidden(tmp_path, column, value, what):
+    store = ConversationStore(tmp_path)
+    conv = chat_of(1)
+    store.save(conv)
+    with sqlite3.connect(store.db_path) as other:
+        other.execute("PRAGMA foreign_keys=OFF")
+        other.execute(f"UPDATE conversations SET {column} = ?", (value,))
+    assert store.list() == []
+    assert any("is not listed" in n and what in n for n in store.notices), store.notices
+
+
+def test_a_full_disk_during_a_save_says_so(tmp_path, monkeypatch):
+    """Issue 25: on a full disk SQLite rolls the transaction back by itself; the store's own ROLLBACK then
+    said 'cannot rollback - no transaction is active' instead of the real reason."""
+    store = ConversationStore(tmp_path)
+    conv = chat_of(1)
+    store.save(conv)
+    real_connect = store._connect
+
+    class FullDisk:  # what SQLite does on SQLITE_FULL: roll back, then report it
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, sql, *args):
+            if sql.startswith("INSERT OR REPLACE INTO messages"):
+                self.conn.execute("ROLLBACK")
+                raise sqlite3.OperationalError("database or disk is full")
+            return self.conn.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    monkeypatch.setattr(store, "_connect", lambda: FullDisk(real_connect()))
+    conv.messages.append(Message("user", "more"))
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        store.save(conv)
