@@ -317,6 +317,7 @@ class ConversationStore:
         self.notices: list[str] = []  # what opening the store skipped or refused, for the window to show
         self.recovery_reason = ""  # why the last save_or_recover wrote a recovery file
         self.read_only = False
+        self._read_only_mode = "mode=ro"  # how a read-only store opens the file (see _open_read_only)
         self._saved: dict[str, list[tuple]] = {}  # conversation id -> fingerprints of its stored messages
         self._pending: dict[str, ConversationInfo | None] = {}  # queued writes, for list(); None: deleted
         self._failed: set[str] = set()  # conversations whose last write failed
@@ -330,8 +331,8 @@ class ConversationStore:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             if self.read_only and self.db_path.exists():
-                conn = sqlite3.connect(f"{self.db_path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                                       timeout=BUSY_TIMEOUT_S)
+                conn = sqlite3.connect(f"{self.db_path.resolve().as_uri()}?{self._read_only_mode}", uri=True,
+                                       isolation_level=None, timeout=BUSY_TIMEOUT_S)
             else:
                 conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
                 conn.execute("PRAGMA journal_mode=WAL")
@@ -354,6 +355,10 @@ class ConversationStore:
                 version = 0
         except (OSError, sqlite3.Error) as error:
             self.read_only = True
+            if self._open_read_only():  # a full disk or a read-only folder: what is saved is still shown
+                self.notices.append(f"Saved conversations cannot be written ({error}); they are shown read-only "
+                                    "and nothing new will be saved")
+                return
             self.notices.append(f"Saved conversations cannot be opened ({error}); nothing will be saved")
             self._local.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             self._local.conn.executescript(_SCHEMA_1)
@@ -440,6 +445,22 @@ class ConversationStore:
                             f"and {recovered} conversation{'' if recovered == 1 else 's'}{some} recovered into a "
                             "new one")
         return self._connect()
+
+    def _open_read_only(self) -> bool:
+        """Open the existing database without writing anything (not even the WAL's shared memory file, which
+        a read-only folder or a full disk refuses: `immutable`), if it can be read at all."""
+        self._local.conn = None
+        if not self.db_path.is_file():
+            return False
+        for mode in ("mode=ro", "immutable=1"):
+            self._read_only_mode = mode
+            try:
+                conn = self._connect()
+                conn.execute("SELECT count(*) FROM conversations").fetchone()
+                return True
+            except sqlite3.Error:
+                self._local.conn = None
+        return False
 
     def _set_aside(self, error: Exception) -> None:
         """A database file that is not one (damaged): keep it for recovery, start a new one."""

@@ -203,3 +203,23 @@ def test_a_full_disk_during_a_save_says_so(tmp_path, monkeypatch):
     conv.messages.append(Message("user", "more"))
     with pytest.raises(sqlite3.OperationalError, match="disk is full"):
         store.save(conv)
+
+
+@pytest.mark.parametrize("reason", ["database or disk is full", "attempt to write a readonly database"])
+def test_a_store_that_cannot_be_written_at_start_still_shows_its_conversations(tmp_path, monkeypatch, reason):
+    """Issue 25: with a full disk or a read-only data folder at start, no saved conversation was shown."""
+    convs = saved_store(tmp_path, 3)
+    real_connect = sqlite3.connect
+
+    def connect(database, *args, **kwargs):
+        if not kwargs.get("uri"):  # every connection that may write fails, as on a full disk
+            raise sqlite3.OperationalError(reason)
+        return real_connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(store_module.sqlite3, "connect", connect)
+    store = ConversationStore(tmp_path)
+    assert store.read_only and any("shown read-only" in n and reason in n for n in store.notices)
+    assert {info.id for info in store.list()} == {c.id for c in convs}
+    assert store.load(convs[0].id).messages == convs[0].messages
+    with pytest.raises(store_module.StoreReadOnlyError):
+        store.save(chat_of(1))
