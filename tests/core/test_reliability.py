@@ -467,3 +467,19 @@ def test_the_weights_check_passes_every_tiny_architecture(tiny_models_dir):
         config = json.loads((folder / "config.json").read_text())
         stored = sum(stored_elements(p) for p in folder.glob("*.safetensors"))
         assert implied_parameters(config) <= stored, name  # a lower bound, even with tied embeddings
+
+
+def test_help_says_a_seed_reproduces_a_tree_reply_only_with_the_same_tree_size(capsys):
+    """Issue 25: a seed did not reproduce a sampled reply across --tree-nodes N, and nothing said so."""
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "reproduces a reply only with the same N" in help_text
+
+
+def test_a_negative_seed_is_refused_as_the_readme_says(capsys, folders):
+    code, err = run_cli(capsys, "generate", "hi", "--verifier", folders["verifier"], "--device", "cpu",
+                        "--seed", "-1")
+    assert code == 2 and "seed" in one_error_line(err)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "a seed outside 0 to 2^63 − 1" in readme
