@@ -514,7 +514,10 @@ class ConversationStore:
 
     def save_failed(self, conv_id: str) -> bool:
         """Whether the last write of conversation `conv_id` failed (after the queued writes land)."""
-        self._writer.submit(lambda: None).result()
+        try:
+            self._writer.submit(lambda: None).result()
+        except RuntimeError:  # the store is closed: every queued write has landed
+            pass
         with self._lock:
             return conv_id in self._failed
 
