@@ -392,8 +392,9 @@ class ConversationStore:
         missing = sorted(_TABLES - tables)
         if problems != ["ok"]:
             return " ".join("; ".join(problems).split())[:300]
-        return f"the table{'s' if len(missing) > 1 else ''} {', '.join(missing)} {'are' if len(missing) > 1 else 'is'} " \
-               "missing" if missing else None
+        if len(missing) > 1:
+            return f"the tables {', '.join(missing)} are missing"
+        return f"the table {missing[0]} is missing" if missing else None
 
     def _recover(self, damaged: sqlite3.Connection, damage: str) -> sqlite3.Connection:
         """Copy what can still be read into a fresh database, keep the damaged file aside, and say what was

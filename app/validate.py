@@ -37,7 +37,7 @@ def conform(value: Any, hint: Any, *, finite: bool = False) -> Any:
     return _checker(hint, finite)(value)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _checker(hint: Any, finite: bool) -> Callable[[Any], Any]:
     """conform() for one hint, compiled once: a reopened chat checks ~10^6 values against a few hints.
 
@@ -102,7 +102,7 @@ def _checker(hint: Any, finite: bool) -> Callable[[Any], Any]:
     raise TypeError(f"conform() does not handle {hint!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _field_checkers(cls: type, finite: bool) -> dict[str, Callable[[Any], Any]]:
     hints = typing.get_type_hints(cls)
     checkers = {}

@@ -139,8 +139,8 @@ def _populated(root: Path, n: int = 8) -> None:
 
     store = ConversationStore(root)
     for i in range(n):
-        store.save(Conversation(id=f"20250101-00000{i}-abcdef", title=f"chat {i}",
-                                messages=[Message("user", f"question {i} " * 40), Message("assistant", "answer " * 60)]))
+        messages = [Message("user", f"question {i} " * 40), Message("assistant", "answer " * 60)]
+        store.save(Conversation(id=f"20250101-00000{i}-abcdef", title=f"chat {i}", messages=messages))
     store.close()
 
 

@@ -55,7 +55,8 @@ pieces = st.sampled_from([
     "{{ messages[0]['content'] }}", "{{ bos_token }}", "<|im_start|>", "{% if add_generation_prompt %}A:{% endif %}",
     "{{ raise_exception('no') }}", "{{ messages[0].nope.deeper }}", "{{ 'x' | undefined_filter }}",
     "{% for m in messages %}{{ m['role'] }}{% endfor %}", "{{ ('x' * {n})[:5] }}",
-    "{% for c in 'y' * {n} %}{% endfor %}", "{% for i in range({n}) %}{% for j in range({n}) %}{% endfor %}{% endfor %}",
+    "{% for c in 'y' * {n} %}{% endfor %}",
+    "{% for i in range({n}) %}{% for j in range({n}) %}{% endfor %}{% endfor %}",
     "{{ 'z ' * {n} }}", "{{ messages | tojson }}", "{% set ns = namespace(a=1) %}{{ ns.a }}", "{{ ",
 ])
 sizes = st.sampled_from([1, 10, 1000, 100_000, 10_000_000, 3_000_000_000])
