@@ -25,6 +25,8 @@ def valid_text(value: object) -> bool:
     """A str that can be written back as UTF-8 (JSON allows lone surrogates such as "\\udcff")."""
     if not isinstance(value, str):
         return False
+    if value.isascii():  # the common case, without encoding a copy
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -93,6 +95,14 @@ def _checker(hint: Any, finite: bool) -> Callable[[Any], Any]:
             each = _checker(args[0], finite)
             return lambda value: tuple(each(v) for v in value) if isinstance(value, (list, tuple)) else refuse(value)
         parts = [_checker(a, finite) for a in args]
+        if len(parts) == 2:  # (text, probability) pairs: a token's alternatives, the bulk of a trace
+            first, second = parts
+
+            def pair(value: Any) -> tuple:
+                if isinstance(value, (list, tuple)) and len(value) == 2:
+                    return first(value[0]), second(value[1])
+                refuse(value)
+            return pair
 
         def fixed(value: Any) -> tuple:
             if isinstance(value, (list, tuple)) and len(value) == len(parts):
