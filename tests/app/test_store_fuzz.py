@@ -58,7 +58,7 @@ def open_list_and_load_everything(root: Path, also: tuple[str, ...] = ()) -> Non
         for m in conv.messages:
             if m.trace is not None:
                 m.trace.summary()
-        if not conv.read_only:
+        if not conv.read_only and not store.read_only:
             store.save(conv)  # what was read back can be written again
     store.close()
 

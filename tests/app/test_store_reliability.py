@@ -223,3 +223,19 @@ def test_a_store_that_cannot_be_written_at_start_still_shows_its_conversations(t
     assert store.load(convs[0].id).messages == convs[0].messages
     with pytest.raises(store_module.StoreReadOnlyError):
         store.save(chat_of(1))
+
+
+@pytest.mark.parametrize("damage", ["PRAGMA user_version = 0", "PRAGMA user_version = -5",
+                                    "ALTER TABLE messages RENAME COLUMN content TO contents"])
+def test_a_damaged_schema_version_or_column_is_recovered_not_a_crash(tmp_path, damage):
+    """Found by the fuzz tier: a zeroed or negative schema version raised out of the store's constructor
+    ('table conversations already exists', KeyError), and a renamed column made every save fail."""
+    convs = saved_store(tmp_path, 3)
+    with sqlite3.connect(tmp_path / store_module.DB_NAME) as other:
+        other.execute(damage)
+    store = ConversationStore(tmp_path)
+    assert any("damaged inside" in n and "3 conversations" in n for n in store.notices), store.notices
+    assert store.load(convs[0].id).messages == convs[0].messages
+    fresh = chat_of(1)
+    store.save(fresh)
+    assert store.load(fresh.id).messages == fresh.messages
