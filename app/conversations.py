@@ -7,6 +7,7 @@ Saving runs on the store's writer thread while the app is open and waits for the
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from app import branches
@@ -169,17 +170,44 @@ class ConversationController:
         self.refresh_sidebar()
 
     def store_quietly(self) -> OSError | None:
-        """Save the conversation atomically; the error if that failed (earlier saves stay intact)."""
+        """Save the conversation atomically; the error if that failed (earlier saves stay intact).
+        While the window closes, the write is waited for, and what the database refuses goes to a
+        recovery file (see `save_at_close`)."""
         w = self.window
         if not w.conv.messages:
             return None
-        try:
-            if w.closing:
-                w.store.save(w.conv)  # the app is about to exit: wait for the write
-            else:  # written on the store's thread; a failure comes back through save_failed
-                w.store.save_in_background(w.conv).add_done_callback(self._background_save_done)
+        if w.closing:
+            return self.save_at_close()
+        try:  # written on the store's thread; a failure comes back through save_failed
+            w.store.save_in_background(w.conv).add_done_callback(self._background_save_done)
         except OSError as exc:
             return exc
+        return None
+
+    def save_at_close(self) -> OSError | None:
+        """Make sure the open conversation is stored before the app exits: a reply still running is saved
+        as it stands, one whose last write failed is written again (after the queued writes land), and if
+        the database still refuses it (another process holding the lock past every retry, a damaged file),
+        it is kept in a recovery file that the next start imports, and the user is told. (An edit that
+        took turns out is not a reason to save: nothing is saved until the edited message is sent.)"""
+        w = self.window
+        conv = w.conv
+        if not conv.messages or conv.read_only or w.store.read_only:
+            return None
+        if w.busy not in GENERATING and not w.store.save_failed(conv.id):
+            return None
+        try:
+            recovered = w.store.save_or_recover(conv)
+        except OSError as exc:
+            message = f"“{conv.title}” could not be saved ({w.store.recovery_reason or exc}) nor kept in a " \
+                      f"recovery file ({exc})"
+            print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
+            w.show_error(message)
+            return exc
+        if recovered is not None:
+            message = (f"“{conv.title}” could not be saved ({w.store.recovery_reason}); it was kept in "
+                       f"{recovered} and the next start adds it back")
+            print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
         return None
 
     def _background_save_done(self, future) -> None:

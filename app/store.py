@@ -41,6 +41,11 @@ from specdec_core.events import TokenState
 FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
 SCHEMA_VERSION = 1  # of the database (PRAGMA user_version); migrations below bring older ones up
 DB_NAME = "conversations.sqlite3"
+# Another process (a second app instance, a backup tool) may hold the write lock: each write waits this
+# long for it (SQLite's busy timeout), and a write that still finds it locked is tried again.
+BUSY_TIMEOUT_S = 10.0
+WRITE_ATTEMPTS = 3
+RECOVERED_SUFFIX = ".recovered.json"  # conversations/<id>.recovered.json: a chat the database refused at close
 ROLES = ("user", "assistant", "system")
 
 
@@ -330,9 +335,12 @@ class ConversationStore:
         self.folder = self.root / "conversations"  # JSON files of earlier versions
         self.db_path = self.root / DB_NAME
         self.notices: list[str] = []  # what opening the store skipped or refused, for the window to show
+        self.recovery_reason = ""  # why the last save_or_recover wrote a recovery file
         self.read_only = False
+        self._read_only_mode = "mode=ro"  # how a read-only store opens the file (see _open_read_only)
         self._saved: dict[str, list[tuple]] = {}  # conversation id -> fingerprints of its stored messages
         self._pending: dict[str, ConversationInfo | None] = {}  # queued writes, for list(); None: deleted
+        self._failed: set[str] = set()  # conversations whose last write failed
         self._lock = threading.Lock()
         self._local = threading.local()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-store")
@@ -343,10 +351,10 @@ class ConversationStore:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             if self.read_only and self.db_path.exists():
-                conn = sqlite3.connect(f"{self.db_path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                                       timeout=10)
+                conn = sqlite3.connect(f"{self.db_path.resolve().as_uri()}?{self._read_only_mode}", uri=True,
+                                       isolation_level=None, timeout=BUSY_TIMEOUT_S)
             else:
-                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=10)
+                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=BUSY_TIMEOUT_S)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; WAL keeps it atomic
             conn.execute("PRAGMA foreign_keys=ON")
@@ -359,14 +367,19 @@ class ConversationStore:
             try:
                 conn = self._connect()
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-            except sqlite3.DatabaseError as error:
-                if type(error) is not sqlite3.DatabaseError:  # OperationalError etc.: not a damaged file
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as error:
+                # OperationalError etc.: not a damaged file. A damaged schema can fail to decode instead.
+                if isinstance(error, sqlite3.DatabaseError) and type(error) is not sqlite3.DatabaseError:
                     raise
                 self._set_aside(error)
                 conn = self._connect()
                 version = 0
         except (OSError, sqlite3.Error) as error:
             self.read_only = True
+            if self._open_read_only():  # a full disk or a read-only folder: what is saved is still shown
+                self.notices.append(f"Saved conversations cannot be written ({error}); they are shown read-only "
+                                    "and nothing new will be saved")
+                return
             self.notices.append(f"Saved conversations cannot be opened ({error}); nothing will be saved")
             self._local.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             self._local.conn.executescript(_SCHEMA_1)
@@ -377,6 +390,9 @@ class ConversationStore:
             self.notices.append(f"{self.db_path} was written by a newer version of specdec (schema {version}); "
                                 "conversations are open read-only")
             return
+        if version < 0 or (version == 0 and _table_names(conn) & _TABLES):  # the header's version is damaged
+            conn = self._recover(conn, f"its schema version reads {version}")
+            version = SCHEMA_VERSION
         for target in range(version + 1, SCHEMA_VERSION + 1):
             try:  # one transaction per step: a crash leaves the previous version, never half of one
                 conn.executescript(f"BEGIN IMMEDIATE;\n{_MIGRATIONS[target]}\nPRAGMA user_version = {target};\n"
@@ -385,7 +401,95 @@ class ConversationStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+        damage = self._damage(conn) if version else None
+        if damage:
+            conn = self._recover(conn, damage)
         self._import_json_files(conn)
+
+    def _damage(self, conn: sqlite3.Connection) -> str | None:
+        """What is wrong inside the database (PRAGMA integrity_check: ~5 ms for 5 MB; missing or altered
+        tables; see _open for a damaged schema version), or None."""
+        try:
+            problems = [row[0] for row in conn.execute("PRAGMA integrity_check(5)")]
+            tables = _table_names(conn)
+            altered = [table for table in sorted(_TABLES & tables) if _columns(conn, table) != _COLUMNS[table]]
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as error:
+            return str(error)
+        missing = sorted(_TABLES - tables)
+        if problems != ["ok"]:
+            return " ".join("; ".join(problems).split())[:300]
+        if altered:
+            return f"the columns of {', '.join(altered)} are not the ones this version writes"
+        if len(missing) > 1:
+            return f"the tables {', '.join(missing)} are missing"
+        return f"the table {missing[0]} is missing" if missing else None
+
+    def _recover(self, damaged: sqlite3.Connection, damage: str) -> sqlite3.Connection:
+        """Copy what can still be read into a fresh database, keep the damaged file aside, and say what was
+        recovered. A conversation whose row is gone but whose messages remain comes back untitled."""
+        fresh_path = self.db_path.with_name(f"{DB_NAME}.recovering")
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(fresh_path) + suffix).unlink(missing_ok=True)
+        fresh = sqlite3.connect(fresh_path, isolation_level=None)
+        fresh.executescript(f"BEGIN;\n{_SCHEMA_1}\nPRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;")
+        ids = (_readable(damaged, "SELECT id FROM conversations")[0]
+               + _readable(damaged, "SELECT DISTINCT conversation_id FROM messages")[0])
+        recovered = incomplete = 0
+        for (conv_id,) in dict.fromkeys(ids):
+            rows, whole_row = _readable(damaged, "SELECT * FROM conversations WHERE id = ?", (conv_id,))
+            messages, all_messages = _readable(damaged, "SELECT * FROM messages WHERE conversation_id = ?",
+                                               (conv_id,))
+            traces, all_traces = _readable(damaged, "SELECT * FROM traces WHERE conversation_id = ?", (conv_id,))
+            partly = not (whole_row and all_messages and all_traces)
+            try:
+                with _transaction(fresh):
+                    if rows:
+                        fresh.execute("INSERT INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows[0])
+                    else:
+                        fresh.execute("INSERT INTO conversations VALUES (?, 'Recovered chat', 0, 0, '', ?, '{}', ?, "
+                                      "NULL)", (conv_id, FORMAT_VERSION, len(messages)))
+                    fresh.executemany("INSERT OR IGNORE INTO messages VALUES (?, ?, ?, ?, ?, ?)", messages)
+                    fresh.executemany("INSERT OR IGNORE INTO traces SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM "
+                                      "messages WHERE conversation_id = ?1 AND position = ?2)", traces)
+                    fresh.execute("UPDATE conversations SET message_count = (SELECT count(*) FROM messages WHERE "
+                                  "conversation_id = ?1) WHERE id = ?1", (conv_id,))
+                recovered += 1
+                incomplete += partly
+            except sqlite3.Error:  # a row of the wrong shape: this conversation is lost
+                continue
+        imported = _readable(damaged, "SELECT * FROM imported_files")[0]
+        with _transaction(fresh):
+            fresh.executemany("INSERT OR IGNORE INTO imported_files VALUES (?, ?, ?, ?)", imported)
+        fresh.close()
+        damaged.close()
+        self._local.conn = None
+        aside = self.db_path.with_name(f"{DB_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            path = Path(str(self.db_path) + suffix)
+            if path.exists():
+                os.replace(path, Path(str(aside) + suffix))
+        os.replace(fresh_path, self.db_path)
+        some = f" ({incomplete} of them in part)" if incomplete else ""
+        self.notices.append(f"The conversation database was damaged inside ({damage}); it was kept as {aside.name} "
+                            f"and {recovered} conversation{'' if recovered == 1 else 's'}{some} recovered into a "
+                            "new one")
+        return self._connect()
+
+    def _open_read_only(self) -> bool:
+        """Open the existing database without writing anything (not even the WAL's shared memory file, which
+        a read-only folder or a full disk refuses: `immutable`), if it can be read at all."""
+        self._local.conn = None
+        if not self.db_path.is_file():
+            return False
+        for mode in ("mode=ro", "immutable=1"):
+            self._read_only_mode = mode
+            try:
+                conn = self._connect()
+                conn.execute("SELECT count(*) FROM conversations").fetchone()
+                return True
+            except sqlite3.Error:
+                self._local.conn = None
+        return False
 
     def _set_aside(self, error: Exception) -> None:
         """A database file that is not one (damaged): keep it for recovery, start a new one."""
@@ -399,8 +503,16 @@ class ConversationStore:
                             "and a new one started")
 
     def close(self) -> None:
-        """Finish queued writes and close the connections."""
+        """Finish queued writes and close the connections; the last to close checkpoints the WAL into the
+        database file, so that a copy of the .sqlite3 file alone holds every chat."""
+        try:
+            self._writer.submit(self._close_connection).result()
+        except RuntimeError:  # closed before
+            pass
         self._writer.shutdown(wait=True)
+        self._close_connection()
+
+    def _close_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
@@ -425,9 +537,32 @@ class ConversationStore:
         with self._lock:
             self._pending[conv.id] = info
             self._saved[conv.id] = [_fingerprint(m) for m in conv.messages]
-        future = self._writer.submit(self._write, job)
+        future = self._writer.submit(self._write_retrying, job)
         future.add_done_callback(lambda f, i=info: self._written(conv.id, i, f))
         return future
+
+    def save_failed(self, conv_id: str) -> bool:
+        """Whether the last write of conversation `conv_id` failed (after the queued writes land)."""
+        try:
+            self._writer.submit(lambda: None).result()
+        except RuntimeError:  # the store is closed: every queued write has landed
+            pass
+        with self._lock:
+            return conv_id in self._failed
+
+    def save_or_recover(self, conv: Conversation) -> Path | None:
+        """Save `conv` and wait; if the database refuses it (locked past every retry, damaged, a full disk),
+        write it to conversations/<id>.recovered.json instead, which the next start imports. Returns that
+        file's path (None: saved). Raises OSError only when the recovery file cannot be written either."""
+        try:
+            self.save(conv)
+            return None
+        except (OSError, sqlite3.Error) as error:
+            reason = error
+        path = self.folder / f"{conv.id}{RECOVERED_SUFFIX}"
+        atomic_write_text(path, json.dumps(conv.to_dict(), ensure_ascii=False))
+        self.recovery_reason = str(reason)
+        return path
 
     def _prepare(self, conv: Conversation) -> _SaveJob:
         saved = self._saved.get(conv.id, [])
@@ -442,6 +577,18 @@ class ConversationStore:
         row = (conv.id, conv.title, conv.created, conv.updated, conv.system, FORMAT_VERSION,
                json.dumps(conv.extra, ensure_ascii=False), len(conv.messages))
         return _SaveJob(row=row, count=len(conv.messages), changed=changed)
+
+    def _write_retrying(self, job: _SaveJob) -> None:
+        """_write, tried again while another process holds the lock past the busy timeout."""
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            try:
+                self._write(job)
+                return
+            except sqlite3.OperationalError as error:
+                locked = "locked" in str(error) or "busy" in str(error)
+                if not locked or attempt == WRITE_ATTEMPTS:
+                    raise
+                time.sleep(0.05 * attempt)
 
     def _write(self, job: _SaveJob, conn: sqlite3.Connection | None = None) -> None:
         conn = conn or self._connect()
@@ -468,7 +615,8 @@ class ConversationStore:
                                  (*row[:2], zlib.compress(trace, 1)))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
+                conn.execute("ROLLBACK")
             raise
 
     def _written(self, conv_id: str, info: ConversationInfo | None, future: Future) -> None:
@@ -477,6 +625,9 @@ class ConversationStore:
                 del self._pending[conv_id]
             if future.exception() is not None:
                 self._saved.pop(conv_id, None)  # unknown what is stored now: the next save writes it all
+                self._failed.add(conv_id)
+            else:
+                self._failed.discard(conv_id)
 
     # -- reading --
     def load(self, conv_id: str) -> Conversation:
@@ -515,9 +666,9 @@ class ConversationStore:
             message = {**_json_object(m_extra), "role": role, "content": content, "created": created}
             if position in traces:
                 try:
-                    message["trace"] = json.loads(zlib.decompress(traces[position]))
-                except (zlib.error, ValueError, TypeError) as error:
-                    problems.append(f"the trace of message {position + 1} was dropped ({error})")
+                    message["trace"] = json.loads(_inflated(traces[position]))
+                except (zlib.error, ValueError, TypeError, RecursionError) as error:
+                    problems.append(f"the trace of message {position + 1} was dropped ({str(error)[:120]})")
             head["messages"].append(message)
         conv = Conversation.from_dict(head)
         conv.notices[:0] = [f"“{conv.title}”: {p}" for p in problems]
@@ -554,8 +705,15 @@ class ConversationStore:
             if notice not in self.notices:
                 self.notices.append(notice)
         for conv_id, title, updated, count, fmt in rows:
-            if not (check_id(conv_id) and valid_text(title) and isinstance(updated, (int, float))
-                    and isinstance(count, int) and isinstance(fmt, int)):
+            bad = [what for what, ok in (("id", check_id(conv_id)), ("title", valid_text(title)),
+                                         ("date", isinstance(updated, (int, float))),
+                                         ("message count", isinstance(count, int)),
+                                         ("format", isinstance(fmt, int))) if not ok]
+            if bad:  # named, not hidden: the README promises that what is skipped is said
+                shown = conv_id if check_id(conv_id) else repr(conv_id)[:60]
+                notice = f"A saved conversation ({shown}) is not listed: its {', '.join(bad)} cannot be read"
+                if notice not in self.notices:
+                    self.notices.append(notice)
                 continue
             out[conv_id] = ConversationInfo(conv_id, title, float(updated), count, fmt > FORMAT_VERSION)
         with self._lock:
@@ -609,6 +767,9 @@ class ConversationStore:
         except (InvalidData, RecursionError) as error:
             return f"it is not a conversation ({error})"
         self.notices.extend(conv.notices)
+        if path.name.endswith(RECOVERED_SUFFIX):
+            self.notices.append(f"“{conv.title}” could not be saved when specdec last closed; it was kept in "
+                                f"{path.name} and is back in the list")
         existing = conn.execute("SELECT updated FROM conversations WHERE id = ?", (conv.id,)).fetchone()
         if existing is not None and isinstance(existing[0], (int, float)) and existing[0] >= conv.updated:
             return "imported"  # the database holds this conversation already, as new or newer
@@ -625,6 +786,54 @@ class ConversationStore:
         return "imported"
 
 
+TRACE_SIZE_LIMIT = 64 << 20  # bytes of one trace's JSON: a long reply's is well under 10 MB
+
+
+def _inflated(blob: object) -> bytes:
+    """A trace blob decompressed, refusing one that inflates past TRACE_SIZE_LIMIT (a zlib bomb of 1 MB
+    would take gigabytes and seconds on the GUI thread)."""
+    if not isinstance(blob, bytes):
+        raise TypeError(f"a trace is stored as {type(blob).__name__}, not bytes")
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(blob, TRACE_SIZE_LIMIT)
+    if inflater.unconsumed_tail:
+        raise ValueError(f"it is larger than {TRACE_SIZE_LIMIT >> 20} MB")
+    return data
+
+
+_TABLES = frozenset({"conversations", "messages", "traces", "imported_files"})
+
+
+def _table_names(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _schema_columns() -> dict[str, list[str]]:
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(_SCHEMA_1)
+    columns = {table: _columns(conn, table) for table in _TABLES}
+    conn.close()
+    return columns
+
+
+_COLUMNS = _schema_columns()  # what each table holds in a sound database of this version
+
+
+def _readable(conn: sqlite3.Connection, sql: str, args: tuple = ()) -> tuple[list, bool]:
+    """(the rows a query can still read from a damaged database, whether it read them all)."""
+    rows: list = []
+    try:
+        for row in conn.execute(sql, args):
+            rows.append(row)
+    except (sqlite3.DatabaseError, UnicodeDecodeError):
+        return rows, False
+    return rows, True
+
+
 class _transaction:
     def __init__(self, conn: sqlite3.Connection):
         self.conn = conn
@@ -634,7 +843,10 @@ class _transaction:
         return self.conn
 
     def __exit__(self, kind, value, tb) -> None:
-        self.conn.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:  # SQLite may have rolled back already (a full disk)
+            self.conn.execute("ROLLBACK")
 
 
 def _json_object(text: object) -> dict:

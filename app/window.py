@@ -708,8 +708,14 @@ class MainWindow(QMainWindow):
             if self._trace.stop_reason is None:
                 self._trace.stop_reason = StopReason.CANCELLED.value
             self._message.content = self._message.content or self._trace.text
-        if self.busy in (Busy.REPLY, Busy.RACE) and self.conv.messages:
-            self.conversations.store_quietly()  # keep what was generated so far
+        # Keep what was generated so far, and whatever a failed background save left unwritten; what the
+        # database refuses goes to a recovery file. If even that fails, the window stays open (once).
+        if self.conversations.save_at_close() is not None and first_close:
+            self._closing = False
+            if self.busy in (Busy.REPLY, Busy.RACE):
+                self.timer.start()
+            event.ignore()
+            return
         self.save_settings()
         wait_all(CLOSE_WAIT_S)
         if first_close:

@@ -5,24 +5,26 @@ dropped (user and assistant together) and the system prompt is kept; the caller 
 dropped so the window can say so. The saved history is never touched here.
 
 A chat template is a program from the model's repository. transformers runs it in a Jinja sandbox (no
-file or attribute escapes), but a sandbox does not bound work: `'x ' * 20000000` or two nested
-`range(100000)` loops would take gigabytes or never finish. Rendering here is bounded in time, memory
-and output size, and any failure (including the template's own `raise_exception`) is a
-ChatTemplateError with the template's message.
+file or attribute escapes), but a sandbox does not bound work: `'x ' * 20000000`, two nested loops over a
+long string or `'x' * 3000000000` would take gigabytes or never finish, and a hook inside the process
+only sees Python calls, which such loops do not make. So templates render in a child process
+(template_process.py) under a wall-clock limit and an address-space cap, and their output size is
+bounded; any failure (including the template's own `raise_exception`) is a ChatTemplateError with the
+template's message.
 """
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import atexit
+import json
+import threading
 from dataclasses import dataclass
 
 from specdec_core.errors import ChatTemplateError, PromptTooLongError
+from specdec_core.template_process import OverLimit, TemplateProcess
 
 TEMPLATE_TIME_LIMIT_S = 5.0  # real templates render a long conversation in milliseconds
-TEMPLATE_MEMORY_LIMIT = 1 << 30  # growth of the process's peak memory while rendering, in bytes
+TEMPLATE_MEMORY_LIMIT = 1 << 30  # the child renderer's address space beyond its imports, in bytes
 TEMPLATE_OUTPUT_SLACK = 1_000_000  # characters a template may add beyond twice its messages' text
 
 
@@ -32,66 +34,43 @@ class PromptBuild:
     dropped_turns: int  # oldest messages left out to fit the context
 
 
-class _OverLimit(Exception):
-    pass
+_renderer: TemplateProcess | None = None
+_renderer_lock = threading.Lock()
 
 
-def _peak_memory() -> int | None:
-    try:
-        import resource
-    except ImportError:  # Windows: the time limit still applies
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB elsewhere
-
-
-@contextmanager
-def _bounded(what: str) -> Iterator[None]:
-    """Abort the Python code run inside this block (in this thread) past the time or memory limit.
-
-    A profile hook sees every Python function call, including each step of a Jinja loop, so it can stop
-    a template that emits nothing for a long time; every 256th call it checks the clock and memory."""
-    deadline = time.monotonic() + TEMPLATE_TIME_LIMIT_S
-    start_peak = _peak_memory()
-    calls = 0
-
-    def check(frame, event, arg) -> None:
-        nonlocal calls
-        calls += 1
-        if calls & 255:
-            return
-        if time.monotonic() > deadline:
-            raise _OverLimit(f"{what} took longer than {TEMPLATE_TIME_LIMIT_S:g} s")
-        if start_peak is not None and (_peak_memory() or 0) - start_peak > TEMPLATE_MEMORY_LIMIT:
-            raise _OverLimit(f"{what} used more than {TEMPLATE_MEMORY_LIMIT >> 20} MiB of memory")
-
-    previous = sys.getprofile()
-    sys.setprofile(check)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
+def template_renderer() -> TemplateProcess:
+    """The process-wide child renderer, started (without waiting) on first use."""
+    global _renderer
+    with _renderer_lock:
+        if _renderer is None:
+            _renderer = TemplateProcess(TEMPLATE_MEMORY_LIMIT)
+            atexit.register(_renderer.close)
+        return _renderer
 
 
 def render_template(tokenizer, messages: list[dict]) -> str:
     """The chat template's text for `messages` plus the assistant's turn opening, within bounds."""
     limit = 2 * sum(len(str(m.get("content", ""))) for m in messages) + TEMPLATE_OUTPUT_SLACK
     try:
-        with _bounded("the chat template"):
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    except _OverLimit as error:
-        raise ChatTemplateError(f"{error}: the model's chat template looks broken or hostile") from None
-    except MemoryError:
-        raise ChatTemplateError("the model's chat template ran out of memory") from None
-    except Exception as error:  # jinja2.TemplateError (raise_exception), or any error inside the template
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ChatTemplateError(f"the model's chat template refused this conversation: {message}") from error
-    if not isinstance(text, str):
-        raise ChatTemplateError(f"the model's chat template produced {type(text).__name__}, not text")
-    if len(text) > limit:
-        raise ChatTemplateError(f"the model's chat template produced {len(text):,} characters for "
+        template = tokenizer.get_chat_template()
+        variables = dict(tokenizer.special_tokens_map)  # what apply_chat_template passes (bos_token, ...)
+        json.dumps([messages, variables])
+    except (TypeError, ValueError) as error:
+        raise ChatTemplateError(f"the model's chat template cannot be used: {error}") from None
+    try:
+        rendered = template_renderer().render(template, messages, variables, limit, TEMPLATE_TIME_LIMIT_S)
+    except OverLimit as error:
+        raise ChatTemplateError(f"the chat template {error}: the model's chat template looks broken or "
+                                "hostile") from None
+    if rendered.kind == "memory":
+        raise ChatTemplateError(f"the model's chat template used more than {TEMPLATE_MEMORY_LIMIT >> 20} MiB "
+                                "of memory: it looks broken or hostile")
+    if rendered.kind == "output":
+        raise ChatTemplateError(f"the model's chat template produced {rendered.error} characters for "
                                 f"{len(messages)} messages (more than {limit:,}): it looks broken or hostile")
-    return text
+    if rendered.text is None:
+        raise ChatTemplateError(f"the model's chat template refused this conversation: {rendered.error}")
+    return rendered.text
 
 
 def _render(tokenizer, messages: list[dict]) -> list[int]:

@@ -87,7 +87,9 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--repetition-penalty", type=finite_float, default=1.0, metavar="P",
                        help="divide the logits of tokens already in the text by P (multiply negative ones), as "
                        "transformers does; both models apply it, so speculation stays exact (default 1: off)")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=int, default=0,
+                       help="seed of every random draw, 0 to 2^63-1; when sampling with --tree-nodes N, a seed "
+                       "reproduces a reply only with the same N (the draws follow the tree's size)")
     group.add_argument("--system", metavar="TEXT", help="system prompt")
     group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                        help="colour tokens by state (default: when writing to a terminal)")

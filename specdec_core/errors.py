@@ -23,3 +23,9 @@ class PromptTooLongError(SpecdecError):
 
 class ChatTemplateError(SpecdecError):
     """The chat template refused the conversation (raise_exception), failed, or ran past its limits."""
+
+
+class NonFiniteError(SpecdecError, RuntimeError):
+    """A distribution with NaN or infinite entries: sampling from it would return garbage, not fail.
+
+    A RuntimeError, so the engine ends the reply with it as an error (as for any failure of the model)."""

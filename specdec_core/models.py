@@ -41,6 +41,7 @@ import torch
 from specdec_core import catalog, cpu_speed, defaults, gguf_types
 from specdec_core.errors import ModelLoadError
 from specdec_core.resources import assets_dir
+from specdec_core.weights_check import check_weights
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -447,6 +448,7 @@ def _load_folder(folder: Path, *, spec: str, dtype: torch.dtype, device: torch.d
                  max_memory: dict | None, trust_remote_code: bool):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_weights(folder, spec=spec)  # a config claiming sizes its weights do not hold: refused before building
     kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
     if any(folder.glob("*.safetensors")):
         kwargs["use_safetensors"] = True  # never unpickle .bin files when safe weights sit beside them

@@ -107,6 +107,9 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
         raise ConfigError(f"the {kind} drafter needs a draft model: pass --draft SPEC (or use prompt-lookup)")
     if loader is None:
         loader = _model_loader(options, progress)
+    from specdec_core.chat import template_renderer
+
+    template_renderer().start()  # the chat template's child process: its start overlaps with loading
     verifier = loader("verifier", verifier_spec or DEFAULT_VERIFIER)
     draft = verdict = None
     drafter_obj: Drafter | None

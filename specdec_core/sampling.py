@@ -5,12 +5,14 @@ Pure tensor functions, no model and no state: every random draw takes an explici
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from specdec_core.config import GenerationConfig
+from specdec_core.errors import NonFiniteError
 
 
 def seen_tokens(config: GenerationConfig, ids: Sequence[int], continuations: Sequence[Sequence[int]],
@@ -50,7 +52,7 @@ def processed_probs(logits: torch.Tensor, config: GenerationConfig, seen: torch.
         logits = penalize_repeats(logits, seen, config.repetition_penalty)
     if config.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    logits = logits / config.temperature
+    logits = _tempered(logits, config)
     if config.top_k and config.top_k < logits.shape[-1]:
         kth_best = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth_best, float("-inf"))
@@ -65,6 +67,45 @@ def processed_probs(logits: torch.Tensor, config: GenerationConfig, seen: torch.
     return probs
 
 
+def _tempered(logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
+    """logits / T, with the limits where that leaves float32: greedy as T -> 0, uniform as T -> inf.
+
+    A finite T can still overflow: 1e-38 sends a logit of 50 to inf (and 1e-300 is 0 in float32, so
+    every logit becomes +-inf), 1e39 is inf in float32 (0 * -inf is NaN for a masked logit). softmax of
+    such a row is NaN, and NaN compares false in the acceptance test, so every draft would be accepted.
+    A row whose tempered softmax is not finite takes the limit instead: the one-hot of its argmax when
+    T < 1, else the uniform distribution over its finite logits (-inf logits stay ruled out). Rows that
+    stay finite are exactly logits / T, as before.
+    """
+    if not bool(torch.isfinite(logits.amax(-1)).all()) or bool(logits.isnan().any()):
+        raise NonFiniteError("the model's logits are not finite (NaN or infinity): its weights or "
+                             "dtype overflow; try --dtype float32")
+    tempered = logits / config.temperature
+    # softmax is finite exactly when each row's maximum is; a temperature that is 0 or inf in float32
+    # has lost the logits' order even where the quotient is finite (1e39: every logit becomes 0).
+    overflowed = ~torch.isfinite(tempered.amax(-1, keepdim=True))
+    scale = float(torch.tensor(config.temperature, dtype=torch.float32))
+    if scale == 0.0 or math.isinf(scale):
+        overflowed = torch.ones_like(overflowed)
+    if not bool(overflowed.any()):
+        return tempered
+    if config.temperature < 1.0:  # the limit T -> 0: all mass on the argmax (ties: the first, as greedy)
+        limit = torch.full_like(logits, float("-inf"))
+        limit.scatter_(-1, logits.argmax(-1, keepdim=True), 0.0)
+    else:  # the limit T -> inf keeps the order, so top-k is taken on the logits themselves
+        kept = torch.isfinite(logits)
+        if config.top_k and config.top_k < logits.shape[-1]:
+            kept &= logits >= torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
+        limit = torch.zeros_like(logits).masked_fill(~kept, float("-inf"))
+    return torch.where(overflowed, limit, tempered)
+
+
+def _check_finite(value: float, what: str) -> None:
+    if not math.isfinite(value):
+        raise NonFiniteError(f"{what} is not finite ({value}): the model's output overflowed; "
+                             "try --dtype float32")
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One token id from a [V] distribution (a one-hot gives its argmax, so greedy needs no branch).
 
@@ -76,6 +117,10 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
     if probs.device != generator.device:
         probs = probs.to(generator.device)
     cdf = probs.double().cumsum(-1)
+    total = float(cdf[-1])  # NaN or inf anywhere in probs reaches the total
+    _check_finite(total, "the distribution sampled from")
+    if total <= 0:
+        raise NonFiniteError("the distribution sampled from has no mass")
     u = torch.rand(1, generator=generator, device=generator.device, dtype=torch.float64) * cdf[-1]
     return min(int(torch.searchsorted(cdf, u, right=True)), probs.shape[-1] - 1)
 
@@ -109,6 +154,8 @@ def accept_drafts(draft_tokens: torch.Tensor, draft_probs: torch.Tensor, target_
     draft_token_probs = draft_probs[rows, draft_tokens]
     target_token_probs = target_probs[rows, draft_tokens]
     accept_probs = torch.clamp(target_token_probs / draft_token_probs.clamp_min(1e-30), max=1.0)
+    # NaN compares false with every uniform, so a NaN ratio would accept its draft whatever it is.
+    _check_finite(float(accept_probs.sum()), "an acceptance probability")
     uniforms = torch.rand(k, generator=generator, device=generator.device).to(accept_probs.device)
     rejected = uniforms >= accept_probs  # u in [0, 1): a ratio of 1 is always accepted, 0 never
     n_accepted = int(rejected.int().argmax()) if bool(rejected.any()) else k
@@ -168,6 +215,7 @@ def accept_tree(node_tokens: Sequence[int], parents: Sequence[int], target_probs
         for node in children[row]:
             token = node_tokens[node]
             total = float(probs.sum())
+            _check_finite(total, "the verifier's distribution")
             prob = min(1.0, float(probs[token]) / total) if total > 0 else 0.0
             accept_probs[node] = prob
             u = float(torch.rand(1, generator=generator, device=generator.device))

@@ -46,3 +46,25 @@ def test_a_cancel_takes_effect_after_the_verifier_loads(request_):
     with pytest.raises(Cancelled):
         load_session(request_, steps.append, lambda: any(s.what == "verifier" for s in steps))
     assert "draft" not in {s.what for s in steps}
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-40])
+def test_a_tiny_temperature_in_settings_json_replies_as_greedy(request_, tmp_path, temperature):
+    """Issue 25: settings.json's temperature 1e-300 gave a NaN distribution and a reply of one id repeated."""
+    import json
+
+    from app.session import config_from_settings, reply_events
+    from app.store import Settings
+    from specdec_core.events import Finished
+
+    session = load_session(request_, lambda step: None, lambda: False)
+    messages = [{"role": "user", "content": "The capital of France is"}]
+
+    def reply(settings_json: dict) -> list[int]:
+        (tmp_path / "settings.json").write_text(json.dumps({"max_new_tokens": 12, **settings_json}))
+        config = config_from_settings(Settings.load(tmp_path))
+        (done,) = [e for e in reply_events(session, messages, None, config, None) if isinstance(e, Finished)]
+        assert done.error is None
+        return list(done.token_ids)
+
+    assert reply({"temperature": temperature, "seed": 5}) == reply({"temperature": 0})

@@ -14,6 +14,7 @@ import os
 import pickle
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,23 @@ def test_the_cli_refuses_non_finite_floats(capsys, folders, flag, value):
     assert code == 2 and "finite" in one_error_line(err)
 
 
+def cli_reply(capsys, folders, *args) -> dict:
+    code = main(["generate", "The capital of France is", "--verifier", folders["verifier"], "--draft",
+                 folders["draft"], "--device", "cpu", "--max-new-tokens", "12", "--json", *args])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out.splitlines()[0])
+
+
+@pytest.mark.parametrize("speculation", [[], ["--no-speculation"]])
+@pytest.mark.parametrize("temperature", ["1e-300", "1e-40"])
+def test_a_temperature_too_small_for_float32_replies_as_greedy(capsys, folders, speculation, temperature):
+    """Issue 25: logits / 1e-300 overflowed to NaN and the reply was one id repeated at acceptance 1.0."""
+    greedy = cli_reply(capsys, folders, "--temperature", "0", *speculation)
+    tiny_t = cli_reply(capsys, folders, "--temperature", temperature, "--seed", "3", *speculation)
+    assert tiny_t["token_ids"] == greedy["token_ids"]
+
+
 # --------------------------------------------------------------------------- 8. one error line, exit 2
 
 
@@ -248,6 +266,44 @@ def test_a_template_that_explodes_its_output_is_stopped(tiny_tokenizer):
     tokenizer = with_template(tiny_tokenizer, "{{ 'x ' * 20000000 }}")
     with pytest.raises(errors.ChatTemplateError, match="characters"):
         build_prompt(tokenizer, [{"role": "user", "content": "hi"}], context_length=512)
+
+
+LONG_STRING_LOOP = "{% for a in 'x'*1000 %}{% for c in 'x'*10000000 %}{% endfor %}{% endfor %}"
+HUGE_ALLOCATION = "{{ ('x'*3000000000)[:10] }}"
+
+
+def test_a_loop_over_a_long_string_is_stopped_by_the_time_limit(tiny_tokenizer, monkeypatch):
+    """Issue 25: a loop over a string makes no Python calls, so the old in-process hook never saw it."""
+    monkeypatch.setattr(chat, "TEMPLATE_TIME_LIMIT_S", 1.0)
+    tokenizer = with_template(tiny_tokenizer, LONG_STRING_LOOP)
+    start = time.monotonic()
+    with pytest.raises(errors.ChatTemplateError, match="longer than 1 s"):
+        build_prompt(tokenizer, [{"role": "user", "content": "hi"}], context_length=512)
+    assert time.monotonic() - start < 10
+    # the killed renderer is replaced: the next template renders
+    assert build_prompt(tiny_tokenizer, [{"role": "user", "content": "hi"}], context_length=512).ids
+
+
+def test_one_huge_allocation_is_refused_by_the_memory_cap(tiny_tokenizer):
+    """Issue 25: 'x' * 3000000000 is one allocation, which passed the old cap (checked between calls)."""
+    tokenizer = with_template(tiny_tokenizer, HUGE_ALLOCATION)
+    with pytest.raises(errors.ChatTemplateError, match="memory"):
+        build_prompt(tokenizer, [{"role": "user", "content": "hi"}], context_length=512)
+
+
+@pytest.mark.parametrize("template", [LONG_STRING_LOOP, HUGE_ALLOCATION])
+def test_a_hostile_template_in_the_cli_is_one_line_within_30_s(capsys, folders, tmp_path, template):
+    folder = tmp_path / "hostile"
+    shutil.copytree(folders["verifier"], folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    for extra in folder.glob("chat_template.*"):
+        extra.unlink()
+    start = time.monotonic()
+    code, err = run_cli(capsys, "generate", "hi", "--verifier", str(folder), "--device", "cpu")
+    assert code == 2 and "chat template" in one_error_line(err)
+    assert time.monotonic() - start < 30
 
 
 def test_bounded_rendering_gives_the_same_ids_as_transformers(tiny_tokenizer):
@@ -383,3 +439,47 @@ def test_max_memory_too_small_for_the_model_is_a_load_error(folders):
     'Tensor.item() cannot be called on meta tensors' (a traceback, exit 1)."""
     with pytest.raises(ModelLoadError, match="does not fit"):
         load_model(folders["verifier"], device="cpu", device_map="auto", max_memory={"cpu": 2000})
+
+
+# --------------------------------------------------------------------------- issue 25: configs claiming absurd sizes
+
+
+@pytest.mark.parametrize("field, value", [("num_hidden_layers", 1_000_000), ("hidden_size", 10**9),
+                                          ("intermediate_size", 10**12), ("vocab_size", 10**11)])
+def test_a_config_claiming_absurd_sizes_is_refused_before_building_the_model(capsys, folders, tmp_path, field, value):
+    """Issue 25: a config claiming 10^6 layers made loading hang while memory grew by ~40 MB/s."""
+    folder = tmp_path / "absurd"
+    shutil.copytree(folders["verifier"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    start = time.monotonic()
+    code, err = run_cli(capsys, "generate", "hi", "--verifier", str(folder), "--device", "cpu")
+    assert code == 2 and "config.json describes at least" in one_error_line(err)
+    assert time.monotonic() - start < 30
+
+
+def test_the_weights_check_passes_every_tiny_architecture(tiny_models_dir):
+    from specdec_core.weights_check import check_weights, implied_parameters, stored_elements
+
+    for name, folder in tiny_models_dir.items():
+        check_weights(folder, spec=name)
+        config = json.loads((folder / "config.json").read_text())
+        stored = sum(stored_elements(p) for p in folder.glob("*.safetensors"))
+        assert implied_parameters(config) <= stored, name  # a lower bound, even with tied embeddings
+
+
+def test_help_says_a_seed_reproduces_a_tree_reply_only_with_the_same_tree_size(capsys):
+    """Issue 25: a seed did not reproduce a sampled reply across --tree-nodes N, and nothing said so."""
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "reproduces a reply only with the same N" in help_text
+
+
+def test_a_negative_seed_is_refused_as_the_readme_says(capsys, folders):
+    code, err = run_cli(capsys, "generate", "hi", "--verifier", folders["verifier"], "--device", "cpu",
+                        "--seed", "-1")
+    assert code == 2 and "seed" in one_error_line(err)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "a seed outside 0 to 2^63 − 1" in readme

@@ -1,9 +1,13 @@
 """The acceptance rule and the processed distributions, on hand-built tensors."""
 
+import math
+
+import pytest
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.sampling import accept_drafts, processed_probs
+from specdec_core.errors import NonFiniteError
+from specdec_core.sampling import accept_drafts, accept_tree, processed_probs, sample
 
 
 def gen(seed=0):
@@ -82,3 +86,61 @@ def test_rule_output_is_distributed_as_the_target():
         result = accept_drafts(x, draft[None], torch.stack([target, target]), generator)
         counts[x.item() if result.n_accepted else result.next_token] += 1
     assert torch.allclose(counts / n, target, atol=0.025)
+
+
+# --------------------------------------------------------------------------- extreme finite temperatures (issue 25)
+
+LOGITS = torch.tensor([[0.5, 3.0, float("-inf"), -60.0, 2.9], [-80.0, -90.0, -85.0, float("-inf"), -81.0]])
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-45, 1e-38, 1e-30])
+def test_a_temperature_too_small_for_float32_samples_as_greedy(temperature):
+    probs = processed_probs(LOGITS, GenerationConfig(temperature=temperature))
+    assert probs.tolist() == processed_probs(LOGITS, GenerationConfig(temperature=0)).tolist()
+
+
+@pytest.mark.parametrize("temperature", [1e39, 1e300, 1.7e308])
+def test_a_huge_temperature_is_uniform_over_the_tokens_not_ruled_out(temperature):
+    probs = processed_probs(LOGITS, GenerationConfig(temperature=temperature))
+    assert probs.tolist() == [[0.25, 0.25, 0.0, 0.25, 0.25], [0.25, 0.25, 0.25, 0.0, 0.25]]
+    top_2 = processed_probs(LOGITS, GenerationConfig(temperature=temperature, top_k=2))
+    assert top_2.tolist() == [[0.0, 0.5, 0.0, 0.0, 0.5], [0.5, 0.0, 0.0, 0.0, 0.5]]
+
+
+def test_moderate_temperatures_are_untouched_by_the_limits():
+    logits = torch.tensor([[1.0, 2.0, float("-inf")]])
+    for temperature in (1e-3, 0.7, 1e6):
+        expected = torch.softmax(logits / temperature, -1)
+        assert torch.equal(processed_probs(logits, GenerationConfig(temperature=temperature)), expected)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-38, 1e39])
+def test_extreme_temperatures_never_give_nan_to_the_acceptance_rule(temperature):
+    config = GenerationConfig(temperature=temperature)
+    torch.manual_seed(0)
+    target = processed_probs(torch.randn(4, 50) * 20, config)
+    draft = processed_probs(torch.randn(3, 50) * 20, config)
+    result = accept_drafts(draft.argmax(-1), draft, target, gen())
+    assert all(math.isfinite(p) for p in result.accept_probs)
+    assert 0 <= result.next_token < 50
+
+
+def test_sampling_from_a_nan_distribution_is_an_error_not_the_last_id():
+    with pytest.raises(NonFiniteError):
+        sample(torch.tensor([0.2, float("nan"), 0.3]), gen())
+    with pytest.raises(NonFiniteError):
+        sample(torch.zeros(3), gen())
+
+
+def test_a_nan_acceptance_ratio_is_an_error_not_an_acceptance():
+    target = torch.tensor([[float("nan"), 0.5, 0.5], [0.2, 0.3, 0.5]])
+    draft = torch.tensor([[1.0, 0.0, 0.0]])
+    with pytest.raises(NonFiniteError):
+        accept_drafts(torch.tensor([0]), draft, target, gen())
+    with pytest.raises(NonFiniteError):
+        accept_tree([0], [-1], target, gen())
+
+
+def test_nan_logits_are_an_error_when_sampling():
+    with pytest.raises(NonFiniteError):
+        processed_probs(torch.tensor([[0.1, float("nan")]]), GenerationConfig(temperature=0.7))

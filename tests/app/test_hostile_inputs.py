@@ -1,0 +1,93 @@
+"""Issue 25 in the app: hostile chat templates, and a store that never loses a chat."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sqlite3
+import time
+
+import pytest
+
+from specdec_core import chat
+
+LONG_STRING_LOOP = "{% for a in 'x'*1000 %}{% for c in 'x'*10000000 %}{% endfor %}{% endfor %}"
+HUGE_ALLOCATION = "{{ ('x'*3000000000)[:10] }}"
+
+
+@pytest.mark.parametrize("template", [LONG_STRING_LOOP, HUGE_ALLOCATION])
+def test_a_hostile_chat_template_ends_in_a_clear_message_and_the_window_goes_on(
+        make_window, qtbot, tiny_models_dir, tmp_path, monkeypatch, template):
+    monkeypatch.setattr(chat, "TEMPLATE_TIME_LIMIT_S", 2.0)
+    folder = tmp_path / "hostile"
+    shutil.copytree(tiny_models_dir["llama-verifier"], folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = template
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    for extra in folder.glob("chat_template.*"):
+        extra.unlink()
+    start = time.monotonic()
+    w = make_window(verifier=str(folder))
+    with qtbot.waitSignal(w.error_shown, timeout=30_000) as shown:
+        w.composer.setPlainText("hi")
+        w.send_from_composer()
+    assert "chat template" in shown.args[0] and "Traceback" not in shown.args[0]
+    qtbot.waitUntil(lambda: w.busy == "", timeout=10_000)
+    assert time.monotonic() - start < 30
+
+
+@contextlib.contextmanager
+def write_lock(db_path):
+    """Another process's `BEGIN IMMEDIATE`, held until the block ends."""
+    other = sqlite3.connect(db_path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def reopened_messages(data_dir, conv_id) -> list[str]:
+    from app.store import ConversationStore
+
+    return [m.content for m in ConversationStore(data_dir).load(conv_id).messages]
+
+
+def test_closing_after_the_lock_refused_a_save_keeps_the_chat_and_says_so(make_window, send_and_wait, data_dir,
+                                                                          monkeypatch, capfd):
+    """Issue 25: with another process holding the write lock the app exited 0, silently, without the chat."""
+    from app import store
+
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.1)
+    w = make_window()
+    with write_lock(data_dir / store.DB_NAME):
+        send_and_wait(w, "Hello")
+        w.close()
+    assert "could not be saved" in capfd.readouterr().err
+    assert reopened_messages(data_dir, w.conv.id) == [m.content for m in w.conv.messages]
+
+
+def test_closing_mid_reply_under_a_lock_keeps_the_partial_reply(make_window, qtbot, data_dir, monkeypatch, capfd):
+    """Issue 25: closing mid-reply under a lock raised `database is locked` out of closeEvent."""
+    from app import store
+    from specdec_core.events import TokenCommitted
+
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.1)
+    w = make_window(max_new_tokens=200)
+    closed = []
+
+    def close_after_tokens(event) -> None:
+        if isinstance(event, TokenCommitted) and not closed and len(w._trace.tokens) >= 3:
+            closed.append(True)
+            w.close()
+
+    w.generation_event.connect(close_after_tokens)
+    with write_lock(data_dir / store.DB_NAME):
+        w.composer.setPlainText("Hello")
+        w.send_from_composer()
+        qtbot.waitUntil(lambda: bool(closed), timeout=30_000)
+    assert "could not be saved" in capfd.readouterr().err
+    messages = reopened_messages(data_dir, w.conv.id)
+    assert messages[0] == "Hello" and len(messages) == 2 and messages[1]
