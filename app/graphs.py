@@ -370,13 +370,10 @@ class LiveGraphs(QWidget):
             # A rate over a few milliseconds is noise (the first token comes from the prefill's logits
             # and costs a round almost nothing): leave those points out rather than spike the axis.
             self.b_tps.append(r.tokens_after / r.t_end if r.t_end >= _MIN_RATE_S else np.nan)
-            emitted = r.accepted + 1
-            self.b_tps_round.append(emitted / r.total_s if r.t_end >= _MIN_RATE_S and r.total_s > 0 else np.nan)
+            self.b_tps_round.append(r.emitted / r.total_s if r.t_end >= _MIN_RATE_S and r.total_s > 0 else np.nan)
             self.b_drafted.append(r.checked)  # a tree round: every candidate the verifier checked
             self.b_accepted.append(r.accepted)
-            self.tally.add_round(drafted=r.checked, accepted=r.accepted, emitted=r.accepted + 1, draft_s=r.draft_s,
-                                 verify_s=r.verify_s, overhead_s=r.overhead_s,
-                                 positions=r.drafted if r.tree else None)
+            r.fold_into(self.tally)
             self._max_gamma = max(self._max_gamma, r.gamma if r.drafted else 0, r.drafted)
             self.b_rate.append(self.tally.accepted / self.tally.drafted if self.tally.drafted else np.nan)
             self.b_draft_ms.append(r.draft_s * 1e3)
@@ -523,7 +520,7 @@ class LiveGraphs(QWidget):
         elif sp is not None:
             parts.append(f"speculation off ({sp:.2f}× the baseline)")
         if self.tally.drafted and self.tally.rounds:
-            parts.append(f"{self.tally.new_tokens / self.tally.rounds:.2f} tokens per verifier call")
+            parts.append(f"{self.tally.snapshot().mean_accepted_length:.2f} tokens per verifier call")
         if trace is not None and not trace.finished and trace.rounds:
             parts.append("so far")
         head = " · ".join(parts)
