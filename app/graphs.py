@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.speedup import measured_costs, nice_ceiling, practical_speedup, why_they_differ
+from app.speedup import MIN_RATIO_TOKENS, measured_costs, nice_ceiling, practical_speedup, why_they_differ
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import ReplyTrace
 from specdec_core.cost import VerifyCost
@@ -155,6 +155,7 @@ class LiveGraphs(QWidget):
         self.trace: ReplyTrace | None = None
         self.baseline_tps: float | None = None
         self.baseline_how = ""
+        self.baseline_like = False  # a like-for-like baseline (speedup.Baseline.like_for_like): the ratio in colour
         self.verify_s_per_token: float | None = None
         self._n = 0  # rounds already copied into the buffers
         self._drew_final = False
@@ -346,6 +347,7 @@ class LiveGraphs(QWidget):
         self.trace = trace
         self.baseline_tps = baseline_tps if baseline_tps else (trace.baseline_tps if trace else None)
         self.baseline_how = trace.baseline_source if trace is not None else ""
+        self.baseline_like = False  # until set_baseline says the baseline is like for like
         self._n = 0
         self._drew_final = False
         self._reset_buffers()
@@ -353,8 +355,10 @@ class LiveGraphs(QWidget):
         self._copy_rounds()
         self._draw()
 
-    def set_baseline(self, tps: float | None, how: str = "", verify_s_per_token: float | None = None) -> None:
+    def set_baseline(self, tps: float | None, how: str = "", verify_s_per_token: float | None = None,
+                     like_for_like: bool = False) -> None:
         self.baseline_tps = tps
+        self.baseline_like = like_for_like
         if how:
             self.baseline_how = how
         if verify_s_per_token:
@@ -515,8 +519,12 @@ class LiveGraphs(QWidget):
         if tps:
             parts.append(f"<b>{tps:.1f} tok/s</b>")
         if sp is not None and self.tally.drafted:
-            color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
-            parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> vs {self.baseline_tps:.1f} tok/s")
+            if self.baseline_like and self.tally.new_tokens >= MIN_RATIO_TOKENS:
+                color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
+                parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> vs {self.baseline_tps:.1f} tok/s")
+            else:  # a ratio against the load-time calibration, or of a few tokens, is no verdict: said plainly
+                parts.append(f"{sp:.2f}× vs {self.baseline_tps:.1f} tok/s ("
+                             + ("too few tokens to judge" if self.baseline_like else "not like for like") + ")")
         elif sp is not None:
             parts.append(f"speculation off ({sp:.2f}× the baseline)")
         if self.tally.drafted and self.tally.rounds:
@@ -654,13 +662,15 @@ class RacePlot(QWidget):
         self.traces: dict[str, ReplyTrace] = {}
         self._drawn: dict[str, int] = {}
 
-    def start(self) -> None:
-        self.traces = {"off": ReplyTrace(), "on": ReplyTrace()}
+    def start(self, keys: list[str] | None = None) -> None:
+        """A new race whose runs are `keys` (speedup.race_order); the curves show its first off/on pair."""
+        self.traces = {key: ReplyTrace() for key in (keys or ["off", "on"])}
         self._drawn = {"off": -1, "on": -1}
         self.off_curve.setData([], [])
         self.on_curve.setData([], [])
-        self.result.setText("Racing… speculation off first, then on (one after the other so they don't "
-                            "share the CPU).")
+        runs = len(self.traces) // 2
+        self.result.setText(f"Racing… speculation off and on, {runs} time{'s' if runs > 1 else ''} each, "
+                            "alternating, one after the other so they don't share the CPU.")
 
     def flush(self) -> bool:
         changed = False
@@ -676,24 +686,27 @@ class RacePlot(QWidget):
         return changed
 
     def finish(self, greedy: bool) -> str:
-        off, on = self.traces.get("off"), self.traces.get("on")
+        from app.talk.context import race_spread_of
+
         self.flush()
-        if not off or not on or off.stats is None or on.stats is None:
+        spread = race_spread_of(self.traces)
+        on = self.traces.get("on")
+        if spread is None or on is None or on.stats is None:
             self.result.setText("The race did not finish.")
             return "The race did not finish."
-        tps_off = off.stats.get("tokens_per_s") or 0.0
-        tps_on = on.stats.get("tokens_per_s") or 0.0
-        sp = tps_on / tps_off if tps_off else 0.0
+        sp = spread.speedup
         verdict = "faster" if sp >= 1.0 else "slower"
-        parts = [f"<b>{sp:.2f}×</b> ({verdict}) — off {tps_off:.1f} tok/s, on {tps_on:.1f} tok/s; "
-                 f"{off.stats.get('new_tokens', 0)} vs {on.stats.get('new_tokens', 0)} tokens"]
+        figure = f"{sp:.2f}× ({verdict})" if spread.short_reply else f"<b>{sp:.2f}×</b> ({verdict})"
+        parts = [f"{figure}, {spread.spread_words()} — off {spread.tps_off:.1f} tok/s, on {spread.tps_on:.1f} tok/s"
+                 f"{' (medians)' if spread.pairs > 1 else ''}; {spread.tokens} tokens"
+                 + (": too short to judge a speed" if spread.short_reply else "")]
         if on.stats.get("drafted"):
-            parts.append(f"acceptance {on.stats.get('acceptance_rate', 0):.0%}, "
+            parts.append(f"first run: acceptance {on.stats.get('acceptance_rate', 0):.0%}, "
                          f"{on.stats.get('mean_accepted_length', 0):.2f} tokens per verifier call")
         if greedy:
-            same = off.text == on.text
-            parts.append("greedy: texts <b style='color:rgb(46,160,67)'>identical</b> token for token" if same
-                         else "greedy: texts <b style='color:rgb(215,58,73)'>differ</b>")
+            texts = {tr.text for tr in self.traces.values() if tr.finished}
+            parts.append("greedy: texts <b style='color:rgb(46,160,67)'>identical</b> token for token"
+                         if len(texts) == 1 else "greedy: texts <b style='color:rgb(215,58,73)'>differ</b>")
         else:
             parts.append("sampling (temperature > 0): texts may differ; both follow the verifier's distribution")
         html = "<br>".join(parts)

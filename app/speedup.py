@@ -40,6 +40,7 @@ class Baseline:
     samples: int
     short: str = ""  # a few words for the bubble's footer, e.g. "like for like: 3 runs"
     verify_s_per_token: float | None = None
+    like_for_like: bool = False  # runs by the user (not only the load-time calibration) under the same UI load
 
 
 class BaselineBook:
@@ -69,14 +70,76 @@ class BaselineBook:
         lo, hi = min(s.prompt_tokens for s in near), max(s.prompt_tokens for s in near)
         length = f"{lo}-token prompt" if lo == hi else f"{lo}–{hi}-token prompts"
         runs = "1 run" if len(near) == 1 else f"median of {len(near)} runs"
-        load = "graphs repainting" if near[0].graphs_live else "window idle"
+        load = "live graphs repainting" if near[0].graphs_live else "live graphs hidden"
         if not same_load:
-            load += f" (no run yet with the graphs {'repainting' if graphs_live else 'idle'})"
+            load += f" (no run yet with the graphs {'repainting' if graphs_live else 'hidden'})"
         how = f"verifier alone: {runs} ({', '.join(sources)}) at {length}, {load}"
-        short = (f"like for like: {'1 run' if len(near) == 1 else f'{len(near)} runs'}" if same_load
-                 else "vs an idle-window run")
+        calibration_only = sources == ["calibration"]
+        like = bool(same_load) and not calibration_only
+        if calibration_only:
+            short = "only the calibration at load so far: race for a like-for-like figure"
+        elif not same_load:
+            short = f"vs runs with the live graphs {'repainting' if near[0].graphs_live else 'hidden'}"
+        else:
+            short = f"like for like: {'1 run' if len(near) == 1 else f'{len(near)} runs'}"
         return Baseline(tps, how, len(near), short=short,
-                        verify_s_per_token=statistics.median(verify) if verify else None)
+                        verify_s_per_token=statistics.median(verify) if verify else None, like_for_like=like)
+
+
+# ---- the race: speculation off against on, several times --------------------------------------------
+RACE_PAIRS = 3  # a race runs the verifier alone and speculation this many times each
+MIN_RATIO_TOKENS = 16  # a speed ratio of replies shorter than this is noise: shown plainly, never in bold colour
+
+
+def race_key(speculate: bool, pair: int) -> str:
+    """The lane key of one run of a race: "off" and "on" for the first pair, then "off 2", "on 2", ..."""
+    side = "on" if speculate else "off"
+    return side if pair == 1 else f"{side} {pair}"
+
+
+def race_order(pairs: int) -> list[tuple[str, bool]]:
+    """(lane key, speculate) in the order a race runs them: off, on, then on, off, then off, on, ... Each pair
+    runs in the other order from the one before, so a machine that warms up or gets busier during the race
+    favours neither side."""
+    order = []
+    for pair in range(1, pairs + 1):
+        sides = (False, True) if pair % 2 else (True, False)
+        order += [(race_key(spec, pair), spec) for spec in sides]
+    return order
+
+
+@dataclass(frozen=True)
+class RaceSpread:
+    """What several off/on pairs of one race measured."""
+
+    speedup: float  # the median of the pairs' speedups (on tokens/s ÷ off tokens/s)
+    low: float  # the slowest and fastest pair's speedup
+    high: float
+    pairs: int
+    tps_off: float  # median tokens/s of the verifier alone
+    tps_on: float  # ... and with speculation
+    tokens: int  # the shortest reply of the race
+
+    @property
+    def short_reply(self) -> bool:
+        return self.tokens < MIN_RATIO_TOKENS
+
+    def spread_words(self) -> str:
+        if self.pairs == 1:
+            return "1 run each"
+        return f"median of {self.pairs} alternating runs each, {self.low:.2f}–{self.high:.2f}×"
+
+
+def race_spread(pairs: list[tuple[float, float, int]]) -> RaceSpread | None:
+    """Pairs of (off tokens/s, on tokens/s, the shorter reply's tokens) -> their median and spread (None: none
+    finished)."""
+    pairs = [p for p in pairs if p[0] > 0 and p[1] > 0]
+    if not pairs:
+        return None
+    ratios = [on / off for off, on, _ in pairs]
+    return RaceSpread(statistics.median(ratios), min(ratios), max(ratios), len(pairs),
+                      statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+                      min(p[2] for p in pairs))
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,8 @@ def test_footer_header_reopened_trace_and_cli_json_report_the_same_figures_for_o
     assert trace.rounds[-1].tokens_after == 5  # the accepted end-of-sequence draft was the reply's last token
 
     footer = trace.summary()
-    assert "acceptance 60%" in footer and _tokens_per_call(footer, "tokens/call") == round(cli["mean_accepted_length"], 2)
+    assert "acceptance 60%" in footer
+    assert _tokens_per_call(footer, "tokens/call") == round(cli["mean_accepted_length"], 2)
     assert "acceptance 60% (3/5)" in stats_line(events[-1]) and "1.67 tokens/call" in stats_line(events[-1])
 
     reopened = ReplyTrace.from_dict(json.loads(json.dumps(trace.to_dict())))

@@ -26,9 +26,9 @@ def test_the_baseline_is_a_median_of_comparable_runs_and_does_not_drift_with_the
     b = book.pick(35, graphs_live=True)
     assert b.tokens_per_s == 8.8  # the median of the runs under the same UI load, not the last one
     assert b.samples == 3 and "median of 3 runs" in b.how and "graphs repainting" in b.how
-    # Idle-window replies compare with the idle calibration, and say so.
+    # Replies with the graphs hidden compare with the calibration (run with them hidden), and say so.
     idle = book.pick(35, graphs_live=False)
-    assert idle.tokens_per_s == 13.7 and "window idle" in idle.how and "30-token prompt" in idle.how
+    assert idle.tokens_per_s == 13.7 and "live graphs hidden" in idle.how and "30-token prompt" in idle.how
 
 
 def test_the_baseline_prefers_a_similar_prompt_length():
@@ -39,7 +39,7 @@ def test_the_baseline_prefers_a_similar_prompt_length():
     assert book.pick(1000, True).tokens_per_s == 12.0
     assert book.pick(40, True).how.startswith("verifier alone: 1 run (calibration) at 30-token prompt")
     # Without a run under the same UI load it uses the others, and says so.
-    assert "no run yet with the graphs idle" in book.pick(40, False).how
+    assert "no run yet with the graphs hidden" in book.pick(40, False).how
 
 
 def _round(drafted, verify_s, draft_s=0.0, overhead_s=0.0):
@@ -113,3 +113,48 @@ def test_theory_vs_practice_draws_both_curves_and_never_says_faster_below_one(ma
     sp = live.measured_speedup
     if sp is not None and sp < 1:
         assert "faster" not in live.words.text()
+
+
+def test_until_a_like_for_like_run_the_baseline_says_it_is_only_the_load_time_calibration():
+    book = BaselineBook()
+    book.add(BaselineSample(13.7, 30, "calibration", graphs_live=False))
+    first = book.pick(30, graphs_live=False)
+    assert not first.like_for_like and first.short.startswith("only the calibration at load")
+    book.add(BaselineSample(11.0, 30, "race", graphs_live=False))
+    assert book.pick(30, graphs_live=False).like_for_like
+    # a reply with the graphs repainting has only runs with them hidden to compare with: said, not like for like
+    repainting = book.pick(30, graphs_live=True)
+    assert not repainting.like_for_like and repainting.short == "vs runs with the live graphs hidden"
+
+
+def test_the_graph_header_shows_no_verdict_colour_against_the_calibration_or_on_a_short_reply(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    def trace(rounds: int) -> ReplyTrace:
+        tr = ReplyTrace(stats={"tokens_per_s": 8.0}, stop_reason="eos")
+        for i in range(rounds):
+            tr.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.05, 0.0, 0.06 * (i + 1),
+                                         2 * (i + 1)))
+        return tr
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    for rounds, like, coloured in ((20, False, False), (3, True, False), (20, True, True)):
+        graphs.set_trace(trace(rounds))
+        graphs.set_baseline(10.0, "verifier alone", like_for_like=like)
+        assert ("<b style='color:rgb(215,58,73)'>0.80×</b>" in graphs.header.text()) is coloured, graphs.header.text()
+        assert "0.80×" in graphs.header.text()
+
+
+def test_a_race_alternates_its_runs_and_reports_the_median_pair_with_its_spread():
+    from app.speedup import race_order, race_spread
+
+    assert race_order(3) == [("off", False), ("on", True), ("on 2", True), ("off 2", False), ("off 3", False),
+                             ("on 3", True)]
+    spread = race_spread([(10.0, 14.0, 64), (8.0, 16.0, 64), (10.0, 12.0, 60)])
+    assert spread.speedup == pytest.approx(1.4) and (spread.low, spread.high) == pytest.approx((1.2, 2.0))
+    assert spread.tokens == 60 and not spread.short_reply
+    assert spread.spread_words() == "median of 3 alternating runs each, 1.20–2.00×"
+    assert race_spread([(10.0, 12.0, 5)]).short_reply

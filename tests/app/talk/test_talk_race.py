@@ -12,12 +12,19 @@ def test_race_produces_two_replies_and_a_speedup(qtbot, tiny_session):
     view = RaceView()
     qtbot.addWidget(view)
     view.show()
+    view.pairs = 2
     ctx = TalkContext(tiny_session, [{"role": "user", "content": "The capital of France"}], None,
                       GenerationConfig(max_new_tokens=16, gamma=3))
+    started = []
     with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
         view.start(ctx)
+        view.run.lane_started.connect(started.append)
     result = blocker.args[0]
     assert result is not None and result is view.result
+    # the headline is the median of alternating runs (the second pair runs on first), with its spread shown
+    assert started == ["on", "off 2", "on 2"] or started == ["off", "on", "on 2", "off 2"]
+    assert result.spread.pairs == 2 and result.spread.low <= result.speedup <= result.spread.high
+    assert view.spread.text().startswith("median of 2 alternating runs each")
     assert result.text_off and result.text_on
     assert result.speedup > 0 and result.tps_off > 0 and result.tps_on > 0
     assert result.identical is True  # greedy, float32: speculation must not change a token
