@@ -26,6 +26,7 @@ import csv
 import html
 import io
 import json
+import time
 
 import numpy as np
 import pyqtgraph as pg
@@ -49,6 +50,11 @@ from specdec_core.cost import VerifyCost
 from specdec_core.stats import StatsAccumulator, predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
+# While a reply streams, at most one panel is redrawn per this many seconds (and the race's curves once): a
+# plot costs 10-30 ms to paint on a 2-core CPU, on the GUI thread, holding the GIL the decoding thread needs.
+# Measured with bench/ui_latency.py --cli-ab: redrawing one panel every other 40 ms tick cost a tiny model's
+# replies about a third of their tokens/s. Every panel is drawn once the reply has finished.
+PANEL_EVERY_S = 0.5
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
 
 
@@ -129,6 +135,31 @@ def _plot(title: str, left: str, bottom: str, *, count_left: bool = False, count
     return w
 
 
+class _LabelBox(QWidget):
+    """Holds a label whose text changes on every tick, outside any layout.
+
+    A label in a layout makes its parent's layout recompute on every setText: here the scrolled grid of seven
+    plots, which cost a tiny model's replies about a quarter of their tokens/s (bench/ui_latency.py --cli-ab,
+    graphs shown against hidden). In this box, with no layout of its own, the label's text changes touch nothing
+    else; the box changes height (one re-layout) only when the text's line count does."""
+
+    def __init__(self, label: QLabel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = label
+        label.setParent(self)
+        self.setFixedHeight(0)
+
+    def fit(self) -> None:
+        height = max(0, self.label.heightForWidth(self.width())) if self.label.text() else 0
+        if height != self.height():
+            self.setFixedHeight(height)
+        self.label.setGeometry(0, 0, self.width(), height)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.fit()
+
+
 def live_tps(trace: ReplyTrace | None) -> float:
     """The one tokens/s figure of a reply, shown alike in the graphs' header and the bubble's footer:
     the engine's final figure once finished, else reply tokens per engine second so far."""
@@ -167,6 +198,7 @@ class LiveGraphs(QWidget):
         self._ranges: dict[str, tuple] = {}
         self._bars_key: tuple = ()
         self._columns = 0
+        self._panel_at = 0.0  # perf_counter of the last panel redrawn while a reply streamed
         self._reset_buffers()
         fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
         pg.setConfigOptions(antialias=False, foreground=fg, background=None)
@@ -178,7 +210,8 @@ class LiveGraphs(QWidget):
         self.header.setObjectName("graphs_header")
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
-        outer.addWidget(self.header)
+        self.header_box = _LabelBox(self.header)
+        outer.addWidget(self.header_box)
         self.grid = QGridLayout()
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setSpacing(4)
@@ -411,7 +444,8 @@ class LiveGraphs(QWidget):
             return False
         if new or self._dirty:
             self._draw_header()
-        if self._dirty and panels:
+        if self._dirty and panels and time.perf_counter() - self._panel_at >= PANEL_EVERY_S:
+            self._panel_at = time.perf_counter()
             self._draw_panel(self._dirty.pop(0))
             return True
         return False
@@ -537,6 +571,7 @@ class LiveGraphs(QWidget):
         if text != self.speedup_label:
             self.speedup_label = text
             self.header.setText(text)
+            self.header_box.fit()
             self.header.setToolTip("Tokens/s and the measured speedup of this reply against the verifier alone "
                                    "on this machine, and how far one verifier pass advanced the reply on average "
                                    "(the figure that does not depend on the machine). "
@@ -661,6 +696,7 @@ class RacePlot(QWidget):
         lay.addWidget(self.result)
         self.traces: dict[str, ReplyTrace] = {}
         self._drawn: dict[str, int] = {}
+        self._drawn_at = 0.0
 
     def start(self, keys: list[str] | None = None) -> None:
         """A new race whose runs are `keys` (speedup.race_order); the curves show its first off/on pair."""
@@ -672,7 +708,11 @@ class RacePlot(QWidget):
         self.result.setText(f"Racing… speculation off and on, {runs} time{'s' if runs > 1 else ''} each, "
                             "alternating, one after the other so they don't share the CPU.")
 
-    def flush(self) -> bool:
+    def flush(self, final: bool = False) -> bool:
+        """The curves, redrawn at most every PANEL_EVERY_S while racing (`final`: now)."""
+        if not final and time.perf_counter() - self._drawn_at < PANEL_EVERY_S:
+            return False
+        self._drawn_at = time.perf_counter()
         changed = False
         for key, curve in (("off", self.off_curve), ("on", self.on_curve)):
             tr = self.traces.get(key)
@@ -688,7 +728,7 @@ class RacePlot(QWidget):
     def finish(self, greedy: bool) -> str:
         from app.talk.context import race_spread_of
 
-        self.flush()
+        self.flush(final=True)
         spread = race_spread_of(self.traces)
         on = self.traces.get("on")
         if spread is None or on is None or on.stats is None:

@@ -124,7 +124,7 @@ class ReplyTrace:
                 emitted_state=TokenState(event.emitted_state).value, stop=str(getattr(event.stop, "value", event.stop)),
                 gamma=event.gamma, draft_s=event.draft_s, verify_s=event.verify_s,
                 overhead_s=event.overhead_s, t_end=t_end, tokens_after=prev + emitted,
-                tree=[asdict(node) for node in event.tree],
+                tree=[dict(vars(node)) for node in event.tree],  # flat fields: no asdict deep copy per token
                 emitted_token_id=event.emitted_token_id if event.emitted_state != TokenState.ACCEPTED else None,
                 rows=event.rows,
             ))
