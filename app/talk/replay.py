@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.fit import available, fit_to_screen, scrolling, wrap_labels
 from app.talk import style as ts
-from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
+from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy, round_info
 from app.theme import STATE_SOLID
 from app.trace import ReplyTrace
 from specdec_core.events import TokenState
@@ -90,7 +90,7 @@ class RoundStage(QWidget):
         if rec is not None and story.drafted:
             p.setFont(ts.big_font(0.85))
             p.setPen(ts.MUTED)
-            info = f"γ = {rec.gamma} · drafted {rec.drafted} · stop: {rec.stop}"
+            info = round_info(rec)
             fmi = QFontMetricsF(p.font())
             p.drawText(QPointF(w - margin - fmi.horizontalAdvance(info), y + fm.ascent()), info)
         y += fm.height() + 18
@@ -197,7 +197,10 @@ class RoundStage(QWidget):
             p.setFont(ts.big_font(0.9, bold=True))
             p.setPen(ts.VERIFIER)
             p.drawText(QPointF(box.left() + 6, below + 24),
-                       f"verifier: ONE forward pass scores all {k} drafts (+1 position for a bonus)")
+                       (f"verifier: ONE forward pass scores all {len(rec.tree)} candidates of the tree"
+                        if rec is not None and rec.tree else
+                        "verifier: ONE forward pass scores the draft (+1 position for a bonus)" if k == 1 else
+                        f"verifier: ONE forward pass scores all {k} drafts (+1 position for a bonus)"))
 
         # RESOLVE: the verifier's own token, a correction under the first rejected draft or a bonus at the end.
         em = story.emitted

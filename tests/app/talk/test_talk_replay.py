@@ -102,3 +102,38 @@ def test_gif_export_writes_one_frame_per_beat(qtbot, saved_trace, tmp_path):
     with Image.open(path) as im:
         assert im.n_frames == n
     assert w.state.index == -1  # left where it was
+
+
+def _tree_trace():
+    """A probe step, a round whose one draft is accepted (plus a bonus), and a tree round of 3 candidates whose
+    main line of 2 keeps 1 (then the verifier's correction)."""
+    from app.trace import ReplyTrace, RoundRecord, TokenRecord
+
+    def tok(text, state, rnd, pos):
+        return TokenRecord(0, text, state, rnd, pos, 0.5, 0.6, 1.0)
+
+    node = {"token_id": 0, "text": "x", "parent": -1, "draft_prob": 0.5, "target_prob": 0.6, "accept_prob": 1.0,
+            "accepted": True}
+    rounds = [RoundRecord(0, 0, 0, "plain", "probe", 0, 0.0, 0.01, 0.0, 0.01, 1),
+              RoundRecord(1, 1, 1, "bonus", "gamma", 1, 0.001, 0.01, 0.0, 0.02, 3),
+              RoundRecord(2, 2, 1, "corrected", "tree", 4, 0.002, 0.01, 0.0, 0.03, 5,
+                          tree=[node, {**node, "parent": 0, "accepted": False}, {**node, "accepted": False}])]
+    tokens = [tok("A", "plain", 0, 0), tok(" b", "accepted", 1, 0), tok(" c", "bonus", 1, 1),
+              tok(" d", "accepted", 2, 0), tok(" e", "rejected", 2, 1), tok(" f", "corrected", 2, 1)]
+    return ReplyTrace(tokens=tokens, rounds=rounds, stats={}, stop_reason="eos")
+
+
+def test_replay_words_name_no_identifiers_and_count_one_draft_and_trees_in_words():
+    from app.talk.rounds import round_info
+
+    state = ReplayState(_tree_trace())
+    captions = [state.caption()]
+    while state.step_forward():
+        captions.append(state.caption())
+    words = " ".join(captions + [round_info(r) for r in state.trace.rounds])
+    for identifier in ("probe)", "draft_cap", "stop:", "all 1 ", "All 1 ", "1 drafts"):
+        assert identifier not in words, identifier
+    assert "a plain step, timed again" in words  # the probe, in words
+    assert "The drafted token was accepted, and the verifier adds a bonus token" in words
+    assert "checks all 3 candidates of the tree in one forward pass" in words
+    assert "a tree of 3 candidates, main line of 2" in words
