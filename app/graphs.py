@@ -43,7 +43,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.speedup import MIN_RATIO_TOKENS, measured_costs, nice_ceiling, practical_speedup, why_they_differ
+from app.speedup import (
+    MIN_RATIO_TOKENS,
+    measured_costs,
+    nice_ceiling,
+    practical_speedup,
+    tree_prediction,
+    why_they_differ,
+)
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import ReplyTrace
 from specdec_core.cost import VerifyCost
@@ -638,6 +645,16 @@ class LiveGraphs(QWidget):
                 self.measured_point.setData([], [])
             best = int(GAMMA_AXIS[int(np.argmax(pred))])
             self.theory_caption = f"α {a:.2f} · c {c:.3f} · mean γ {g:.1f} · textbook best γ {best}"
+            tree = tree_prediction(trace.rounds[: self._n] if trace is not None else [], costs)
+            if tree is not None:  # the chain formula does not describe a tree: predict from the measured trees
+                self.theory_caption = (f"draft trees, {tree.nodes:.1f} candidates a round · the curves are a "
+                                       "chain's, for comparison")
+                self.theory_words = tree.words(sp)
+                if tree.speedup is not None:
+                    self.predicted_point.setData([min(tree.nodes, float(GAMMA_AXIS[-1]))], [tree.speedup])
+                    top = max(top, tree.speedup)
+                if sp is not None:
+                    self.measured_point.setData([min(tree.nodes, float(GAMMA_AXIS[-1]))], [sp])
         else:
             for item in (self.theory_curve, self.practical_curve, self.predicted_point, self.measured_point):
                 item.setData([], [])

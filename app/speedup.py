@@ -207,6 +207,55 @@ def practical_speedup(alpha: float, gamma: float, costs: MeasuredCosts) -> float
     return expected_tokens_per_call(alpha, gamma) * costs.token_s / round_s
 
 
+def tree_path_mass(tree: list[dict]) -> float:
+    """Expected accepted drafts of one tree round: the sum over its nodes of the verifier's probability of the
+    node's whole branch (each node's token given the path above it, multiplied down from the root). Siblings
+    share their parent's mass, so the sum never counts more than the tree's deepest path can hold."""
+    mass: list[float] = []
+    for node in tree:
+        parent = int(node["parent"])
+        mass.append(float(node.get("target_prob") or 0.0) * (mass[parent] if 0 <= parent < len(mass) else 1.0))
+    return sum(mass)
+
+
+@dataclass(frozen=True)
+class TreePrediction:
+    """What a reply's own draft trees predict, against what it measured."""
+
+    tokens_per_call: float  # expected: 1 + each tree's path mass (1 for a round without a tree)
+    measured_tokens_per_call: float
+    nodes: float  # mean candidates a tree round checked
+    speedup: float | None  # expected tokens over the rounds' predicted time, against the verifier alone
+
+    def words(self, measured: float | None) -> str:
+        parts = [f"From its trees ({self.nodes:.1f} candidates a round), this reply should advance "
+                 f"{self.tokens_per_call:.2f} tokens per verifier call (the verifier's probability of each "
+                 f"candidate's branch, summed); it advanced {self.measured_tokens_per_call:.2f}"]
+        if self.speedup is not None:
+            parts.append(f"with the measured cost of checking that many candidates, that predicts "
+                         f"{self.speedup:.2f}×" + (f", measured {measured:.2f}×" if measured is not None else ""))
+        off = abs(self.tokens_per_call - self.measured_tokens_per_call) / max(self.measured_tokens_per_call, 1e-9)
+        if off > 0.15:
+            parts.append("the probabilities are the verifier's sampling chances; greedy decoding accepts only its "
+                         "top token, so the prediction is rough where the top two are close")
+        return "; ".join(parts) + "."
+
+
+def tree_prediction(rounds: list, costs: MeasuredCosts | None) -> TreePrediction | None:
+    """The prediction of a reply whose rounds (trace.RoundRecord) drafted trees; None when none did."""
+    trees = [r for r in rounds if r.tree]
+    if not trees:
+        return None
+    expected = [1.0 + tree_path_mass(r.tree) if r.tree else 1.0 for r in rounds]
+    measured = sum(r.emitted for r in rounds) / len(rounds)
+    speedup = None
+    if costs is not None:
+        seconds = sum(float(r.draft_s) + costs.verify_s(_checked(r)) + costs.overhead_s_per_round for r in rounds)
+        speedup = sum(expected) * costs.token_s / seconds if seconds > 0 else None
+    return TreePrediction(statistics.fmean(expected), measured, statistics.fmean(len(r.tree) for r in trees),
+                          speedup)
+
+
 def why_they_differ(alpha: float, gamma: float, c: float, costs: MeasuredCosts, textbook: float,
                     practical: float) -> str:
     """The gap between the two curves at the measured γ, in words."""

@@ -196,7 +196,8 @@ class ReplayState:
                 return (f"The verifier checks all {nodes} candidates of the tree in one forward pass, each "
                         "seeing only its own branch.")
             if k == 1:
-                return "The verifier checks the drafted token in one forward pass (2 positions: the draft plus one more)."
+                return ("The verifier checks the drafted token in one forward pass "
+                        "(2 positions: the draft plus one more).")
             return (f"The verifier checks all {k} drafted tokens in one forward pass "
                     f"({k + 1} positions: one per draft plus one more).")
         n = story.n_accepted

@@ -158,3 +158,51 @@ def test_a_race_alternates_its_runs_and_reports_the_median_pair_with_its_spread(
     assert spread.tokens == 60 and not spread.short_reply
     assert spread.spread_words() == "median of 3 alternating runs each, 1.20–2.00×"
     assert race_spread([(10.0, 12.0, 5)]).short_reply
+
+
+def _tree_reply():
+    """Two tree rounds and a plain step, with a verifier-alone baseline of 50 tok/s (20 ms a token)."""
+    from app.trace import ReplyTrace, RoundRecord
+
+    def node(parent, p, accepted=False):
+        return {"token_id": 0, "text": "x", "parent": parent, "draft_prob": 0.5, "target_prob": p,
+                "accept_prob": 1.0 if accepted else 0.0, "accepted": accepted}
+
+    # mass: 0.8 + 0.8*0.5 + 0.1 = 1.3 accepted drafts expected in each tree round
+    tree = [node(-1, 0.8, True), node(0, 0.5, True), node(-1, 0.1)]
+    rounds = [RoundRecord(0, 0, 0, "plain", "probe", 0, 0.0, 0.020, 0.0, 0.02, 1, rows=1),
+              RoundRecord(1, 2, 2, "bonus", "tree", 4, 0.004, 0.030, 0.001, 0.055, 4, tree=tree, rows=4),
+              RoundRecord(2, 2, 2, "bonus", "tree", 4, 0.004, 0.030, 0.001, 0.09, 7, tree=tree, rows=4)]
+    trace = ReplyTrace(rounds=rounds, stop_reason="eos", baseline_tps=50.0, verifier="v", drafter="d")
+    trace.stats = trace.tally().snapshot().to_dict()
+    return trace
+
+
+def test_a_reply_with_trees_is_predicted_from_its_trees_not_the_chain_formula(qtbot):
+    from app.graphs import LiveGraphs
+    from app.speedup import tree_path_mass, tree_prediction
+    from app.talk.explainer import Explainer
+
+    trace = _tree_reply()
+    assert tree_path_mass(trace.rounds[1].tree) == pytest.approx(1.3)
+    costs = measured_costs(trace.rounds, 50.0)
+    pred = tree_prediction(trace.rounds, costs)
+    assert pred.tokens_per_call == pytest.approx((1 + 2.3 + 2.3) / 3) and pred.measured_tokens_per_call == 7 / 3
+    assert pred.nodes == 3
+    # expected tokens over the rounds' time with the measured cost of checking 3 candidates, against 20 ms a token
+    seconds = sum(r.draft_s + costs.verify_s(r.checked) + costs.overhead_s_per_round for r in trace.rounds)
+    assert pred.speedup == pytest.approx(5.6 * 0.02 / seconds)
+
+    explainer = Explainer()
+    qtbot.addWidget(explainer)
+    assert explainer.set_from_trace(trace)
+    assert explainer.gamma == 2  # the trees' main line, not their 3 candidates
+    text = explainer.verdict.text()
+    assert "drafted <b>trees</b>" in text and f"predicts {pred.speedup:.2f}×" in text and "Best γ" not in text
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    graphs.set_trace(trace, 50.0)
+    assert graphs.words.text().count("From its trees (3.0 candidates a round)") == 1
+    assert graphs.predicted_point.getData()[1][0] == pytest.approx(pred.speedup)
