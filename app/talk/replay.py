@@ -380,15 +380,24 @@ class ReplayWidget(QWidget):
         split.setSizes([520, 260])
         lay.addWidget(split, 1)
 
+        # The transport controls: a widget of their own, so a dialog can keep them in view below a scrolled
+        # replay (ReplayDialog), in two short rows that fit 1024×700 and scale 2.
+        self.controls = QWidget()
+        rows = QVBoxLayout(self.controls)
+        rows.setContentsMargins(0, 0, 0, 0)
+        rows.setSpacing(4)
         bar = QHBoxLayout()
+        seek = QHBoxLayout()
+        rows.addLayout(bar)
+        rows.addLayout(seek)
         self.buttons: dict[str, QPushButton] = {}
         for name, text, tip, slot in (
             ("start", "|◀", "Back to the start (Home)", self.to_start),
-            ("prev_round", "◀◀ round", "Previous round (Shift+←)", self.prev_round),
-            ("back", "◀ beat", "One beat back (← or Page Up)", self.step_back),
+            ("prev_round", "◀◀", "Previous round (Shift+←)", self.prev_round),
+            ("back", "◀", "One beat back (← or Page Up)", self.step_back),
             ("play", "▶ Play", "Play / pause (Space)", self.toggle_play),
-            ("forward", "beat ▶", "One beat on (→ or Page Down)", self.step_forward),
-            ("next_round", "round ▶▶", "Next round (Shift+→)", self.next_round),
+            ("forward", "▶", "One beat on (→ or Page Down)", self.step_forward),
+            ("next_round", "▶▶", "Next round (Shift+→)", self.next_round),
             ("end", "▶|", "To the end (End)", self.to_end),
         ):
             b = QPushButton(text)
@@ -396,18 +405,20 @@ class ReplayWidget(QWidget):
             b.setFocusPolicy(Qt.FocusPolicy.NoFocus)
             ts.set_big(b, 1.0, bold=True)
             b.clicked.connect(slot)
+            # No style minimum (about 80 px): seven buttons must fit a 512-pixel-wide screen (1024 at scale 2).
+            b.setMinimumWidth(b.fontMetrics().horizontalAdvance(text) + 20)
             bar.addWidget(b)
             self.buttons[name] = b
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.slider.valueChanged.connect(self._seek_from_slider)
-        bar.addWidget(self.slider, 1)
+        seek.addWidget(self.slider, 1)
         self.position = QLabel("")
         ts.set_big(self.position, 0.9)
-        bar.addWidget(self.position)
+        seek.addWidget(self.position)
         speed_label = QLabel("speed")
         ts.set_big(speed_label, 0.9)
-        bar.addWidget(speed_label)
+        seek.addWidget(speed_label)
         self.speed_box = QComboBox()
         self.speed_box.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         for s in SPEEDS:
@@ -415,8 +426,8 @@ class ReplayWidget(QWidget):
         self.speed_box.setCurrentIndex(SPEEDS.index(1.0))
         self.speed_box.currentIndexChanged.connect(lambda i: self.set_speed(SPEEDS[i]))
         ts.set_big(self.speed_box, 0.9)
-        bar.addWidget(self.speed_box)
-        lay.addLayout(bar)
+        seek.addWidget(self.speed_box)
+        lay.addWidget(self.controls)
 
         ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
         for keys, slot in ((("Space",), self.toggle_play), (("Right", "PgDown"), self.step_forward),
@@ -557,7 +568,11 @@ class ReplayDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.replay = ReplayWidget(trace)
-        lay.addWidget(scrolling(self.replay), 1)  # fits small screens: the replay scrolls, not the dialog
+        lay.addWidget(scrolling(self.replay), 1)  # fits small screens: the replay scrolls, not the dialog ...
+        controls = QVBoxLayout()
+        controls.setContentsMargins(10, 4, 10, 0)
+        controls.addWidget(self.replay.controls)  # ... and its controls stay in view below it
+        lay.addLayout(controls)
         row = QHBoxLayout()
         row.setContentsMargins(10, 0, 10, 10)
         self.info = QLabel(_trace_line(trace))

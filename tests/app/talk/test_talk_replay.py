@@ -137,3 +137,23 @@ def test_replay_words_name_no_identifiers_and_count_one_draft_and_trees_in_words
     assert "The drafted token was accepted, and the verifier adds a bonus token" in words
     assert "checks all 3 candidates of the tree in one forward pass" in words
     assert "a tree of 3 candidates, main line of 2" in words
+
+
+def test_the_replay_controls_stay_in_view_at_1024x700_and_fit_half_that_width(qtbot, saved_trace):
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QScrollArea
+
+    from app.talk.replay import ReplayDialog
+
+    dialog = ReplayDialog(saved_trace)
+    qtbot.addWidget(dialog)
+    dialog.resize(1024, 700)
+    dialog.show()
+    qtbot.wait(20)
+    controls = dialog.replay.controls
+    scroll = dialog.findChild(QScrollArea)
+    assert not scroll.isAncestorOf(controls)  # never scrolled out of sight with the replay
+    bottom = controls.mapTo(dialog, QPoint(0, controls.height())).y()
+    assert controls.isVisible() and bottom <= dialog.height()
+    # QT_SCALE_FACTOR=2 on a 1024-pixel screen leaves 512 logical pixels: the controls' narrowest layout fits
+    assert controls.minimumSizeHint().width() <= 500
