@@ -49,3 +49,23 @@ def test_replay_together_shows_both_replies_again(qtbot, tiny_session):
     assert view.panes["on"].text.toPlainText() == ""
     qtbot.waitUntil(lambda: not view.timer.isActive(), timeout=10_000)
     assert view.panes["on"].text.trace.text == view.result.text_on
+
+
+def test_the_race_buttons_stay_in_view_without_scrolling_and_fit_scale_2(qtbot):
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QScrollArea
+
+    from app.talk import TalkDialog
+    from app.talk.race import RaceView
+
+    view = RaceView()
+    dialog = TalkDialog(view, "Race", None, False)
+    qtbot.addWidget(dialog)
+    dialog.resize(1024, 700)
+    dialog.show()
+    qtbot.wait(20)
+    assert not dialog.findChild(QScrollArea).isAncestorOf(view.controls)
+    for button in (view.run_button, view.stop_button, view.replay_button, view.png_button):
+        assert button.isVisible() and button.mapTo(dialog, QPoint(0, button.height())).y() <= dialog.height()
+    # QT_SCALE_FACTOR=2 on a 1024-pixel screen leaves 512 logical pixels
+    assert view.controls.minimumSizeHint().width() <= 500
