@@ -101,8 +101,13 @@ def layout_tree(rnd: RoundRecord, emitted_text: str | None = None, before: str =
     return placed
 
 
+DRAFTED = "drafted"  # a node's state while the replay shows the tree growing, before the verifier's pass
+
+
 def node_figures(node: PlacedNode) -> str:
     """The draft's probability, and the verifier's where it checked the node."""
+    if node.state == DRAFTED and node.target_prob is None:
+        return f"d {node.draft_prob or 0:.2f}"
     verifier = "not checked" if node.target_prob is None else f"v {node.target_prob:.2f}"
     return f"d {node.draft_prob or 0:.2f} · {verifier}"
 
@@ -116,6 +121,21 @@ LEGEND_NOTE = "d: draft's probability · v: verifier's"
 def text_before_round(trace: ReplyTrace, rnd: RoundRecord) -> str:
     """The reply's text committed before the round (what its tree continues)."""
     return "".join(t.text for t in trace.tokens if t.round < rnd.index and t.in_reply)
+
+
+def growing_tree(rnd: RoundRecord, shown: int, verified: bool, before: str = "") -> list[PlacedNode]:
+    """The tree as the replay shows it before its verdict: the root and the first `shown` nodes in the order the
+    draft grew them, neutral; `verified`: every node, with the verifier's figure on those it checked."""
+    full = [n for n in layout_tree(rnd, None, before) if n.index < len(rnd.tree)]
+    out = []
+    for node in full:
+        if node.index == ROOT:
+            out.append(node)
+        elif verified or node.index < shown:
+            checked = verified and rnd.tree[node.index].get("accept_prob") is not None
+            out.append(PlacedNode(node.index, node.text, DRAFTED, node.column, node.row, node.parent,
+                                  node.draft_prob, rnd.tree[node.index].get("target_prob") if checked else None))
+    return out
 
 
 def describe(rnd: RoundRecord) -> str:
@@ -147,12 +167,19 @@ class TreeView(QWidget):
 
     MIN_POINTS = 10.0  # the boxes' type at scale 1, whatever the widget's font (the small figures: 85 % of it)
 
-    def __init__(self, parent: QWidget | None = None, scale: float = 1.0) -> None:
+    def __init__(self, parent: QWidget | None = None, scale: float = 1.0, legend: bool = True) -> None:
         super().__init__(parent)
         self.scale = scale
+        self.legend = legend
         self.placed: list[PlacedNode] = []
         self.caption = ""
         self.setAutoFillBackground(True)
+
+    def set_placed(self, placed: list[PlacedNode], caption: str = "") -> None:
+        """Nodes laid out elsewhere (the replay shows a tree as it grows)."""
+        self.placed, self.caption = placed, caption
+        self.updateGeometry()
+        self.update()
 
     def set_round(self, rnd: RoundRecord | None, emitted_text: str | None = None, before: str = "") -> None:
         self.placed = layout_tree(rnd, emitted_text, before) if rnd is not None and rnd.tree else []
@@ -185,7 +212,7 @@ class TreeView(QWidget):
         return QFontMetricsF(self._font()).height() + 12 * self.scale
 
     def _legend_height(self) -> float:
-        return 2 * QFontMetricsF(self._font(0.85)).height() + 16 * self.scale
+        return 2 * QFontMetricsF(self._font(0.85)).height() + 16 * self.scale if self.legend else 0.0
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         w, h = self._cell()
@@ -244,14 +271,14 @@ class TreeView(QWidget):
             p.setFont(small)
             bottom = QRectF(r.left() + 2, r.top() + r.height() * 0.52, r.width() - 4, r.height() * 0.45)
             p.drawText(bottom, Qt.AlignmentFlag.AlignCenter, node_figures(node))
-        if self.placed:
+        if self.placed and self.legend:
             self._legend(p, small, text_colour)
         p.end()
 
     def _box(self, p: QPainter, r: QRectF, state: str) -> None:
         solid = STATE_SOLID.get(state, QColor(150, 150, 150))
         fill = QColor(solid)
-        fill.setAlpha(60 if state in ("unchecked", "root") else 110)
+        fill.setAlpha(60 if state in ("unchecked", "root", DRAFTED) else 110)
         p.setPen(QPen(solid, (2.2 if state == TokenState.ACCEPTED.value else 1.2) * self.scale,
                       Qt.PenStyle.DashLine if state == "unchecked" else Qt.PenStyle.SolidLine))
         p.setBrush(fill)

@@ -11,7 +11,7 @@ Shift+→ / Shift+← next / previous round · Home / End start / end.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QPointF, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QKeySequence, QPainter, QPainterPath, QPen, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -65,6 +65,41 @@ class RoundStage(QWidget):
         self.story, self.step, self.n_rounds, self.greedy = story, step, n_rounds, greedy
         self.update()
 
+    def tree_beat(self, story: RoundStory, step: Step) -> list:
+        """The tree's nodes this beat shows: grown up to the candidate being drafted, then every candidate with
+        the verifier's figures (its one pass), then the verdict with the accepted path and the verifier's token."""
+        from app.tree_view import growing_tree, layout_tree
+
+        rec = story.record
+        assert rec is not None
+        if step.beat is Beat.RESOLVE:
+            return layout_tree(rec, story.emitted.text if story.emitted is not None else None, story.text_before)
+        return growing_tree(rec, step.i + 1, step.beat is Beat.VERIFY, story.text_before)
+
+    def _paint_tree(self, p: QPainter, story: RoundStory, step: Step, area: QRectF) -> None:
+        """A tree round: the tree drawn by the tree view's painter, scaled into `area`; the verifier's one pass
+        is a box around every candidate."""
+        from app.tree_view import TreeView
+
+        if not hasattr(self, "_tree"):
+            self._tree = TreeView(legend=False)
+        view = self._tree
+        view.set_placed(self.tree_beat(story, step))
+        hint = view.sizeHint()
+        view.resize(hint)
+        factor = min(1.6, area.width() / max(1, hint.width()), area.height() / max(1, hint.height()))
+        p.save()
+        p.translate(area.left(), area.top())
+        p.scale(factor, factor)
+        view.render(p, QPoint(0, 0))
+        p.restore()
+        if step.beat is Beat.VERIFY:
+            box = QRectF(area.left() - 6, area.top() + view._top() * factor - 6,
+                         (hint.width() - 6) * factor, (hint.height() - view._top()) * factor)
+            p.setPen(QPen(ts.VERIFIER, 3.5))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRoundedRect(box, 14, 14)
+
     # -- painting ------------------------------------------------------------------------------------
     def paintEvent(self, _event) -> None:  # noqa: N802 - Qt override
         p = QPainter(self)
@@ -94,6 +129,10 @@ class RoundStage(QWidget):
             fmi = QFontMetricsF(p.font())
             p.drawText(QPointF(w - margin - fmi.horizontalAdvance(info), y + fm.ascent()), info)
         y += fm.height() + 18
+        if story.tree_nodes:
+            self._paint_tree(p, story, step, QRectF(margin, y, w - 2 * margin, h - y - 8))
+            p.end()
+            return
 
         k = len(story.drafted)
         beat = step.beat
@@ -295,6 +334,8 @@ class NumbersTable(QTableWidget):
             return
         beat = step.beat
         shown_n = step.i + 1 if beat is Beat.DRAFT else len(story.drafted)
+        if story.tree_nodes and beat is Beat.DRAFT:
+            shown_n = 0  # a tree's main line is known once the verifier has judged it
         rows = []
         for i, t in enumerate(story.drafted[:shown_n]):
             judged = beat is not Beat.DRAFT

@@ -48,14 +48,27 @@ class RoundStory:
         return next((i for i, t in enumerate(self.drafted) if t.state == TokenState.REJECTED.value), None)
 
     @property
+    def emitted_count(self) -> int:
+        """Reply tokens the round added."""
+        return self.n_accepted + (self.emitted is not None)
+
+    @property
     def text_after(self) -> str:
         added = "".join(t.text for t in self.drafted if t.in_reply)
         return self.text_before + added + (self.emitted.text if self.emitted is not None else "")
 
+    @property
+    def tree_nodes(self) -> int:
+        """The round's draft tree's candidates (0: a chain)."""
+        return len(self.record.tree) if self.record is not None and self.record.tree else 0
+
     def beats(self) -> list[tuple[Beat, int]]:
-        if not self.drafted:
+        """A chain: one DRAFT beat per drafted token; a tree: one per candidate, in the order the draft grew them.
+        Then the verifier's one pass, then the verdict."""
+        if not self.drafted and not self.tree_nodes:
             return [(Beat.RESOLVE, 0)]
-        return [(Beat.DRAFT, i) for i in range(len(self.drafted))] + [(Beat.VERIFY, 0), (Beat.RESOLVE, 0)]
+        grown = self.tree_nodes or len(self.drafted)
+        return [(Beat.DRAFT, i) for i in range(grown)] + [(Beat.VERIFY, 0), (Beat.RESOLVE, 0)]
 
 
 @dataclass(frozen=True)
@@ -188,8 +201,13 @@ class ReplayState:
             given = ("the context" if s.i == 0 else "the context and draft token 1" if s.i == 1
                      else f"the context and draft tokens 1–{s.i}")
             if nodes:
-                return (f"The draft grows a tree of {nodes} candidates; on its main line it proposes token "
-                        f"{s.i + 1} of {k}, given {given}.")
+                tree = story.record.tree
+                node = tree[s.i]
+                parent = int(node["parent"])
+                after = ("the context" if parent < 0 else
+                         f"candidate {parent + 1} “{tree[parent].get('text', '')}”")
+                return (f"The draft grows its tree: candidate {s.i + 1} of {nodes}, “{node.get('text', '')}”, "
+                        f"after {after} (its most likely continuations first).")
             return f"The draft proposes token {s.i + 1} of {k}, given {given}."
         if s.beat is Beat.VERIFY:
             if nodes:
@@ -205,6 +223,14 @@ class ReplayState:
         if not k:
             why = stop_words(story.record.stop if story.record else "off")
             return f"Nothing was drafted ({why}): the verifier decodes one token alone."
+        if nodes:
+            path = "none of its candidates" if n == 0 else f"a branch of {n} of its {nodes} candidates"
+            end = ("ending on end-of-sequence" if emitted is None else
+                   "and the verifier adds a bonus token" if emitted.state == TokenState.BONUS.value else
+                   "then the verifier's own token")
+            count = story.emitted_count
+            return (f"The tree's verdict: the verifier agrees with {path}, {end}: {count} token"
+                    f"{'s' if count != 1 else ''} for one call.")
         drafts = "The drafted token was" if k == 1 else f"All {k} drafts"
         if emitted is None:
             return f"{drafts} accepted, ending on end-of-sequence."

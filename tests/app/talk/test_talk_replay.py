@@ -117,7 +117,8 @@ def _tree_trace():
     rounds = [RoundRecord(0, 0, 0, "plain", "probe", 0, 0.0, 0.01, 0.0, 0.01, 1),
               RoundRecord(1, 1, 1, "bonus", "gamma", 1, 0.001, 0.01, 0.0, 0.02, 3),
               RoundRecord(2, 2, 1, "corrected", "tree", 4, 0.002, 0.01, 0.0, 0.03, 5,
-                          tree=[node, {**node, "parent": 0, "accepted": False}, {**node, "accepted": False}])]
+                          tree=[node, {**node, "parent": 0, "accepted": False}, {**node, "accepted": False}],
+                          emitted_token_id=7)]
     tokens = [tok("A", "plain", 0, 0), tok(" b", "accepted", 1, 0), tok(" c", "bonus", 1, 1),
               tok(" d", "accepted", 2, 0), tok(" e", "rejected", 2, 1), tok(" f", "corrected", 2, 1)]
     return ReplyTrace(tokens=tokens, rounds=rounds, stats={}, stop_reason="eos")
@@ -157,3 +158,29 @@ def test_the_replay_controls_stay_in_view_at_1024x700_and_fit_half_that_width(qt
     assert controls.isVisible() and bottom <= dialog.height()
     # QT_SCALE_FACTOR=2 on a 1024-pixel screen leaves 512 logical pixels: the controls' narrowest layout fits
     assert controls.minimumSizeHint().width() <= 500
+
+
+def test_a_tree_round_replays_as_its_tree_grows_then_one_pass_then_the_accepted_path(qtbot):
+    from app.talk.replay import ReplayWidget
+
+    trace = _tree_trace()
+    w = ReplayWidget(trace)
+    qtbot.addWidget(w)
+    w.resize(1000, 700)
+    w.show()
+    tree_round = next(i for i, s in enumerate(w.state.rounds) if s.tree_nodes)
+    steps = [s for s in w.state.steps if s.round == tree_round]
+    assert [s.beat for s in steps] == [Beat.DRAFT] * 3 + [Beat.VERIFY, Beat.RESOLVE]  # one beat per candidate
+    story = w.state.rounds[tree_round]
+    shown = []
+    for step in steps:
+        nodes = w.stage.tree_beat(story, step)
+        shown.append(len(nodes) - 1)  # without the root
+        w.stage.show_beat(story, step, len(w.state.rounds), True)
+        assert not w.stage.grab().isNull()  # painting the beat raises nothing
+        if step.beat is not Beat.RESOLVE:
+            assert {n.state for n in nodes[1:]} == {"drafted"}  # no verdict before it is given
+    assert shown == [1, 2, 3, 3, 4]  # growing, all three in the pass, then the verifier's own token too
+    final = w.stage.tree_beat(story, steps[-1])
+    states = [n.state for n in sorted(final, key=lambda n: n.index)][1:]
+    assert states == ["accepted", "rejected", "rejected", "corrected"]
