@@ -156,15 +156,18 @@ class _LabelBox(QWidget):
         label.setParent(self)
         self.setFixedHeight(0)
 
-    def fit(self) -> None:
+    def fit(self, shrink: bool = False) -> None:
+        """Tall enough for the text. It grows, but shrinks only when its width changes (`shrink`): a reply's
+        header goes from empty to four lines and back to one, and each change of height re-lays out (and
+        repaints) every plot under it."""
         height = max(0, self.label.heightForWidth(self.width())) if self.label.text() else 0
-        if height != self.height():
+        if height > self.height() or (shrink and height != self.height()):
             self.setFixedHeight(height)
-        self.label.setGeometry(0, 0, self.width(), height)
+        self.label.setGeometry(0, 0, self.width(), max(height, self.height()))
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
-        self.fit()
+        self.fit(shrink=event.size().width() != event.oldSize().width())
 
 
 def live_tps(trace: ReplyTrace | None) -> float:
@@ -226,7 +229,9 @@ class LiveGraphs(QWidget):
         self.words = QLabel("")
         self.words.setObjectName("muted")
         self.words.setWordWrap(True)
-        outer.addWidget(self.words)
+        self.words.setTextFormat(Qt.TextFormat.RichText)
+        self.words_box = _LabelBox(self.words)  # rewritten with each theory redraw: kept out of the layout too
+        outer.addWidget(self.words_box)
 
         # 1. throughput
         self.tps_plot = _plot("Throughput", "tokens/s", "seconds (engine time)")
@@ -665,6 +670,7 @@ class LiveGraphs(QWidget):
                  if self.theory_caption and self.theory_words else "")
         if words != self.words.text():
             self.words.setText(words)
+            self.words_box.fit()
 
 
 def stats_csv(trace: ReplyTrace) -> str:

@@ -98,3 +98,26 @@ def test_while_a_reply_streams_the_panels_are_redrawn_at_most_twice_a_second(qtb
     trace.stop_reason = "eos"
     graphs.flush()
     assert graphs.updates - before >= len(graphs.PANELS)  # the finished reply: every panel drawn at once
+
+
+def test_the_theory_words_and_the_header_growing_and_shrinking_do_not_re_lay_out_the_plots(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.resize(700, 900)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace, 40.0)
+    requests = _LayoutRequests()
+    for i in range(12):  # the theory panel's sentence carries the running figures: it changes every redraw
+        trace.rounds.append(RoundRecord(i, 3, i % 3, "corrected", "gamma", 3, 0.01, 0.03 + 0.002 * i, 0.001,
+                                        0.05 * (i + 1), 2 * (i + 1)))
+        graphs.flush(panels=False)
+        graphs._draw_panel("theory")
+        if i == 1:
+            graphs.installEventFilter(requests)  # from here on the texts keep their line counts, or shrink
+        qtbot.wait(1)
+    assert "Theory vs practice" in graphs.words.text()
+    assert requests.count <= 1, requests.count
