@@ -12,7 +12,18 @@ import html
 from bisect import bisect_right
 
 from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QKeyEvent, QTextCharFormat, QTextCursor, QTextOption
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QGuiApplication,
+    QKeyEvent,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextFormat,
+    QTextOption,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QFrame,
@@ -28,6 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.markdown import BOLD, CODE, CODE_LINE, FENCE_CLOSE, FENCE_OPEN, HEADING, ITALIC, mark_line
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
 from app.trace import STATE_DESCRIPTIONS, ReplyTrace, TokenRecord
 from app.tree_view import describe as describe_tree
@@ -38,6 +50,14 @@ from specdec_core.events import TokenState
 def visible(text: str) -> str:
     """A token's text with whitespace made visible, for tooltips."""
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+COPY_CODE = "copy-code:"  # the href of a code block's copy link
+HEADING_SIZE = {1: 2, 2: 1}  # headings' size steps by level (Qt's: 1.2x, 1.5x the text; deeper ones: bold only)
 
 
 def _p(x: float | None) -> str:
@@ -72,6 +92,11 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
         f"<tr><td>draft probability</td><td>&nbsp;{_p(tok.draft_prob)}</td></tr>",
         f"<tr><td>verifier probability</td><td>&nbsp;{_p(tok.target_prob)}</td></tr>",
     ]
+    if tok.draft_source:  # a draft with another tokenizer: what it wrote, and the verifier token it became
+        rows.append(f"<tr><td>draft's own token(s)</td><td>&nbsp;<span style='font-family:monospace'>"
+                    f"{html.escape(tok.draft_source)}</span></td></tr>")
+        rows.append(f"<tr><td>became verifier token</td><td>&nbsp;<span style='font-family:monospace'>"
+                    f"{html.escape(repr(tok.text))}</span> (id {tok.token_id})</td></tr>")
     rnd = trace.rounds[tok.round] if trace is not None and 0 <= tok.round < len(trace.rounds) else None
     tree = rnd is not None and rnd.index == tok.round and bool(rnd.tree)
     if tok.accept_prob is not None:
@@ -98,7 +123,15 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
 
 
 class TokenTextView(QTextBrowser):
-    """A read-only text view that grows to fit its text and renders a trace's tokens incrementally."""
+    """A read-only text view that grows to fit its text and renders a trace's tokens incrementally.
+
+    The line being written is appended token by token as it arrives; when a line ends it is drawn once more
+    with its Markdown (app/markdown.py): headings, bullets, bold, italic, inline code and fenced code blocks
+    in a monospace font, each with a "Copy code" link. Every token keeps its state's colour throughout, and
+    no flush touches the document before the start of the line that is open (a long reply costs each tick
+    only what arrived)."""
+
+    code_copied = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -112,7 +145,9 @@ class TokenTextView(QTextBrowser):
         # children) and paint them black on black in a light theme: scope the rule to the view itself.
         self.setStyleSheet("QTextBrowser { background: transparent; }")
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse |
-                                     Qt.TextInteractionFlag.TextSelectableByKeyboard)
+                                     Qt.TextInteractionFlag.TextSelectableByKeyboard |
+                                     Qt.TextInteractionFlag.LinksAccessibleByMouse)
+        self.anchorClicked.connect(self._on_anchor)
         opt = QTextOption()
         opt.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
         self.document().setDefaultTextOption(opt)
@@ -120,13 +155,25 @@ class TokenTextView(QTextBrowser):
         font = self.font()
         font.setPointSizeF(font.pointSizeF() * 1.08)
         self.setFont(font)
+        self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).families()
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
         self.trace: ReplyTrace | None = None
         self.colored = True
+        self.show_rejected = True  # rejected drafts inline (off in reading mode and without colours)
+        self._reset()
+        self._fit()
+
+    def _reset(self) -> None:
         self.rendered = 0  # tokens of the trace already in the document
         self._starts: list[int] = []  # document position where each rendered, non-empty token starts
         self._token_index: list[int] = []  # the trace index of each entry in _starts
-        self._fit()
+        self._line: list[tuple[int, str, bool]] = []  # the open line's pieces: (token index, text, rejected)
+        self._raw = 0  # pieces of the open line already in the document (as typed)
+        self._line_pos = 0  # document position where the open line starts
+        self._line_mark = 0  # entries of _starts before the open line
+        self._in_code = False  # the open line is inside a fenced code block
+        self.code_blocks: list[list[str]] = []  # each fenced block's lines so far (what "Copy code" copies)
+        self._done = False  # the last line of a finished reply is drawn
 
     def _fit(self, *_args) -> None:
         h = int(self.document().size().height()) + 2 * self.frameWidth() + 4
@@ -137,52 +184,168 @@ class TokenTextView(QTextBrowser):
         self.trace = None
         self.setPlainText(text)
 
-    def set_trace(self, trace: ReplyTrace, colored: bool) -> None:
-        """Render a whole trace (used when opening a conversation or flipping the colour switch)."""
+    def set_trace(self, trace: ReplyTrace, colored: bool, reading: bool = False) -> None:
+        """Render a whole trace (used when opening a conversation or flipping the colour or reading switch)."""
         self.trace = trace
         self.colored = colored
+        self.show_rejected = colored and not reading
         self.clear()
-        self.rendered = 0
-        self._starts.clear()
-        self._token_index.clear()
+        self._reset()
         self.render_pending()
 
+    # -- formats --
+    def _format(self, state: str, flags: int = 0, heading: int = 0) -> QTextCharFormat:
+        fmt = token_format(state if self.colored else TokenState.PLAIN.value, self.colored)
+        if flags & CODE:
+            fmt.setFontFamilies(self._mono)
+        if flags & BOLD or heading:
+            fmt.setFontWeight(QFont.Weight.Bold)
+        if flags & ITALIC:
+            fmt.setFontItalic(True)
+        if heading:  # relative to the view's font, so presenter mode's larger type enlarges headings too
+            fmt.setProperty(QTextFormat.Property.FontSizeAdjustment, HEADING_SIZE.get(heading, 0))
+        return fmt
+
+    def _block_format(self, code: bool) -> QTextBlockFormat:
+        fmt = QTextBlockFormat()
+        if code:
+            fmt.setBackground(QColor(127, 127, 127, 30))
+            fmt.setLeftMargin(6)
+        return fmt
+
+    def _record(self, token: int, pos: int) -> None:
+        """Where token `token` starts on screen (once per token, even when it spans lines)."""
+        if not self._token_index or self._token_index[-1] != token:
+            self._starts.append(pos)
+            self._token_index.append(token)
+
+    # -- rendering --
     def render_pending(self) -> int:
-        """Append the trace's tokens that are not in the document yet; returns how many."""
+        """Append the trace's tokens that are not in the document yet (and draw each line that ended);
+        returns how many tokens arrived."""
         trace = self.trace
-        if trace is None or self.rendered >= len(trace.tokens):
+        if trace is None:
+            return 0
+        new = trace.tokens[self.rendered:]
+        finishing = trace.finished and not self._done
+        if not new and not finishing:
             return 0
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        new = trace.tokens[self.rendered:]
-        # Consecutive tokens of one state go in with one insertText (each call into Qt costs a GIL
-        # hand-off while the decoding thread runs); token starts are counted here, in UTF-16 units
-        # as QTextDocument counts positions.
+        for i, tok in enumerate(new, start=self.rendered):
+            rejected = tok.state == TokenState.REJECTED.value
+            if rejected and not self.show_rejected:
+                continue  # rejected drafts are not part of the reply
+            if not tok.text:
+                continue
+            if rejected:
+                self._line.append((i, tok.text.replace("\n", "↵"), True))
+                continue
+            for k, part in enumerate(tok.text.split("\n")):
+                if k:  # a line ended inside this token: draw it with its Markdown
+                    self._draw_line(cursor, breaking=i)
+                if part:
+                    self._line.append((i, part, False))
+        self._append_raw(cursor)
+        self.rendered = len(trace.tokens)
+        if trace.finished and not self._done:
+            self._done = True
+            if self._line:
+                self._draw_line(cursor, breaking=None)
+        cursor.setCharFormat(QTextCharFormat())  # a selection-copy picks up no stale format
+        return len(new)
+    def _append_raw(self, cursor: QTextCursor) -> None:
+        """The open line's new pieces as typed, each with its state's format (consecutive pieces of one
+        state go in with one insertText: each call into Qt costs a GIL hand-off while the decoding thread
+        runs). Token starts are counted here, in UTF-16 units as QTextDocument counts positions."""
+        pieces = self._line[self._raw:]
+        if not pieces:
+            return
+        flags = CODE if self._in_code else 0
         pos = cursor.position()
         run: list[str] = []
         run_state: str | None = None
-        for i, tok in enumerate(new, start=self.rendered):
-            rejected = tok.state == TokenState.REJECTED.value
-            if rejected and not self.colored:
-                continue  # rejected drafts are not part of the reply; show them only with colours on
-            text = tok.text.replace("\n", "↵") if rejected else tok.text
-            if not text:
-                continue
-            state = tok.state if self.colored else TokenState.PLAIN.value
+        for token, text, _rejected in pieces:
+            state = self.trace.tokens[token].state
             if state != run_state and run:
-                cursor.insertText("".join(run), token_format(run_state, self.colored))
+                cursor.insertText("".join(run), self._format(run_state, flags))
                 run.clear()
             run_state = state
             run.append(text)
-            self._starts.append(pos)
-            self._token_index.append(i)
-            pos += len(text.encode("utf-16-le")) // 2
+            self._record(token, pos)
+            pos += _utf16_len(text)
+        cursor.insertText("".join(run), self._format(run_state, flags))
+        self._raw = len(self._line)
+
+    def _draw_line(self, cursor: QTextCursor, breaking: int | None) -> None:
+        """The open line ended: replace its typed text with its Markdown rendering, then start the next line
+        (`breaking`: the token whose newline ended it; None: the reply's last line)."""
+        cursor.setPosition(self._line_pos)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        del self._starts[self._line_mark:]
+        del self._token_index[self._line_mark:]
+        text = "".join(piece for _, piece, rejected in self._line if not rejected)
+        marked, in_code = mark_line(text, self._in_code)
+        if marked.kind == FENCE_OPEN:
+            self.code_blocks.append([])
+            self._insert_copy_link(cursor, marked.lang, len(self.code_blocks) - 1)
+        elif marked.kind == CODE_LINE and self.code_blocks:
+            self.code_blocks[-1].append(text)
+        elif marked.kind == FENCE_CLOSE:
+            cursor.setBlockFormat(self._block_format(False))  # the block ended: its fence line is not code
+        code = CODE if marked.kind == CODE_LINE else 0
+        heading = marked.level if marked.kind == HEADING else 0
+        # Runs of one (state, style) go in with one insertText each, as in _append_raw.
+        pos, offset = cursor.position(), 0
+        run: list[str] = []
+        run_key: tuple[str, int] | None = None
+        for token, piece, rejected in self._line:
+            self._record(token, pos)
+            state = self.trace.tokens[token].state
+            chars = ((piece, code),) if rejected else marked.chars[offset:offset + len(piece)]
+            offset += 0 if rejected else len(piece)
+            for shown, flags in chars:
+                if not shown:
+                    continue
+                if run and (state, flags) != run_key:
+                    cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
+                    run.clear()
+                run_key = (state, flags)
+                run.append(shown)
+                pos += _utf16_len(shown)
         if run:
-            cursor.insertText("".join(run), token_format(run_state, self.colored))
-        # reset the char format so a user's selection-copy doesn't pick up a stale format
-        cursor.setCharFormat(QTextCharFormat())
-        self.rendered = len(trace.tokens)
-        return len(new)
+            cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
+        if breaking is not None:
+            self._record(breaking, cursor.position())
+            cursor.insertBlock(self._block_format(in_code), QTextCharFormat())
+        self._in_code = in_code
+        self._line = []
+        self._raw = 0
+        self._line_pos = cursor.position()
+        self._line_mark = len(self._starts)
+
+    def _insert_copy_link(self, cursor: QTextCursor, lang: str, block: int) -> None:
+        muted = QTextCharFormat()
+        muted.setForeground(QColor(127, 127, 127))
+        muted.setFontFamilies(self._mono)
+        if lang:
+            cursor.insertText(f"{lang}  ", muted)
+        link = QTextCharFormat()
+        link.setAnchor(True)
+        link.setAnchorHref(f"{COPY_CODE}{block}")
+        link.setForeground(QColor(59, 130, 246))
+        link.setToolTip("Copy this code block")
+        cursor.insertText("Copy code", link)
+
+    def _on_anchor(self, url) -> None:
+        href = url.toString()
+        if href.startswith(COPY_CODE):
+            block = int(href[len(COPY_CODE):])
+            if 0 <= block < len(self.code_blocks):
+                text = "\n".join(self.code_blocks[block])
+                QGuiApplication.clipboard().setText(text)
+                self.code_copied.emit(text)
 
     def token_at(self, pos: QPointF) -> TokenRecord | None:
         if self.trace is None or not self._starts:
@@ -208,11 +371,13 @@ class TokenTextView(QTextBrowser):
         return super().viewportEvent(event)
 
 
+
 class MessageBubble(QFrame):
     copy_requested = Signal(object)  # self
     edit_requested = Signal(object)
     regenerate_requested = Signal(object)
     graphs_requested = Signal(object)
+    branch_requested = Signal(object, int)  # self, -1 (the previous version) or +1 (the next)
 
     def __init__(self, role: str, index: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -233,6 +398,18 @@ class MessageBubble(QFrame):
         self.meta.setWordWrap(True)  # a long pair name wraps: the bubble never grows past the chat's width
         head.addWidget(self.meta, 1)
         self.actions: dict[str, QToolButton] = {}
+        self.branch_label = QLabel("")
+        self.branch_label.setObjectName("muted")
+        self.branch_label.setToolTip("Regenerated: every version of this reply is kept")
+        self.branch_buttons: list[QToolButton] = []
+        for text, step, tip in (("‹", -1, "Show the earlier version of this reply"),
+                                ("›", 1, "Show the later version of this reply")):
+            b = QToolButton()
+            b.setText(text)
+            b.setObjectName("bubble_action")
+            b.setToolTip(tip)
+            b.clicked.connect(lambda _checked=False, step=step: self.branch_requested.emit(self, step))
+            self.branch_buttons.append(b)
         names = ("Copy", "Edit") if role == "user" else ("Graphs", "Copy", "Regenerate")
         for name in names:
             b = QToolButton()
@@ -258,7 +435,14 @@ class MessageBubble(QFrame):
         self.footer.setObjectName("bubble_footer")
         self.footer.setWordWrap(True)
         self.footer.setVisible(False)
-        lay.addWidget(self.footer)
+        # Under the reply, not in the header: the header's buttons already set the bubble's narrowest width.
+        foot = QHBoxLayout()
+        foot.setSpacing(4)
+        for widget in (self.branch_buttons[0], self.branch_label, self.branch_buttons[1]):
+            foot.addWidget(widget, 0, Qt.AlignmentFlag.AlignTop)
+        foot.addWidget(self.footer, 1)
+        lay.addLayout(foot)
+        self.set_branch(1, 1)
 
     @property
     def trace(self) -> ReplyTrace | None:
@@ -271,6 +455,18 @@ class MessageBubble(QFrame):
         for name in ("Regenerate", "Edit"):
             if name in self.actions:
                 self.actions[name].setEnabled(not streaming)
+        self._streaming = streaming
+        self.set_branch(*self.branch)
+
+    def set_branch(self, which: int, count: int) -> None:
+        """Which version of a regenerated reply this is (from 1) of how many; ‹ › flip between them."""
+        self.branch = (which, count)
+        streaming = getattr(self, "_streaming", False)
+        for b in (*self.branch_buttons, self.branch_label):
+            b.setVisible(count > 1)
+        self.branch_label.setText(f"{which}/{count}")
+        self.branch_buttons[0].setEnabled(which > 1 and not streaming)
+        self.branch_buttons[1].setEnabled(which < count and not streaming)
 
     def update_footer(self) -> None:
         trace = self.trace
@@ -342,6 +538,7 @@ class ChatView(QScrollArea):
     edit_requested = Signal(object)
     regenerate_requested = Signal(object)
     graphs_requested = Signal(object)
+    branch_requested = Signal(object, int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -356,6 +553,7 @@ class ChatView(QScrollArea):
         self.setWidget(inner)
         self.bubbles: list[MessageBubble] = []
         self.colored = True
+        self.reading = False  # reading mode: rejected drafts hidden inline (tooltips, tree and replay keep them)
         self._streaming: MessageBubble | None = None
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
@@ -406,7 +604,7 @@ class ChatView(QScrollArea):
 
     def add_assistant(self, trace: ReplyTrace, index: int, streaming: bool = False) -> MessageBubble:
         b = MessageBubble("assistant", index)
-        b.body.set_trace(trace, self.colored)
+        b.body.set_trace(trace, self.colored, self.reading)
         b.update_footer()
         b.set_streaming(streaming)
         wrap = QWidget()
@@ -432,6 +630,7 @@ class ChatView(QScrollArea):
         b.edit_requested.connect(self.edit_requested)
         b.regenerate_requested.connect(self.regenerate_requested)
         b.graphs_requested.connect(self.graphs_requested)
+        b.branch_requested.connect(self.branch_requested)
 
     # -- streaming ----------------------------------------------------------------------------------
     @property
@@ -454,9 +653,19 @@ class ChatView(QScrollArea):
         if colored == self.colored:
             return
         self.colored = colored
+        self._rerender()
+
+    def set_reading(self, reading: bool) -> None:
+        """Reading mode: the replies without their rejected drafts, as they read (colours stay)."""
+        if reading == self.reading:
+            return
+        self.reading = reading
+        self._rerender()
+
+    def _rerender(self) -> None:
         for b in self.bubbles:
             if b.trace is not None:
-                b.body.set_trace(b.trace, colored)
+                b.body.set_trace(b.trace, self.colored, self.reading)
 
     # -- scrolling ----------------------------------------------------------------------------------
     def _on_scroll(self, value: int) -> None:
@@ -501,9 +710,10 @@ COLOURS_HELP = (
 
 
 class Legend(QWidget):
-    """Swatches for the token states, and the switch that turns colouring off."""
+    """Swatches for the token states, the switch that turns colouring off, and reading mode's switch."""
 
     toggled = Signal(bool)
+    reading_toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -515,19 +725,44 @@ class Legend(QWidget):
         self.check.setToolTip("Show each token's speculation state (hover a token for details)")
         self.check.toggled.connect(self.toggled)
         lay.addWidget(self.check)
+        self.reading = QCheckBox("Reading mode")
+        self.reading.setToolTip("Hide rejected drafts inside the replies, so they read as text (hover a token, "
+                                "the tree view and the replay still show them)")
+        self.reading.toggled.connect(self.reading_toggled)
+        lay.addWidget(self.reading)
         self.swatches: list[QLabel] = []
+        self._texts: list[tuple[QWidget, str, str]] = [(self.check, "Colour tokens", "Colours"),
+                                                          (self.reading, "Reading mode", "Reading")]
         for state in (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.CORRECTED, TokenState.BONUS,
                       TokenState.PLAIN):
             bg, fg = STATE_STYLE[state.value]
             style = f"background:{css_rgba(bg)};" if bg is not None else "border:1px solid rgba(127,127,127,128);"
             deco = "text-decoration:line-through;" if state is TokenState.REJECTED else ""
             color = f"color:{css_rgba(fg)};" if fg is not None else ""
-            lbl = QLabel(f"<span style='{style}{deco}{color} padding:1px 4px'>&nbsp;{STATE_LABEL[state.value]}"
-                         "&nbsp;</span>")
+            html_of = f"<span style='{style}{deco}{color} padding:1px 4px'>&nbsp;{{}}&nbsp;</span>".format
+            label = STATE_LABEL[state.value]
+            lbl = QLabel(html_of(label))
+            # narrow: "verifier only" -> "verifier"
+            self._texts.append((lbl, html_of(label), html_of(label.split()[0])))
             lbl.setToolTip(STATE_DESCRIPTIONS[state.value])
             lay.addWidget(lbl)
             self.swatches.append(lbl)
         lay.addStretch(1)
+
+    def _set_narrow(self, narrow: bool) -> None:
+        for widget, full, short in self._texts:
+            widget.setText(short if narrow else full)
+        self.layout().setSpacing(6 if narrow else 10)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        """Shorter texts where the full row does not fit (presenter mode's large type on a small screen)."""
+        super().resizeEvent(event)
+        narrow = self.check.text() != self._texts[0][1]
+        self._set_narrow(False)
+        full = self.layout().sizeHint().width()
+        self._set_narrow(narrow)
+        if (event.size().width() < full) != narrow:
+            self._set_narrow(not narrow)
 
 
 def copy_text(text: str) -> None:

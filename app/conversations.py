@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app import branches
 from app.chat_view import MessageBubble, Notice
 from app.session import Busy
 from app.store import Conversation, Message
@@ -32,6 +33,7 @@ class ConversationController:
         w = self.window
         w.conv = Conversation(system=w.settings.system_prompt)
         self.undo = None
+        w.settings_panel.show_system(w.conv.system)
         w.chat.clear()
         w.graphs.live.set_trace(None, w.session.baseline_tps if w.session else None)
         w.setWindowTitle("specdec")
@@ -51,6 +53,7 @@ class ConversationController:
             return
         w.conv = conv
         self.undo = None
+        w.settings_panel.show_system(conv.system)  # each chat keeps its own system prompt
         self.render()
         for notice in conv.notices:  # read-only (a newer format), or what was dropped as damaged
             w.show_info(notice)
@@ -83,8 +86,18 @@ class ConversationController:
                 trace = m.trace or ReplyTrace(stop_reason="eos")
                 if m.trace is None:  # a reply saved without a trace: show its text plainly
                     trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
-                chat.add_assistant(trace, i)
+                chat.add_assistant(trace, i).set_branch(*branches.position(m))
         chat.scroll_to_end()
+
+    def flip_branch(self, bubble: MessageBubble, step: int) -> None:
+        """Show the previous or next version of a regenerated reply (and what followed it), and save."""
+        w = self.window
+        if w.busy in GENERATING:
+            return
+        if branches.flip(w.conv.messages, bubble.index, step):
+            self.render()
+            self.show_graphs_of_last_reply()
+            self.save()
 
     def show_graphs_for(self, bubble: MessageBubble) -> None:
         w = self.window

@@ -44,7 +44,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.speedup import (
-    MIN_RATIO_TOKENS,
     measured_costs,
     nice_ceiling,
     practical_speedup,
@@ -52,7 +51,7 @@ from app.speedup import (
     why_they_differ,
 )
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
-from app.trace import ReplyTrace
+from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace
 from specdec_core.cost import VerifyCost
 from specdec_core.stats import StatsAccumulator, predicted_speedup
 
@@ -63,6 +62,7 @@ GAMMA_AXIS = np.arange(1, 17, dtype=float)
 # replies about a third of their tokens/s. Every panel is drawn once the reply has finished.
 PANEL_EVERY_S = 0.5
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
+PAUSED_ROUNDS = 8  # rounds in a row without a draft (the cost model's call) before the header says so
 
 
 def _with_alpha(c: QColor, a: int) -> QColor:
@@ -564,19 +564,25 @@ class LiveGraphs(QWidget):
         parts = []
         if tps:
             parts.append(f"<b>{tps:.1f} tok/s</b>")
-        if sp is not None and self.tally.drafted:
-            if self.baseline_like and self.tally.new_tokens >= MIN_RATIO_TOKENS:
+        spread = trace.rate_spread() if trace is not None else None
+        if sp is not None and self.tally.drafted and spread is None:
+            parts.append(f"too short for a speedup (under {MIN_SPEEDUP_TOKENS} tokens)")
+        elif sp is not None and self.tally.drafted:
+            if self.baseline_like:
                 color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
-                parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> vs {self.baseline_tps:.1f} tok/s")
-            else:  # a ratio against the load-time calibration, or of a few tokens, is no verdict: said plainly
-                parts.append(f"{sp:.2f}× vs {self.baseline_tps:.1f} tok/s ("
-                             + ("too few tokens to judge" if self.baseline_like else "not like for like") + ")")
-        elif sp is not None:
+                parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> ±{sp * spread:.2f} "
+                             f"vs {self.baseline_tps:.1f} tok/s")
+            else:  # a ratio against the load-time calibration is no verdict: said plainly, without colour
+                parts.append(f"{sp:.2f}× ±{sp * spread:.2f} vs {self.baseline_tps:.1f} tok/s (not like for like)")
+        elif sp is not None and not (trace is not None and trace.paused_rounds()):
             parts.append(f"speculation off ({sp:.2f}× the baseline)")
         if self.tally.drafted and self.tally.rounds:
             parts.append(f"{self.tally.snapshot().mean_accepted_length:.2f} tokens per verifier call")
         if trace is not None and not trace.finished and trace.rounds:
             parts.append("so far")
+        paused = trace.paused_rounds() if trace is not None else 0
+        if paused >= PAUSED_ROUNDS:
+            parts.append("<b style='color:rgb(235,160,20)'>speculation paused: not paying here</b>")
         head = " · ".join(parts)
         how = self.baseline_how if (self.baseline_tps and trace is not None) else ""
         text = head + (f"<br><span style='font-size:8pt'>baseline: {html.escape(how)}</span>" if how and head else "")
@@ -586,7 +592,13 @@ class LiveGraphs(QWidget):
             self.header_box.fit()
             self.header.setToolTip("Tokens/s and the measured speedup of this reply against the verifier alone "
                                    "on this machine, and how far one verifier pass advanced the reply on average "
-                                   "(the figure that does not depend on the machine). "
+                                   "(the figure that does not depend on the machine). The ± is one standard error "
+                                   "from this reply's own round-to-round spread (the baseline's is not in it); "
+                                   f"replies under {MIN_SPEEDUP_TOKENS} tokens get no speedup. "
+                                   + (f"Speculation paused: the last {paused} rounds drafted nothing, because on "
+                                      "this machine checking a draft would cost more than it brings (the cost "
+                                      "model); it drafts again as soon as a draft pays. " if paused >= PAUSED_ROUNDS
+                                      else "")
                                    + (f"Baseline: {how}." if how else ""))
 
     def _draw_cost(self) -> None:

@@ -31,7 +31,9 @@ class LoadController(QObject):
         super().__init__(window)
         self.window = window
         self.worker: FunctionWorker | None = None  # the running load; None once it has finished
+        self.drafts_worker: FunctionWorker | None = None  # the latest look for installed drafts (_offer_drafts)
         self._remeasure = False  # the next load measures the baseline again, even for the same verifier
+        self._stopping = False  # a load is waiting for the reply or race it stopped
 
     def request(self) -> LoadRequest:
         s = self.window.settings
@@ -45,9 +47,15 @@ class LoadController(QObject):
             w.status_label.setText("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
             return
         if w.busy in (Busy.REPLY, Busy.RACE):
+            if not self._stopping:  # said once, however many times the load waits for the round to end
+                what = "reply" if w.busy == Busy.REPLY else "race"
+                w.show_info(f"Loading the models stopped the {what} that was running"
+                            + ("; what it wrote so far is kept." if what == "reply" else "."))
+            self._stopping = True
             w.stop()
             QTimer.singleShot(100, self.load)
             return
+        self._stopping = False
         if self.worker is not None and self.worker.is_running:
             self.worker.abort()
         request = self.request()
@@ -122,7 +130,23 @@ class LoadController(QObject):
         w.graphs.live.set_baseline(session.baseline_tps, session.baseline_source)
         load_s = getattr(session.verifier, "load_s", None)
         w.status_label.setText(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
+        self._offer_drafts(session)
         self.loaded.emit(session)
+
+    def _offer_drafts(self, session: Session) -> None:
+        """In the background: the installed models (and recent specs) that could draft for this verifier,
+        offered in the settings with their vocabulary overlap (tokenizers only; nothing is downloaded)."""
+        from specdec_core.catalog import installed_names
+        from specdec_core.draft_candidates import draft_candidates, installed_hub_models
+
+        tokenizer = session.verifier.tokenizer
+        specs = installed_names() + list(self.window.settings.recent_specs)
+        exclude = self.window.settings.verifier
+        worker = FunctionWorker(lambda progress, cancelled: draft_candidates(
+            tokenizer, installed_hub_models() + specs, exclude=exclude, cancelled=cancelled), name="drafts")
+        worker.returned.connect(self.window.settings_panel.offer_drafts)
+        self.drafts_worker = worker
+        worker.start()
 
     def _on_error(self, exc: BaseException) -> None:
         w = self.window

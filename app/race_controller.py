@@ -63,7 +63,7 @@ class RaceController(QObject):
         w.graphs.race.start([lane.key for lane in lanes])
         w.graphs.tabs.setCurrentIndex(1)
         w.right_dock.show()
-        ctx = TalkContext(s, messages, w.settings.system_prompt, config)
+        ctx = TalkContext(s, messages, w.conv.system, config)
         worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race")
         worker.event.connect(self._on_event)
         worker.errored.connect(lambda exc: w.show_error(f"Race failed: {error_text(exc)}"))

@@ -231,4 +231,5 @@ def config_from_settings(s: Any) -> GenerationConfig:
         max_new_tokens=int(s.max_new_tokens), speculate=bool(s.speculate), gamma=int(s.gamma),
         adaptive=bool(s.adaptive), gamma_max=gamma_max(int(s.gamma)),
         confidence_cutoff=float(s.confidence_cutoff), tree_nodes=int(s.tree_nodes),
+        repetition_penalty=float(s.repetition_penalty), stop_strings=tuple(q for q in s.stop_sequences if q),
     ).validate()

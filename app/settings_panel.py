@@ -34,6 +34,7 @@ from specdec_core.defaults import GAMMA_CEILING, HYBRID, MODEL, PROMPT_LOOKUP, U
 from specdec_core.defaults import VERIFIER as DEFAULT_VERIFIER
 
 EMBEDDED_LABEL = " (embedded)"
+NOTE_SEPARATOR = "  ·  "  # between a spec and the note the settings show beside it (cut off again by spec())
 
 
 class SpecCombo(QComboBox):
@@ -51,7 +52,20 @@ class SpecCombo(QComboBox):
         text = self.currentText().strip()
         if text.endswith(EMBEDDED_LABEL):
             text = text[: -len(EMBEDDED_LABEL)]
-        return text
+        return text.split(NOTE_SEPARATOR)[0].strip()
+
+    def offer(self, noted: list[tuple[str, str]]) -> None:
+        """Offer more specs, each with a note beside it (an offered spec already listed gets the note)."""
+        self.blockSignals(True)
+        typed = self.currentText()
+        for spec, note in noted:
+            for i in range(self.count()):
+                if self.itemText(i).split(NOTE_SEPARATOR)[0] == spec:
+                    self.removeItem(i)
+                    break
+            self.addItem(f"{spec}{NOTE_SEPARATOR}{note}")
+        self.setEditText(typed)
+        self.blockSignals(False)
 
     def set_spec(self, spec: str, recents: list[str], embedded: str | None) -> None:
         self.blockSignals(True)
@@ -97,6 +111,15 @@ def _browse_row(combo: SpecCombo, parent: QWidget) -> QWidget:
     return w
 
 
+def stop_sequences(text: str) -> list[str]:
+    """The stop sequences typed one per line, "\\n" standing for a line break inside one."""
+    return [line.replace("\\n", "\n") for line in text.splitlines() if line]
+
+
+def stops_text(sequences: list[str]) -> str:
+    return "\n".join(q.replace("\n", "\\n") for q in sequences)
+
+
 class SettingsPanel(QScrollArea):
     changed = Signal()
     models_changed = Signal()
@@ -105,6 +128,7 @@ class SettingsPanel(QScrollArea):
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
+        self.dirty = False  # model settings changed since the pair was loaded
         self.setWidgetResizable(True)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         inner = QWidget()
@@ -161,6 +185,12 @@ class SettingsPanel(QScrollArea):
         self.load_button.setToolTip("Load the models above in the background (Ctrl+L)")
         self.load_button.clicked.connect(self.load_requested)
         form.addRow("", self.load_button)
+        self.pending = QLabel("Changed: these models are loaded when you send your next message, or now with "
+                              "Load models. Until then replies use the pair loaded before.")
+        self.pending.setObjectName("verdict_bad")
+        self.pending.setWordWrap(True)
+        self.pending.setVisible(False)
+        form.addRow("", self.pending)
         outer.addWidget(models)
 
         # ---- generation ----
@@ -208,6 +238,15 @@ class SettingsPanel(QScrollArea):
         self.top_p.setSingleStep(0.05)
         self.top_p.setDecimals(2)
         g.addRow("Top-p", self.top_p)
+        self.repetition = QDoubleSpinBox()
+        self.repetition.setRange(1.0, 3.0)
+        self.repetition.setSingleStep(0.05)
+        self.repetition.setDecimals(2)
+        self.repetition.setSpecialValueText("off")
+        self.repetition.setToolTip("Make tokens already in the conversation less likely: their scores are divided by "
+                                   "this (as transformers does). Draft and verifier both apply it, so speculation "
+                                   "still writes exactly what the verifier alone would. 1.1–1.3 is typical.")
+        g.addRow("Repetition penalty", self.repetition)
         self.max_new = QSpinBox()
         self.max_new.setRange(1, 32768)
         self.max_new.setSingleStep(64)
@@ -216,9 +255,16 @@ class SettingsPanel(QScrollArea):
         self.seed.setRange(0, 2**31 - 1)
         g.addRow("Seed", self.seed)
         self.system = QPlainTextEdit()
-        self.system.setPlaceholderText("System prompt (optional; always kept when old turns are dropped)")
+        self.system.setPlaceholderText("This chat's system prompt (optional; always kept when old turns are "
+                                       "dropped). New chats start with the last one written.")
+        self.system.setToolTip("Saved with the conversation: each chat keeps its own")
         self.system.setFixedHeight(72)
         g.addRow("System", self.system)
+        self.stops = QPlainTextEdit()
+        self.stops.setPlaceholderText("Stop sequences, one per line (\\n for a line break): the reply ends before "
+                                      "the first one it writes")
+        self.stops.setFixedHeight(48)
+        g.addRow("Stop at", self.stops)
         outer.addWidget(gen)
         outer.addStretch(1)
         self.setWidget(inner)
@@ -234,10 +280,11 @@ class SettingsPanel(QScrollArea):
         self.draft_tokens.valueChanged.connect(self._models_edited)
         for w in (self.gamma, self.tree, self.top_k, self.max_new, self.seed):
             w.valueChanged.connect(self._edited)
-        for w in (self.cutoff, self.temperature, self.top_p):
+        for w in (self.cutoff, self.temperature, self.top_p, self.repetition):
             w.valueChanged.connect(self._edited)
         self.adaptive.toggled.connect(self._edited)
         self.system.textChanged.connect(self._edited)
+        self.stops.textChanged.connect(self._edited)
 
     def refresh(self) -> None:
         """Show the settings object's values (without emitting change signals)."""
@@ -245,7 +292,7 @@ class SettingsPanel(QScrollArea):
         widgets = [self.verifier, self.draft, self.device, self.dtype, self.use_lookup, self.use_model,
                    self.use_hybrid, self.draft_tokens,
                    self.gamma, self.tree, self.adaptive, self.cutoff, self.temperature, self.top_k, self.top_p,
-                   self.max_new, self.seed, self.system]
+                   self.max_new, self.seed, self.system, self.repetition, self.stops]
         for w in widgets:
             w.blockSignals(True)
         self.verifier.set_spec(s.verifier, s.recent_specs, DEFAULT_VERIFIER)
@@ -265,8 +312,11 @@ class SettingsPanel(QScrollArea):
         self.top_p.setValue(s.top_p)
         self.max_new.setValue(s.max_new_tokens)
         self.seed.setValue(s.seed)
+        self.repetition.setValue(s.repetition_penalty)
         if self.system.toPlainText() != s.system_prompt:
             self.system.setPlainText(s.system_prompt)
+        if stop_sequences(self.stops.toPlainText()) != s.stop_sequences:
+            self.stops.setPlainText(stops_text(s.stop_sequences))
         for w in widgets:
             w.blockSignals(False)
         self._enable_draft_rows()
@@ -298,8 +348,23 @@ class SettingsPanel(QScrollArea):
         s.top_p = round(self.top_p.value(), 4)
         s.max_new_tokens = self.max_new.value()
         s.seed = self.seed.value()
+        s.repetition_penalty = round(self.repetition.value(), 4)
         s.system_prompt = self.system.toPlainText()
+        s.stop_sequences = stop_sequences(self.stops.toPlainText())
         self.changed.emit()
+
+    def offer_drafts(self, candidates: list) -> None:
+        """Installed models that could draft for the loaded verifier, each with its vocabulary overlap
+        (draft_candidates.DraftCandidate: a draft with another tokenizer drafts through the text, cross_vocab.py)."""
+        self.draft.offer([(c.spec, c.label) for c in candidates])
+
+    def show_system(self, text: str) -> None:
+        """Show the open chat's system prompt (it becomes the one new chats start with)."""
+        if self.system.toPlainText() != text:
+            self.system.blockSignals(True)
+            self.system.setPlainText(text)
+            self.system.blockSignals(False)
+        self.settings.system_prompt = text
 
     def set_verdict(self, text: str, ok: bool | None, details: str = "") -> None:
         """The doctor's verdict in words (ok None: neutral, e.g. while loading)."""
@@ -310,5 +375,8 @@ class SettingsPanel(QScrollArea):
         self.verdict.style().polish(self.verdict)
 
     def set_dirty(self, dirty: bool) -> None:
+        """Whether the model settings differ from the pair loaded (the next message loads them first)."""
+        self.dirty = dirty
         self.load_button.setText("Load models ●" if dirty else "Load models")
         self.load_button.setDefault(dirty)
+        self.pending.setVisible(dirty)

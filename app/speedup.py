@@ -19,6 +19,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from app.trace import MIN_SPEEDUP_TOKENS
 from specdec_core.stats import expected_tokens_per_call
 
 NEAR_TOKENS = 64  # prompts this close in length (or within half their length) count as "the same length"
@@ -88,7 +89,7 @@ class BaselineBook:
 
 # ---- the race: speculation off against on, several times --------------------------------------------
 RACE_PAIRS = 3  # a race runs the verifier alone and speculation this many times each
-MIN_RATIO_TOKENS = 16  # a speed ratio of replies shorter than this is noise: shown plainly, never in bold colour
+MIN_RATIO_TOKENS = MIN_SPEEDUP_TOKENS  # a race's replies shorter than this: its ratio shown plainly, no verdict colour
 
 
 def race_key(speculate: bool, pair: int) -> str:

@@ -91,18 +91,29 @@ class Message:
     trace: ReplyTrace | None = None  # assistant replies only
     created: float = field(default_factory=time.time)
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # fields a newer version wrote
+    # A regenerated reply: the conversation's other versions from this reply on (app/branches.py), and
+    # which of all of them this one is. Saved inside the message's `extra` column, so older versions keep them.
+    branches: list[list[Message]] = field(default_factory=list)
+    branch_index: int = 0
 
     def to_dict(self) -> dict:
         d = {**self.extra, "role": self.role, "content": self.content, "created": self.created}
         if self.trace is not None:
             d["trace"] = self.trace.to_dict()
+        d.update(self.branch_fields())
         return d
+
+    def branch_fields(self) -> dict:
+        if not self.branches:
+            return {}
+        return {"branches": [[m.to_dict() for m in version] for version in self.branches],
+                "branch_index": self.branch_index}
 
     @classmethod
     def from_dict(cls, d: object, problems: list[str] | None = None) -> Message:
         """Validated; InvalidData when `d` is not a message at all (a bad trace is only dropped)."""
         problems = [] if problems is None else problems
-        known, unknown = checked_fields(cls, d, skip=("trace", "extra"), finite=True, problems=problems)
+        known, unknown = checked_fields(cls, d, skip=("trace", "extra", "branches"), finite=True, problems=problems)
         if known.get("role") not in ROLES:
             raise InvalidData(f"a message needs a role ({', '.join(ROLES)})")
         trace = None
@@ -111,8 +122,17 @@ class Message:
                 trace = trace_from_dict(d["trace"])
             except InvalidData as error:
                 problems.append(f"a reply's trace was dropped ({error})")
+        branches = []
+        for version in d.get("branches", []) if isinstance(d, dict) and isinstance(d.get("branches"), list) else []:
+            try:
+                if not isinstance(version, list) or not version:
+                    raise InvalidData("it is not a list of messages")
+                branches.append([cls.from_dict(m, problems) for m in version])
+            except InvalidData as error:
+                problems.append(f"an earlier version of a reply was dropped ({error})")
+        index = min(max(known.get("branch_index", 0), 0), len(branches))
         return cls(role=known["role"], content=known.get("content", ""), trace=trace,
-                   created=known.get("created", 0.0), extra=unknown)
+                   created=known.get("created", 0.0), extra=unknown, branches=branches, branch_index=index)
 
 
 @dataclass
@@ -298,7 +318,7 @@ def _fingerprint(m: Message) -> tuple:
     t = m.trace
     trace = None if t is None else (id(t), len(t.tokens), len(t.rounds), t.stop_reason, t.error, t.baseline_tps,
                                     t.stats is None, t.verifier, t.drafter)
-    return (m.role, m.content, m.created, trace, id(m.extra), len(m.extra))
+    return (m.role, m.content, m.created, trace, id(m.extra), len(m.extra), len(m.branches), m.branch_index)
 
 
 class ConversationStore:
@@ -415,7 +435,8 @@ class ConversationStore:
         for i, m in enumerate(conv.messages):
             if i < len(saved) and saved[i] == _fingerprint(m):
                 continue
-            row = (conv.id, i, m.role, m.content, m.created, json.dumps(m.extra, ensure_ascii=False))
+            row = (conv.id, i, m.role, m.content, m.created, json.dumps({**m.extra, **m.branch_fields()},
+                                                                         ensure_ascii=False))
             trace = None if m.trace is None else json.dumps(m.trace.to_dict(), ensure_ascii=False).encode()
             changed.append((row, trace))
         row = (conv.id, conv.title, conv.created, conv.updated, conv.system, FORMAT_VERSION,
@@ -636,7 +657,7 @@ DEFAULT_DRAFT_TOKENS = defaults.DRAFT_TOKENS  # hybrid: the draft's tokens per r
 _CHOICES = {"drafter": defaults.DRAFTER_KINDS, "dtype": ("auto", "float32", "bfloat16", "float16")}
 # Fields GenerationConfig checks (ranges, finite floats): one rule for the CLI, the engine and the app.
 _GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "gamma", "confidence_cutoff",
-                      "tree_nodes")
+                      "tree_nodes", "repetition_penalty")
 
 
 @dataclass
@@ -655,10 +676,13 @@ class Settings:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
+    repetition_penalty: float = 1.0  # 1: off (GenerationConfig.repetition_penalty)
     max_new_tokens: int = 256
     seed: int = 0
-    system_prompt: str = ""
+    system_prompt: str = ""  # the open chat's system prompt is its own (Conversation.system); this starts new ones
+    stop_sequences: list[str] = field(default_factory=list)  # a reply ends at the first of these it writes
     colored: bool = True
+    reading: bool = False  # reading mode: rejected drafts hidden inside replies
     calibrate: bool = True  # measure the verifier alone after loading (the speedup baseline)
     recent_specs: list[str] = field(default_factory=list)
 

@@ -24,6 +24,8 @@ from specdec_core.events import (
 )
 from specdec_core.stats import Stats, StatsAccumulator, round_emitted
 
+MIN_SPEEDUP_TOKENS = 24  # below this a reply's speedup is not shown: a few rounds' timing noise swamps it
+
 
 @dataclass
 class TokenRecord:
@@ -37,6 +39,7 @@ class TokenRecord:
     accept_prob: float | None
     alternatives: list[tuple[str, float]] = field(default_factory=list)  # verifier's top tokens
     t: float = 0.0  # engine seconds since decoding began when the round that emitted it ended
+    draft_source: str | None = None  # a draft with another tokenizer: its own token(s) this one came from
 
     @property
     def in_reply(self) -> bool:
@@ -113,6 +116,7 @@ class ReplyTrace:
                 round=event.round_index, position=event.position, draft_prob=event.draft_prob,
                 target_prob=event.target_prob, accept_prob=event.accept_prob,
                 alternatives=[(a.text, float(a.prob)) for a in event.alternatives], t=t,
+                draft_source=event.draft_source,
             ))
         elif isinstance(event, RoundVerified):
             t_end = (self.rounds[-1].t_end if self.rounds else 0.0) + \
@@ -183,6 +187,51 @@ class ReplyTrace:
             return None
         return tps / self.baseline_tps
 
+    def rate_spread(self) -> float | None:
+        """One standard error of the reply's tokens/s, relative to it, from its own round-to-round variation
+        (the ratio estimator's: sum of tokens / sum of seconds over rounds); None below MIN_SPEEDUP_TOKENS
+        tokens or 4 rounds, where a speedup is noise. Sums carry over between calls: O(new rounds)."""
+        sums = self.__dict__.setdefault("_spread_sums", [0, 0, 0.0, 0.0, 0.0, 0.0, 0.0])
+        for r in self.rounds[sums[0]:]:
+            before = self.rounds[sums[0] - 1].tokens_after if sums[0] else 0
+            sums[0] += 1
+            if r.total_s > 0:
+                e, t = r.tokens_after - before, r.total_s
+                sums[1] += 1
+                for k, x in enumerate((e, t, e * e, e * t, t * t), start=2):
+                    sums[k] += x
+        _, n, tokens, seconds, ee, et, tt = sums
+        if n < 4 or tokens < MIN_SPEEDUP_TOKENS:
+            return None
+        rate = tokens / seconds
+        residual = max(0.0, ee - 2 * rate * et + rate * rate * tt)  # sum of (e - rate * t)^2
+        return (n / (n - 1) * residual) ** 0.5 / seconds / rate
+
+    def speedup_spread(self) -> float | None:
+        """One standard error of `speedup()` from the reply's own spread (the baseline's is not in it)."""
+        sp, rel = self.speedup(), self.rate_spread()
+        return None if sp is None or rel is None else sp * rel
+
+    def speedup_words(self) -> str:
+        """The measured speedup as people should read it: with its spread, or why there is none."""
+        sp = self.speedup()
+        if sp is None:
+            return ""
+        spread = self.speedup_spread()
+        if spread is None:
+            return f"too short for a speedup (under {MIN_SPEEDUP_TOKENS} tokens)"
+        return f"{sp:.2f}× ±{spread:.2f} vs verifier alone"
+
+    def paused_rounds(self) -> int:
+        """Rounds at the end of the reply in which the cost model drafted nothing (it found no draft that pays
+        on this machine; its plain-step probes included), while speculation was on."""
+        n = 0
+        for r in reversed(self.rounds):
+            if r.drafted or r.stop not in ("cost", "probe"):
+                break
+            n += 1
+        return n
+
     def summary(self) -> str:
         """One line for under the bubble."""
         s = self.get_stats()
@@ -197,9 +246,9 @@ class ReplyTrace:
             parts.append(f"{s.mean_accepted_length:.2f} tokens/call")
         elif self.all_plain:
             parts.append("speculation off")
-        sp = self.speedup()
-        if sp is not None and self.speculative:
-            parts.append(f"{sp:.2f}× vs verifier alone" + (f" ({self.baseline_note})" if self.baseline_note else ""))
+        if self.speedup() is not None and self.speculative:
+            words = self.speedup_words()
+            parts.append(words + (f" ({self.baseline_note})" if self.baseline_note and "±" in words else ""))
         if self.stop_reason and self.stop_reason not in ("eos", "stop_string"):
             parts.append({"max_tokens": "stopped at max tokens", "context": "context full",
                           "cancelled": "stopped", "error": "error"}.get(self.stop_reason, self.stop_reason))

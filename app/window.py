@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import gc_pin
+from app import branches, gc_pin
 from app import session as session_mod
 from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
 from app.conversations import ConversationController
@@ -101,6 +101,7 @@ class MainWindow(QMainWindow):
         self._pending_prompt: str | None = None  # sent once the models are loaded
         self._closing = False
         self._regens = 0
+        self._earlier_versions: list = []  # a regenerated reply's earlier versions, until the new one starts
 
         self.loader = LoadController(self)
         self.loader.failed.connect(self._drop_pending_prompt)
@@ -157,13 +158,17 @@ class MainWindow(QMainWindow):
         self.legend = Legend()
         self.legend.check.setChecked(self.settings.colored)
         self.legend.toggled.connect(self.set_colored)
+        self.legend.reading.setChecked(self.settings.reading)
+        self.legend.reading_toggled.connect(self.set_reading)
         v.addWidget(self.legend)
 
         self.chat = ChatView()
         self.chat.colored = self.settings.colored
+        self.chat.reading = self.settings.reading
         self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
         self.chat.edit_requested.connect(self.conversations.edit)
         self.chat.regenerate_requested.connect(self.regenerate)
+        self.chat.branch_requested.connect(self.conversations.flip_branch)
         self.chat.graphs_requested.connect(self.conversations.show_graphs_for)
         v.addWidget(self.chat, 1)
 
@@ -204,6 +209,7 @@ class MainWindow(QMainWindow):
         self.settings_panel.changed.connect(self.save_settings)
         self.settings_panel.models_changed.connect(self._models_changed)
         self.settings_panel.load_requested.connect(self.loader.load)
+        self.settings_panel.system.textChanged.connect(self._system_edited)
         self.left_tabs.addTab(self.settings_panel, "Settings")
         self.left_dock = QDockWidget("Conversations", self)
         self.left_dock.setObjectName("left_dock")
@@ -264,6 +270,7 @@ class MainWindow(QMainWindow):
         self._action(g, "Load models", self.loader.load, "Ctrl+L")
         self._action(g, "Re-measure baseline (verifier alone)", self.loader.remeasure_baseline)
         self._action(g, "Rank drafts for this verifier…", self.rank_drafts)
+        self._action(g, "Models (install, remove, use a pair)…", self.show_models)
 
         v = mb.addMenu("&View")
         v.addAction(self.left_dock.toggleViewAction())
@@ -288,6 +295,16 @@ class MainWindow(QMainWindow):
             self.rank_dialog = RankDialog(self)
         self.rank_dialog.show()
         self.rank_dialog.raise_()
+
+    def show_models(self) -> None:
+        """Known models, installed or not, and their pairs (app/models_dialog.py)."""
+        from app.models_dialog import ModelsDialog
+
+        if getattr(self, "models_dialog", None) is None:
+            self.models_dialog = ModelsDialog(self)
+        self.models_dialog.refresh()
+        self.models_dialog.show()
+        self.models_dialog.raise_()
 
     def _about_colours(self) -> None:
         QMessageBox.information(self, "Token colours", COLOURS_HELP)
@@ -437,7 +454,7 @@ class MainWindow(QMainWindow):
         if self.busy == "rank":
             self.status_label.setText("A draft ranking is running (Generation ▸ Rank drafts): send when it ends.")
             return
-        if self.busy == Busy.LOAD or self.session is None:
+        if self.busy == Busy.LOAD or self.session is None or self.settings_panel.dirty:
             # Queued until the models are loaded: the text stays in the composer (locked) meanwhile, so it
             # is visibly waiting, and is still there to edit if loading fails or is cancelled.
             self.composer.setReadOnly(True)
@@ -454,7 +471,8 @@ class MainWindow(QMainWindow):
             self._pending_prompt = text
             self.status_label.setText("The message will be sent once the models are loaded…")
             return
-        if self.session is None:
+        if self.session is None or self.settings_panel.dirty:
+            # Model settings changed since the load: the reply uses the pair they name, loaded first.
             self._pending_prompt = text
             self.loader.load()
             return
@@ -487,26 +505,29 @@ class MainWindow(QMainWindow):
             config = session_mod.config_from_settings(self.settings)
         except SpecdecError as exc:
             self.show_error(f"Check the generation settings: {exc}")
+            self._restore_earlier_versions()
             return
         if self._regens and config.temperature > 0:
             config = config.with_(seed=config.seed + self._regens)  # a regenerated sample differs
         from specdec_core.engine import Controls
 
         s = self.session
-        self.conv.system = self.settings.system_prompt
         messages = self.conv.chat_messages()
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
                            baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed)
         self._pick_baseline(trace, self._last_prompt_tokens)  # refined when the prompt is built
         message = Message("assistant", "", trace)
+        branches.attach(message, self._earlier_versions)
+        self._earlier_versions = []
         self.conv.messages.append(message)
         self._trace, self._message = trace, message
-        self.chat.add_assistant(trace, len(self.conv.messages) - 1, streaming=True)
+        bubble = self.chat.add_assistant(trace, len(self.conv.messages) - 1, streaming=True)
+        bubble.set_branch(*branches.position(message))
         self.graphs.live.set_trace(trace, s.baseline_tps)
         self.graphs.tabs.setCurrentIndex(0)
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
-        system = self.settings.system_prompt
+        system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
         worker = EventWorker(lambda: session_mod.reply_events(s, messages, system, config, controls),
                              on_abort=controls.cancel, name="reply")
         worker.event.connect(self._on_event)
@@ -514,6 +535,16 @@ class MainWindow(QMainWindow):
         worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
         self._gen_worker = worker
         self.start_worker(worker, Busy.REPLY, "Generating…")
+
+    def _restore_earlier_versions(self) -> None:
+        """A regenerate that could not start: the reply it set aside is shown again."""
+        versions, self._earlier_versions = self._earlier_versions, []
+        if versions:
+            placeholder = Message("assistant", "")
+            branches.attach(placeholder, versions)
+            self.conv.messages.append(placeholder)
+            branches.drop_failed(self.conv.messages, placeholder)
+            self.conversations.render()
 
     def start_worker(self, worker: EventWorker, busy: Busy, status: str) -> None:
         """Mark the window busy, say so, and start `worker` with the repaint timer running."""
@@ -571,7 +602,7 @@ class MainWindow(QMainWindow):
         # A reply that produced nothing (error before the first token) leaves no empty bubble behind.
         if message is not None and trace is not None and not trace.tokens and trace.error:
             if self.conv.messages and self.conv.messages[-1] is message:
-                self.conv.messages.pop()
+                branches.drop_failed(self.conv.messages, message)  # a regenerated one: the earlier version again
                 self.conversations.render()
         self.flush()  # final flush of text and graphs
         self.busy = Busy.IDLE
@@ -614,6 +645,11 @@ class MainWindow(QMainWindow):
         self.chat.set_colored(on)
         self.save_settings()
 
+    def set_reading(self, on: bool) -> None:
+        self.settings.reading = on
+        self.chat.set_reading(on)
+        self.save_settings()
+
     def regenerate(self, bubble: MessageBubble | None) -> None:
         if self.busy or self.session is None:
             return
@@ -624,7 +660,7 @@ class MainWindow(QMainWindow):
             idx = bubble.index
         if idx is None or idx >= len(msgs) or msgs[idx].role != "assistant":
             return
-        del msgs[idx:]
+        self._earlier_versions = branches.set_aside(msgs, idx)  # flip back to them with ‹ › on the new reply
         self._regens += 1
         self.conversations.render()
         self.conversations.show_graphs_of_last_reply()
@@ -643,8 +679,17 @@ class MainWindow(QMainWindow):
         self.conversations.new()
 
     # ---------------------------------------------------------------------------------- settings --
+    def _system_edited(self) -> None:
+        """The settings' System box edits the open chat's system prompt, saved with the chat."""
+        self.conv.system = self.settings_panel.system.toPlainText()
+        if self.conv.messages and not self.conv.read_only:
+            self.conversations.store_quietly()
+
     def _models_changed(self) -> None:
         self.settings_panel.set_dirty(True)
+        if not self.busy:
+            self.status_label.setText("Model settings changed: they are loaded when you send your next message "
+                                      "(or now: Load models)")
         self.save_settings()
 
     def save_settings(self) -> None:

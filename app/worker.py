@@ -128,6 +128,7 @@ class EventWorker(BaseWorker):
 
     event = Signal(object)
     _posted = Signal()  # worker thread -> GUI thread: the queue has events again
+    _ended = Signal()  # worker thread -> GUI thread: the work has ended; deliver what is queued now
 
     def __init__(self, make_events: Callable[[], Iterator[Any]], *, on_abort: Callable[[], None] | None = None,
                  name: str = "generate") -> None:
@@ -143,6 +144,7 @@ class EventWorker(BaseWorker):
         self._batch.setInterval(self.BATCH_MS)
         self._batch.timeout.connect(self._deliver)
         self._posted.connect(self._batch.start)  # queued: emitted on the worker thread
+        self._ended.connect(self._deliver)
 
     def _push(self, *items: Any) -> None:
         with self._queue_lock:
@@ -152,10 +154,13 @@ class EventWorker(BaseWorker):
             self._posted.emit()
 
     def _end(self, error: BaseException | None) -> None:
-        self._push(_END, error)  # delivered, after every event, by _deliver
+        with self._queue_lock:
+            self._queue.extend((_END, error))
+        self._ended.emit()  # delivered at once (not after a batch's wait), after every event, by _deliver
 
     def _deliver(self) -> None:
         """On the GUI thread: emit every queued event in order, then the end if it has come."""
+        self._batch.stop()
         with self._queue_lock:
             items, self._queue = self._queue, []
         it = iter(items)

@@ -2,7 +2,10 @@
 
 On CUDA: a Llama-3.1-8B-shaped verifier and a Llama-3.2-1B-shaped draft in bfloat16. Elsewhere (no
 GPU): the same measurements on much smaller Llama shapes in float32, so the script runs anywhere in a
-minute or two. It records
+minute or two. `--pair qwen-coder` takes the shapes of the real pair `specdec models` installs instead:
+Qwen2.5-Coder-1.5B with its 0.5B draft (Qwen2 configs, random weights; bfloat16 on CUDA, float32 on the
+CPU, where it takes several minutes), so a GPU run answers what chain and trees give for such a pair without
+its weights. It records
 
 1. memory bandwidth, from a large device-to-device copy (bytes read + bytes written per second);
 2. the verifier's cost to check k = 1..16 tokens in one forward pass, against one token, and to check a
@@ -52,6 +55,11 @@ LLAMA_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0)
 LLAMA_1B = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                 num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0)
+# Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (their config.json: tied embeddings, qkv biases).
+QWEN2_1_5B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0)
+QWEN2_0_5B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                  num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rope_theta=1000000.0)
 # CPU stand-ins: the same family, about 60M and 10M parameters.
 SMALL_VERIFIER = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
                       num_key_value_heads=4, vocab_size=32000, tie_word_embeddings=False, rope_theta=10000.0)
@@ -72,6 +80,7 @@ class Plan:
     tree_nodes: tuple[int, ...]  # draft tree sizes checked in one pass
     reps: int  # timed repetitions per verify width
     copy_mib: int  # size of the bandwidth copy
+    family: str = "llama"  # the config class: llama or qwen2
 
 
 PLANS = {
@@ -80,6 +89,12 @@ PLANS = {
     "cpu": Plan("small Llama (CPU stand-in)", SMALL_VERIFIER, "tiny Llama (CPU stand-in)", SMALL_DRAFT,
                 torch.float32, prefill=128, new_tokens=40, ks=tuple(range(1, 17)), tree_nodes=(8, 16, 32, 64), reps=7,
                 copy_mib=256),
+    "qwen-coder-cuda": Plan("Qwen2.5-Coder-1.5B shape", QWEN2_1_5B, "Qwen2.5-Coder-0.5B shape", QWEN2_0_5B,
+                            torch.bfloat16, prefill=512, new_tokens=128, ks=tuple(range(1, 17)),
+                            tree_nodes=(8, 16, 32, 64), reps=20, copy_mib=4096, family="qwen2"),
+    "qwen-coder-cpu": Plan("Qwen2.5-Coder-1.5B shape", QWEN2_1_5B, "Qwen2.5-Coder-0.5B shape", QWEN2_0_5B,
+                           torch.float32, prefill=128, new_tokens=24, ks=(1, 2, 3, 4, 5, 6, 8, 12, 16),
+                           tree_nodes=(8, 16, 32), reps=3, copy_mib=256, family="qwen2"),
 }
 
 
@@ -129,10 +144,12 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def build(shape: dict, name: str, dtype: torch.dtype, device: torch.device, seed: int) -> LoadedModel:
-    from transformers import AutoModelForCausalLM, LlamaConfig
+def build(shape: dict, name: str, dtype: torch.dtype, device: torch.device, seed: int,
+          family: str = "llama") -> LoadedModel:
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
-    config = LlamaConfig(max_position_embeddings=8192, bos_token_id=1, eos_token_id=0, pad_token_id=0, **shape)
+    kind = {"llama": LlamaConfig, "qwen2": Qwen2Config}[family]
+    config = kind(max_position_embeddings=8192, bos_token_id=1, eos_token_id=0, pad_token_id=0, **shape)
     torch.manual_seed(seed)
     start = time.perf_counter()
     with torch.device(device):
@@ -289,9 +306,9 @@ def run(device: torch.device, plan: Plan, say) -> dict:
     bandwidth = measure_bandwidth(device, plan.copy_mib)
     result["bandwidth_gb_s"] = bandwidth / 1e9
     say(f"building the verifier ({plan.verifier_name})")
-    verifier = build(plan.verifier, plan.verifier_name, plan.dtype, device, seed=1)
+    verifier = build(plan.verifier, plan.verifier_name, plan.dtype, device, seed=1, family=plan.family)
     say(f"building the draft ({plan.draft_name})")
-    draft = build(plan.draft, plan.draft_name, plan.dtype, device, seed=2)
+    draft = build(plan.draft, plan.draft_name, plan.dtype, device, seed=2, family=plan.family)
     for name, loaded in (("verifier", verifier), ("draft", draft)):
         result[f"{name}_parameters"] = sum(p.numel() for p in loaded.model.parameters())
         result[f"{name}_bytes_per_step"] = bytes_per_step(loaded.model)
@@ -388,13 +405,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cuda or cpu")
     parser.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
     parser.add_argument("--threads", type=int, help="CPU threads for PyTorch (CPU runs)")
+    parser.add_argument("--pair", default="llama", choices=("llama", "qwen-coder"),
+                        help="llama: Llama 8B + 1B shapes (small stand-ins on the CPU); qwen-coder: the shapes of "
+                             "Qwen2.5-Coder 1.5B + 0.5B, the pair `specdec models` installs")
     args = parser.parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    plan = PLANS["cuda" if device.type == "cuda" else "cpu"]
+    where = "cuda" if device.type == "cuda" else "cpu"
+    plan = PLANS[where if args.pair == "llama" else f"qwen-coder-{where}"]
     started = time.perf_counter()
 
     def say(message: str) -> None:
@@ -404,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     result["wall_s"] = time.perf_counter() - started
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"gpu_shapes-{device.type}"
+    stem = out / (f"gpu_shapes-{device.type}" if args.pair == "llama" else f"gpu_shapes-{args.pair}-{device.type}")
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     stem.with_suffix(".md").write_text(table)

@@ -80,11 +80,12 @@ class Reply:
 
 def _forwards(engine: Engine) -> list:
     from specdec_core.drafters import HeadDrafter, ModelDrafter, model_drafter_of
+    from specdec_core.kv import CachedForward
 
     out = [engine.verifier_forward]
     runs_model = model_drafter_of(engine.drafter)
-    if isinstance(runs_model, ModelDrafter):
-        out.append(runs_model.forward)
+    if isinstance(runs_model, ModelDrafter) or isinstance(getattr(runs_model, "forward", None), CachedForward):
+        out.append(runs_model.forward)  # a draft model's cache (its own vocabulary's too: cross_vocab.py)
     elif isinstance(runs_model, HeadDrafter):
         out.append(runs_model)  # counts the head's own forward time
     return out
@@ -120,12 +121,15 @@ def time_reply(engine: Engine, prompt_ids: Sequence[int], config: GenerationConf
 
 
 def hf_reference(verifier: LoadedModel, draft: LoadedModel | None, prompt_ids: Sequence[int],
-                 config: GenerationConfig, max_ngram: int = 3) -> Reply:
+                 config: GenerationConfig, max_ngram: int = 3, cross_vocabulary: bool = False) -> Reply:
     """transformers' own assisted generation on the same pair, prompt and draft length.
 
     With a draft model: generate(assistant_model=draft) with `num_assistant_tokens` = gamma and the
     constant schedule ("heuristic_transient", its +2/-1 rule, when --adaptive), and no confidence cutoff
-    unless ours has one. Without: prompt lookup with `prompt_lookup_num_tokens` = gamma."""
+    unless ours has one. A draft with another tokenizer (`cross_vocabulary`) also passes both tokenizers
+    (`tokenizer`, `assistant_tokenizer`): transformers' universal assisted generation, string-level when
+    greedy and token-level intersection when sampling (which prunes the draft's output layer in place: pass
+    a copy). Without a draft: prompt lookup with `prompt_lookup_num_tokens` = gamma."""
     import torch
 
     model = verifier.model
@@ -149,6 +153,8 @@ def hf_reference(verifier: LoadedModel, draft: LoadedModel | None, prompt_ids: S
         assistant_config.num_assistant_tokens_schedule = "heuristic_transient" if config.adaptive else "constant"
         assistant_config.assistant_confidence_threshold = config.confidence_cutoff
         kwargs.update(assistant_model=draft.model, num_assistant_tokens=config.gamma)
+        if cross_vocabulary:
+            kwargs.update(tokenizer=verifier.tokenizer, assistant_tokenizer=draft.tokenizer)
     else:
         kwargs.update(prompt_lookup_num_tokens=config.gamma, max_matching_ngram_size=max_ngram)
     if not config.greedy:
@@ -255,6 +261,7 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 class BenchSettings:
     repeats: int = 3
     hf_reference: bool = False
+    cross_vocabulary: bool = False  # the draft has another tokenizer (transformers then needs both)
     warmup_tokens: int = 16  # the warm-up reply's length (first calls allocate and pick kernels)
 
 
@@ -274,10 +281,17 @@ def run_bench(engine: Engine, verifier: LoadedModel, draft: LoadedModel | None, 
                             reserve_new_tokens=config.max_new_tokens).ids for case in cases]
     off, on = config.with_(speculate=False), config.with_(speculate=True)
     kinds = ["off", "on"] + (["hf"] if settings.hf_reference else [])
+    hf_draft = draft
+    if settings.hf_reference and settings.cross_vocabulary and draft is not None and not config.greedy:
+        import copy
+        import dataclasses
+
+        # transformers' sampling path prunes its assistant's output layer in place; ours must keep its own.
+        hf_draft = dataclasses.replace(draft, model=copy.deepcopy(draft.model))
 
     def run(kind: str, ids: Sequence[int], cfg_off=off, cfg_on=on) -> Reply:
         if kind == "hf":
-            return hf_reference(verifier, draft, ids, cfg_on)
+            return hf_reference(verifier, hf_draft, ids, cfg_on, cross_vocabulary=settings.cross_vocabulary)
         return time_reply(engine, ids, cfg_off if kind == "off" else cfg_on)
 
     say("warming up")
@@ -376,7 +390,8 @@ def _bench_result(cases, prompts, replies, config: GenerationConfig, settings: B
                                             for h, off in zip(by_repeat["hf"], by_repeat["off"])]),
             "ours_over_hf": _median(ratio),
             "verifier_calls_per_reply": hf["verifier_calls_per_reply"],  # its prefill included, like ours
-            "method": "assistant_model" if draft is not None else "prompt_lookup_num_tokens",
+            "method": ("assistant_model + assistant_tokenizer" if settings.cross_vocabulary else "assistant_model")
+            if draft is not None else "prompt_lookup_num_tokens",
         }
         if config.greedy:
             result["hf_assisted"]["identical"] = all(row["hf_identical"] for row in rows)
@@ -465,7 +480,8 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     Rows come back sorted by that speedup."""
     from specdec_core.chat import build_prompt
     from specdec_core.doctor import check_models
-    from specdec_core.drafters import PromptLookupDrafter, drafter_for
+    from specdec_core.drafters import PromptLookupDrafter
+    from specdec_core.pairing import make_drafter
 
     say = progress or (lambda message: None)
     if repeats < 1:
@@ -494,9 +510,12 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
         if not verdict.compatible:
             rows.append(row)
             continue
-        rows.append(_measured_row(engine, drafter_for(draft), row, prompts, config, gammas, repeats, say))
+        if verdict.cross_vocabulary:
+            row["kind"] = "tli"  # a draft with another tokenizer drafts through the text (cross_vocab.py)
+        rows.append(_measured_row(engine, make_drafter("model", verifier, draft, verdict), row, prompts, config,
+                                  gammas, repeats, say))
         if hybrid_tokens is not None:
-            mixed = drafter_for(draft, with_lookup=True, model_tokens=hybrid_tokens)
+            mixed = make_drafter("hybrid", verifier, draft, verdict, hybrid_tokens)
             rows.append(_measured_row(engine, mixed, {**row, "draft": f"{draft.name} + prompt lookup",
                                                       "kind": "hybrid", "draft_tokens": hybrid_tokens},
                                       prompts, config, gammas, repeats, say))

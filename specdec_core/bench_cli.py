@@ -96,6 +96,11 @@ def format_bench(result: dict) -> str:
                      f"{spec['verifier_calls_per_reply']:.1f} / {hf['verifier_calls_per_reply']:.1f}")]
         if "identical" in hf:
             figures.append(("transformers' greedy text equals ours", "yes" if hf["identical"] else "NO"))
+    memory = result.get("memory")
+    if memory and memory.get("peak_rss_bytes"):
+        weights = " + ".join(f"{role} {size / 1e9:.2f}" for role, size in memory["weights_bytes"].items())
+        figures.append(("peak RSS / weights (GB)", f"{memory['peak_rss_bytes'] / 1e9:.2f} / {weights} "
+                                                   f"({memory['peak_over_weights']:.2f}x)"))
     width = max(len(name) for name, _ in figures)
     lines += [f"{name.ljust(width)}  {value}" for name, value in figures]
     header = ["prompt", "tokens", "off tok/s", "on tok/s", "speedup", "accept", "tok/call", "predicted"]
@@ -235,6 +240,18 @@ def _apply_threads(threads: int | None) -> None:
     set_threads(threads)
 
 
+def memory_figures(verifier, draft) -> dict:
+    """The models' weights and this process's peak resident memory (bytes), and the peak over the weights."""
+    from specdec_core.resources import peak_rss_bytes, weight_bytes
+
+    weights = {"verifier": weight_bytes(verifier.model)}
+    if draft is not None:
+        weights["draft"] = weight_bytes(draft.model)
+    peak = peak_rss_bytes()
+    return {"weights_bytes": weights, "peak_rss_bytes": peak,
+            "peak_over_weights": peak / sum(weights.values()) if peak else None}
+
+
 def cmd_bench(args) -> int:
     if args.no_speculation:
         raise BenchError("bench runs with speculation both off and on; drop --no-speculation")
@@ -253,9 +270,14 @@ def cmd_bench(args) -> int:
     if args.hf_reference and isinstance(pair.drafter, HybridDrafter):
         raise BenchError("transformers' assisted generation has no hybrid of prompt lookup and a draft model: "
                          "drop --hf-reference, or compare with --drafter prompt-lookup or --drafter model")
-    settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference)
+    cross_vocabulary = pair.verdict is not None and pair.verdict.cross_vocabulary
+    if args.hf_reference and cross_vocabulary and _same_row_count(pair.verifier, pair.draft):
+        raise BenchError("transformers' assisted generation tells tokenizers apart by the models' vocabulary sizes, "
+                         "which are equal here although the tokenizers differ: drop --hf-reference")
+    settings = BenchSettings(repeats=args.repeats, hf_reference=args.hf_reference, cross_vocabulary=cross_vocabulary)
     result = run_bench(pair.engine, pair.verifier, pair.draft, cases, config, settings, progress=_say)
     result["setup"]["prompt_file"] = args.prompts
+    result["memory"] = memory_figures(pair.verifier, pair.draft)
     table_out = sys.stderr if args.json == "-" else sys.stdout
     print(format_bench(result), file=table_out, flush=True)
     _write_json(result, args.json)
@@ -263,6 +285,10 @@ def cmd_bench(args) -> int:
         plot_bench(result, args.plot)
         _say(f"wrote {args.plot}")
     return 0
+
+
+def _same_row_count(verifier, draft) -> bool:
+    return verifier.model.config.get_text_config().vocab_size == draft.model.config.get_text_config().vocab_size
 
 
 def cmd_rank_drafts(args) -> int:
@@ -301,7 +327,8 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--repeats", type=int, default=3, help="runs of each prompt in each mode (default 3)")
     bench.add_argument("--hf-reference", action="store_true",
                        help="also time transformers' generate(assistant_model=..., num_assistant_tokens=gamma) "
-                            "or its prompt lookup, on the same prompts, pair and gamma")
+                            "(with assistant_tokenizer for a draft with another tokenizer) or its prompt lookup, on "
+                            "the same prompts, pair and gamma")
     bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
     bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
                                                      "predicted against measured speedup (needs matplotlib)")

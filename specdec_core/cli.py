@@ -277,9 +277,10 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--trust-remote-code", action="store_true")
     doctor.set_defaults(func=cmd_doctor)
 
-    from specdec_core import bench_cli
+    from specdec_core import bench_cli, models_cli
 
     bench_cli.add_parser(sub)
+    models_cli.add_parser(sub)
     return parser
 
 

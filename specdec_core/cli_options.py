@@ -51,8 +51,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--draft", metavar="SPEC", help="draft model spec (implies --drafter model)")
     group.add_argument("--drafter", choices=defaults.DRAFTER_KINDS,
                        help="what proposes tokens: a draft model, copies from the conversation (prompt-lookup), "
-                       "or copies where they exist and the draft model elsewhere (hybrid) (default: model with "
-                       "--draft, else prompt-lookup)")
+                       "copies where they exist and the draft model elsewhere (hybrid), or a draft with another "
+                       "tokenizer through the text: the tokens both vocabularies hold (tli; what model and hybrid "
+                       "use for such a draft) or its greedy text re-tokenised (slem) (default: model with --draft, "
+                       "else prompt-lookup)")
     group.add_argument("--draft-tokens", type=int, metavar="N",
                        help="hybrid: at most N tokens from the draft model in a round without a match "
                        "(default: gamma)")
@@ -82,6 +84,9 @@ def add_generation_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--temperature", type=finite_float, default=0.0, help="0 is greedy (default)")
     group.add_argument("--top-k", type=int, default=0)
     group.add_argument("--top-p", type=finite_float, default=1.0)
+    group.add_argument("--repetition-penalty", type=finite_float, default=1.0, metavar="P",
+                       help="divide the logits of tokens already in the text by P (multiply negative ones), as "
+                       "transformers does; both models apply it, so speculation stays exact (default 1: off)")
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--system", metavar="TEXT", help="system prompt")
     group.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -99,7 +104,7 @@ def config_from_args(args: Any) -> GenerationConfig:
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
         max_new_tokens=args.max_new_tokens, speculate=not args.no_speculation, gamma=args.gamma,
         adaptive=args.adaptive, gamma_max=defaults.gamma_max(args.gamma), confidence_cutoff=args.confidence_cutoff,
-        tree_nodes=getattr(args, "tree_nodes", TREE_AUTO),
+        tree_nodes=getattr(args, "tree_nodes", TREE_AUTO), repetition_penalty=getattr(args, "repetition_penalty", 1.0),
     ).validate()
 
 
@@ -157,7 +162,7 @@ def load_from_args(args: Any):
     """The verifier and drafter the options name, paired and checked (pairing.load_pair)."""
     from specdec_core.pairing import LoadOptions, load_pair
 
-    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup")
+    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup", *defaults.CROSS_VOCABULARY)
                                           or (args.drafter is None and args.draft)):
         raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,

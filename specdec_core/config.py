@@ -18,6 +18,11 @@ class GenerationConfig:
     top_k: int = 0  # 0 disables; applied after temperature, as transformers does
     top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 disables; applied after top-k
     seed: int = 0  # every random draw goes through torch.Generators seeded from this
+    # Tokens already in the sequence (prompt and reply so far) get their logit divided by this when positive,
+    # multiplied when negative, before everything above (transformers' RepetitionPenaltyLogitsProcessor,
+    # after Keskar et al. 2019). 1 disables. Both models apply it to the same history, so speculation stays
+    # exact; it applies when greedy too.
+    repetition_penalty: float = 1.0
 
     # --- length ---
     max_new_tokens: int = 256
@@ -66,6 +71,8 @@ class GenerationConfig:
             raise ConfigError(f"gamma_max ({self.gamma_max}) must be at least gamma ({self.gamma})")
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (got {self.temperature})")
+        if self.repetition_penalty <= 0:
+            raise ConfigError(f"repetition penalty must be > 0 (got {self.repetition_penalty})")
         if not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"top-p must be in (0, 1] (got {self.top_p})")
         if self.top_k < 0:
@@ -82,10 +89,11 @@ class GenerationConfig:
         return replace(self, **changes).validate()  # type: ignore[arg-type]
 
 
-_FLOATS = ("temperature", "top_p", "confidence_cutoff")
+_FLOATS = ("temperature", "top_p", "confidence_cutoff", "repetition_penalty")
 _INTS = ("top_k", "seed", "max_new_tokens", "gamma", "gamma_max", "top_alternatives", "tree_nodes")  # where present
 _LABELS = {"top_p": "top-p", "top_k": "top-k", "max_new_tokens": "max new tokens",
-           "confidence_cutoff": "confidence cutoff", "gamma_max": "gamma_max", "top_alternatives": "top alternatives"}
+           "confidence_cutoff": "confidence cutoff",
+           "repetition_penalty": "repetition penalty", "gamma_max": "gamma_max", "top_alternatives": "top alternatives"}
 _GAMMA_LIMIT = 128  # more drafts per round than any draft gets accepted; larger values only waste memory
 _TREE_LIMIT = 512  # one verifier pass over this many candidates is already slower than any gain
 

@@ -181,6 +181,24 @@ class TreeSizer:
         assert seconds is not None
         return seconds
 
+    def best_length(self, rates: Sequence[float], gamma: int, extra_rows: int = 1) -> int:
+        """How many tokens a chain should draft this round (0 to `gamma`), to maximise expected tokens per
+        second: (1 + sum over k of rates[0] x ... x rates[k-1]) / (verify cost of k + extra rows + k drafting
+        steps). `rates[i]`: the chance that the token at position i is accepted when all before it were
+        (PositionRecord). Nothing measured yet: `gamma`, so that the sizes get timed."""
+        plain = self.cost.estimate(max(1, extra_rows))
+        if plain is None:
+            return gamma
+        best, best_rate = 0, 1.0 / plain
+        expected, chance = 1.0, 1.0
+        for k in range(1, gamma + 1):
+            chance *= rates[min(k - 1, len(rates) - 1)]
+            expected += chance
+            rate = expected / (self._verify_s(extra_rows, k) + k * self.draft_per_expansion)
+            if rate > best_rate:
+                best, best_rate = k, rate
+        return best
+
     def observe_draft(self, expansions: int, draft_s: float) -> None:
         if expansions:
             per_expansion = draft_s / expansions
@@ -192,3 +210,44 @@ class TreeSizer:
         round that only ages the evidence, so that a draft priced out is eventually tried again)."""
         self.expected = self.expected * self.DECAY + sum(values)
         self.accepted = self.accepted * self.DECAY + accepted
+
+
+class PositionRecord:
+    """How often a chain's drafted token at position i was accepted, given that those before it were, over
+    the recent rounds (each older round counts DECAY times less; a prior worth PRIOR_WEIGHT rounds).
+
+    A chain's worth depends on the pair and the text (a copy of a quoted passage is right for long runs, a
+    copy in a free answer rarely), so the engine sizes each round's chain from this record of the reply so
+    far. A round priced out drafts nothing and only ages the record (AGING, slower than DECAY), which drifts
+    back to the prior: a drafter priced out is tried again after some 10-20 rounds, not every few (on the
+    1.5B verifier of docs/performance.md a wrong 4-token copy cost a second plain step)."""
+
+    PRIOR = (0.5, 0.65, 0.8, 0.85)  # about prompt lookup's rates on the bundled prompts (drafters.LOOKUP_ACCEPTANCE)
+    PRIOR_WEIGHT = 2.0
+    DECAY = 0.9
+    AGING = 0.97
+
+    def __init__(self, prior: Sequence[float] = PRIOR):
+        self.prior = tuple(prior)
+        self.tried = [0.0] * len(self.prior)  # rounds that reached position i (slots past the prior share the last)
+        self.right = [0.0] * len(self.prior)
+
+    def rates(self) -> tuple[float, ...]:
+        return tuple((right + prior * self.PRIOR_WEIGHT) / (tried + self.PRIOR_WEIGHT)
+                     for prior, tried, right in zip(self.prior, self.tried, self.right))
+
+    def age(self, factor: float | None = None) -> None:
+        factor = self.AGING if factor is None else factor
+        self.tried = [n * factor for n in self.tried]
+        self.right = [n * factor for n in self.right]
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """A round that drafted `drafted` tokens and had the first `accepted` of them accepted."""
+        self.age(self.DECAY)
+        if not drafted:
+            return
+        for position in range(min(drafted, accepted + 1)):
+            slot = min(position, len(self.prior) - 1)
+            self.tried[slot] += 1
+            if position < accepted:
+                self.right[slot] += 1

@@ -51,6 +51,11 @@ FORMS = ("linear", "columns", "packed")
 _SAMPLE_BYTES = 64 * 2**20  # weights timed per shape: more than a CPU's last-level cache, so timing is cold
 _MIN_GAIN = 0.05  # another form must be this much faster than F.linear to be used
 _PACKED_SHARE_OF_FREE_MEMORY = 0.5  # packed copies may take at most this share of the memory available
+# ... and at most this share of the model's own weights, or _PACKED_FLOOR if that is more: a packed copy is a
+# second copy of a weight, and a large model must stay within about 1.3x its weights (a 1.5B verifier whose
+# every layer was packed peaked at 12.7 GB for 6.2 GB of weights). Small models keep every copy that pays.
+_PACKED_SHARE_OF_WEIGHTS = 0.2
+_PACKED_FLOOR = 2**30
 _DISABLE = "SPECDEC_CPU_MATMUL"  # "off": keep F.linear everywhere
 _PLAN_VERSION = 3  # part of the plan file's name: a new way of measuring measures again
 
@@ -319,32 +324,59 @@ def _cgroup_memory_left() -> int | None:
     return min(lefts) if lefts else None
 
 
-def _room_for(nbytes: int) -> bool:
+def packing_budget(model: torch.nn.Module) -> int:
+    """Bytes of packed copies `model` may hold: a share of its weights (at least _PACKED_FLOOR), and no more
+    than a share of the memory available now."""
+    from specdec_core.resources import weight_bytes
+
+    weights = weight_bytes(model)
     free = available_memory()
-    return nbytes <= _PACKED_SHARE_OF_FREE_MEMORY * (free if free is not None else 2 * 2**30)
+    room = _PACKED_SHARE_OF_FREE_MEMORY * (free if free is not None else 2 * 2**30)
+    return int(min(room, max(_PACKED_SHARE_OF_WEIGHTS * weights, _PACKED_FLOOR)))
+
+
+def _packing_gain(plan: RowPlan) -> float:
+    """Milliseconds the packed form saves over the better other form, summed over the row counts using it
+    (0 for a plan that was not timed)."""
+    if "packed" not in plan.ms:
+        return 0.0
+    return sum(min(plan.ms[name][rows] for name in ("linear", "columns") if rows in plan.ms.get(name, {}))
+               - plan.ms["packed"][rows] for rows, form in plan.forms.items() if form == "packed")
 
 
 def apply_plans(model: torch.nn.Module, plans: list[RowPlan]) -> list[RowPlan]:
     """Route each nn.Linear whose shape has a plan through its chosen form per row count.
 
-    The packed copies are made now, so that the first verify is not slowed by them, if this machine
-    has room for them (at most half of the memory available); otherwise the packed row counts take the
-    better of the other forms. Returns the plans as applied.
+    The packed copies are made now, so that the first verify is not slowed by them, within the model's
+    packing budget (`packing_budget`): the layers whose shapes gain most per byte get them first, and the
+    others take the better of the other forms at the packed row counts. Returns the plans as applied (a
+    shape with some layers packed and others not is listed with its packed plan).
     """
     by_shape = _linears_by_shape(model)
-    packed_bytes = sum(m.weight.numel() * m.weight.element_size() for plan in plans if plan.uses("packed")
-                       for m in by_shape.get(plan.shape, []))
-    if packed_bytes and not (packing_available() and _room_for(packed_bytes)):
-        plans = [without_packing(plan) for plan in plans]
-    for plan in plans:
-        if all(form == "linear" for form in plan.forms.values()):
-            continue
-        forward = _planned_forward(plan)
+    budget = packing_budget(model) if packing_available() else 0
+    packed: set[torch.nn.Linear] = set()
+    ranked = sorted((plan for plan in plans if plan.uses("packed")),
+                    key=lambda plan: -_packing_gain(plan) / (plan.shape[0] * plan.shape[1]))
+    for plan in ranked:
         for module in by_shape.get(plan.shape, []):
-            module.forward = types.MethodType(forward, module)
-            if plan.uses("packed"):
+            nbytes = module.weight.numel() * module.weight.element_size()
+            if nbytes <= budget:
+                packed.add(module)
+                budget -= nbytes
+    applied = []
+    for plan in plans:
+        modules = by_shape.get(plan.shape, [])
+        plain = without_packing(plan)
+        applied.append(plan if any(m in packed for m in modules) else plain)
+        forwards = {id(plan): _planned_forward(plan), id(plain): _planned_forward(plain)}
+        for module in modules:
+            chosen = plan if module in packed else plain
+            if all(form == "linear" for form in chosen.forms.values()):
+                continue
+            module.forward = types.MethodType(forwards[id(chosen)], module)
+            if chosen.uses("packed"):
                 _packed_weight(module, module.weight)
-    return plans
+    return applied
 
 
 def _plan_file(cache_dir: Path | None) -> Path | None:

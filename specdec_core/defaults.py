@@ -14,8 +14,12 @@ DRAFT = "smollm2-135m-draft"  # the draft head distilled from it, shipped in ass
 MODEL = "model"  # a draft model proposes every token
 PROMPT_LOOKUP = "prompt-lookup"  # copies what followed the last n-gram earlier in the conversation; no model
 HYBRID = "hybrid"  # prompt lookup where the conversation has a match, the draft model elsewhere
-DRAFTER_KINDS = (MODEL, PROMPT_LOOKUP, HYBRID)
-USES_DRAFT = (MODEL, HYBRID)
+# A draft with another tokenizer drafts through the text (cross_vocab.py); `model` and `hybrid` pick TLI for it.
+TLI = "tli"  # token-level intersection: the draft's distribution over the tokens both vocabularies hold
+SLEM = "slem"  # string-level exact match: the draft's greedy text re-tokenised by the verifier
+DRAFTER_KINDS = (MODEL, PROMPT_LOOKUP, HYBRID, TLI, SLEM)
+USES_DRAFT = (MODEL, HYBRID, TLI, SLEM)
+CROSS_VOCABULARY = (TLI, SLEM)
 
 # The embedded pair speculates as a hybrid with one head token per round where lookup finds nothing:
 # the head's second token is accepted too rarely to pay for checking a third row (docs/performance.md).

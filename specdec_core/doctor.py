@@ -1,8 +1,12 @@
 """Can this draft pair with this verifier, and if not, exactly why.
 
 Speculation feeds the verifier's token ids to the draft and the draft's proposed ids back to the
-verifier, so the one hard requirement is that every id means the same text on both sides. That is
-what this module checks, id by id, and it reports the first id that differs in words a user can act on.
+verifier. When every id means the same text on both sides the ids pass as they are; that is what this
+module checks first, id by id. When they do not (another tokenizer), the pair still works through the
+text (cross_vocab.py): the draft reads the verifier's text in its own tokens and proposes the verifier's
+ids of the tokens both vocabularies hold. The verdict then names the first id that differs, how much the
+vocabularies overlap (the share of the verifier's ids, and of its tokens in everyday text, that the draft
+can propose), the strategy, and warns when the overlap is too low to pay.
 
 Things that do not break exactness are findings of a lower level:
 - padded output layers (151,936 vs 152,064 logit rows with one tokenizer): the padding is cut off;
@@ -38,6 +42,10 @@ class Verdict:
     findings: tuple[Finding, ...]
     shared_vocab_size: int  # the draft proposes from these token ids (0 .. n-1), which mean the same to both
     verifier_vocab_size: int = 0  # the verifier samples over these (0 .. n-1): its whole vocabulary
+    # Another tokenizer: the draft proposes through the shared_vocab_size token texts both hold (cross_vocab.py).
+    cross_vocabulary: bool = False
+    id_share: float | None = None  # of the verifier's ids, the share the draft can propose
+    text_share: float | None = None  # of the verifier's tokens in sample text, the share the draft can propose
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -64,6 +72,10 @@ class Verdict:
         lines = [("Compatible" if self.compatible else "Not compatible") + ": verifier and draft"]
         lines += [f"  {finding.level:<8}{finding.message}" for finding in self.findings]
         verifier, shared = max(self.verifier_vocab_size, self.shared_vocab_size), self.shared_vocab_size
+        if self.cross_vocabulary:
+            lines.append(f"The draft proposes the verifier's ids of the {shared:,} token texts both vocabularies hold; "
+                         f"the verifier samples over all its {self.verifier_vocab_size:,} token ids.")
+            return "\n".join(lines)
         lines.append(f"Both models use the same {shared:,} token ids." if verifier == shared else
                      f"The verifier samples over all its {verifier:,} token ids; the draft proposes from the "
                      f"first {shared:,}.")
@@ -129,11 +141,9 @@ def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | No
     v_tokens, d_tokens = _tokens_by_id(verifier_tokenizer, v_size), _tokens_by_id(draft_tokenizer, d_size)
     difference = _first_difference(verifier_tokenizer, draft_tokenizer, v_tokens, d_tokens, shared)
     if difference is not None:
-        token_id, v_text, d_text, count = difference
-        more = f" ({count:,} of the {shared:,} shared ids differ)" if count > 1 else ""
-        findings.append(Finding("error", f"token {token_id} is {v_text} in the verifier and {d_text} in the "
-                                         f"draft{more}: the models use different vocabularies"))
-    elif v_size == d_size:
+        return _cross_vocabulary(verifier_tokenizer, draft_tokenizer, difference, shared, verifier_logits,
+                                 draft_logits)
+    if v_size == d_size:
         findings.append(Finding("ok", f"same tokenizer ({v_size:,} tokens)"))
     elif v_size > d_size:
         lacks = _extra_tokens(verifier_tokenizer, v_tokens, shared)
@@ -156,15 +166,44 @@ def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | No
                                       f"(draft) rows; rows past {shared:,} are padding and are ignored"))
     shared = min([shared] + [rows for rows in (verifier_logits, draft_logits) if rows is not None])
 
-    # 3. Special tokens and chat templates (only meaningful when the vocabularies agree).
-    if difference is None:
-        findings += _special_tokens(verifier_tokenizer, draft_tokenizer)
+    # 3. Special tokens and chat templates.
+    findings += _special_tokens(verifier_tokenizer, draft_tokenizer)
     findings += _chat_templates(verifier_tokenizer, draft_tokenizer)
 
     compatible = not any(f.level == "error" for f in findings)
     verifier_vocab = min(v_size, verifier_logits) if verifier_logits is not None else v_size
     return Verdict(compatible=compatible, findings=tuple(findings), shared_vocab_size=shared,
                    verifier_vocab_size=verifier_vocab)
+
+
+# Below this share of the verifier's tokens in everyday text, token-level intersection can rarely propose the
+# token the verifier writes: acceptance, and with it any speedup, is capped by it.
+LOW_OVERLAP = 0.5
+
+
+def _cross_vocabulary(verifier_tokenizer, draft_tokenizer, difference: tuple[int, str, str, int], shared_ids: int,
+                      verifier_logits: int | None, draft_logits: int | None) -> Verdict:
+    """Different vocabularies: the pair drafts through the text (cross_vocab.py); how much they overlap."""
+    from specdec_core.cross_vocab import STRATEGIES, TLI, map_vocabularies, text_share
+
+    v_size = min(len(verifier_tokenizer), verifier_logits or len(verifier_tokenizer))
+    d_size = min(len(draft_tokenizer), draft_logits or len(draft_tokenizer))
+    vocab_map = map_vocabularies(verifier_tokenizer, draft_tokenizer, v_size, d_size)
+    in_text = text_share(vocab_map, verifier_tokenizer)
+    token_id, v_text, d_text, count = difference
+    more = f", {count:,} of the {shared_ids:,} ids both have differ" if count > 1 else ""
+    findings = [Finding("ok", f"different vocabularies (token {token_id} is {v_text} in the verifier and {d_text} "
+                              f"in the draft{more}): the draft proposes through the {vocab_map.shared:,} token "
+                              f"texts both hold, {vocab_map.id_share:.0%} of the verifier's ids and {in_text:.0%} "
+                              f"of its tokens in sample text; strategy: {STRATEGIES[TLI]}")]
+    if in_text < LOW_OVERLAP:
+        findings.append(Finding("warning", f"the draft can propose only {in_text:.0%} of the verifier's tokens in "
+                                           "sample text: few drafts will be accepted, so speculation will rarely "
+                                           "pay (--drafter slem proposes any token, from the draft's text)"))
+    findings += _chat_templates(verifier_tokenizer, draft_tokenizer)
+    return Verdict(compatible=True, findings=tuple(findings), shared_vocab_size=vocab_map.shared,
+                   verifier_vocab_size=v_size, cross_vocabulary=True, id_share=vocab_map.id_share,
+                   text_share=in_text)
 
 
 def _tokens_by_id(tokenizer, size: int) -> list[str | None]:

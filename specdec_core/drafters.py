@@ -20,8 +20,8 @@ from specdec_core import cpu_speed
 from specdec_core.config import GenerationConfig
 from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
-from specdec_core.kv import CachedForward, common_prefix_length
-from specdec_core.sampling import processed_probs, sample
+from specdec_core.kv import CachedForward, common_prefix_length, supports_trees
+from specdec_core.sampling import processed_probs, sample, seen_tokens
 
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
@@ -34,6 +34,8 @@ class Draft:
     display_probs: tuple[float, ...]  # draft(x_i) for people: softmax at temperature 1 when greedy
     stop: DraftStop
     draft_s: float
+    # A draft with another tokenizer (cross_vocab.py): the draft's own token(s) behind each proposed token.
+    sources: tuple[str, ...] = ()
 
 
 TREE_WIDTH = 4  # candidates considered under each expanded node (the tree keeps the best of them overall)
@@ -262,6 +264,28 @@ def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth:
                      time.perf_counter() - start, expansions, tuple(c.copied for c in picked))
 
 
+def level_as_tree(paths: list[list[int]], paths_tokens: list[list[int]], readable: Callable[[int], int | None]
+                  ) -> tuple[list[int], list[int], list[int]] | None:
+    """A tree level's paths (candidate indices, root's child first) as one tree a draft model can run in one
+    pass (kv.CachedForward.logits_for_tree): its nodes' tokens in the draft's ids (`readable`: None where the
+    draft cannot read a token, and then None for the whole level), each node's parent (-1: after the
+    committed tokens), and the logits row after each path's last node. Ancestors come first on every path."""
+    local: dict[int, int] = {}  # candidate -> node of this pass
+    tokens: list[int] = []
+    parents: list[int] = []
+    for path, path_tokens in zip(paths, paths_tokens):
+        for depth, (candidate, token) in enumerate(zip(path, path_tokens)):
+            if candidate in local:
+                continue
+            own = readable(token)
+            if own is None:
+                return None
+            local[candidate] = len(tokens)
+            tokens.append(own)
+            parents.append(local[path[depth - 1]] if depth else -1)
+    return tokens, parents, [1 + local[path[-1]] for path in paths]
+
+
 def _no_tree(stop: DraftStop, start: float) -> DraftTree:
     return DraftTree((), (), (), (), stop, time.perf_counter() - start)
 
@@ -287,11 +311,12 @@ class Drafter(Protocol):
         ...
 
 
-def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator, first: bool
-          ) -> tuple[int, torch.Tensor, float] | None:
+def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator, first: bool,
+          seen: torch.Tensor | None = None) -> tuple[int, torch.Tensor, float] | None:
     """One drafted token from the draft's logits [V]: (token, the processed distribution it was sampled
-    from, its probability as people read it), or None when the confidence cutoff ends the round."""
-    draft_probs = processed_probs(logits, config)
+    from, its probability as people read it), or None when the confidence cutoff ends the round.
+    `seen`: the ids of the history so far, for the repetition penalty (sampling.seen_tokens)."""
+    draft_probs = processed_probs(logits, config, seen)
     # What people see: when greedy the sampled distribution is a one-hot, so show the softmax.
     shown_probs = torch.softmax(logits.float(), -1) if config.greedy else draft_probs
     if config.confidence_cutoff and not first and float(shown_probs.max()) < config.confidence_cutoff:
@@ -316,15 +341,17 @@ def in_verifier_ids(logits: torch.Tensor, known: int, vocab_size: int) -> torch.
 
 def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float, max_tokens: int,
                  config: GenerationConfig, generator: torch.Generator, vocab_size: int,
-                 eos_token_ids: frozenset[int]) -> Draft:
+                 eos_token_ids: frozenset[int], ids: Sequence[int] = ()) -> Draft:
     """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)` ([vocab_size] logits
-    over the verifier's ids)."""
+    over the verifier's ids); `ids` is what they continue (the repetition penalty reads it)."""
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     shown: list[float] = []
     stop = DraftStop.GAMMA if max_tokens > 0 else DraftStop.MAX_TOKENS
     while len(tokens) < max_tokens:
-        picked = _pick(next_logits(tokens), config, generator, first=not tokens)
+        logits = next_logits(tokens)
+        seen = seen_tokens(config, ids, [tokens], vocab_size, logits.device)
+        picked = _pick(logits, config, generator, first=not tokens, seen=None if seen is None else seen[0])
         if picked is None:
             stop = DraftStop.CONFIDENCE
             break
@@ -355,6 +382,7 @@ class ModelDrafter:
         self.generator = torch.Generator(device=draft.device)
         self.known_ids = draft.producible_ids  # ids 0..known_ids-1 mean the same to both models
         self.unknown_id: int | None = getattr(draft.tokenizer, "unk_token_id", None)
+        self._trees = supports_trees(draft.model)  # a tree level can run as one forward pass
 
     def _readable(self, ids: Sequence[int]) -> list[int]:
         """`ids` as the draft can read them (the same ids unless the verifier produced one it lacks)."""
@@ -387,24 +415,50 @@ class ModelDrafter:
             # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
             return in_verifier_ids(self.forward.logits_for(context + drafted)[-1], self.known_ids, vocab_size)
 
-        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
+                            ids)
 
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
                      vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
                      worth: Worth | None = None) -> DraftTree:
         """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
-        A level runs the draft on each of its paths in turn; the cache's prefix rule makes moving to
-        another branch cost only the part that differs."""
+
+        A level costs one draft forward pass, whatever its width: the level's paths, with their ancestors,
+        run as a tree after the committed tokens, each node attending only to its own ancestors (kv.py's
+        tree attention, as the verifier checks trees), and the pass's nodes are dropped from the draft's
+        cache at once (rolled back to the committed tokens). A draft whose cache cannot hold a tree
+        (sliding-window layers) runs each path in turn, moving between branches by the cache's prefix rule."""
         start = time.perf_counter()
         context = self._readable(ids)
         if not context or max_nodes <= 0 or max_depth <= 0:
             return _no_tree(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
 
+        def in_ids(row: torch.Tensor) -> torch.Tensor:
+            return in_verifier_ids(row, self.known_ids, vocab_size)
+
         def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, None]:
-            return torch.stack([in_verifier_ids(self.forward.logits_for(context + path_tokens)[-1], self.known_ids,
-                                                vocab_size) for path_tokens in paths_tokens]), None
+            if paths == [[]]:
+                return in_ids(self.forward.logits_for(context)[-1])[None], None
+            tree = self._level_tree(paths, paths_tokens)
+            if tree is None:
+                return torch.stack([in_ids(self.forward.logits_for(context + self._readable(path_tokens))[-1])
+                                    for path_tokens in paths_tokens]), None
+            tokens, parents, rows = tree
+            logits = self.forward.logits_for_tree(context, tokens, parents)
+            self.forward.keep_path([])  # roll back: the cache holds the committed tokens only, as before
+            return torch.stack([in_ids(logits[row]) for row in rows]), None
 
         return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+
+    def _level_tree(self, paths: list[list[int]], paths_tokens: list[list[int]]
+                    ) -> tuple[list[int], list[int], list[int]] | None:
+        if not self._trees:
+            return None
+
+        def readable(token: int) -> int | None:
+            return token if token < self.known_ids else self.unknown_id
+
+        return level_as_tree(paths, paths_tokens, readable)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
@@ -533,7 +587,8 @@ class HeadDrafter:
                 current[0] = self._step(current[0][None], drafted[-1:], position)[-1]
             return self._logits(current[0][None], vocab_size)[0]
 
-        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids)
+        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
+                            ids)
 
     @torch.inference_mode()
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,

@@ -18,7 +18,7 @@ import torch
 
 from specdec_core import defaults
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.cost import TreeSizer, VerifyCost
+from specdec_core.cost import PositionRecord, TreeSizer, VerifyCost
 from specdec_core.drafters import Draft, Drafter, DraftTree, attach_drafter, grows_trees
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
@@ -37,7 +37,14 @@ from specdec_core.events import (
     TreeNodeVerdict,
 )
 from specdec_core.kv import CachedForward, supports_trees
-from specdec_core.sampling import Acceptance, TreeAcceptance, accept_drafts, accept_tree, processed_probs
+from specdec_core.sampling import (
+    Acceptance,
+    TreeAcceptance,
+    accept_drafts,
+    accept_tree,
+    processed_probs,
+    seen_tokens,
+)
 from specdec_core.stats import StatsAccumulator
 from specdec_core.textstream import TextStream
 
@@ -143,6 +150,7 @@ class Engine:
         self.generator = torch.Generator(device=verifier.device)
         self._token_texts: dict[int, str] = {}
         self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
+        self.chain_record = PositionRecord()  # how often each chain position was accepted lately
         self.drafter: Drafter | None = None
         self.set_drafter(drafter)
 
@@ -246,9 +254,11 @@ class Engine:
         speculating = self._speculating(config, controls)
         if speculating and self.grows_trees and self.tree_nodes(config):
             return self._tree_round(reply, remaining, config, round_start)
-        # 2. Draft: up to gamma tokens, leaving room in the budget for the correction or bonus token.
-        draft = self._draft(reply.ids, reply.gamma, remaining - 1, config) if speculating else \
-            Draft((), torch.empty(0, self.vocab_size), (), DraftStop.OFF, 0.0)
+        # 2. Draft: up to gamma tokens (greedy `auto`: as many as pay here), leaving room in the budget for the
+        #    correction or bonus token.
+        length, why = self._chain_length(reply, config) if speculating else (0, DraftStop.OFF)
+        draft = self._draft(reply.ids, length, remaining - 1, config, sized=length < reply.gamma) if length else \
+            Draft((), torch.empty(0, self.vocab_size), (), why or DraftStop.COST, 0.0)
         # 3. Verify: the verifier's distribution at each drafted position plus one more (the bonus position).
         verify_start = time.perf_counter()
         logits, target_probs = self._verify(reply.ids, draft, config)
@@ -262,6 +272,8 @@ class Engine:
         if speculating:
             assert self.drafter is not None
             self.drafter.observe(len(draft.token_ids), acceptance.n_accepted)
+            self._record_chain(draft, acceptance.n_accepted, config)
+        reply.stats.plain_step_s = self.sizer.cost.estimate(1) or 0.0
         overhead_s = max(0.0, time.perf_counter() - round_start - draft.draft_s - verify_s)
         reply.stats.add_round(drafted=len(draft.token_ids), accepted=acceptance.n_accepted,
                               emitted=len(committed), draft_s=draft.draft_s, verify_s=verify_s,
@@ -269,7 +281,33 @@ class Engine:
         # 6. Emit the round's events.
         timing = _Timing(draft_s=draft.draft_s, verify_s=verify_s, overhead_s=overhead_s, rows=verified_rows)
         return self._emit(reply, draft, logits, target_probs, acceptance, committed, timing, config,
-                          reply.gamma if speculating else None)
+                          length if speculating else None)
+
+    def _sizes_chains(self, config: GenerationConfig) -> bool:
+        """Greedy `auto`: a chain drafts as many tokens as pay on this machine, up to γ (cost.TreeSizer.
+        best_length, from the cost of checking k tokens measured here, the draft's time per token, and how
+        often each position was accepted lately). An explicit --tree-nodes 0 keeps γ, and so does sampling:
+        sizes that follow timings would decide which random draws a round makes, and a seed would no longer
+        reproduce a reply."""
+        return config.cost_aware and config.tree_nodes == TREE_AUTO and config.greedy
+
+    def _chain_length(self, reply: _Reply, config: GenerationConfig) -> tuple[int, DraftStop | None]:
+        """This round's draft length, and why it is 0 when it is (a plain step that times itself, or none pays)."""
+        if not self._sizes_chains(config):
+            return reply.gamma, None
+        if reply.round_index and self.sizer.cost.stale(1):  # see cost.VerifyCost.stale
+            return 0, DraftStop.PROBE
+        length = self.sizer.best_length(self.chain_record.rates(), reply.gamma)
+        return length, None if length else DraftStop.COST
+
+    def _record_chain(self, draft: Draft, n_accepted: int, config: GenerationConfig) -> None:
+        if not self._sizes_chains(config):
+            return
+        if draft.token_ids:
+            self.chain_record.observe(len(draft.token_ids), n_accepted)
+            self.sizer.observe_draft(len(draft.token_ids), draft.draft_s)
+        elif draft.stop is DraftStop.COST:
+            self.chain_record.age()  # priced out: drift back to the prior, and try again in a while
 
     def _tree_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float
                     ) -> RoundResult:
@@ -285,7 +323,9 @@ class Engine:
         # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
         verify_start = time.perf_counter()
         logits = self.verifier_forward.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
-        target_probs = processed_probs(logits, config)
+        paths = [[tree.token_ids[n] for n in tree.path_to(node)] for node in range(len(tree))]
+        seen = seen_tokens(config, reply.ids, [[], *paths], self.vocab_size, logits.device)
+        target_probs = processed_probs(logits, config, seen)
         _synchronize(self.verifier.device)
         verify_s = time.perf_counter() - verify_start
         verified_rows = self.verifier_forward.last_run
@@ -306,6 +346,7 @@ class Engine:
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
         mainline = _mainline(tree, acceptance.path)
+        reply.stats.plain_step_s = self.sizer.cost.estimate(1) or 0.0
         overhead_s = max(0.0, time.perf_counter() - round_start - tree.draft_s - verify_s)
         reply.stats.add_round(drafted=len(tree), accepted=len(acceptance.path), emitted=len(committed),
                               draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s,
@@ -350,12 +391,15 @@ class Engine:
                             accept_prob=acceptance.accept_probs[node], accepted=node in on_path)
             for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
 
-    def _draft(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> Draft:
-        """Up to `gamma` tokens, and at most `room` (what the reply's budget leaves besides the verifier's token)."""
+    def _draft(self, ids: list[int], gamma: int, room: int, config: GenerationConfig, sized: bool = False) -> Draft:
+        """Up to `gamma` tokens, and at most `room` (what the reply's budget leaves besides the verifier's token).
+        `sized`: the cost model set `gamma` below the round's γ."""
         assert self.drafter is not None
         draft = self.drafter.propose(ids, min(gamma, room), config, self.vocab_size, self.verifier.eos_token_ids)
         if draft.stop is DraftStop.GAMMA and room < gamma:  # the budget, not γ, limited the round
             return dataclasses.replace(draft, stop=DraftStop.MAX_TOKENS)
+        if draft.stop is DraftStop.GAMMA and sized:  # the cost model, not γ, limited the round
+            return dataclasses.replace(draft, stop=DraftStop.COST)
         return draft
 
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -363,7 +407,8 @@ class Engine:
         both [k+1, V] over the verifier's vocabulary."""
         k = len(draft.token_ids)
         logits = self.verifier_forward.logits_for(ids + list(draft.token_ids), n_last=k + 1)[:, :self.vocab_size]
-        target_probs = processed_probs(logits, config)
+        seen = seen_tokens(config, ids, [draft.token_ids[:j] for j in range(k + 1)], self.vocab_size, logits.device)
+        target_probs = processed_probs(logits, config, seen)
         _synchronize(self.verifier.device)
         return logits, target_probs
 
@@ -393,7 +438,8 @@ class Engine:
         for i, token in enumerate(draft.token_ids):
             common = dict(token_id=token, text=texts[i], round_index=index, position=i,
                           draft_prob=draft.display_probs[i], target_prob=shown_target[i],
-                          accept_prob=acceptance.accept_probs[i], alternatives=alternatives[i])
+                          accept_prob=acceptance.accept_probs[i], alternatives=alternatives[i],
+                          draft_source=draft.sources[i] if i < len(draft.sources) else None)
             tokens.append(TokenCommitted(state=TokenState.ACCEPTED, **common) if i < n else TokenRejected(**common))
         emitted_state = TokenState.ACCEPTED
         if len(committed) > n:  # the verifier's own token: a correction, a bonus, or a plain decode step

@@ -131,6 +131,7 @@ class TokenCommitted:
     target_prob: float
     accept_prob: float | None
     alternatives: tuple[Alternative, ...] = field(default=())
+    draft_source: str | None = None  # a draft with another tokenizer: its own token(s) this one came from
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ class TokenRejected:
     accept_prob: float
     alternatives: tuple[Alternative, ...] = field(default=())
     state: TokenState = TokenState.REJECTED
+    draft_source: str | None = None  # a draft with another tokenizer: its own token(s) this one came from
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from specdec_core import cpu_speed, defaults
+from specdec_core import catalog, cpu_speed, defaults, gguf_types
 from specdec_core.errors import ModelLoadError
 from specdec_core.resources import assets_dir
 
@@ -330,6 +330,8 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
     report("load", None, f"Loading {resolved.name} ({_dtype_name(torch_dtype)}, {placement})")
     load = functools.partial(_load_folder, spec=spec, dtype=torch_dtype, device=target, device_map=device_map,
                              max_memory=max_memory, trust_remote_code=trust_remote_code)
+    if resolved.folder.parent == cache / "gguf" and torch_dtype != torch.float32:
+        resolved = resolved._replace(folder=_dtype_variant(resolved.folder, torch_dtype, report))
     try:
         model, tokenizer = load(resolved.folder)
     except ModelLoadError:
@@ -375,6 +377,13 @@ def _resolve(spec: str, *, report: _Reporter, trust_remote_code: bool, cache_dir
         _check_remote_code(folder, spec, trust_remote_code)
         return _Resolved(folder, name, "the draft shipped in assets/")
 
+    listed = catalog.known(key)
+    if listed is not None and listed.download is not None:  # installed with `specdec models install`
+        installed = catalog.installed_file(listed, cache_dir)
+        if installed is None:
+            raise catalog.not_installed_error(listed)
+        return _from_gguf(installed, listed.title.split(" (")[0], "installed GGUF", cache_dir, report)
+
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -391,7 +400,7 @@ def _resolve(spec: str, *, report: _Reporter, trust_remote_code: bool, cache_dir
             raise ModelLoadError(f"the GGUF file {spec!r} does not exist")
         return _from_gguf(path, path.stem, "GGUF file", cache_dir, report)
 
-    names = ", ".join([*_EMBEDDED, *_SHIPPED])
+    names = ", ".join(catalog.KNOWN)
     tried = f"{spec!r} is not a local folder, a .gguf file or an embedded model ({names})"
     if not _HUB_ID.fullmatch(spec.strip()):
         raise ModelLoadError(f"{tried}, and it does not look like a Hugging Face model id (org/name)")
@@ -530,6 +539,17 @@ def _context_length(config) -> int:
 # --------------------------------------------------------------------------- GGUF -> cached folder
 
 
+def convert_gguf(gguf: Path, *, cache_dir: Path | None = None, progress: ProgressCallback | None = None) -> Path:
+    """Convert a GGUF file into the cache now (nothing when it is there already); its folder."""
+    try:
+        with _quiet_transformers_bars():
+            folder, _ = _converted_gguf(Path(gguf), cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
+                                        report=_Reporter(progress))
+    except _ProgressError as error:
+        raise error.original from None
+    return folder
+
+
 def _converted_gguf(gguf: Path, *, cache_dir: Path, report: _Reporter) -> tuple[Path, bool]:
     """The transformers folder for a GGUF file, converting it on first use. `(folder, converted now)`."""
     _check_gguf_header(gguf)
@@ -573,7 +593,8 @@ def _check_gguf_header(gguf: Path) -> None:
     except ImportError:
         return
     try:
-        header = GgufHeader.from_file(str(gguf))
+        with gguf_types.readable_types():
+            header = GgufHeader.from_file(str(gguf))
         end = max((header.data_start + t.offset + t.nbytes for t in header.tensors), default=0)
     except Exception as error:  # any parse failure means a damaged header
         raise ModelLoadError(f"{gguf} is not a valid GGUF file or is truncated "
@@ -694,7 +715,8 @@ def _convert(gguf: Path, out: Path, digest: str, report: _Reporter) -> None:
         # Rough shares of the ~20 s a 135M model takes here: tokenizer 20 %, config and tensor map 50 %,
         # dequantising 25 %, writing 5 %. Only the dequantising loop reports its own progress.
         report("convert", 0.2, f"Reading the {kind} config and tensor map (first load only)")
-        with _gguf_tensor_progress(report, start=0.7, end=0.95):
+        # Types transformers has no kernel for (Q5_0, Q5_1, ...) are read with the gguf package's own code.
+        with _gguf_tensor_progress(report, start=0.7, end=0.95), gguf_types.readable_types():
             model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                          dtype=_gguf_float_dtype(gguf))
     except _ProgressError:
@@ -764,6 +786,49 @@ def _gguf_tensor_progress(report: _Reporter, *, start: float, end: float) -> Ite
         yield
     finally:
         gguf_utils.tqdm = original
+
+
+def _dtype_variant(folder: Path, dtype: torch.dtype, report: _Reporter) -> Path:
+    """A converted folder's weights in `dtype` (bfloat16, float16), written once beside them (`as-<dtype>/`).
+
+    Loading the float32 conversion into a smaller dtype maps the whole float32 file while it converts each
+    tensor: the 1.5B verifier peaked at 11 GB for 3.1 GB of bfloat16 weights. This copy is made a tensor at a
+    time (the float32 file is mapped for one tensor, then unmapped), so later loads map only its own bytes."""
+    name = _dtype_name(dtype)
+    variant = folder / f"as-{name}"
+    if (variant / _MARKER).is_file():
+        return variant
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    report("convert", 0.0, f"Writing a {name} copy of the weights (first {name} load only)")
+    partial = Path(tempfile.mkdtemp(prefix=f".partial-{name}-", dir=folder))
+    try:
+        files = sorted(folder.glob("*.safetensors"))
+        for index, weights in enumerate(files):
+            with safe_open(str(weights), framework="pt") as source:
+                keys, metadata = list(source.keys()), source.metadata()
+            tensors: dict[str, torch.Tensor] = {}
+            for number, key in enumerate(keys):
+                with safe_open(str(weights), framework="pt") as source:  # mapped for this tensor only
+                    tensor = source.get_tensor(key)
+                tensors[key] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+                del tensor
+                report("convert", (index + number / max(1, len(keys))) / len(files),
+                       f"Writing a {name} copy of the weights (first {name} load only)", throttle=True)
+            save_file(tensors, str(partial / weights.name), metadata=metadata)
+            del tensors
+        for side in folder.iterdir():
+            if side.is_file() and side.suffix != ".safetensors" and side.name != _MARKER:
+                shutil.copy2(side, partial / side.name)
+        (partial / _MARKER).write_text(json.dumps({"format": _CACHE_FORMAT, "dtype": name}), encoding="utf-8")
+        partial.rename(variant)
+    except OSError as error:
+        raise ModelLoadError(f"cannot write a {name} copy of {folder.name} in the cache: "
+                             f"{error.strerror or error}") from error
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return variant
 
 
 def _publish(partial: Path, target: Path, digest: str) -> None:

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from specdec_core import defaults
 from specdec_core.doctor import Verdict, check_models
-from specdec_core.drafters import Drafter, PromptLookupDrafter, drafter_for
+from specdec_core.drafters import Drafter, HybridDrafter, PromptLookupDrafter, drafter_for, is_draft_head
 from specdec_core.engine import Engine
+from specdec_core.errors import ConfigError
 from specdec_core.models import LoadedModel, ProgressCallback, load_model
 
 DRAFTER_KINDS = defaults.DRAFTER_KINDS  # hybrid: prompt lookup where it matches, else the model
@@ -55,6 +56,22 @@ class Pair:
     verdict: Verdict | None  # the doctor's word on the draft model, when there is one
 
 
+def make_drafter(kind: str, verifier: LoadedModel, draft: LoadedModel, verdict: Verdict,
+                 draft_tokens: int | None = None) -> Drafter:
+    """The drafter that runs `draft` for `verifier` as `kind` asks. `tli` and `slem` draft through the text
+    (cross_vocab.py); so does `model` (and the model inside `hybrid`) when the doctor found another
+    vocabulary, with token-level intersection, which is exact when sampling too. Otherwise ids pass as they are."""
+    if kind in defaults.CROSS_VOCABULARY or verdict.cross_vocabulary:
+        from specdec_core.cross_vocab import cross_vocab_drafter
+
+        if is_draft_head(draft):
+            raise ConfigError(f"{draft.name} is a draft head: it reads the verifier's hidden states and proposes its "
+                              "ids, so it cannot draft through the text (use --drafter model or hybrid)")
+        runs = cross_vocab_drafter(kind if kind in defaults.CROSS_VOCABULARY else defaults.TLI, draft, verifier)
+        return HybridDrafter(runs, model_tokens=draft_tokens) if kind == defaults.HYBRID else runs
+    return drafter_for(draft, with_lookup=kind == defaults.HYBRID, model_tokens=draft_tokens)
+
+
 def choose_drafter_kind(drafter: str | None, draft_spec: str | None) -> str:
     """`--draft X` implies a model drafter; no draft model means prompt lookup."""
     if drafter is None:
@@ -86,23 +103,20 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
         if drafter == shipped.kind == "hybrid" and draft_tokens is None:
             draft_tokens = shipped.draft_tokens
     kind = choose_drafter_kind(drafter, draft_spec)
-    if kind in ("model", "hybrid") and not draft_spec:
-        from specdec_core.errors import ConfigError
-
+    if kind in defaults.USES_DRAFT and not draft_spec:
         raise ConfigError(f"the {kind} drafter needs a draft model: pass --draft SPEC (or use prompt-lookup)")
     if loader is None:
         loader = _model_loader(options, progress)
     verifier = loader("verifier", verifier_spec or DEFAULT_VERIFIER)
     draft = verdict = None
     drafter_obj: Drafter | None
-    if kind in ("model", "hybrid"):
+    if kind in defaults.USES_DRAFT:
         assert draft_spec is not None
         draft = loader("draft", draft_spec)
         verdict = check_models(verifier, draft)
         if strict:
             verdict.raise_if_incompatible()
-        drafter_obj = drafter_for(draft, with_lookup=kind == "hybrid", model_tokens=draft_tokens) \
-            if verdict.compatible else None
+        drafter_obj = make_drafter(kind, verifier, draft, verdict, draft_tokens) if verdict.compatible else None
     else:
         drafter_obj = PromptLookupDrafter()
     if engine is not None and engine.verifier is verifier:

@@ -13,3 +13,31 @@ def assets_dir() -> Path:
 
     A real folder either way (models load from folders; pip installs wheels unzipped)."""
     return Path(str(files("specdec_core.assets")))
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory so far (Linux: VmHWM; elsewhere ru_maxrss), None when unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # bytes on macOS, KiB elsewhere
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+def weight_bytes(model) -> int:
+    """Bytes of a torch module's parameters and buffers, each storage counted once (tied weights share one)."""
+    storages = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())

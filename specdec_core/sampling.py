@@ -13,13 +13,41 @@ import torch
 from specdec_core.config import GenerationConfig
 
 
-def processed_probs(logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
-    """The distribution actually sampled from: temperature, then top-k, then top-p (transformers' order).
+def seen_tokens(config: GenerationConfig, ids: Sequence[int], continuations: Sequence[Sequence[int]],
+                vocab_size: int, device: torch.device | str = "cpu") -> torch.Tensor | None:
+    """Which ids each row's history holds, for the repetition penalty; None when it is off (no cost then).
+
+    Row i's history is `ids` followed by `continuations[i]` (the drafts before that row). -> bool [rows, V]."""
+    if config.repetition_penalty == 1.0:
+        return None
+    seen = torch.zeros(len(continuations), vocab_size, dtype=torch.bool, device=device)
+    known = [t for t in ids if 0 <= t < vocab_size]
+    seen[:, known] = True
+    for row, tokens in enumerate(continuations):
+        extra = [t for t in tokens if 0 <= t < vocab_size]
+        if extra:
+            seen[row, extra] = True
+    return seen
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """transformers' repetition penalty: a seen id's logit is divided by `penalty` when positive and
+    multiplied by it when negative (either way less likely for a penalty above 1). [..., V] -> [..., V]."""
+    penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen.to(logits.device), penalized, logits)
+
+
+def processed_probs(logits: torch.Tensor, config: GenerationConfig, seen: torch.Tensor | None = None
+                    ) -> torch.Tensor:
+    """The distribution actually sampled from: the repetition penalty (with `seen`, see seen_tokens), then
+    temperature, then top-k, then top-p (transformers' order).
 
     logits: [..., V] -> probs [..., V] in float32. Greedy (temperature 0) is the one-hot of the argmax, so
     the acceptance rule below reduces to exact greedy verification with no special case.
     """
     logits = logits.float()
+    if seen is not None:
+        logits = penalize_repeats(logits, seen, config.repetition_penalty)
     if config.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     logits = logits / config.temperature

@@ -5,8 +5,12 @@
 - per-position acceptance[i] = accepted at draft position i / drafted at position i
 - tokens/s             = new tokens / decode time (prefill excluded; it is reported apart)
 - c                    = draft time per drafted token / verifier time per call
-- predicted speedup    = (1 - a^(g+1)) / ((1 - a)(g c + 1)), Leviathan et al. 2023, eq. 1 and thm 3.8,
-                         with a the acceptance rate, g the mean draft length and c as above
+- predicted speedup    = tokens per call x the plain step's seconds / the mean round's seconds, with the plain
+                         step (one verifier pass over one token) as this machine's cost model measured it during
+                         the reply; where it is unknown, the textbook (1 - a^(g+1)) / ((1 - a)(g c + 1)),
+                         Leviathan et al. 2023, eq. 1 and thm 3.8, with a the acceptance rate, g the mean
+                         draft length and c as above. The textbook assumes a pass over k tokens costs one step,
+                         which a CPU does not give (checking 5 tokens of a 1.5B verifier costs more than 1).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class StatsAccumulator:
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
+    plain_step_s: float = 0.0  # one plain verifier step here, as the engine's cost model measured it (0: unknown)
 
     def add_round(self, *, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
                   overhead_s: float, positions: int | None = None) -> None:
@@ -143,7 +148,8 @@ class StatsAccumulator:
             draft_s=self.draft_s + other.draft_s, verify_s=self.verify_s + other.verify_s,
             overhead_s=self.overhead_s + other.overhead_s,
             drafted_at=added(self.drafted_at, other.drafted_at), accepted_at=added(self.accepted_at, other.accepted_at),
-            accepted_lengths=self.accepted_lengths + other.accepted_lengths)
+            accepted_lengths=self.accepted_lengths + other.accepted_lengths,
+            plain_step_s=_weighted(self.plain_step_s, self.rounds, other.plain_step_s, other.rounds))
 
     __add__ = merge
 
@@ -183,5 +189,14 @@ class StatsAccumulator:
             overhead_s=self.overhead_s,
             c=c,
             mean_gamma=mean_gamma,
-            predicted_speedup=predicted_speedup(alpha, mean_gamma, c) if drafting_rounds else 1.0,
+            predicted_speedup=(self.new_tokens * self.plain_step_s / decode_s
+                               if drafting_rounds and self.plain_step_s > 0 and decode_s > 0
+                               else predicted_speedup(alpha, mean_gamma, c) if drafting_rounds else 1.0),
         )
+
+
+def _weighted(a: float, a_weight: int, b: float, b_weight: int) -> float:
+    """The mean of the known (non-zero) of a and b, weighted."""
+    known = [(value, weight) for value, weight in ((a, a_weight), (b, b_weight)) if value > 0 and weight > 0]
+    total = sum(weight for _, weight in known)
+    return sum(value * weight for value, weight in known) / total if total else 0.0

@@ -5,8 +5,11 @@ Everything here is built from configs: no network, no downloaded weights.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import gguf
+import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
@@ -138,3 +141,135 @@ def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, sca
         head.layer.o_proj.weight.mul_(scale)
         head.layer.down_proj.weight.mul_(scale)
     return as_loaded(head, verifier.tokenizer, f"{verifier.name}-head")
+
+
+def write_gguf(path: Path, model, tokenizer, quantise=None) -> Path:
+    """Write a tiny llama as an F32 GGUF file, laid out the way llama.cpp's converter does.
+
+    `quantise(gguf_name, values)`: None to keep a tensor F32, else (raw bytes [rows, bytes], ggml type)."""
+    config = model.config
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny llama")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    tokens = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    specials = set(tokenizer.all_special_tokens)
+    writer.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
+    writer.add_tokenizer_pre("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL for t in tokens])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tokenizer.bos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_chat_template(tokenizer.chat_template)
+
+    def rotary_interleave(weight: np.ndarray, heads: int) -> np.ndarray:
+        # GGUF stores q/k rows with each head's rotary halves interleaved; transformers undoes this on load.
+        return weight.reshape(heads, 2, weight.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(weight.shape)
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
+    for name, tensor in model.state_dict().items():
+        array = tensor.float().numpy()
+        if name.endswith("q_proj.weight"):
+            array = rotary_interleave(array, config.num_attention_heads)
+        elif name.endswith("k_proj.weight"):
+            array = rotary_interleave(array, config.num_key_value_heads)
+        gguf_name = names.get_name(name, try_suffixes=(".weight",))
+        raw = quantise(gguf_name, array) if quantise is not None else None
+        if raw is None:
+            writer.add_tensor(gguf_name, np.ascontiguousarray(array))
+        else:
+            writer.add_tensor(gguf_name, raw[0], raw_dtype=raw[1])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+# --------------------------------------------------------------------------- other vocabularies (issue 24)
+
+
+def hand_tokenizer(tokens: list[str], merges: list[tuple[str, str]], *, spelling: str = "byte-level",
+                   start_token: bool = False) -> PreTrainedTokenizerFast:
+    """A BPE tokenizer with exactly these tokens (id = position) and merges. `spelling`: "byte-level"
+    (spaces as 'Ġ') or "metaspace" (SentencePiece's '▁'). The SPECIALS must be among `tokens`;
+    `start_token` makes every encoding begin with <|endoftext|>, as Llama's tokenizers do with <s>."""
+    tok = Tokenizer(models.BPE({token: i for i, token in enumerate(tokens)}, merges))
+    if spelling == "byte-level":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
+        tok.decoder = decoders.Metaspace(prepend_scheme="never")
+    tok.add_special_tokens(SPECIALS)
+    if start_token:
+        from tokenizers import processors
+
+        start = tokens.index("<|endoftext|>")
+        tok.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A", pair="<|endoftext|> $A $B",
+                                                           special_tokens=[("<|endoftext|>", start)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = CHATML
+    return fast
+
+
+def renumbered_tokenizer(tokenizer: PreTrainedTokenizerFast, *, drop_merges: int = 0, start_token: bool = False
+                         ) -> PreTrainedTokenizerFast:
+    """Another vocabulary over the same texts: `tokenizer`'s tokens in reverse order (specials first, so
+    every other id means another text), without its last `drop_merges` merges (the tokens they made)."""
+    import json
+
+    data = json.loads(tokenizer.backend_tokenizer.to_str())
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in data["model"]["merges"]]
+    dropped = {"".join(m) for m in merges[len(merges) - drop_merges:]} if drop_merges else set()
+    merges = merges[:len(merges) - drop_merges]
+    ordinary = [t for t, _ in sorted(data["model"]["vocab"].items(), key=lambda item: item[1])
+                if t not in SPECIALS and t not in dropped]
+    return hand_tokenizer(SPECIALS + ordinary[::-1], merges, start_token=start_token)
+
+
+def renumbered_model(verifier_model, verifier_tokenizer, draft_tokenizer, *, noise: float = 0.0, noise_seed: int = 0):
+    """The verifier's weights with its embedding and output rows moved to the draft tokenizer's ids of the
+    same text (rows of the draft's other tokens stay random): a draft that agrees with the verifier
+    wherever both spell the text alike, and less where they do not."""
+    import copy
+
+    model = copy.deepcopy(verifier_model)
+    ids = verifier_tokenizer.get_vocab()
+    moved = [(d, ids[token]) for token, d in draft_tokenizer.get_vocab().items() if token in ids]
+    d_ids = torch.tensor([d for d, _ in moved])
+    v_ids = torch.tensor([v for _, v in moved])
+    with torch.no_grad():
+        for layer in (model.get_input_embeddings(), model.get_output_embeddings()):
+            weight = layer.weight.clone()
+            weight[d_ids] = layer.weight[v_ids]
+            layer.weight.copy_(weight)
+        if noise:
+            generator = torch.Generator().manual_seed(noise_seed)
+            for parameter in model.parameters():
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * noise * parameter.std())
+    return model
+
+
+def save_wide_head(folder: Path, tokenizer: PreTrainedTokenizerFast, *, hidden: int = 48) -> Path:
+    """A draft head made for a verifier `hidden` wide, saved as a model folder: no pair with a verifier of
+    another width can work (it reads the verifier's hidden states), whatever the tokenizers."""
+    verifier = as_loaded(make_model("llama", tokenizer, seed=9, hidden=hidden), tokenizer, "wide")
+    head = make_head(verifier)
+    folder.mkdir(parents=True, exist_ok=True)
+    head.model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

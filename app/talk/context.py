@@ -68,7 +68,7 @@ def context_from_window(window: MainWindow, prompt: str | None = None) -> TalkCo
         config = session_mod.config_from_settings(window.settings)
     except SpecdecError as exc:
         return f"Check the generation settings: {exc}"
-    return TalkContext(session, messages, window.settings.system_prompt, config)
+    return TalkContext(session, messages, window.conv.system, config)
 
 
 # ---- lanes: the same prompt under several configurations, one after the other ----------------------

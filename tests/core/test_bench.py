@@ -18,8 +18,9 @@ def folders(tmp_path_factory, tiny_tokenizer):
     verifier = tiny.save_model(root / "verifier", "llama", tiny_tokenizer, seed=1, logit_scale=8.0)
     draft = tiny.save_model(root / "draft", "llama", tiny_tokenizer, seed=1, logit_scale=8.0, noise=0.3,
                             noise_seed=7)
-    other = tiny.make_tokenizer(corpus=[line.upper() for line in tiny.CORPUS])  # a different vocabulary
+    other = tiny.make_tokenizer(vocab_size=300, corpus=[line.upper() for line in tiny.CORPUS])  # another vocabulary
     stranger = tiny.save_model(root / "stranger", "llama", other, seed=2)
+    wide = tiny.save_wide_head(root / "wide-head", tiny_tokenizer)
     prompts = root / "prompts.jsonl"
     prompts.write_text(
         "# a comment, then plain text, a JSON string, a multi-turn list and an object with a system prompt\n"
@@ -28,7 +29,8 @@ def folders(tmp_path_factory, tiny_tokenizer):
         '[{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi."},'
         ' {"role": "user", "content": "1 2 3 4"}]\n'
         '{"name": "robot", "system": "Be brief.", "messages": [{"role": "user", "content": "a little robot"}]}\n')
-    return {"verifier": str(verifier), "draft": str(draft), "stranger": str(stranger), "prompts": str(prompts),
+    return {"verifier": str(verifier), "draft": str(draft), "stranger": str(stranger), "wide head": str(wide),
+            "prompts": str(prompts),
             "root": root}
 
 
@@ -46,6 +48,11 @@ def test_prompt_files_take_text_json_strings_lists_and_objects(folders):
     assert [len(c.messages) for c in cases] == [1, 1, 3, 1]
     assert cases[1].messages[0]["content"] == "Once upon a time\nthere was"
     assert cases[3].name == "robot" and cases[3].system == "Be brief."
+
+
+def test_the_held_out_code_set_asks_for_code_in_several_languages():
+    cases = load_prompts("code-heldout")
+    assert len(cases) == 8 and len({case.name.split("-")[0] for case in cases}) >= 6
 
 
 def test_the_tasks_set_has_four_prompts_of_each_task_kind():
@@ -78,6 +85,10 @@ def test_bench_writes_the_documented_json_and_greedy_replies_are_identical(capsy
     assert all(c["speedup"] > 0 for c in categories)
     assert categories[1]["mean_accepted_length"] == pytest.approx(rows[3]["mean_accepted_length"])
     assert "category" in table and "tok/call" in table
+    memory = result["memory"]  # what each model weighs, and what the process took at its peak
+    assert set(memory["weights_bytes"]) == {"verifier", "draft"} and all(memory["weights_bytes"].values())
+    assert memory["peak_rss_bytes"] > sum(memory["weights_bytes"].values())
+    assert "peak RSS / weights" in table
     if plot:
         assert (tmp_path / "bench.png").stat().st_size > 0
 
@@ -89,6 +100,27 @@ def test_bench_with_prompt_lookup_compares_with_transformers_prompt_lookup(capsy
     assert result["identical"] is True and result["hf_assisted"]["identical"] is True
 
 
+@pytest.mark.parametrize("drafter", ["tli", "slem"])
+def test_bench_with_a_draft_of_another_tokenizer_runs_transformers_universal_assisted_generation_alongside(
+        capsys, folders, tmp_path, drafter):
+    result, out = bench(capsys, folders, tmp_path, "--draft", folders["stranger"], "--drafter", drafter,
+                        "--hf-reference", "--tree-nodes", "0")
+    hf = result["hf_assisted"]
+    assert hf["method"] == "assistant_model + assistant_tokenizer"
+    assert result["identical"] and hf["identical"]  # greedy: both equal the verifier alone
+    assert result["speculative"]["acceptance_rate"] is not None and hf["tokens_per_s"] > 0
+    strategy = "string-level exact match" if drafter == "slem" else "token-level intersection"
+    assert result["setup"]["drafter"].endswith(f"({strategy})")
+    assert "ours / transformers" in out
+
+
+def test_sampled_bench_with_another_tokenizer_leaves_our_draft_unpruned(capsys, folders, tmp_path):
+    # transformers' sampling path prunes its assistant's output layer in place: it gets a copy of ours
+    result, _ = bench(capsys, folders, tmp_path, "--draft", folders["stranger"], "--hf-reference",
+                      "--temperature", "0.8", "--seed", "1")
+    assert result["hf_assisted"]["tokens_per_s"] > 0 and result["speculative"]["rounds"] > 0
+
+
 def test_sampled_bench_has_no_identity_check(capsys, folders, tmp_path):
     result, _ = bench(capsys, folders, tmp_path, "--draft", folders["draft"], "--temperature", "0.8",
                       "--repeats", "1")
@@ -98,20 +130,22 @@ def test_sampled_bench_has_no_identity_check(capsys, folders, tmp_path):
 def test_rank_drafts_sorts_by_speedup_and_explains_an_incompatible_draft(capsys, folders, tmp_path):
     out = tmp_path / "rank.json"
     code = main(["rank-drafts", "--verifier", folders["verifier"], "--drafts", folders["draft"], folders["stranger"],
-                 str(folders["root"] / "missing"), "--prompts", folders["prompts"], "--gammas", "1,3",
-                 "--max-new-tokens", "10", "--device", "cpu", "--json", str(out)])
+                 folders["wide head"], str(folders["root"] / "missing"), "--prompts", folders["prompts"],
+                 "--gammas", "1,3", "--max-new-tokens", "10", "--device", "cpu", "--json", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     rows = json.loads(out.read_text())["ranking"]
     measured = [r for r in rows if "speedup" in r]
-    assert {r["kind"] for r in measured} == {"model", "prompt-lookup"}
+    assert {r["kind"] for r in measured} == {"model", "prompt-lookup", "tli"}  # tli: the stranger's vocabulary
     assert [r["speedup"] for r in measured] == sorted((r["speedup"] for r in measured), reverse=True)
     assert rows[:len(measured)] == measured  # unmeasured candidates come last
     for r in measured:
         assert r["best_gamma"] in (1, 3) and set(r["by_gamma"]) == {"1", "3"}
         assert r["compatible"] and "acceptance_rate" in r and "c" in r
     stranger = next(r for r in rows if r.get("spec") == folders["stranger"])
-    assert stranger["compatible"] is False and stranger["verdict"].startswith("incompatible: token")
+    assert stranger["compatible"] and stranger["verdict"].startswith("compatible: different vocabularies")
+    wide = next(r for r in rows if r.get("spec") == folders["wide head"])
+    assert wide["compatible"] is False and "48 wide" in wide["verdict"]
     missing = next(r for r in rows if r["draft"].endswith("missing"))
     assert missing["verdict"].startswith("could not load")
     assert "incompatible" in captured.out and "prompt lookup" in captured.out

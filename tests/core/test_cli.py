@@ -17,7 +17,9 @@ def folders(tmp_path_factory, tiny_tokenizer):
     other = tiny.make_tokenizer(corpus=[line.upper() for line in tiny.CORPUS])  # a different vocabulary
     stranger = tiny.save_model(root / "stranger", "llama", other, seed=2)
     short = tiny.save_model(root / "short", "llama", tiny_tokenizer, seed=1, ctx=16)
-    return {"verifier": str(verifier), "draft": str(draft), "stranger": str(stranger), "short": str(short)}
+    wide = tiny.save_wide_head(root / "wide-head", tiny_tokenizer)
+    return {"verifier": str(verifier), "draft": str(draft), "stranger": str(stranger), "short": str(short),
+            "wide head": str(wide)}
 
 
 def run_json(capsys, *args):
@@ -102,8 +104,27 @@ def test_plain_output_colours_tokens_and_prints_a_stats_line(capsys, folders):
 def test_doctor_passes_a_matching_pair_and_explains_a_mismatch(capsys, folders):
     assert main(["doctor", "--verifier", folders["verifier"], "--draft", folders["draft"]]) == 0
     capsys.readouterr()
-    assert main(["doctor", "--verifier", folders["verifier"], "--draft", folders["stranger"]]) == 1
-    assert "token" in capsys.readouterr().out
+    assert main(["doctor", "--verifier", folders["verifier"], "--draft", folders["wide head"]]) == 1
+    assert "48 wide" in capsys.readouterr().out
+
+
+def test_doctor_accepts_a_draft_with_another_tokenizer_and_reports_the_overlap_and_strategy(capsys, folders):
+    assert main(["doctor", "--verifier", folders["verifier"], "--draft", folders["stranger"]]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Compatible: verifier and draft\n  ok      different vocabularies (token ")
+    assert "of the verifier's ids and" in out and "of its tokens in sample text; strategy: token-level intersection" \
+        in out
+
+
+@pytest.mark.parametrize("drafter", [None, "tli", "slem", "hybrid"])
+def test_generate_with_a_draft_of_another_tokenizer_equals_the_verifier_alone(capsys, folders, drafter):
+    chosen = ["--drafter", drafter] if drafter else []
+    code, (alone,) = run_json(capsys, "The capital of France is", "--verifier", folders["verifier"],
+                              "--no-speculation", "--max-new-tokens", "16")
+    code_spec, (spec,) = run_json(capsys, "The capital of France is", "--verifier", folders["verifier"], "--draft",
+                                  folders["stranger"], *chosen, "--max-new-tokens", "16", "--tree-nodes", "0")
+    assert code == code_spec == 0
+    assert spec["token_ids"] == alone["token_ids"] and spec["stats"]["drafted"] > 0
 
 
 def bad_inputs(folders, tmp_path):
@@ -112,7 +133,7 @@ def bad_inputs(folders, tmp_path):
     v = ["--verifier", folders["verifier"]]
     return {
         "unknown model": ["hi", "--verifier", str(tmp_path / "no-such-model")],
-        "incompatible pair": ["hi", *v, "--draft", folders["stranger"]],
+        "incompatible pair": ["hi", *v, "--draft", folders["wide head"]],
         "gamma below one": ["hi", *v, "--gamma", "0"],
         "negative temperature": ["hi", *v, "--temperature", "-1"],
         "top-p zero": ["hi", *v, "--top-p", "0"],

@@ -129,6 +129,36 @@ def test_without_room_for_packed_copies_the_packed_counts_take_the_better_other_
     assert "_specdec_packed" not in vars(layer)
 
 
+@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+def test_a_large_models_packed_copies_stay_within_a_share_of_its_weights_best_gain_first(monkeypatch):
+    """Packed copies duplicate weights: a model gets them only up to a share of its own weights, for the
+    layers that gain most per byte; the others keep the better unpacked form."""
+    torch.manual_seed(0)
+    small, large, other = torch.nn.Linear(64, 64), torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+    model = torch.nn.Sequential(small, large, other)
+
+    def plan(shape, packed_ms):
+        timings = {"linear": dict.fromkeys(cpu_speed.ROW_COUNTS, 10.0),
+                   "columns": dict.fromkeys(cpu_speed.ROW_COUNTS, 12.0),
+                   "packed": dict.fromkeys(cpu_speed.ROW_COUNTS, packed_ms)}
+        return cpu_speed.RowPlan(shape, dict.fromkeys(cpu_speed.ROW_COUNTS, "packed"), timings)
+
+    plans = [plan((64, 64), 9.0), plan((256, 64), 2.0), plan((64, 256), 9.5)]
+    monkeypatch.setattr(cpu_speed, "_PACKED_FLOOR", 0)
+    monkeypatch.setattr(cpu_speed, "_PACKED_SHARE_OF_WEIGHTS", 0.5)  # room for the large layer, not for all
+    cpu_speed.apply_plans(model, plans)
+
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    packed = [m for m in model if "_specdec_packed" in vars(m)]
+    assert packed == [large]  # the most time saved per byte, and it fits
+    assert sum(m.weight.numel() * 4 for m in packed) <= 0.5 * weights
+    with torch.no_grad():
+        x = torch.randn(5, 64)
+        torch.testing.assert_close(model(x), torch.nn.functional.linear(
+            torch.nn.functional.linear(torch.nn.functional.linear(x, small.weight, small.bias), large.weight,
+                                       large.bias), other.weight, other.bias), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_the_memory_left_under_a_containers_cgroup_limit_caps_what_is_available(monkeypatch, tmp_path, version):
     group = "box/job"

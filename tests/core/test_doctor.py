@@ -8,7 +8,7 @@ import tiny
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from specdec_core.doctor import Verdict, check_models, check_pair
+from specdec_core.doctor import Finding, Verdict, check_models, check_pair
 from specdec_core.errors import IncompatiblePairError
 from specdec_core.models import load_model
 
@@ -39,17 +39,26 @@ def test_the_same_tokenizer_is_compatible(tiny_tokenizer):
     assert verdict.summary() == f"compatible: same tokenizer ({len(tiny_tokenizer):,} tokens)"
 
 
-def test_a_changed_token_names_its_id_and_both_texts(tiny_tokenizer):
+def test_a_changed_token_names_its_id_and_both_texts_and_the_pair_drafts_through_the_text(tiny_tokenizer):
     vocab = tiny_tokenizer.get_vocab()
     draft = rebuild(tiny_tokenizer, swap("he", "Ġthe"))
     verdict = check_pair(tiny_tokenizer, draft)
 
-    assert not verdict.compatible
+    # Another vocabulary is no longer refused (issue 24): the draft proposes through the texts both hold.
+    assert verdict.compatible and verdict.cross_vocabulary and not verdict.warnings
     first = min(vocab["he"], vocab["Ġthe"])
-    assert verdict.errors[0].message.startswith(
-        f"token {first} is 'he' in the verifier and ' the' in the draft (2 of the 320 shared ids differ)")
-    assert verdict.summary().startswith(f"incompatible: token {first} is 'he'")
-    with pytest.raises(IncompatiblePairError, match=f"token {first}"):
+    assert verdict.findings[0].message.startswith(
+        f"different vocabularies (token {first} is 'he' in the verifier and ' the' in the draft, 2 of the 320 ids "
+        "both have differ): the draft proposes through the 320 token texts both hold, 100% of the verifier's ids "
+        "and 100% of its tokens in sample text; strategy: token-level intersection")
+    assert verdict.summary().startswith(f"compatible: different vocabularies (token {first} is 'he'")
+    assert verdict.id_share == verdict.text_share == 1.0
+
+
+def test_an_incompatible_verdict_raises_its_first_error():
+    verdict = Verdict(compatible=False, findings=(Finding("error", "the draft head reads hidden states 48 wide"),),
+                      shared_vocab_size=0)
+    with pytest.raises(IncompatiblePairError, match="48 wide"):
         verdict.raise_if_incompatible()
 
 
@@ -67,12 +76,21 @@ def test_a_draft_trained_on_fewer_merges_of_the_same_corpus_shares_a_prefix(tiny
         verdict.report()
 
 
-def test_different_vocabularies_of_different_sizes_are_incompatible(tiny_tokenizer):
+def test_different_vocabularies_report_their_overlap_and_warn_when_it_is_low(tiny_tokenizer):
     other = rebuild(tiny.make_tokenizer(vocab_size=300), swap("Ġa", "Ġt"))
-
     verdict = check_pair(tiny_tokenizer, other)
-    assert not verdict.compatible
-    assert verdict.errors[0].message.startswith("token 259 is ' a' in the verifier and ' t' in the draft")
+    assert verdict.compatible and verdict.cross_vocabulary
+    assert verdict.findings[0].message.startswith("different vocabularies (token 259 is ' a' in the verifier and "
+                                                  "' t' in the draft")
+    assert verdict.shared_vocab_size == 300 and verdict.id_share == 300 / 320 and not verdict.warnings
+    assert verdict.report().splitlines()[-1] == ("The draft proposes the verifier's ids of the 300 token texts both "
+                                                 "vocabularies hold; the verifier samples over all its 320 token ids.")
+
+    letters = tiny.hand_tokenizer(tiny.SPECIALS + list("abcdef"), [])  # a few letters, no words
+    verdict = check_pair(tiny_tokenizer, letters)
+    assert verdict.compatible and verdict.text_share < 0.5
+    assert verdict.warnings[0].message.startswith(f"the draft can propose only {verdict.text_share:.0%} of the "
+                                                  "verifier's tokens in sample text")
 
 
 def test_extra_tokens_in_the_verifier_shrink_only_what_the_draft_can_propose(tiny_tokenizer):
@@ -162,9 +180,15 @@ def word_level(size: int, changed_id: int | None = None) -> PreTrainedTokenizerF
 
 
 def test_a_150k_vocabulary_is_compared_quickly():
+    import specdec_core.cross_vocab  # noqa: F401 - imported before the clock starts: its imports are not the check
+
     verifier, draft = word_level(150_000), word_level(150_000, changed_id=149_000)
 
     start = time.perf_counter()
     verdict = check_pair(verifier, draft)
-    assert time.perf_counter() - start < 3.0  # ~0.3 s here: dictionaries and lists, no per-id decoding
-    assert verdict.errors[0].message.startswith("token 149000 is 'w149000' in the verifier and 'changed'")
+    # Dictionaries and lists, no per-id decoding; different vocabularies also map one onto the other (~4 s
+    # on 2 cores busy with other jobs): a bound that fails only when something per id becomes far slower.
+    assert time.perf_counter() - start < 15.0
+    assert verdict.findings[0].message.startswith("different vocabularies (token 149000 is 'w149000' in the "
+                                                  "verifier and 'changed'")
+    assert verdict.id_share == 149_999 / 150_000

@@ -1,5 +1,6 @@
 """Model specs -> LoadedModel on tiny models: folders, GGUF conversion and its cache, devices, errors."""
 
+import contextlib
 import json
 import shutil
 import sys
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import tiny
 import torch
+from tiny import write_gguf as write_tiny_gguf
 
 from specdec_core import models
 from specdec_core.errors import ModelLoadError
@@ -24,54 +26,6 @@ from specdec_core.models import (
     resolve_dtype,
     tqdm_progress,
 )
-
-
-def write_tiny_gguf(path: Path, model, tokenizer) -> Path:
-    """Write a tiny llama as an F32 GGUF file, laid out the way llama.cpp's converter does."""
-    config = model.config
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny llama")
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_vocab_size(config.vocab_size)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-
-    tokens = [token for token, _ in sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])]
-    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
-    specials = set(tokenizer.all_special_tokens)
-    writer.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
-    writer.add_tokenizer_pre("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL for t in tokens])
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
-    writer.add_bos_token_id(tokenizer.bos_token_id)
-    writer.add_eos_token_id(tokenizer.eos_token_id)
-    writer.add_pad_token_id(tokenizer.pad_token_id)
-    writer.add_chat_template(tokenizer.chat_template)
-
-    def rotary_interleave(weight: np.ndarray, heads: int) -> np.ndarray:
-        # GGUF stores q/k rows with each head's rotary halves interleaved; transformers undoes this on load.
-        return weight.reshape(heads, 2, weight.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(weight.shape)
-
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, config.num_hidden_layers)
-    for name, tensor in model.state_dict().items():
-        array = tensor.float().numpy()
-        if name.endswith("q_proj.weight"):
-            array = rotary_interleave(array, config.num_attention_heads)
-        elif name.endswith("k_proj.weight"):
-            array = rotary_interleave(array, config.num_key_value_heads)
-        writer.add_tensor(names.get_name(name, try_suffixes=(".weight",)), np.ascontiguousarray(array))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -335,6 +289,86 @@ def test_a_gguf_converts_once_then_loads_from_the_cache(tiny_gguf, tiny_llama, t
     # F32 weights survive GGUF -> transformers -> safetensors exactly
     for name, tensor in tiny_llama.state_dict().items():
         assert torch.equal(second.model.state_dict()[name], tensor), name
+    assert torch.equal(next_logits(first), next_logits(second))
+
+
+# Every block type llama.cpp writes and the gguf package reads: transformers has kernels for some, the others
+# (Q5_0, Q5_1, TQ1_0, TQ2_0, MXFP4, NVFP4) are read with gguf's own code (gguf_types.py).
+def _block_types():
+    from specdec_core.gguf_types import gguf_dequantisable
+
+    return sorted(gguf_dequantisable())
+
+
+def _quantised_blocks(values: np.ndarray, qtype: int, seed: int) -> np.ndarray:
+    """`values` [rows, cols] in ggml type `qtype`: quantised where gguf can, else random blocks (the K and IQ
+    types have no quantiser in gguf), with a block whose fp16 scales decode to inf/NaN replaced by zeros."""
+    from gguf import quants
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    kind = GGMLQuantizationType(qtype)
+    with contextlib.suppress(NotImplementedError):
+        return quants.quantize(values.astype(np.float32), kind)
+    block_values, block_bytes = GGML_QUANT_SIZES[kind]
+    rows, cols = values.shape
+    blocks = np.random.default_rng(seed).integers(0, 256, (rows * cols // block_values, block_bytes), dtype=np.uint8)
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = np.isfinite(quants.dequantize(blocks, kind)).all(axis=1)
+    blocks[~finite] = 0
+    return blocks.reshape(rows, cols // block_values * block_bytes)
+
+
+def test_a_gguf_of_every_block_type_loads_with_the_values_gguf_reads(tiny_tokenizer, tmp_path):
+    """One tiny llama whose weights use every block type in turn (hidden size 256: a K block's width);
+    each converted weight equals what the gguf package dequantises from the same bytes."""
+    from gguf import quants
+    from gguf.constants import GGMLQuantizationType
+
+    types = _block_types()
+    assert {6, 7} <= set(types)  # Q5_0 and Q5_1, which transformers alone refuses
+    # 5 comparable matrices per layer (q and k are permuted on load), and the embeddings and output rows
+    layers = -(-(len(types) - 2) // 5)
+    model = tiny.make_model("llama", tiny_tokenizer, seed=5, hidden=256, layers=layers)
+    remaining = list(types)
+    raw: dict[str, tuple[np.ndarray, int]] = {}
+
+    def quantise(name: str, values: np.ndarray):
+        if values.ndim != 2 or ".attn_q." in name or ".attn_k." in name or not remaining:
+            return None
+        qtype = remaining.pop(0)
+        raw[name] = (_quantised_blocks(values, qtype, seed=len(raw)), qtype)
+        return raw[name]
+
+    path = write_tiny_gguf(tmp_path / "every-type.gguf", model, tiny_tokenizer, quantise)
+    assert not remaining, "the tiny model has too few matrices for every type"
+    loaded = load_cpu(path, cache_dir=tmp_path / "cache")
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
+    weights = {names.get_name(key, try_suffixes=(".weight",)): value
+               for key, value in loaded.model.state_dict().items()}
+    for name, (blocks, qtype) in raw.items():
+        expected = quants.dequantize(blocks, GGMLQuantizationType(qtype))
+        got = weights[name].numpy()
+        assert got.shape == expected.shape, GGMLQuantizationType(qtype).name
+        np.testing.assert_array_equal(got, expected.astype(np.float32), err_msg=GGMLQuantizationType(qtype).name)
+
+
+def test_a_smaller_dtype_loads_from_a_copy_written_once_in_that_dtype(tiny_gguf, tiny_llama, tmp_path):
+    """Loading the float32 conversion as bfloat16 would map the whole float32 file: a bfloat16 copy is
+    written once beside it, and loads read that."""
+    first_stages, second_stages = [], []
+    first = load_cpu(tiny_gguf, cache_dir=tmp_path, dtype="bfloat16", progress=first_stages.append)
+    second = load_cpu(tiny_gguf, cache_dir=tmp_path, dtype="bfloat16", progress=second_stages.append)
+
+    (folder,) = [p for p in (tmp_path / "gguf").iterdir() if not p.name.startswith(".")]
+    copy = folder / "as-bfloat16"
+    assert sorted(p.name for p in copy.glob("*.safetensors")) == sorted(p.name for p in folder.glob("*.safetensors"))
+    assert sum(p.stat().st_size for p in copy.glob("*.safetensors")) < 0.6 * sum(
+        p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert any("bfloat16 copy" in p.message for p in first_stages)
+    assert not any("bfloat16 copy" in p.message for p in second_stages)
+    for name, tensor in tiny_llama.state_dict().items():
+        assert torch.equal(second.model.state_dict()[name], tensor.to(torch.bfloat16)), name
     assert torch.equal(next_logits(first), next_logits(second))
 
 

