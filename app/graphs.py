@@ -26,6 +26,7 @@ import csv
 import html
 import io
 import json
+import time
 
 import numpy as np
 import pyqtgraph as pg
@@ -42,13 +43,24 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.speedup import measured_costs, nice_ceiling, practical_speedup, why_they_differ
+from app.speedup import (
+    measured_costs,
+    nice_ceiling,
+    practical_speedup,
+    tree_prediction,
+    why_they_differ,
+)
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace
 from specdec_core.cost import VerifyCost
 from specdec_core.stats import StatsAccumulator, predicted_speedup
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
+# While a reply streams, at most one panel is redrawn per this many seconds (and the race's curves once): a
+# plot costs 10-30 ms to paint on a 2-core CPU, on the GUI thread, holding the GIL the decoding thread needs.
+# Measured with bench/ui_latency.py --cli-ab: redrawing one panel every other 40 ms tick cost a tiny model's
+# replies about a third of their tokens/s. Every panel is drawn once the reply has finished.
+PANEL_EVERY_S = 0.5
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
 PAUSED_ROUNDS = 8  # rounds in a row without a draft (the cost model's call) before the header says so
 
@@ -130,6 +142,34 @@ def _plot(title: str, left: str, bottom: str, *, count_left: bool = False, count
     return w
 
 
+class _LabelBox(QWidget):
+    """Holds a label whose text changes on every tick, outside any layout.
+
+    A label in a layout makes its parent's layout recompute on every setText: here the scrolled grid of seven
+    plots, which cost a tiny model's replies about a quarter of their tokens/s (bench/ui_latency.py --cli-ab,
+    graphs shown against hidden). In this box, with no layout of its own, the label's text changes touch nothing
+    else; the box changes height (one re-layout) only when the text's line count does."""
+
+    def __init__(self, label: QLabel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.label = label
+        label.setParent(self)
+        self.setFixedHeight(0)
+
+    def fit(self, shrink: bool = False) -> None:
+        """Tall enough for the text. It grows, but shrinks only when its width changes (`shrink`): a reply's
+        header goes from empty to four lines and back to one, and each change of height re-lays out (and
+        repaints) every plot under it."""
+        height = max(0, self.label.heightForWidth(self.width())) if self.label.text() else 0
+        if height > self.height() or (shrink and height != self.height()):
+            self.setFixedHeight(height)
+        self.label.setGeometry(0, 0, self.width(), max(height, self.height()))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.fit(shrink=event.size().width() != event.oldSize().width())
+
+
 def live_tps(trace: ReplyTrace | None) -> float:
     """The one tokens/s figure of a reply, shown alike in the graphs' header and the bubble's footer:
     the engine's final figure once finished, else reply tokens per engine second so far."""
@@ -156,6 +196,7 @@ class LiveGraphs(QWidget):
         self.trace: ReplyTrace | None = None
         self.baseline_tps: float | None = None
         self.baseline_how = ""
+        self.baseline_like = False  # a like-for-like baseline (speedup.Baseline.like_for_like): the ratio in colour
         self.verify_s_per_token: float | None = None
         self._n = 0  # rounds already copied into the buffers
         self._drew_final = False
@@ -167,6 +208,7 @@ class LiveGraphs(QWidget):
         self._ranges: dict[str, tuple] = {}
         self._bars_key: tuple = ()
         self._columns = 0
+        self._panel_at = 0.0  # perf_counter of the last panel redrawn while a reply streamed
         self._reset_buffers()
         fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
         pg.setConfigOptions(antialias=False, foreground=fg, background=None)
@@ -178,7 +220,8 @@ class LiveGraphs(QWidget):
         self.header.setObjectName("graphs_header")
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
-        outer.addWidget(self.header)
+        self.header_box = _LabelBox(self.header)
+        outer.addWidget(self.header_box)
         self.grid = QGridLayout()
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setSpacing(4)
@@ -186,7 +229,9 @@ class LiveGraphs(QWidget):
         self.words = QLabel("")
         self.words.setObjectName("muted")
         self.words.setWordWrap(True)
-        outer.addWidget(self.words)
+        self.words.setTextFormat(Qt.TextFormat.RichText)
+        self.words_box = _LabelBox(self.words)  # rewritten with each theory redraw: kept out of the layout too
+        outer.addWidget(self.words_box)
 
         # 1. throughput
         self.tps_plot = _plot("Throughput", "tokens/s", "seconds (engine time)")
@@ -347,6 +392,7 @@ class LiveGraphs(QWidget):
         self.trace = trace
         self.baseline_tps = baseline_tps if baseline_tps else (trace.baseline_tps if trace else None)
         self.baseline_how = trace.baseline_source if trace is not None else ""
+        self.baseline_like = False  # until set_baseline says the baseline is like for like
         self._n = 0
         self._drew_final = False
         self._reset_buffers()
@@ -354,8 +400,10 @@ class LiveGraphs(QWidget):
         self._copy_rounds()
         self._draw()
 
-    def set_baseline(self, tps: float | None, how: str = "", verify_s_per_token: float | None = None) -> None:
+    def set_baseline(self, tps: float | None, how: str = "", verify_s_per_token: float | None = None,
+                     like_for_like: bool = False) -> None:
         self.baseline_tps = tps
+        self.baseline_like = like_for_like
         if how:
             self.baseline_how = how
         if verify_s_per_token:
@@ -371,13 +419,10 @@ class LiveGraphs(QWidget):
             # A rate over a few milliseconds is noise (the first token comes from the prefill's logits
             # and costs a round almost nothing): leave those points out rather than spike the axis.
             self.b_tps.append(r.tokens_after / r.t_end if r.t_end >= _MIN_RATE_S else np.nan)
-            emitted = r.accepted + 1
-            self.b_tps_round.append(emitted / r.total_s if r.t_end >= _MIN_RATE_S and r.total_s > 0 else np.nan)
+            self.b_tps_round.append(r.emitted / r.total_s if r.t_end >= _MIN_RATE_S and r.total_s > 0 else np.nan)
             self.b_drafted.append(r.checked)  # a tree round: every candidate the verifier checked
             self.b_accepted.append(r.accepted)
-            self.tally.add_round(drafted=r.checked, accepted=r.accepted, emitted=r.accepted + 1, draft_s=r.draft_s,
-                                 verify_s=r.verify_s, overhead_s=r.overhead_s,
-                                 positions=r.drafted if r.tree else None)
+            r.fold_into(self.tally)
             self._max_gamma = max(self._max_gamma, r.gamma if r.drafted else 0, r.drafted)
             self.b_rate.append(self.tally.accepted / self.tally.drafted if self.tally.drafted else np.nan)
             self.b_draft_ms.append(r.draft_s * 1e3)
@@ -411,7 +456,8 @@ class LiveGraphs(QWidget):
             return False
         if new or self._dirty:
             self._draw_header()
-        if self._dirty and panels:
+        if self._dirty and panels and time.perf_counter() - self._panel_at >= PANEL_EVERY_S:
+            self._panel_at = time.perf_counter()
             self._draw_panel(self._dirty.pop(0))
             return True
         return False
@@ -522,13 +568,16 @@ class LiveGraphs(QWidget):
         if sp is not None and self.tally.drafted and spread is None:
             parts.append(f"too short for a speedup (under {MIN_SPEEDUP_TOKENS} tokens)")
         elif sp is not None and self.tally.drafted:
-            color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
-            parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> ±{sp * spread:.2f} "
-                         f"vs {self.baseline_tps:.1f} tok/s")
+            if self.baseline_like:
+                color = "rgb(46,160,67)" if sp >= 1.0 else "rgb(215,58,73)"
+                parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> ±{sp * spread:.2f} "
+                             f"vs {self.baseline_tps:.1f} tok/s")
+            else:  # a ratio against the load-time calibration is no verdict: said plainly, without colour
+                parts.append(f"{sp:.2f}× ±{sp * spread:.2f} vs {self.baseline_tps:.1f} tok/s (not like for like)")
         elif sp is not None and not (trace is not None and trace.paused_rounds()):
             parts.append(f"speculation off ({sp:.2f}× the baseline)")
         if self.tally.drafted and self.tally.rounds:
-            parts.append(f"{self.tally.new_tokens / self.tally.rounds:.2f} tokens per verifier call")
+            parts.append(f"{self.tally.snapshot().mean_accepted_length:.2f} tokens per verifier call")
         if trace is not None and not trace.finished and trace.rounds:
             parts.append("so far")
         paused = trace.paused_rounds() if trace is not None else 0
@@ -540,6 +589,7 @@ class LiveGraphs(QWidget):
         if text != self.speedup_label:
             self.speedup_label = text
             self.header.setText(text)
+            self.header_box.fit()
             self.header.setToolTip("Tokens/s and the measured speedup of this reply against the verifier alone "
                                    "on this machine, and how far one verifier pass advanced the reply on average "
                                    "(the figure that does not depend on the machine). The ± is one standard error "
@@ -612,6 +662,16 @@ class LiveGraphs(QWidget):
                 self.measured_point.setData([], [])
             best = int(GAMMA_AXIS[int(np.argmax(pred))])
             self.theory_caption = f"α {a:.2f} · c {c:.3f} · mean γ {g:.1f} · textbook best γ {best}"
+            tree = tree_prediction(trace.rounds[: self._n] if trace is not None else [], costs)
+            if tree is not None:  # the chain formula does not describe a tree: predict from the measured trees
+                self.theory_caption = (f"draft trees, {tree.nodes:.1f} candidates a round · the curves are a "
+                                       "chain's, for comparison")
+                self.theory_words = tree.words(sp)
+                if tree.speedup is not None:
+                    self.predicted_point.setData([min(tree.nodes, float(GAMMA_AXIS[-1]))], [tree.speedup])
+                    top = max(top, tree.speedup)
+                if sp is not None:
+                    self.measured_point.setData([min(tree.nodes, float(GAMMA_AXIS[-1]))], [sp])
         else:
             for item in (self.theory_curve, self.practical_curve, self.predicted_point, self.measured_point):
                 item.setData([], [])
@@ -622,6 +682,7 @@ class LiveGraphs(QWidget):
                  if self.theory_caption and self.theory_words else "")
         if words != self.words.text():
             self.words.setText(words)
+            self.words_box.fit()
 
 
 def stats_csv(trace: ReplyTrace) -> str:
@@ -670,16 +731,23 @@ class RacePlot(QWidget):
         lay.addWidget(self.result)
         self.traces: dict[str, ReplyTrace] = {}
         self._drawn: dict[str, int] = {}
+        self._drawn_at = 0.0
 
-    def start(self) -> None:
-        self.traces = {"off": ReplyTrace(), "on": ReplyTrace()}
+    def start(self, keys: list[str] | None = None) -> None:
+        """A new race whose runs are `keys` (speedup.race_order); the curves show its first off/on pair."""
+        self.traces = {key: ReplyTrace() for key in (keys or ["off", "on"])}
         self._drawn = {"off": -1, "on": -1}
         self.off_curve.setData([], [])
         self.on_curve.setData([], [])
-        self.result.setText("Racing… speculation off first, then on (one after the other so they don't "
-                            "share the CPU).")
+        runs = len(self.traces) // 2
+        self.result.setText(f"Racing… speculation off and on, {runs} time{'s' if runs > 1 else ''} each, "
+                            "alternating, one after the other so they don't share the CPU.")
 
-    def flush(self) -> bool:
+    def flush(self, final: bool = False) -> bool:
+        """The curves, redrawn at most every PANEL_EVERY_S while racing (`final`: now)."""
+        if not final and time.perf_counter() - self._drawn_at < PANEL_EVERY_S:
+            return False
+        self._drawn_at = time.perf_counter()
         changed = False
         for key, curve in (("off", self.off_curve), ("on", self.on_curve)):
             tr = self.traces.get(key)
@@ -693,24 +761,27 @@ class RacePlot(QWidget):
         return changed
 
     def finish(self, greedy: bool) -> str:
-        off, on = self.traces.get("off"), self.traces.get("on")
-        self.flush()
-        if not off or not on or off.stats is None or on.stats is None:
+        from app.talk.context import race_spread_of
+
+        self.flush(final=True)
+        spread = race_spread_of(self.traces)
+        on = self.traces.get("on")
+        if spread is None or on is None or on.stats is None:
             self.result.setText("The race did not finish.")
             return "The race did not finish."
-        tps_off = off.stats.get("tokens_per_s") or 0.0
-        tps_on = on.stats.get("tokens_per_s") or 0.0
-        sp = tps_on / tps_off if tps_off else 0.0
+        sp = spread.speedup
         verdict = "faster" if sp >= 1.0 else "slower"
-        parts = [f"<b>{sp:.2f}×</b> ({verdict}) — off {tps_off:.1f} tok/s, on {tps_on:.1f} tok/s; "
-                 f"{off.stats.get('new_tokens', 0)} vs {on.stats.get('new_tokens', 0)} tokens"]
+        figure = f"{sp:.2f}× ({verdict})" if spread.short_reply else f"<b>{sp:.2f}×</b> ({verdict})"
+        parts = [f"{figure}, {spread.spread_words()} — off {spread.tps_off:.1f} tok/s, on {spread.tps_on:.1f} tok/s"
+                 f"{' (medians)' if spread.pairs > 1 else ''}; {spread.tokens} tokens"
+                 + (": too short to judge a speed" if spread.short_reply else "")]
         if on.stats.get("drafted"):
-            parts.append(f"acceptance {on.stats.get('acceptance_rate', 0):.0%}, "
+            parts.append(f"first run: acceptance {on.stats.get('acceptance_rate', 0):.0%}, "
                          f"{on.stats.get('mean_accepted_length', 0):.2f} tokens per verifier call")
         if greedy:
-            same = off.text == on.text
-            parts.append("greedy: texts <b style='color:rgb(46,160,67)'>identical</b> token for token" if same
-                         else "greedy: texts <b style='color:rgb(215,58,73)'>differ</b>")
+            texts = {tr.text for tr in self.traces.values() if tr.finished}
+            parts.append("greedy: texts <b style='color:rgb(46,160,67)'>identical</b> token for token"
+                         if len(texts) == 1 else "greedy: texts <b style='color:rgb(215,58,73)'>differ</b>")
         else:
             parts.append("sampling (temperature > 0): texts may differ; both follow the verifier's distribution")
         html = "<br>".join(parts)

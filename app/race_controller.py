@@ -1,7 +1,9 @@
-"""The window's race: the last prompt with speculation off, then on, same seed, into the Race graphs.
+"""The window's race: the last prompt with speculation off and on, alternating, several times (the verdict is
+their median and spread), same seed, into the Race graphs.
 
 It runs the same lanes as the Talk menu's race (`lane_events` in app/talk/context.py): one race
-implementation. The off lane is a verifier-alone run, so it joins the window's baselines.
+implementation. Each off run is a verifier-alone run, so it joins the window's baselines, marked as run
+with the live graphs hidden (the Race tab covers them).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app import session as session_mod
 from app.session import Busy, PromptInfo
+from app.speedup import RACE_PAIRS
 from app.worker import EventWorker, error_text
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished
@@ -30,6 +33,7 @@ class RaceController(QObject):
         self.worker: EventWorker | None = None  # the running race; None once it has finished
         self._prompt_tokens = 0
         self._greedy = True
+        self.pairs = RACE_PAIRS  # runs of each side, alternating; the verdict is their median and spread
 
     def race(self) -> None:
         w = self.window
@@ -49,18 +53,17 @@ class RaceController(QObject):
         if w.session.drafter is None:
             w.show_error("There is no usable drafter, so there is nothing to race. " + w.session.verdict)
             return
-        from app.talk.context import TalkContext, engine_lane, lane_events
+        from app.talk.context import TalkContext, lane_events, race_lanes
         from specdec_core.engine import Controls
 
         s = w.session
         self._greedy = config.greedy
         controls = Controls()
-        w.graphs.race.start()
+        lanes = race_lanes(s.verifier, s.drafter, self.pairs)
+        w.graphs.race.start([lane.key for lane in lanes])
         w.graphs.tabs.setCurrentIndex(1)
         w.right_dock.show()
         ctx = TalkContext(s, messages, w.conv.system, config)
-        lanes = [engine_lane("off", "Speculation OFF", s.verifier, s.drafter, speculate=False),
-                 engine_lane("on", "Speculation ON", s.verifier, s.drafter, speculate=True)]
         worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race")
         worker.event.connect(self._on_event)
         worker.errored.connect(lambda exc: w.show_error(f"Race failed: {error_text(exc)}"))
@@ -88,10 +91,11 @@ class RaceController(QObject):
         w.busy = Busy.IDLE
         w.timer.stop()
         html = w.graphs.race.finish(self._greedy)
-        off = w.graphs.race.traces.get("off")
-        if off is not None and off.stats and w.session is not None:
-            off.prompt_tokens = off.prompt_tokens or self._prompt_tokens
-            w.add_baseline(off, "race")
+        for key, trace in w.graphs.race.traces.items():
+            if key.startswith("off") and trace.stats and not trace.error and w.session is not None:
+                trace.prompt_tokens = trace.prompt_tokens or self._prompt_tokens
+                # The Live graphs sat hidden behind the Race tab meanwhile: a baseline with the graphs hidden.
+                w.add_baseline(trace, "race", graphs_live=False)
         plain = html.replace("<br>", " · ")
         plain = re.sub(r"<[^>]+>", "", plain)
         w.show_info(f"Race: {plain}")

@@ -19,6 +19,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from app.trace import MIN_SPEEDUP_TOKENS
 from specdec_core.stats import expected_tokens_per_call
 
 NEAR_TOKENS = 64  # prompts this close in length (or within half their length) count as "the same length"
@@ -40,6 +41,7 @@ class Baseline:
     samples: int
     short: str = ""  # a few words for the bubble's footer, e.g. "like for like: 3 runs"
     verify_s_per_token: float | None = None
+    like_for_like: bool = False  # runs by the user (not only the load-time calibration) under the same UI load
 
 
 class BaselineBook:
@@ -69,14 +71,76 @@ class BaselineBook:
         lo, hi = min(s.prompt_tokens for s in near), max(s.prompt_tokens for s in near)
         length = f"{lo}-token prompt" if lo == hi else f"{lo}–{hi}-token prompts"
         runs = "1 run" if len(near) == 1 else f"median of {len(near)} runs"
-        load = "graphs repainting" if near[0].graphs_live else "window idle"
+        load = "live graphs repainting" if near[0].graphs_live else "live graphs hidden"
         if not same_load:
-            load += f" (no run yet with the graphs {'repainting' if graphs_live else 'idle'})"
+            load += f" (no run yet with the graphs {'repainting' if graphs_live else 'hidden'})"
         how = f"verifier alone: {runs} ({', '.join(sources)}) at {length}, {load}"
-        short = (f"like for like: {'1 run' if len(near) == 1 else f'{len(near)} runs'}" if same_load
-                 else "vs an idle-window run")
+        calibration_only = sources == ["calibration"]
+        like = bool(same_load) and not calibration_only
+        if calibration_only:
+            short = "only the calibration at load so far: race for a like-for-like figure"
+        elif not same_load:
+            short = f"vs runs with the live graphs {'repainting' if near[0].graphs_live else 'hidden'}"
+        else:
+            short = f"like for like: {'1 run' if len(near) == 1 else f'{len(near)} runs'}"
         return Baseline(tps, how, len(near), short=short,
-                        verify_s_per_token=statistics.median(verify) if verify else None)
+                        verify_s_per_token=statistics.median(verify) if verify else None, like_for_like=like)
+
+
+# ---- the race: speculation off against on, several times --------------------------------------------
+RACE_PAIRS = 3  # a race runs the verifier alone and speculation this many times each
+MIN_RATIO_TOKENS = MIN_SPEEDUP_TOKENS  # a race's replies shorter than this: its ratio shown plainly, no verdict colour
+
+
+def race_key(speculate: bool, pair: int) -> str:
+    """The lane key of one run of a race: "off" and "on" for the first pair, then "off 2", "on 2", ..."""
+    side = "on" if speculate else "off"
+    return side if pair == 1 else f"{side} {pair}"
+
+
+def race_order(pairs: int) -> list[tuple[str, bool]]:
+    """(lane key, speculate) in the order a race runs them: off, on, then on, off, then off, on, ... Each pair
+    runs in the other order from the one before, so a machine that warms up or gets busier during the race
+    favours neither side."""
+    order = []
+    for pair in range(1, pairs + 1):
+        sides = (False, True) if pair % 2 else (True, False)
+        order += [(race_key(spec, pair), spec) for spec in sides]
+    return order
+
+
+@dataclass(frozen=True)
+class RaceSpread:
+    """What several off/on pairs of one race measured."""
+
+    speedup: float  # the median of the pairs' speedups (on tokens/s ÷ off tokens/s)
+    low: float  # the slowest and fastest pair's speedup
+    high: float
+    pairs: int
+    tps_off: float  # median tokens/s of the verifier alone
+    tps_on: float  # ... and with speculation
+    tokens: int  # the shortest reply of the race
+
+    @property
+    def short_reply(self) -> bool:
+        return self.tokens < MIN_RATIO_TOKENS
+
+    def spread_words(self) -> str:
+        if self.pairs == 1:
+            return "1 run each"
+        return f"median of {self.pairs} alternating runs each, {self.low:.2f}–{self.high:.2f}×"
+
+
+def race_spread(pairs: list[tuple[float, float, int]]) -> RaceSpread | None:
+    """Pairs of (off tokens/s, on tokens/s, the shorter reply's tokens) -> their median and spread (None: none
+    finished)."""
+    pairs = [p for p in pairs if p[0] > 0 and p[1] > 0]
+    if not pairs:
+        return None
+    ratios = [on / off for off, on, _ in pairs]
+    return RaceSpread(statistics.median(ratios), min(ratios), max(ratios), len(pairs),
+                      statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs),
+                      min(p[2] for p in pairs))
 
 
 @dataclass(frozen=True)
@@ -142,6 +206,55 @@ def practical_speedup(alpha: float, gamma: float, costs: MeasuredCosts) -> float
     if round_s <= 0:
         return 0.0
     return expected_tokens_per_call(alpha, gamma) * costs.token_s / round_s
+
+
+def tree_path_mass(tree: list[dict]) -> float:
+    """Expected accepted drafts of one tree round: the sum over its nodes of the verifier's probability of the
+    node's whole branch (each node's token given the path above it, multiplied down from the root). Siblings
+    share their parent's mass, so the sum never counts more than the tree's deepest path can hold."""
+    mass: list[float] = []
+    for node in tree:
+        parent = int(node["parent"])
+        mass.append(float(node.get("target_prob") or 0.0) * (mass[parent] if 0 <= parent < len(mass) else 1.0))
+    return sum(mass)
+
+
+@dataclass(frozen=True)
+class TreePrediction:
+    """What a reply's own draft trees predict, against what it measured."""
+
+    tokens_per_call: float  # expected: 1 + each tree's path mass (1 for a round without a tree)
+    measured_tokens_per_call: float
+    nodes: float  # mean candidates a tree round checked
+    speedup: float | None  # expected tokens over the rounds' predicted time, against the verifier alone
+
+    def words(self, measured: float | None) -> str:
+        parts = [f"From its trees ({self.nodes:.1f} candidates a round), this reply should advance "
+                 f"{self.tokens_per_call:.2f} tokens per verifier call (the verifier's probability of each "
+                 f"candidate's branch, summed); it advanced {self.measured_tokens_per_call:.2f}"]
+        if self.speedup is not None:
+            parts.append(f"with the measured cost of checking that many candidates, that predicts "
+                         f"{self.speedup:.2f}×" + (f", measured {measured:.2f}×" if measured is not None else ""))
+        off = abs(self.tokens_per_call - self.measured_tokens_per_call) / max(self.measured_tokens_per_call, 1e-9)
+        if off > 0.15:
+            parts.append("the probabilities are the verifier's sampling chances; greedy decoding accepts only its "
+                         "top token, so the prediction is rough where the top two are close")
+        return "; ".join(parts) + "."
+
+
+def tree_prediction(rounds: list, costs: MeasuredCosts | None) -> TreePrediction | None:
+    """The prediction of a reply whose rounds (trace.RoundRecord) drafted trees; None when none did."""
+    trees = [r for r in rounds if r.tree]
+    if not trees:
+        return None
+    expected = [1.0 + tree_path_mass(r.tree) if r.tree else 1.0 for r in rounds]
+    measured = sum(r.emitted for r in rounds) / len(rounds)
+    speedup = None
+    if costs is not None:
+        seconds = sum(float(r.draft_s) + costs.verify_s(_checked(r)) + costs.overhead_s_per_round for r in rounds)
+        speedup = sum(expected) * costs.token_s / seconds if seconds > 0 else None
+    return TreePrediction(statistics.fmean(expected), measured, statistics.fmean(len(r.tree) for r in trees),
+                          speedup)
 
 
 def why_they_differ(alpha: float, gamma: float, c: float, costs: MeasuredCosts, textbook: float,

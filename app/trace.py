@@ -22,7 +22,7 @@ from specdec_core.events import (
     TokenRejected,
     TokenState,
 )
-from specdec_core.stats import Stats
+from specdec_core.stats import Stats, StatsAccumulator, round_emitted
 
 MIN_SPEEDUP_TOKENS = 24  # below this a reply's speedup is not shown: a few rounds' timing noise swamps it
 
@@ -75,6 +75,17 @@ class RoundRecord:
         """Draft tokens the verifier checked in this round's pass: a tree's nodes, or the chain's length."""
         return len(self.tree) if self.tree else self.drafted
 
+    @property
+    def emitted(self) -> int:
+        """Reply tokens this round added (stats.round_emitted: the rule the engine counts by)."""
+        return round_emitted(self.accepted, self.emitted_state == TokenState.ACCEPTED.value)
+
+    def fold_into(self, tally: StatsAccumulator) -> None:
+        """Add this round to `tally` exactly as the engine's own tally counted it (StatsAccumulator.add_verified)."""
+        tally.add_verified(n_accepted=self.accepted, ended_on_accepted=self.emitted_state == TokenState.ACCEPTED.value,
+                           mainline=self.drafted, tree_nodes=len(self.tree), draft_s=self.draft_s,
+                           verify_s=self.verify_s, overhead_s=self.overhead_s)
+
 
 @dataclass
 class ReplyTrace:
@@ -111,12 +122,13 @@ class ReplyTrace:
             t_end = (self.rounds[-1].t_end if self.rounds else 0.0) + \
                 event.draft_s + event.verify_s + event.overhead_s
             prev = self.rounds[-1].tokens_after if self.rounds else 0
+            emitted = round_emitted(event.n_accepted, event.emitted_state is TokenState.ACCEPTED)
             self.rounds.append(RoundRecord(
                 index=event.round_index, drafted=len(event.drafted), accepted=event.n_accepted,
                 emitted_state=TokenState(event.emitted_state).value, stop=str(getattr(event.stop, "value", event.stop)),
                 gamma=event.gamma, draft_s=event.draft_s, verify_s=event.verify_s,
-                overhead_s=event.overhead_s, t_end=t_end, tokens_after=prev + event.n_accepted + 1,
-                tree=[asdict(node) for node in event.tree],
+                overhead_s=event.overhead_s, t_end=t_end, tokens_after=prev + emitted,
+                tree=[dict(vars(node)) for node in event.tree],  # flat fields: no asdict deep copy per token
                 emitted_token_id=event.emitted_token_id if event.emitted_state != TokenState.ACCEPTED else None,
                 rows=event.rows,
             ))
@@ -147,6 +159,13 @@ class ReplyTrace:
     @property
     def all_plain(self) -> bool:
         return bool(self.rounds) and not any(r.drafted for r in self.rounds)
+
+    def tally(self) -> StatsAccumulator:
+        """The rounds so far, folded as the engine folds them (a finished reply: the figures of its `stats`)."""
+        tally = StatsAccumulator(prompt_tokens=self.prompt_tokens, prefill_s=self.prefill_s)
+        for r in self.rounds:
+            r.fold_into(tally)
+        return tally
 
     def get_stats(self) -> Stats | None:
         if self.stats is None:

@@ -3,8 +3,10 @@
 Columns are draft positions. A node's first child stays on its row, so the draft's best line reads left to
 right like the text it proposes, and each alternative opens a row below its parent. Colours are the chat's:
 the accepted path green, candidates the verifier checked and refused red and struck through, candidates it
-never had to check grey, and the verifier's own token amber (a correction) or blue (a bonus). Each node
-shows the draft's probability (d) and the verifier's (v) of its token given the path above it.
+never had to check grey and dashed, and the verifier's own token amber (a correction) or blue (a bonus). The
+root box holds the end of the text before the round. Each node shows the draft's probability (d) of its token
+given the path above it, and the verifier's (v) where the verifier checked it; a candidate never checked shows
+no verifier figure. The legend is painted with the tree, so a saved PNG carries it.
 
 `layout_tree` is the Qt-free part (tests read it); `TreeView` paints it; `TreeDialog` shows one round with
 PNG export.
@@ -51,8 +53,12 @@ def visible(text: str) -> str:
     return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") or "∅"
 
 
-def layout_tree(rnd: RoundRecord, emitted_text: str | None = None) -> list[PlacedNode]:
-    """Place the root, every tree node and the verifier's own token on a grid (column = draft position)."""
+ROOT_CHARS = 24  # the root shows at most this much of the text before the round
+
+
+def layout_tree(rnd: RoundRecord, emitted_text: str | None = None, before: str = "") -> list[PlacedNode]:
+    """Place the root (the end of `before`, the text the round continues), every tree node and the verifier's own
+    token on a grid (column = draft position)."""
     nodes = rnd.tree
     children: dict[int, list[int]] = {ROOT: []}
     for i, node in enumerate(nodes):
@@ -62,7 +68,9 @@ def layout_tree(rnd: RoundRecord, emitted_text: str | None = None) -> list[Place
     emitted = len(nodes)  # the verifier's token hangs under the end of the accepted path
     if rnd.emitted_token_id is not None:
         children.setdefault(end, []).append(emitted)
-    placed: list[PlacedNode] = [PlacedNode(ROOT, "▸", "root", 0, 0, ROOT, None, None)]
+    tail = before[-ROOT_CHARS:]
+    root = ("…" if len(before) > ROOT_CHARS else "") + visible(tail) if before else "▸"
+    placed: list[PlacedNode] = [PlacedNode(ROOT, root, "root", 0, 0, ROOT, None, None)]
     next_row = [0]
 
     def place(index: int, parent: int, column: int, row: int) -> None:
@@ -78,8 +86,9 @@ def layout_tree(rnd: RoundRecord, emitted_text: str | None = None) -> list[Place
             state = TokenState.REJECTED.value
         else:
             state = "unchecked"
+        # A candidate never checked has no verifier figure to show (its branch was cut before it).
         placed.append(PlacedNode(index, visible(str(node.get("text", ""))), state, column, row, parent,
-                                 node.get("draft_prob"), node.get("target_prob")))
+                                 node.get("draft_prob"), None if state == "unchecked" else node.get("target_prob")))
         for k, child in enumerate(children.get(index, [])):
             if k:
                 next_row[0] += 1
@@ -90,6 +99,43 @@ def layout_tree(rnd: RoundRecord, emitted_text: str | None = None) -> list[Place
             next_row[0] += 1
         place(child, ROOT, 1, 0 if k == 0 else next_row[0])
     return placed
+
+
+DRAFTED = "drafted"  # a node's state while the replay shows the tree growing, before the verifier's pass
+
+
+def node_figures(node: PlacedNode) -> str:
+    """The draft's probability, and the verifier's where it checked the node."""
+    if node.state == DRAFTED and node.target_prob is None:
+        return f"d {node.draft_prob or 0:.2f}"
+    verifier = "not checked" if node.target_prob is None else f"v {node.target_prob:.2f}"
+    return f"d {node.draft_prob or 0:.2f} · {verifier}"
+
+
+LEGEND = ((TokenState.ACCEPTED.value, "accepted path"), (TokenState.REJECTED.value, "checked, refused"),
+          ("unchecked", "never checked"), (TokenState.CORRECTED.value, "verifier's correction"),
+          (TokenState.BONUS.value, "verifier's bonus"))
+LEGEND_NOTE = "d: draft's probability · v: verifier's"
+
+
+def text_before_round(trace: ReplyTrace, rnd: RoundRecord) -> str:
+    """The reply's text committed before the round (what its tree continues)."""
+    return "".join(t.text for t in trace.tokens if t.round < rnd.index and t.in_reply)
+
+
+def growing_tree(rnd: RoundRecord, shown: int, verified: bool, before: str = "") -> list[PlacedNode]:
+    """The tree as the replay shows it before its verdict: the root and the first `shown` nodes in the order the
+    draft grew them, neutral; `verified`: every node, with the verifier's figure on those it checked."""
+    full = [n for n in layout_tree(rnd, None, before) if n.index < len(rnd.tree)]
+    out = []
+    for node in full:
+        if node.index == ROOT:
+            out.append(node)
+        elif verified or node.index < shown:
+            checked = verified and rnd.tree[node.index].get("accept_prob") is not None
+            out.append(PlacedNode(node.index, node.text, DRAFTED, node.column, node.row, node.parent,
+                                  node.draft_prob, rnd.tree[node.index].get("target_prob") if checked else None))
+    return out
 
 
 def describe(rnd: RoundRecord) -> str:
@@ -107,7 +153,7 @@ def tree_html(rnd: RoundRecord, emitted_text: str | None = None, limit: int = 24
         c = colour.get(node.state, QColor(140, 140, 140)).name()
         text = node.text.replace("&", "&amp;").replace("<", "&lt;")
         text = f"<s>{text}</s>" if node.state == TokenState.REJECTED.value else text
-        probs = "" if node.draft_prob is None else f" d {node.draft_prob:.2f} · v {node.target_prob or 0:.2f}"
+        probs = "" if node.draft_prob is None else f" {node_figures(node)}"
         lines.append(f"{'&nbsp;' * 3 * (node.column - 1)}<span style='color:{c}'>■</span> "
                      f"<code>{text}</code><span style='color:gray'>{probs}</span>")
     more = len(rnd.tree) + 1 - limit
@@ -117,49 +163,85 @@ def tree_html(rnd: RoundRecord, emitted_text: str | None = None, limit: int = 24
 
 
 class TreeView(QWidget):
-    """Paints one round's tree; large type for presenting with `scale`."""
+    """Paints one round's tree with its legend; large type for presenting with `scale`."""
 
-    def __init__(self, parent: QWidget | None = None, scale: float = 1.0) -> None:
+    MIN_POINTS = 10.0  # the boxes' type at scale 1, whatever the widget's font (the small figures: 85 % of it)
+
+    def __init__(self, parent: QWidget | None = None, scale: float = 1.0, legend: bool = True) -> None:
         super().__init__(parent)
         self.scale = scale
+        self.legend = legend
         self.placed: list[PlacedNode] = []
         self.caption = ""
         self.setAutoFillBackground(True)
 
-    def set_round(self, rnd: RoundRecord | None, emitted_text: str | None = None) -> None:
-        self.placed = layout_tree(rnd, emitted_text) if rnd is not None and rnd.tree else []
+    def set_placed(self, placed: list[PlacedNode], caption: str = "") -> None:
+        """Nodes laid out elsewhere (the replay shows a tree as it grows)."""
+        self.placed, self.caption = placed, caption
+        self.updateGeometry()
+        self.update()
+
+    def set_round(self, rnd: RoundRecord | None, emitted_text: str | None = None, before: str = "") -> None:
+        self.placed = layout_tree(rnd, emitted_text, before) if rnd is not None and rnd.tree else []
         self.caption = describe(rnd) if rnd is not None and rnd.tree else "this round drafted a chain, not a tree"
         self.updateGeometry()
         self.update()
 
+    # -- geometry ------------------------------------------------------------------------------------
+    def _font(self, factor: float = 1.0) -> QFont:
+        font = QFont(self.font())
+        font.setPointSizeF(max(font.pointSizeF(), self.MIN_POINTS) * self.scale * factor)
+        return font
+
+    def _mono(self) -> QFont:
+        mono = QFont("monospace")
+        mono.setPointSizeF(self._font().pointSizeF())
+        return mono
+
     def _cell(self) -> tuple[float, float]:
-        return 118 * self.scale, 46 * self.scale
+        line = QFontMetricsF(self._font()).height()
+        figures = QFontMetricsF(self._font(0.85)).horizontalAdvance("d 0.00 · not checked") + 32 * self.scale
+        return max(118 * self.scale, figures), max(46 * self.scale, 2.6 * line)
+
+    def _root_width(self) -> float:
+        root = next((n for n in self.placed if n.index == ROOT), None)
+        text = QFontMetricsF(self._mono()).horizontalAdvance(root.text) if root is not None else 0.0
+        return max(self._cell()[0], text + 24 * self.scale)
+
+    def _top(self) -> float:
+        return QFontMetricsF(self._font()).height() + 12 * self.scale
+
+    def _legend_height(self) -> float:
+        return 2 * QFontMetricsF(self._font(0.85)).height() + 16 * self.scale if self.legend else 0.0
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         w, h = self._cell()
-        columns = max((n.column for n in self.placed), default=0) + 1
+        columns = max((n.column for n in self.placed), default=0)
         rows = max((n.row for n in self.placed), default=0) + 1
-        font = QFont(self.font())
-        font.setPointSizeF(font.pointSizeF() * self.scale)
-        caption = QFontMetricsF(font).horizontalAdvance(self.caption) + 24
-        return QSize(int(max(columns * w + 24, caption)), int(rows * h + 40 * self.scale))
+        caption = QFontMetricsF(self._font()).horizontalAdvance(self.caption) + 24
+        fm = QFontMetricsF(self._font(0.85))
+        legend = sum(fm.horizontalAdvance(words) + 40 * self.scale for _, words in LEGEND)
+        width = max(12 + self._root_width() + columns * w + 12, caption, min(legend, 3 * w) + 24)
+        return QSize(int(width), int(self._top() + rows * h + self._legend_height() + 8))
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return self.sizeHint()
 
     def _rect(self, node: PlacedNode) -> QRectF:
         w, h = self._cell()
-        return QRectF(12 + node.column * w, 30 * self.scale + node.row * h, w - 18 * self.scale, h - 10 * self.scale)
+        left = 12 if node.column == 0 else 12 + self._root_width() + (node.column - 1) * w
+        width = (self._root_width() if node.column == 0 else w) - 18 * self.scale
+        return QRectF(left, self._top() + node.row * h, width, h - 10 * self.scale)
 
+    # -- painting ------------------------------------------------------------------------------------
     def paintEvent(self, _event) -> None:  # noqa: N802 - Qt override
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         text_colour = self.palette().text().color()
-        font = QFont(self.font())
-        font.setPointSizeF(font.pointSizeF() * self.scale)
+        font = self._font()
         p.setFont(font)
         p.setPen(text_colour)
-        p.drawText(QRectF(12, 4, self.width() - 24, 24 * self.scale), Qt.AlignmentFlag.AlignLeft, self.caption)
+        p.drawText(QRectF(12, 4, self.width() - 24, self._top()), Qt.AlignmentFlag.AlignLeft, self.caption)
         by_index = {n.index: n for n in self.placed}
         for node in self.placed:  # edges first, under the boxes
             parent = by_index.get(node.parent) if node.index != ROOT else None
@@ -171,31 +253,54 @@ class TreeView(QWidget):
             end = QPointF(b.left(), b.center().y())
             middle = (start.x() + end.x()) / 2
             p.drawPolyline([start, QPointF(middle, start.y()), QPointF(middle, end.y()), end])
-        small = QFont(font)
-        small.setPointSizeF(font.pointSizeF() * 0.78)
-        mono = QFont("monospace")
-        mono.setPointSizeF(font.pointSizeF())
+        small = self._font(0.85)
+        mono = self._mono()
         for node in self.placed:
             r = self._rect(node)
-            solid = STATE_SOLID.get(node.state, QColor(150, 150, 150))
-            fill = QColor(solid)
-            fill.setAlpha(60 if node.state in ("unchecked", "root") else 110)
-            p.setPen(QPen(solid, (2.2 if node.state == TokenState.ACCEPTED.value else 1.2) * self.scale,
-                          Qt.PenStyle.DashLine if node.state == "unchecked" else Qt.PenStyle.SolidLine))
-            p.setBrush(fill)
-            p.drawRoundedRect(r, 6 * self.scale, 6 * self.scale)
+            self._box(p, r, node.state)
             p.setPen(text_colour)
             mono.setStrikeOut(node.state == TokenState.REJECTED.value)
             p.setFont(mono)
-            label = QFontMetricsF(mono).elidedText(node.text, Qt.TextElideMode.ElideRight, r.width() - 8)
+            label = QFontMetricsF(mono).elidedText(node.text, Qt.TextElideMode.ElideLeft if node.index == ROOT
+                                                   else Qt.TextElideMode.ElideRight, r.width() - 8)
+            if node.draft_prob is None:  # the root and the verifier's own token: the text alone, centred
+                p.drawText(r, Qt.AlignmentFlag.AlignCenter, label)
+                continue
             top = QRectF(r.left() + 4, r.top() + 2, r.width() - 8, r.height() * 0.55)
             p.drawText(top, Qt.AlignmentFlag.AlignCenter, label)
-            if node.draft_prob is not None:
-                p.setFont(small)
-                bottom = QRectF(r.left() + 2, r.top() + r.height() * 0.52, r.width() - 4, r.height() * 0.45)
-                p.drawText(bottom, Qt.AlignmentFlag.AlignCenter,
-                           f"d {node.draft_prob:.2f} · v {node.target_prob or 0:.2f}")
+            p.setFont(small)
+            bottom = QRectF(r.left() + 2, r.top() + r.height() * 0.52, r.width() - 4, r.height() * 0.45)
+            p.drawText(bottom, Qt.AlignmentFlag.AlignCenter, node_figures(node))
+        if self.placed and self.legend:
+            self._legend(p, small, text_colour)
         p.end()
+
+    def _box(self, p: QPainter, r: QRectF, state: str) -> None:
+        solid = STATE_SOLID.get(state, QColor(150, 150, 150))
+        fill = QColor(solid)
+        fill.setAlpha(60 if state in ("unchecked", "root", DRAFTED) else 110)
+        p.setPen(QPen(solid, (2.2 if state == TokenState.ACCEPTED.value else 1.2) * self.scale,
+                      Qt.PenStyle.DashLine if state == "unchecked" else Qt.PenStyle.SolidLine))
+        p.setBrush(fill)
+        p.drawRoundedRect(r, 6 * self.scale, 6 * self.scale)
+
+    def _legend(self, p: QPainter, font: QFont, text_colour: QColor) -> None:
+        """The colours' meaning under the tree, wrapping to a second line when narrow."""
+        fm = QFontMetricsF(font)
+        p.setFont(font)
+        rows = max((n.row for n in self.placed), default=0) + 1
+        x, y = 12.0, self._top() + rows * self._cell()[1] + 8 * self.scale  # right under the boxes
+        swatch = fm.height() * 0.9
+        for state, words in (*LEGEND, ("", LEGEND_NOTE)):
+            width = (swatch + 6 * self.scale if state else 0) + fm.horizontalAdvance(words) + 18 * self.scale
+            if x + width > self.width() - 12 and x > 12:
+                x, y = 12.0, y + fm.height() + 4 * self.scale
+            if state:
+                self._box(p, QRectF(x, y + (fm.height() - swatch) / 2, swatch, swatch), state)
+                x += swatch + 6 * self.scale
+            p.setPen(text_colour)
+            p.drawText(QPointF(x, y + fm.ascent()), words)
+            x += fm.horizontalAdvance(words) + 18 * self.scale
 
 
 def emitted_text_of(trace: ReplyTrace, rnd: RoundRecord) -> str | None:
@@ -225,8 +330,8 @@ class TreeDialog(QDialog):
         self.picker.setPrefix("round ")
         self.picker.setRange(1, max(1, len(trace.rounds)))
         self.picker.valueChanged.connect(lambda value: self.show_round(value - 1))
-        self.legend = QLabel("green accepted path · red checked and refused · dashed never checked · "
-                             "amber the verifier's correction · blue its bonus token · d draft, v verifier")
+        self.legend = QLabel("The legend is under the tree (and in a saved PNG).")
+        self.legend.setObjectName("muted")
         self.legend.setWordWrap(True)
         save = QPushButton("Save PNG…")
         save.clicked.connect(self._save)
@@ -246,7 +351,8 @@ class TreeDialog(QDialog):
 
     def show_round(self, index: int) -> None:
         rnd = self.trace.rounds[index] if 0 <= index < len(self.trace.rounds) else None
-        self.view.set_round(rnd, emitted_text_of(self.trace, rnd) if rnd is not None else None)
+        self.view.set_round(rnd, emitted_text_of(self.trace, rnd) if rnd is not None else None,
+                            text_before_round(self.trace, rnd) if rnd is not None else "")
 
     def save_png(self, path: str) -> bool:
         self.view.resize(self.view.sizeHint())

@@ -420,8 +420,9 @@ class MainWindow(QMainWindow):
 
     # --------------------------------------------------------------------------------- baselines --
     def _graphs_live(self) -> bool:
-        """Whether the graphs repaint while a reply streams (the UI load a speed is measured under)."""
-        return self.right_dock.isVisible()
+        """Whether the live graphs repaint while a reply streams (the UI load a speed is measured under): shown,
+        and not behind the Race tab."""
+        return self.right_dock.isVisible() and self.graphs.tabs.currentIndex() == 0
 
     def _pick_baseline(self, trace: ReplyTrace, prompt_tokens: int) -> None:
         """Compare this reply with verifier-alone runs at a similar prompt length and the same UI load."""
@@ -430,15 +431,17 @@ class MainWindow(QMainWindow):
             return
         trace.baseline_tps, trace.baseline_source, trace.baseline_note = b.tokens_per_s, b.how, b.short
         if self.graphs.live.trace is trace:
-            self.graphs.live.set_baseline(b.tokens_per_s, b.how, b.verify_s_per_token)
+            self.graphs.live.set_baseline(b.tokens_per_s, b.how, b.verify_s_per_token, like_for_like=b.like_for_like)
 
-    def add_baseline(self, trace: ReplyTrace, source: str) -> None:
-        """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines."""
+    def add_baseline(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None:
+        """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines.
+        `graphs_live`: whether the live graphs repainted while it ran (default: whether they are shown now)."""
         st = trace.get_stats()
         if st is None or st.new_tokens < 8 or not st.tokens_per_s:
             return
+        live = self._graphs_live() if graphs_live is None else graphs_live
         self.baselines.add(BaselineSample(st.tokens_per_s, trace.prompt_tokens or st.prompt_tokens, source,
-                                          graphs_live=self._graphs_live(),
+                                          graphs_live=live,
                                           verify_s_per_token=st.verify_s / st.rounds if st.rounds else None))
 
     # -------------------------------------------------------------------------------- generation --

@@ -82,6 +82,7 @@ class BaseWorker(QObject):
     # -- the thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
         self.started.emit()
+        error: BaseException | None = None
         try:
             self.work()
         except Cancelled:
@@ -90,31 +91,84 @@ class BaseWorker(QObject):
             # After an abort, whatever the work raised on its way out (a loader wrapping our Cancelled
             # in its own error, say) is the cancellation, not a failure to report.
             if not self._abort.is_set():
-                self.errored.emit(exc)
+                error = exc
         finally:
             self._done.set()
-            self.finished.emit()
-            with _live_lock:
-                _live.discard(self)
+            self._end(error)
+
+    def _end(self, error: BaseException | None) -> None:
+        """Report the end (on the worker thread; the signals are queued to the GUI thread) and let go."""
+        if error is not None:
+            self.errored.emit(error)
+        self.finished.emit()
+        with _live_lock:
+            _live.discard(self)
 
     def work(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
 
+_END = object()  # in an EventWorker's queue: the work has ended (with the error that follows it, or None)
+
+
 class EventWorker(BaseWorker):
-    """Runs a generator of engine events; each one is emitted on `event`.
+    """Runs a generator of engine events; each one is emitted on `event`, on the GUI thread.
 
     `make_events` is called on the worker thread, so building the prompt (tokenising) happens there too.
     `on_abort` (typically `controls.cancel`) is called from `abort()` so the engine stops mid-reply.
+
+    What the window costs the decoding thread per token: the worker thread only appends each event to a
+    queue. It wakes the GUI thread once per batch (when the queue was empty); the GUI thread then waits
+    BATCH_MS, so events pile up, and emits them all in order. A queued signal per event would wake the GUI
+    thread (and make the two threads trade the GIL) for every token. `errored` and `finished` go through the
+    same queue, so they always arrive after the last event.
     """
 
+    BATCH_MS = 25  # under the window's 40 ms flush, so a batch is ready for every flush
+
     event = Signal(object)
+    _posted = Signal()  # worker thread -> GUI thread: the queue has events again
+    _ended = Signal()  # worker thread -> GUI thread: the work has ended; deliver what is queued now
 
     def __init__(self, make_events: Callable[[], Iterator[Any]], *, on_abort: Callable[[], None] | None = None,
                  name: str = "generate") -> None:
+        from PySide6.QtCore import QTimer
+
         super().__init__(name)
         self._make_events = make_events
         self._on_abort = on_abort
+        self._queue: list[Any] = []
+        self._queue_lock = threading.Lock()
+        self._batch = QTimer(self)
+        self._batch.setSingleShot(True)
+        self._batch.setInterval(self.BATCH_MS)
+        self._batch.timeout.connect(self._deliver)
+        self._posted.connect(self._batch.start)  # queued: emitted on the worker thread
+        self._ended.connect(self._deliver)
+
+    def _push(self, *items: Any) -> None:
+        with self._queue_lock:
+            first = not self._queue
+            self._queue.extend(items)
+        if first:
+            self._posted.emit()
+
+    def _end(self, error: BaseException | None) -> None:
+        with self._queue_lock:
+            self._queue.extend((_END, error))
+        self._ended.emit()  # delivered at once (not after a batch's wait), after every event, by _deliver
+
+    def _deliver(self) -> None:
+        """On the GUI thread: emit every queued event in order, then the end if it has come."""
+        self._batch.stop()
+        with self._queue_lock:
+            items, self._queue = self._queue, []
+        it = iter(items)
+        for item in it:
+            if item is _END:
+                super()._end(next(it))
+                return
+            self.event.emit(item)
 
     def abort(self) -> None:
         super().abort()
@@ -125,7 +179,7 @@ class EventWorker(BaseWorker):
         gen = self._make_events()
         try:
             for ev in gen:
-                self.event.emit(ev)
+                self._push(ev)
                 # The engine sees the cancel through Controls and ends with Finished(CANCELLED); keep
                 # reading so that final event arrives. Without an on_abort hook, stop at this yield.
                 if self._abort.is_set() and self._on_abort is None:

@@ -5,6 +5,11 @@ A 5 ms QTimer ticks on the GUI thread during a reply of the embedded verifier; e
 Reports p50 / p99 / max lateness and the reply's tokens/s, for speculation on and off.
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/ui_latency.py [--verifier SPEC] [--tokens N]
+
+With --cli-ab N it measures instead what the window costs the worker per token: for each lane (speculation
+off and on), N pairs of the same reply sent in the window (a new chat each time, graphs shown) and run as the
+CLI runs it (the same session's engine consuming the events with no window: `cli_reply_tps`), in alternating
+order; it prints each lane's median tokens/s both ways and the window's cost, 1 - window / CLI.
 """
 
 from __future__ import annotations
@@ -24,6 +29,65 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[k]
 
 
+def gui_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
+    """Tokens/s and tokens of one reply sent in the window, in a new chat (waits in a local event loop)."""
+    from PySide6.QtCore import QEventLoop
+
+    loop, got = QEventLoop(), []
+
+    def done(trace) -> None:
+        got.append(trace)
+        loop.quit()
+
+    window.reply_finished.connect(done)
+    window.new_chat()
+    window.spec_button.setChecked(speculate)
+    window.send(prompt)
+    if not got:
+        loop.exec()
+    window.reply_finished.disconnect(done)
+    stats = got[0].get_stats()
+    return (stats.tokens_per_s, stats.new_tokens) if stats else (0.0, 0)
+
+
+def cli_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
+    """The same reply as `specdec generate` runs it: the window's session and engine, the events consumed on
+    this thread with no window involved."""
+    from app.session import config_from_settings, reply_events
+    from specdec_core.engine import Controls
+    from specdec_core.events import Finished
+
+    config = config_from_settings(window.settings)
+    for ev in reply_events(window.session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
+                           config, Controls(speculate=speculate)):
+        if isinstance(ev, Finished):
+            return ev.stats.tokens_per_s, ev.stats.new_tokens
+    return 0.0, 0
+
+
+def window_cost(window, prompt: str, pairs: int) -> dict[str, dict[str, list[float]]]:
+    """{"off"/"on": {"window": [tokens/s...], "cli": [...]}}: `pairs` alternating pairs per lane (window then
+    CLI, then CLI then window, ...), so a machine that warms up or gets busier hits both alike."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for lane, speculate in (("off", False), ("on", True)):
+        out[lane] = {"window": [], "cli": []}
+        for i in range(pairs):
+            order = (("window", gui_reply_tps), ("cli", cli_reply_tps))
+            for where, run in order if i % 2 == 0 else order[::-1]:
+                out[lane][where].append(run(window, prompt, speculate)[0])
+    return out
+
+
+def print_window_cost(results: dict[str, dict[str, list[float]]]) -> None:
+    import statistics
+
+    print(f"{'lane':<17}{'window tok/s':>14}{'CLI tok/s':>12}{'window cost':>13}   runs (window | CLI)")
+    for lane, runs in results.items():
+        gui, cli = statistics.median(runs["window"]), statistics.median(runs["cli"])
+        print(f"{'speculation ' + lane:<17}{gui:>14.1f}{cli:>12.1f}{(1 - gui / cli) * 100:>12.1f}%   "
+              + " ".join(f"{x:.1f}" for x in runs["window"]) + " | " + " ".join(f"{x:.1f}" for x in runs["cli"]))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--verifier", default="smollm2-135m-instruct")
@@ -35,6 +99,11 @@ def main() -> int:
     p.add_argument("--graphs-ab", type=int, default=0, metavar="N",
                    help="instead: N pairs of replies with the graphs dock shown, then hidden (alternating, so "
                    "machine noise hits both alike); prints tokens/s of each and the graphs' cost")
+    p.add_argument("--cli-ab", type=int, default=0, metavar="N",
+                   help="instead: N alternating pairs per lane of the reply in the window and as the CLI runs it; "
+                   "prints the window's cost to tokens/s for speculation off and on")
+    p.add_argument("--drafter", default=None, help="the app's drafter setting (default: model with --draft, else "
+                   "prompt lookup; with --cli-ab the app's default)")
     args = p.parse_args()
     os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-bench-"))
     from specdec_core.threads import prefer_passive_waiting
@@ -51,9 +120,9 @@ def main() -> int:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setStyle("Fusion")
-    settings = Settings(verifier=args.verifier, draft=args.draft,
-                        drafter="model" if args.draft else "prompt-lookup", max_new_tokens=args.tokens,
-                        calibrate=False)
+    drafter = args.drafter or ("model" if args.draft else Settings().drafter if args.cli_ab else "prompt-lookup")
+    settings = Settings(verifier=args.verifier, draft=args.draft or Settings().draft, drafter=drafter,
+                        max_new_tokens=args.tokens, calibrate=False)
     window = MainWindow(settings, ConversationStore(), persist_settings=False)
     window.show()
 
@@ -102,17 +171,28 @@ def main() -> int:
         window.reply_finished.connect(done)
         window.send(args.prompt)
 
+    cost: dict = {}
+
+    def measure_cost() -> None:
+        cost.update(window_cost(window, args.prompt, args.cli_ab))
+        app.quit()
+
     def loaded(_session) -> None:
-        QTimer.singleShot(100, run_next)
+        QTimer.singleShot(100, measure_cost if args.cli_ab else run_next)
 
     window.models_loaded.connect(loaded)
     window.load_failed.connect(lambda msg: (print(msg, file=sys.stderr), app.exit(1)))
     t0 = time.perf_counter()
-    window.load_models()
+    window.loader.load()
     code = app.exec()
     print(f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms; "
-          f"verifier {args.verifier} ({'draft ' + args.draft if args.draft else 'prompt lookup'}), "
+          f"verifier {args.verifier} (drafter {drafter}{', draft ' + args.draft if args.draft else ''}), "
           f"load {time.perf_counter() - t0:.1f} s total run; {os.cpu_count()} CPU cores")
+    if args.cli_ab:
+        print(f"drafter {drafter}; {args.tokens} tokens; {args.cli_ab} alternating pairs per lane; medians")
+        print_window_cost(cost)
+        window.close()
+        return code
     print(f"{'run':<17}{'ticks':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'tokens':>8}{'tok/s':>8}")
     for label, lat, n, tps, _wall in results:
         print(f"{label:<17}{len(lat):>7}{percentile(lat, 50):>9.1f}{percentile(lat, 99):>9.1f}"

@@ -35,6 +35,12 @@ def predicted_speedup(alpha: float, gamma: float, c: float) -> float:
     return expected_tokens_per_call(alpha, gamma) / (gamma * c + 1.0)
 
 
+def round_emitted(n_accepted: int, ended_on_accepted: bool) -> int:
+    """Reply tokens one verified round added: its accepted drafts plus the verifier's correction, bonus or plain
+    token, unless the round ended on an accepted end-of-sequence draft (then that draft was the last token)."""
+    return n_accepted + (not ended_on_accepted)
+
+
 @dataclass(frozen=True)
 class Stats:
     new_tokens: int = 0
@@ -103,17 +109,25 @@ class StatsAccumulator:
                     self.accepted_at[i] += 1
             self.accepted_lengths.append(accepted)
 
+    def add_verified(self, *, n_accepted: int, ended_on_accepted: bool, mainline: int, tree_nodes: int,
+                     draft_s: float, verify_s: float, overhead_s: float) -> None:
+        """Fold one verified round as its consumers see it (an event, or a trace's saved record): the one rule
+        every figure the app, the CLI and the benches show is counted by.
+
+        `mainline`: the round's chain of drafts (a tree's: its main line); `tree_nodes`: a tree's nodes (0: a
+        chain). A tree round checked every node, so all of them count as drafted; its draft positions are
+        those of its main line."""
+        drafted, positions = (tree_nodes, mainline) if tree_nodes else (mainline, None)
+        self.add_round(drafted=drafted, accepted=n_accepted, emitted=round_emitted(n_accepted, ended_on_accepted),
+                       draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, positions=positions)
+
     def add_event(self, event: RoundVerified) -> None:
         """Fold one round as the event stream reports it (the same figures the engine's own tally has)."""
         from specdec_core.events import TokenState
 
-        # The round emits its accepted drafts plus the correction, bonus or plain token, unless it
-        # ended on an accepted end-of-sequence draft (then the emitted token is that accepted draft).
-        emitted = event.n_accepted + (event.emitted_state is not TokenState.ACCEPTED)
-        # A tree round checked every node of its tree; its draft positions are those of its main line.
-        drafted, positions = (len(event.tree), len(event.drafted)) if event.tree else (len(event.drafted), None)
-        self.add_round(drafted=drafted, accepted=event.n_accepted, emitted=emitted, draft_s=event.draft_s,
-                       verify_s=event.verify_s, overhead_s=event.overhead_s, positions=positions)
+        self.add_verified(n_accepted=event.n_accepted, ended_on_accepted=event.emitted_state is TokenState.ACCEPTED,
+                          mainline=len(event.drafted), tree_nodes=len(event.tree), draft_s=event.draft_s,
+                          verify_s=event.verify_s, overhead_s=event.overhead_s)
 
     @property
     def drafting_rounds(self) -> int:

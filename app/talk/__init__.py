@@ -75,7 +75,13 @@ class TalkDialog(QDialog):
         # In a scroll area: the dialog fits a 1024×700 (or scale-2) screen even where the view's content
         # cannot shrink that far; the view scrolls instead of the dialog running off the screen.
         wrap_labels(view)
-        lay.addWidget(scrolling(view))
+        lay.addWidget(scrolling(view), 1)
+        controls = getattr(view, "controls", None)  # a view's buttons stay in view, below what scrolls
+        if isinstance(controls, QWidget):
+            holder = QVBoxLayout()
+            holder.setContentsMargins(12, 4, 12, 10)
+            holder.addWidget(controls)
+            lay.addLayout(holder)
         fit_to_screen(self, QSize(1280, 800), available(parent) if parent is not None else None)
         if modal:  # the views that run the models: the window must not start a reply meanwhile
             self.setWindowModality(Qt.WindowModality.WindowModal)

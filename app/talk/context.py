@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.session import PromptInfo, Session
+from app.speedup import RaceSpread, race_key, race_order, race_spread
+from app.trace import ReplyTrace
 from specdec_core.config import GenerationConfig
 from specdec_core.events import Finished, StopReason, TokenCommitted, TokenState
 from specdec_core.stats import Stats
@@ -93,6 +95,26 @@ def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bo
         yield from engine.generate(ids, config.with_(speculate=speculate and drafter is not None), controls)
 
     return Lane(key, title, run)
+
+
+def race_lanes(verifier: Any, drafter: Any, pairs: int) -> list[Lane]:
+    """A race: the verifier alone and speculation, `pairs` times each, alternating (speedup.race_order)."""
+    return [engine_lane(key, "speculation on" if spec else "speculation off", verifier, drafter if spec else None,
+                        spec) for key, spec in race_order(pairs)]
+
+
+def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:
+    """The median speedup and spread of a race's finished off/on pairs (keys from speedup.race_key)."""
+    pairs = []
+    for n in range(1, len(traces) + 1):
+        off, on = traces.get(race_key(False, n)), traces.get(race_key(True, n))
+        if off is None or on is None:
+            break
+        if not off.stats or not on.stats or off.error or on.error:
+            continue
+        pairs.append((float(off.stats.get("tokens_per_s") or 0.0), float(on.stats.get("tokens_per_s") or 0.0),
+                      min(int(off.stats.get("new_tokens") or 0), int(on.stats.get("new_tokens") or 0))))
+    return race_spread(pairs)
 
 
 def lane_events(ctx: TalkContext, lanes: list[Lane], controls: Any) -> Iterator[object]:

@@ -9,11 +9,14 @@ verifier call. Speculation loses when S < 1: the break-even line.
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
+from app.speedup import TreePrediction, measured_costs, tree_prediction
 from app.talk import style as ts
 from app.talk.lanes_ui import big_plot
 from app.theme import ACCENT, STATE_SOLID
@@ -46,6 +49,8 @@ class Explainer(QWidget):
         super().__init__(parent)
         self.alpha, self.gamma, self.c = 0.7, 4, 0.05
         self.measured: tuple[float, float] | None = None  # (mean γ, measured speedup)
+        self.tree: TreePrediction | None = None  # a live reply that drafted trees: what its trees predict
+        self.tree_measured: float | None = None
         self.live_source = ""
         lay = QVBoxLayout(self)
         lay.setContentsMargins(14, 12, 14, 12)
@@ -138,6 +143,12 @@ class Explainer(QWidget):
             return False
         gamma = s.mean_gamma or float((trace.config or {}).get("gamma", 4))
         sp = trace.speedup()
+        costs = measured_costs(trace.rounds, trace.baseline_tps)
+        self.tree = tree_prediction(trace.rounds, costs)
+        self.tree_measured = sp
+        if self.tree is not None:  # a tree's nodes are not a chain's γ: its main line is
+            mains = [r.drafted for r in trace.rounds if r.tree]
+            gamma = sum(mains) / len(mains)
         self.measured = (gamma, sp) if sp else None
         self.set_values(s.acceptance_rate, round(gamma), s.c,
                         f"live: α, γ and c measured in the reply by {trace.verifier or 'the verifier'}"
@@ -176,7 +187,12 @@ class Explainer(QWidget):
         else:
             words = (f"At γ = {g} and c = {c:.2f}, speculation wins when α > <b>{be:.2f}</b>"
                      f" (now {a:.2f}: <b style='color:{color.name()}'>{'faster' if sp >= 1 else 'slower'}</b>).")
-        self.verdict.setText(f"{words} Best γ for these α and c: <b>{best}</b>.")
+        if self.tree is not None:
+            words = ("This reply drafted <b>trees</b>: the chain formula above is for comparison only. "
+                     + html.escape(self.tree.words(self.tree_measured)))
+            self.verdict.setText(words)
+        else:
+            self.verdict.setText(f"{words} Best γ for these α and c: <b>{best}</b>.")
         for name, text in (("α", f"{a:.2f}"), ("γ", str(g)), ("c", f"{c:.2f}")):
             self.slider_labels[name].setText(text)
         curve = np.array([predicted_speedup(a, x, c) for x in GAMMAS])

@@ -15,8 +15,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.speedup import RACE_PAIRS, RaceSpread, race_key
 from app.talk import style as ts
-from app.talk.context import TalkContext, engine_lane
+from app.talk.context import TalkContext, race_lanes, race_spread_of
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data
 from app.theme import ACCENT, STATE_SOLID
 from app.trace import ReplyTrace
@@ -24,25 +25,34 @@ from app.trace import ReplyTrace
 
 @dataclass(frozen=True)
 class RaceResult:
-    tps_off: float
-    tps_on: float
-    speedup: float  # tokens/s on / tokens/s off
-    identical: bool | None  # greedy: did the texts match token for token? None when sampling
+    spread: RaceSpread  # the median speedup of the off/on pairs, and their spread
+    identical: bool | None  # greedy: did every pair's texts match token for token? None when sampling
     text_off: str
     text_on: str
+
+    @property
+    def speedup(self) -> float:
+        return self.spread.speedup
+
+    @property
+    def tps_off(self) -> float:
+        return self.spread.tps_off
+
+    @property
+    def tps_on(self) -> float:
+        return self.spread.tps_on
 
     def headline(self) -> str:
         return f"{self.speedup:.2f}× {'faster' if self.speedup >= 1 else 'slower'}"
 
 
-def race_result(off: ReplyTrace, on: ReplyTrace, greedy: bool) -> RaceResult | None:
-    if not off.stats or not on.stats:
+def race_result(traces: dict[str, ReplyTrace], greedy: bool) -> RaceResult | None:
+    spread = race_spread_of(traces)
+    if spread is None:
         return None
-    tps_off = float(off.stats.get("tokens_per_s") or 0.0)
-    tps_on = float(on.stats.get("tokens_per_s") or 0.0)
-    same = [t.token_id for t in off.tokens if t.in_reply] == [t.token_id for t in on.tokens if t.in_reply]
-    return RaceResult(tps_off, tps_on, tps_on / tps_off if tps_off else 0.0, same if greedy else None,
-                      off.text, on.text)
+    off, on = traces[race_key(False, 1)], traces[race_key(True, 1)]
+    texts = {tuple(t.token_id for t in tr.tokens if t.in_reply) for tr in traces.values() if tr.finished}
+    return RaceResult(spread, len(texts) == 1 if greedy else None, off.text, on.text)
 
 
 class RaceView(QWidget):
@@ -51,6 +61,7 @@ class RaceView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.ctx: TalkContext | None = None
+        self.pairs = RACE_PAIRS  # runs of each side, alternating; the headline is their median
         self.run: LaneRun | None = None
         self.result: RaceResult | None = None
         self._replay_start = 0.0
@@ -63,10 +74,17 @@ class RaceView(QWidget):
         self.prompt.setWordWrap(True)
         ts.set_big(self.prompt, 1.0)
         head.addWidget(self.prompt, 1)
+        result = QVBoxLayout()
+        result.setSpacing(0)
         self.headline = QLabel("")
         self.headline.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         ts.set_big(self.headline, 3.0, bold=True)
-        head.addWidget(self.headline)
+        result.addWidget(self.headline)
+        self.spread = QLabel("")  # how many runs the headline is the median of, and their spread
+        self.spread.setAlignment(Qt.AlignmentFlag.AlignRight)
+        ts.set_big(self.spread, 0.9)
+        result.addWidget(self.spread)
+        head.addLayout(result)
         lay.addLayout(head)
         self.identity = QLabel("")
         self.identity.setTextFormat(Qt.TextFormat.RichText)
@@ -90,23 +108,32 @@ class RaceView(QWidget):
         split.setSizes([420, 300])
         lay.addWidget(split, 1)
 
-        row = QHBoxLayout()
+        # The status and buttons: a widget of their own, which TalkDialog keeps in view below the scrolled view.
+        self.controls = QWidget()
+        rows = QVBoxLayout(self.controls)
+        rows.setContentsMargins(0, 0, 0, 0)
         self.status = QLabel("")
+        self.status.setWordWrap(True)
         ts.set_big(self.status, 0.9)
-        row.addWidget(self.status, 1)
-        self.run_button = QPushButton("Run the race")
+        rows.addWidget(self.status)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        self.run_button = QPushButton("Run race")
+        self.run_button.setToolTip("Race speculation off against on, several times each, alternating")
         self.run_button.clicked.connect(lambda: self.start(self.ctx) if self.ctx else None)
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self.stop)
-        self.replay_button = QPushButton("Replay together (real time)")
-        self.replay_button.setToolTip("Play both replies side by side at the speed each was generated")
+        self.replay_button = QPushButton("Replay together")
+        self.replay_button.setToolTip("Play both replies side by side in real time, at the speed each was generated")
         self.replay_button.clicked.connect(self.replay_together)
         self.png_button = QPushButton("Save PNG…")
         self.png_button.clicked.connect(self._save_png)
         for b in (self.run_button, self.stop_button, self.replay_button, self.png_button):
-            ts.set_big(b, 0.95)
+            ts.set_big(b, 0.85)
+            b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 20)  # no style minimum: fits scale 2
             row.addWidget(b)
-        lay.addLayout(row)
+        rows.addLayout(row)
+        lay.addWidget(self.controls)
 
         self.timer = QTimer(self)  # the one timer: flushes panes and curves, and drives the together-replay
         self.timer.setInterval(FLUSH_MS)
@@ -128,8 +155,7 @@ class RaceView(QWidget):
             return
         self.set_context(ctx)
         s = ctx.session
-        lanes = [engine_lane("off", "speculation off", s.verifier, None, False),
-                 engine_lane("on", "speculation on", s.verifier, s.drafter, True)]
+        lanes = race_lanes(s.verifier, s.drafter, self.pairs)
         self.run = LaneRun(lanes, self)
         for key, pane in self.panes.items():
             pane.bind(self.run.traces[key])
@@ -137,11 +163,14 @@ class RaceView(QWidget):
             c.setData([], [])
         self.result = None
         self.headline.setText("")
+        self.spread.setText("")
         self.identity.setText("")
-        self.status.setText("Racing: speculation off first, then on (one after the other, so neither steals "
-                            "the other's CPU)…")
+        self.status.setText(f"Racing: speculation off and on, {self.pairs} times each, alternating (one after "
+                            "the other, so neither steals the other's CPU)…")
+        order = [lane.key for lane in lanes]
         self.run.lane_started.connect(lambda k: self.status.setText(
-            f"Running speculation {k.upper()}…"))
+            f"Run {order.index(k) + 1} of {len(order)}: speculation {k.split()[0].upper()}…"
+            + (" (the panes show the first pair)" if order.index(k) >= 2 else "")))
         self.run.errored.connect(lambda m: self.status.setText(f"Error: {m}"))
         self.run.finished.connect(self._on_finished)
         self.run.start(ctx)
@@ -163,7 +192,7 @@ class RaceView(QWidget):
         run = self.run
         assert run is not None
         greedy = self.ctx.config.greedy if self.ctx else True
-        self.result = race_result(run.traces["off"], run.traces["on"], greedy)
+        self.result = race_result(run.traces, greedy)
         self._show_result()
         self._update_buttons()
         self.finished.emit(self.result)
@@ -174,9 +203,17 @@ class RaceView(QWidget):
             self.status.setText("The race did not finish." + (f" {self.run.errors[-1]}" if self.run and
                                                                    self.run.errors else ""))
             return
-        color = ts.ACCEPTED if r.speedup >= 1 else ts.REJECTED
-        self.headline.setText(f"<span style='color:{color.name()}'>{r.speedup:.2f}×</span>")
-        self.headline.setToolTip(f"speculation on {r.tps_on:.1f} tok/s ÷ off {r.tps_off:.1f} tok/s")
+        sp = r.spread
+        if sp.short_reply:  # a ratio of a few tokens' speeds is noise: no verdict colour
+            self.headline.setText(f"<span>{r.speedup:.2f}×</span>")
+        else:
+            color = ts.ACCEPTED if r.speedup >= 1 else ts.REJECTED
+            self.headline.setText(f"<span style='color:{color.name()}'>{r.speedup:.2f}×</span>")
+        self.spread.setText(sp.spread_words() + (f" · only {sp.tokens} tokens: too short to judge"
+                                                 if sp.short_reply else ""))
+        self.headline.setToolTip(f"speculation on {r.tps_on:.1f} tok/s ÷ off {r.tps_off:.1f} tok/s (medians of "
+                                 f"{sp.pairs} runs each, alternating off/on so a machine that warms up or gets "
+                                 "busier favours neither)")
         if r.identical is None:
             self.identity.setText("Sampling (temperature > 0): the texts may differ; both follow the verifier's "
                                   "distribution exactly.")
@@ -204,7 +241,7 @@ class RaceView(QWidget):
         """Both replies again, side by side, each token appearing when it was generated (engine time)."""
         if self.run is None or self.running:
             return
-        self._shown = {k: ReplyTrace(config=dict(tr.config)) for k, tr in self.run.traces.items()}
+        self._shown = {k: ReplyTrace(config=dict(self.run.traces[k].config)) for k in self.panes}  # the first pair
         for key, pane in self.panes.items():
             pane.bind(self._shown[key])
         self._replay_start = time.perf_counter()
@@ -215,8 +252,8 @@ class RaceView(QWidget):
         assert self.run is not None
         now = time.perf_counter() - self._replay_start
         done = True
-        for key, full in self.run.traces.items():
-            shown = self._shown[key]
+        for key, shown in self._shown.items():
+            full = self.run.traces[key]
             while len(shown.tokens) < len(full.tokens) and full.tokens[len(shown.tokens)].t <= now:
                 shown.tokens.append(full.tokens[len(shown.tokens)])
             shown.rounds = [r for r in full.rounds if r.t_end <= now]

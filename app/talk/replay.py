@@ -11,7 +11,7 @@ Shift+→ / Shift+← next / previous round · Home / End start / end.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QPointF, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFontMetricsF, QKeySequence, QPainter, QPainterPath, QPen, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 
 from app.fit import available, fit_to_screen, scrolling, wrap_labels
 from app.talk import style as ts
-from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
+from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy, round_info
 from app.theme import STATE_SOLID
 from app.trace import ReplyTrace
 from specdec_core.events import TokenState
@@ -65,6 +65,41 @@ class RoundStage(QWidget):
         self.story, self.step, self.n_rounds, self.greedy = story, step, n_rounds, greedy
         self.update()
 
+    def tree_beat(self, story: RoundStory, step: Step) -> list:
+        """The tree's nodes this beat shows: grown up to the candidate being drafted, then every candidate with
+        the verifier's figures (its one pass), then the verdict with the accepted path and the verifier's token."""
+        from app.tree_view import growing_tree, layout_tree
+
+        rec = story.record
+        assert rec is not None
+        if step.beat is Beat.RESOLVE:
+            return layout_tree(rec, story.emitted.text if story.emitted is not None else None, story.text_before)
+        return growing_tree(rec, step.i + 1, step.beat is Beat.VERIFY, story.text_before)
+
+    def _paint_tree(self, p: QPainter, story: RoundStory, step: Step, area: QRectF) -> None:
+        """A tree round: the tree drawn by the tree view's painter, scaled into `area`; the verifier's one pass
+        is a box around every candidate."""
+        from app.tree_view import TreeView
+
+        if not hasattr(self, "_tree"):
+            self._tree = TreeView(legend=False)
+        view = self._tree
+        view.set_placed(self.tree_beat(story, step))
+        hint = view.sizeHint()
+        view.resize(hint)
+        factor = min(1.6, area.width() / max(1, hint.width()), area.height() / max(1, hint.height()))
+        p.save()
+        p.translate(area.left(), area.top())
+        p.scale(factor, factor)
+        view.render(p, QPoint(0, 0))
+        p.restore()
+        if step.beat is Beat.VERIFY:
+            box = QRectF(area.left() - 6, area.top() + view._top() * factor - 6,
+                         (hint.width() - 6) * factor, (hint.height() - view._top()) * factor)
+            p.setPen(QPen(ts.VERIFIER, 3.5))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRoundedRect(box, 14, 14)
+
     # -- painting ------------------------------------------------------------------------------------
     def paintEvent(self, _event) -> None:  # noqa: N802 - Qt override
         p = QPainter(self)
@@ -90,10 +125,14 @@ class RoundStage(QWidget):
         if rec is not None and story.drafted:
             p.setFont(ts.big_font(0.85))
             p.setPen(ts.MUTED)
-            info = f"γ = {rec.gamma} · drafted {rec.drafted} · stop: {rec.stop}"
+            info = round_info(rec)
             fmi = QFontMetricsF(p.font())
             p.drawText(QPointF(w - margin - fmi.horizontalAdvance(info), y + fm.ascent()), info)
         y += fm.height() + 18
+        if story.tree_nodes:
+            self._paint_tree(p, story, step, QRectF(margin, y, w - 2 * margin, h - y - 8))
+            p.end()
+            return
 
         k = len(story.drafted)
         beat = step.beat
@@ -197,7 +236,10 @@ class RoundStage(QWidget):
             p.setFont(ts.big_font(0.9, bold=True))
             p.setPen(ts.VERIFIER)
             p.drawText(QPointF(box.left() + 6, below + 24),
-                       f"verifier: ONE forward pass scores all {k} drafts (+1 position for a bonus)")
+                       (f"verifier: ONE forward pass scores all {len(rec.tree)} candidates of the tree"
+                        if rec is not None and rec.tree else
+                        "verifier: ONE forward pass scores the draft (+1 position for a bonus)" if k == 1 else
+                        f"verifier: ONE forward pass scores all {k} drafts (+1 position for a bonus)"))
 
         # RESOLVE: the verifier's own token, a correction under the first rejected draft or a bonus at the end.
         em = story.emitted
@@ -292,6 +334,8 @@ class NumbersTable(QTableWidget):
             return
         beat = step.beat
         shown_n = step.i + 1 if beat is Beat.DRAFT else len(story.drafted)
+        if story.tree_nodes and beat is Beat.DRAFT:
+            shown_n = 0  # a tree's main line is known once the verifier has judged it
         rows = []
         for i, t in enumerate(story.drafted[:shown_n]):
             judged = beat is not Beat.DRAFT
@@ -377,15 +421,24 @@ class ReplayWidget(QWidget):
         split.setSizes([520, 260])
         lay.addWidget(split, 1)
 
+        # The transport controls: a widget of their own, so a dialog can keep them in view below a scrolled
+        # replay (ReplayDialog), in two short rows that fit 1024×700 and scale 2.
+        self.controls = QWidget()
+        rows = QVBoxLayout(self.controls)
+        rows.setContentsMargins(0, 0, 0, 0)
+        rows.setSpacing(4)
         bar = QHBoxLayout()
+        seek = QHBoxLayout()
+        rows.addLayout(bar)
+        rows.addLayout(seek)
         self.buttons: dict[str, QPushButton] = {}
         for name, text, tip, slot in (
             ("start", "|◀", "Back to the start (Home)", self.to_start),
-            ("prev_round", "◀◀ round", "Previous round (Shift+←)", self.prev_round),
-            ("back", "◀ beat", "One beat back (← or Page Up)", self.step_back),
+            ("prev_round", "◀◀", "Previous round (Shift+←)", self.prev_round),
+            ("back", "◀", "One beat back (← or Page Up)", self.step_back),
             ("play", "▶ Play", "Play / pause (Space)", self.toggle_play),
-            ("forward", "beat ▶", "One beat on (→ or Page Down)", self.step_forward),
-            ("next_round", "round ▶▶", "Next round (Shift+→)", self.next_round),
+            ("forward", "▶", "One beat on (→ or Page Down)", self.step_forward),
+            ("next_round", "▶▶", "Next round (Shift+→)", self.next_round),
             ("end", "▶|", "To the end (End)", self.to_end),
         ):
             b = QPushButton(text)
@@ -393,18 +446,20 @@ class ReplayWidget(QWidget):
             b.setFocusPolicy(Qt.FocusPolicy.NoFocus)
             ts.set_big(b, 1.0, bold=True)
             b.clicked.connect(slot)
+            # No style minimum (about 80 px): seven buttons must fit a 512-pixel-wide screen (1024 at scale 2).
+            b.setMinimumWidth(b.fontMetrics().horizontalAdvance(text) + 20)
             bar.addWidget(b)
             self.buttons[name] = b
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.slider.valueChanged.connect(self._seek_from_slider)
-        bar.addWidget(self.slider, 1)
+        seek.addWidget(self.slider, 1)
         self.position = QLabel("")
         ts.set_big(self.position, 0.9)
-        bar.addWidget(self.position)
+        seek.addWidget(self.position)
         speed_label = QLabel("speed")
         ts.set_big(speed_label, 0.9)
-        bar.addWidget(speed_label)
+        seek.addWidget(speed_label)
         self.speed_box = QComboBox()
         self.speed_box.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         for s in SPEEDS:
@@ -412,8 +467,8 @@ class ReplayWidget(QWidget):
         self.speed_box.setCurrentIndex(SPEEDS.index(1.0))
         self.speed_box.currentIndexChanged.connect(lambda i: self.set_speed(SPEEDS[i]))
         ts.set_big(self.speed_box, 0.9)
-        bar.addWidget(self.speed_box)
-        lay.addLayout(bar)
+        seek.addWidget(self.speed_box)
+        lay.addWidget(self.controls)
 
         ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
         for keys, slot in ((("Space",), self.toggle_play), (("Right", "PgDown"), self.step_forward),
@@ -554,7 +609,11 @@ class ReplayDialog(QDialog):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         self.replay = ReplayWidget(trace)
-        lay.addWidget(scrolling(self.replay), 1)  # fits small screens: the replay scrolls, not the dialog
+        lay.addWidget(scrolling(self.replay), 1)  # fits small screens: the replay scrolls, not the dialog ...
+        controls = QVBoxLayout()
+        controls.setContentsMargins(10, 4, 10, 0)
+        controls.addWidget(self.replay.controls)  # ... and its controls stay in view below it
+        lay.addLayout(controls)
         row = QHBoxLayout()
         row.setContentsMargins(10, 0, 10, 10)
         self.info = QLabel(_trace_line(trace))

@@ -48,14 +48,27 @@ class RoundStory:
         return next((i for i, t in enumerate(self.drafted) if t.state == TokenState.REJECTED.value), None)
 
     @property
+    def emitted_count(self) -> int:
+        """Reply tokens the round added."""
+        return self.n_accepted + (self.emitted is not None)
+
+    @property
     def text_after(self) -> str:
         added = "".join(t.text for t in self.drafted if t.in_reply)
         return self.text_before + added + (self.emitted.text if self.emitted is not None else "")
 
+    @property
+    def tree_nodes(self) -> int:
+        """The round's draft tree's candidates (0: a chain)."""
+        return len(self.record.tree) if self.record is not None and self.record.tree else 0
+
     def beats(self) -> list[tuple[Beat, int]]:
-        if not self.drafted:
+        """A chain: one DRAFT beat per drafted token; a tree: one per candidate, in the order the draft grew them.
+        Then the verifier's one pass, then the verdict."""
+        if not self.drafted and not self.tree_nodes:
             return [(Beat.RESOLVE, 0)]
-        return [(Beat.DRAFT, i) for i in range(len(self.drafted))] + [(Beat.VERIFY, 0), (Beat.RESOLVE, 0)]
+        grown = self.tree_nodes or len(self.drafted)
+        return [(Beat.DRAFT, i) for i in range(grown)] + [(Beat.VERIFY, 0), (Beat.RESOLVE, 0)]
 
 
 @dataclass(frozen=True)
@@ -183,30 +196,76 @@ class ReplayState:
         if s is None or story is None:
             return "Press play (Space) or step (→) to replay the reply round by round."
         k = len(story.drafted)
+        nodes = len(story.record.tree) if story.record is not None and story.record.tree else 0
         if s.beat is Beat.DRAFT:
             given = ("the context" if s.i == 0 else "the context and draft token 1" if s.i == 1
                      else f"the context and draft tokens 1–{s.i}")
+            if nodes:
+                tree = story.record.tree
+                node = tree[s.i]
+                parent = int(node["parent"])
+                after = ("the context" if parent < 0 else
+                         f"candidate {parent + 1} “{tree[parent].get('text', '')}”")
+                return (f"The draft grows its tree: candidate {s.i + 1} of {nodes}, “{node.get('text', '')}”, "
+                        f"after {after} (its most likely continuations first).")
             return f"The draft proposes token {s.i + 1} of {k}, given {given}."
         if s.beat is Beat.VERIFY:
+            if nodes:
+                return (f"The verifier checks all {nodes} candidates of the tree in one forward pass, each "
+                        "seeing only its own branch.")
+            if k == 1:
+                return ("The verifier checks the drafted token in one forward pass "
+                        "(2 positions: the draft plus one more).")
             return (f"The verifier checks all {k} drafted tokens in one forward pass "
                     f"({k + 1} positions: one per draft plus one more).")
         n = story.n_accepted
         emitted = story.emitted
         if not k:
-            why = _stop_words(story.record.stop if story.record else "off")
+            why = stop_words(story.record.stop if story.record else "off")
             return f"Nothing was drafted ({why}): the verifier decodes one token alone."
+        if nodes:
+            path = "none of its candidates" if n == 0 else f"a branch of {n} of its {nodes} candidates"
+            end = ("ending on end-of-sequence" if emitted is None else
+                   "and the verifier adds a bonus token" if emitted.state == TokenState.BONUS.value else
+                   "then the verifier's own token")
+            count = story.emitted_count
+            return (f"The tree's verdict: the verifier agrees with {path}, {end}: {count} token"
+                    f"{'s' if count != 1 else ''} for one call.")
+        drafts = "The drafted token was" if k == 1 else f"All {k} drafts"
         if emitted is None:
-            return f"All {k} drafts accepted, ending on end-of-sequence."
+            return f"{drafts} accepted, ending on end-of-sequence."
         if emitted.state == TokenState.BONUS.value:
-            return f"All {k} drafts accepted, and the verifier adds a bonus token: {k + 1} tokens for one call."
+            return f"{drafts} accepted, and the verifier adds a bonus token: {k + 1} tokens for one call."
+        if n == 0:
+            return ("The first draft is rejected" + ("" if k == 1 else " and everything after it is thrown away")
+                    + ": the verifier's correction takes its place, 1 token for one call.")
         return (f"{n} of {k} accepted; the first rejected draft and everything after it are thrown away, "
-                f"and the verifier's correction takes its place: {n + 1} token{'s' if n else ''} for one call.")
+                f"and the verifier's correction takes its place: {n + 1} tokens for one call.")
 
 
-def _stop_words(stop: str) -> str:
-    return {"off": "speculation is off", "no_match": "prompt lookup found nothing to copy",
-            "max_tokens": "the reply's token budget is spent", "confidence": "the draft was unsure",
-            "eos": "the draft proposed end of sequence"}.get(stop, stop)
+STOP_WORDS = {  # why drafting stopped (a DraftStop value), in words a room reads without the code
+    "off": "speculation is off",
+    "gamma": "it reached the round's length limit γ",
+    "draft_cap": "the draft model reached its own cap on tokens per round",
+    "tree": "the tree grew as large as pays on this machine",
+    "cost": "checking any draft would cost more than it brings on this machine",
+    "probe": "a plain step, timed again so drafts are weighed against this machine's current speed",
+    "no_match": "prompt lookup found nothing to copy",
+    "max_tokens": "the reply's token budget is spent",
+    "confidence": "the draft was unsure",
+    "eos": "the draft proposed end of sequence",
+}
+
+
+def stop_words(stop: str) -> str:
+    return STOP_WORDS.get(stop, "drafting stopped")
+
+
+def round_info(record: RoundRecord) -> str:
+    """What a drafting round proposed, in a few words for the replay's header."""
+    if record.tree:
+        return f"a tree of {len(record.tree)} candidates, main line of {record.drafted}"
+    return f"{record.drafted} drafted (limit γ = {record.gamma})"
 
 
 def is_greedy(trace: ReplyTrace) -> bool:

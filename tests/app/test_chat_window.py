@@ -311,6 +311,11 @@ def test_race_runs_off_then_on_and_compares_greedy_texts(make_window, qtbot):
     assert off.text == on.text and "identical" in done.args[0]
     assert len(w.graphs.race.on_curve.getData()[0]) == len(on.rounds) + 1
     assert not w.conv.messages  # a race is a measurement, not a chat turn
+    # every pair's off run joins the baselines, marked as run with the live graphs hidden behind the Race tab
+    assert len(w.graphs.race.traces) == 2 * w.racer.pairs and f"median of {w.racer.pairs} alternating" in done.args[0]
+    assert [s.source for s in w.baselines.samples] == ["race"] * w.racer.pairs
+    assert not any(s.graphs_live for s in w.baselines.samples)
+    assert "live graphs hidden" in w.baselines.pick(on.prompt_tokens, graphs_live=False).how
 
 
 def slow_load(request, progress, cancelled, previous=None):

@@ -178,3 +178,38 @@ def test_the_cost_panel_plots_every_pass_and_the_engines_own_cost_curve(qtbot, t
     assert f"{trace.stats['mean_accepted_length']:.2f} tokens per verifier call" in graphs.header.text()
     saved = ReplyTrace.from_dict(trace.to_dict())
     assert [r.rows for r in saved.rounds] == [r.rows for r in rounds]
+
+
+def _hand_round():
+    from app.trace import RoundRecord
+
+    node = {"token_id": 0, "draft_prob": 0.6, "target_prob": 0.7, "accept_prob": 1.0, "accepted": True}
+    tree = [{**node, "text": " sat", "parent": -1},
+            {**node, "text": " ran", "parent": -1, "accepted": False, "accept_prob": 0.0, "target_prob": 0.05},
+            {**node, "text": " fast", "parent": 1, "accepted": False, "accept_prob": None, "target_prob": 0.9}]
+    return RoundRecord(3, 1, 1, "bonus", "tree", 4, 0.001, 0.01, 0.0, 0.05, 8, tree=tree, emitted_token_id=5)
+
+
+def test_the_root_shows_the_text_before_the_round_and_unchecked_nodes_show_no_verifier_figure(qtbot, tmp_path):
+    from PySide6.QtGui import QFontMetricsF
+
+    from app.tree_view import TreeView
+
+    rnd = _hand_round()
+    placed = {n.index: n for n in layout_tree(rnd, " on", before="Once upon a time, long ago, the cat")}
+    assert placed[-1].text == "…␣time,␣long␣ago,␣the␣cat"  # the end of the text before the round
+    assert placed[2].state == "unchecked" and placed[2].target_prob is None  # its parent was refused first
+    html = tree_html(rnd, " on")
+    assert "d 0.60 · not checked" in html and "v 0.90" not in html and "v 0.05" in html
+    for scale in (1.0, 1.6):  # the dialog, and presenter mode
+        view = TreeView(scale=scale)
+        qtbot.addWidget(view)
+        view.set_round(rnd, " on", before="Once upon a time the cat")
+        assert view._font(0.85).pointSizeF() >= 8.5 * scale - 1e-6  # the smallest type in the picture
+        view.resize(view.sizeHint())
+        image = view.grab().toImage()
+        # the legend is painted under the boxes, inside the picture a PNG export saves
+        boxes_bottom = max(view._rect(n).bottom() for n in view.placed)
+        assert image.height() >= boxes_bottom + view._legend_height() - 1
+        legend_row = int(boxes_bottom + 18 * scale + QFontMetricsF(view._font(0.85)).height() / 2)
+        assert len({image.pixel(x, legend_row) for x in range(image.width())}) > 2  # something is drawn

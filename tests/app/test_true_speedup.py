@@ -26,9 +26,9 @@ def test_the_baseline_is_a_median_of_comparable_runs_and_does_not_drift_with_the
     b = book.pick(35, graphs_live=True)
     assert b.tokens_per_s == 8.8  # the median of the runs under the same UI load, not the last one
     assert b.samples == 3 and "median of 3 runs" in b.how and "graphs repainting" in b.how
-    # Idle-window replies compare with the idle calibration, and say so.
+    # Replies with the graphs hidden compare with the calibration (run with them hidden), and say so.
     idle = book.pick(35, graphs_live=False)
-    assert idle.tokens_per_s == 13.7 and "window idle" in idle.how and "30-token prompt" in idle.how
+    assert idle.tokens_per_s == 13.7 and "live graphs hidden" in idle.how and "30-token prompt" in idle.how
 
 
 def test_the_baseline_prefers_a_similar_prompt_length():
@@ -39,7 +39,7 @@ def test_the_baseline_prefers_a_similar_prompt_length():
     assert book.pick(1000, True).tokens_per_s == 12.0
     assert book.pick(40, True).how.startswith("verifier alone: 1 run (calibration) at 30-token prompt")
     # Without a run under the same UI load it uses the others, and says so.
-    assert "no run yet with the graphs idle" in book.pick(40, False).how
+    assert "no run yet with the graphs hidden" in book.pick(40, False).how
 
 
 def _round(drafted, verify_s, draft_s=0.0, overhead_s=0.0):
@@ -114,3 +114,97 @@ def test_theory_vs_practice_draws_both_curves_and_never_says_faster_below_one(ma
     sp = live.measured_speedup
     if sp is not None and sp < 1:
         assert "faster" not in live.words.text()
+
+
+def test_until_a_like_for_like_run_the_baseline_says_it_is_only_the_load_time_calibration():
+    book = BaselineBook()
+    book.add(BaselineSample(13.7, 30, "calibration", graphs_live=False))
+    first = book.pick(30, graphs_live=False)
+    assert not first.like_for_like and first.short.startswith("only the calibration at load")
+    book.add(BaselineSample(11.0, 30, "race", graphs_live=False))
+    assert book.pick(30, graphs_live=False).like_for_like
+    # a reply with the graphs repainting has only runs with them hidden to compare with: said, not like for like
+    repainting = book.pick(30, graphs_live=True)
+    assert not repainting.like_for_like and repainting.short == "vs runs with the live graphs hidden"
+
+
+def test_the_graph_header_shows_no_verdict_colour_against_the_calibration_alone(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    def trace(rounds: int) -> ReplyTrace:
+        tr = ReplyTrace(stats={"tokens_per_s": 8.0}, stop_reason="eos")
+        for i in range(rounds):
+            tr.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.05, 0.0, 0.06 * (i + 1),
+                                         2 * (i + 1)))
+        return tr
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    for like in (False, True):
+        graphs.set_trace(trace(20))
+        graphs.set_baseline(10.0, "verifier alone", like_for_like=like)
+        header = graphs.header.text()
+        assert ("<b style='color:rgb(215,58,73)'>0.80×</b>" in header) is like, header
+        assert "0.80×" in header and ("not like for like" in header) is not like
+
+
+def test_a_race_alternates_its_runs_and_reports_the_median_pair_with_its_spread():
+    from app.speedup import race_order, race_spread
+
+    assert race_order(3) == [("off", False), ("on", True), ("on 2", True), ("off 2", False), ("off 3", False),
+                             ("on 3", True)]
+    spread = race_spread([(10.0, 14.0, 64), (8.0, 16.0, 64), (10.0, 12.0, 60)])
+    assert spread.speedup == pytest.approx(1.4) and (spread.low, spread.high) == pytest.approx((1.2, 2.0))
+    assert spread.tokens == 60 and not spread.short_reply
+    assert spread.spread_words() == "median of 3 alternating runs each, 1.20–2.00×"
+    assert race_spread([(10.0, 12.0, 5)]).short_reply
+
+
+def _tree_reply():
+    """Two tree rounds and a plain step, with a verifier-alone baseline of 50 tok/s (20 ms a token)."""
+    from app.trace import ReplyTrace, RoundRecord
+
+    def node(parent, p, accepted=False):
+        return {"token_id": 0, "text": "x", "parent": parent, "draft_prob": 0.5, "target_prob": p,
+                "accept_prob": 1.0 if accepted else 0.0, "accepted": accepted}
+
+    # mass: 0.8 + 0.8*0.5 + 0.1 = 1.3 accepted drafts expected in each tree round
+    tree = [node(-1, 0.8, True), node(0, 0.5, True), node(-1, 0.1)]
+    rounds = [RoundRecord(0, 0, 0, "plain", "probe", 0, 0.0, 0.020, 0.0, 0.02, 1, rows=1),
+              RoundRecord(1, 2, 2, "bonus", "tree", 4, 0.004, 0.030, 0.001, 0.055, 4, tree=tree, rows=4),
+              RoundRecord(2, 2, 2, "bonus", "tree", 4, 0.004, 0.030, 0.001, 0.09, 7, tree=tree, rows=4)]
+    trace = ReplyTrace(rounds=rounds, stop_reason="eos", baseline_tps=50.0, verifier="v", drafter="d")
+    trace.stats = trace.tally().snapshot().to_dict()
+    return trace
+
+
+def test_a_reply_with_trees_is_predicted_from_its_trees_not_the_chain_formula(qtbot):
+    from app.graphs import LiveGraphs
+    from app.speedup import tree_path_mass, tree_prediction
+    from app.talk.explainer import Explainer
+
+    trace = _tree_reply()
+    assert tree_path_mass(trace.rounds[1].tree) == pytest.approx(1.3)
+    costs = measured_costs(trace.rounds, 50.0)
+    pred = tree_prediction(trace.rounds, costs)
+    assert pred.tokens_per_call == pytest.approx((1 + 2.3 + 2.3) / 3) and pred.measured_tokens_per_call == 7 / 3
+    assert pred.nodes == 3
+    # expected tokens over the rounds' time with the measured cost of checking 3 candidates, against 20 ms a token
+    seconds = sum(r.draft_s + costs.verify_s(r.checked) + costs.overhead_s_per_round for r in trace.rounds)
+    assert pred.speedup == pytest.approx(5.6 * 0.02 / seconds)
+
+    explainer = Explainer()
+    qtbot.addWidget(explainer)
+    assert explainer.set_from_trace(trace)
+    assert explainer.gamma == 2  # the trees' main line, not their 3 candidates
+    text = explainer.verdict.text()
+    assert "drafted <b>trees</b>" in text and f"predicts {pred.speedup:.2f}×" in text and "Best γ" not in text
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    graphs.set_trace(trace, 50.0)
+    assert graphs.words.text().count("From its trees (3.0 candidates a round)") == 1
+    assert graphs.predicted_point.getData()[1][0] == pytest.approx(pred.speedup)

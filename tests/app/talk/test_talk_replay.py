@@ -102,3 +102,85 @@ def test_gif_export_writes_one_frame_per_beat(qtbot, saved_trace, tmp_path):
     with Image.open(path) as im:
         assert im.n_frames == n
     assert w.state.index == -1  # left where it was
+
+
+def _tree_trace():
+    """A probe step, a round whose one draft is accepted (plus a bonus), and a tree round of 3 candidates whose
+    main line of 2 keeps 1 (then the verifier's correction)."""
+    from app.trace import ReplyTrace, RoundRecord, TokenRecord
+
+    def tok(text, state, rnd, pos):
+        return TokenRecord(0, text, state, rnd, pos, 0.5, 0.6, 1.0)
+
+    node = {"token_id": 0, "text": "x", "parent": -1, "draft_prob": 0.5, "target_prob": 0.6, "accept_prob": 1.0,
+            "accepted": True}
+    rounds = [RoundRecord(0, 0, 0, "plain", "probe", 0, 0.0, 0.01, 0.0, 0.01, 1),
+              RoundRecord(1, 1, 1, "bonus", "gamma", 1, 0.001, 0.01, 0.0, 0.02, 3),
+              RoundRecord(2, 2, 1, "corrected", "tree", 4, 0.002, 0.01, 0.0, 0.03, 5,
+                          tree=[node, {**node, "parent": 0, "accepted": False}, {**node, "accepted": False}],
+                          emitted_token_id=7)]
+    tokens = [tok("A", "plain", 0, 0), tok(" b", "accepted", 1, 0), tok(" c", "bonus", 1, 1),
+              tok(" d", "accepted", 2, 0), tok(" e", "rejected", 2, 1), tok(" f", "corrected", 2, 1)]
+    return ReplyTrace(tokens=tokens, rounds=rounds, stats={}, stop_reason="eos")
+
+
+def test_replay_words_name_no_identifiers_and_count_one_draft_and_trees_in_words():
+    from app.talk.rounds import round_info
+
+    state = ReplayState(_tree_trace())
+    captions = [state.caption()]
+    while state.step_forward():
+        captions.append(state.caption())
+    words = " ".join(captions + [round_info(r) for r in state.trace.rounds])
+    for identifier in ("probe)", "draft_cap", "stop:", "all 1 ", "All 1 ", "1 drafts"):
+        assert identifier not in words, identifier
+    assert "a plain step, timed again" in words  # the probe, in words
+    assert "The drafted token was accepted, and the verifier adds a bonus token" in words
+    assert "checks all 3 candidates of the tree in one forward pass" in words
+    assert "a tree of 3 candidates, main line of 2" in words
+
+
+def test_the_replay_controls_stay_in_view_at_1024x700_and_fit_half_that_width(qtbot, saved_trace):
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QScrollArea
+
+    from app.talk.replay import ReplayDialog
+
+    dialog = ReplayDialog(saved_trace)
+    qtbot.addWidget(dialog)
+    dialog.resize(1024, 700)
+    dialog.show()
+    qtbot.wait(20)
+    controls = dialog.replay.controls
+    scroll = dialog.findChild(QScrollArea)
+    assert not scroll.isAncestorOf(controls)  # never scrolled out of sight with the replay
+    bottom = controls.mapTo(dialog, QPoint(0, controls.height())).y()
+    assert controls.isVisible() and bottom <= dialog.height()
+    # QT_SCALE_FACTOR=2 on a 1024-pixel screen leaves 512 logical pixels: the controls' narrowest layout fits
+    assert controls.minimumSizeHint().width() <= 500
+
+
+def test_a_tree_round_replays_as_its_tree_grows_then_one_pass_then_the_accepted_path(qtbot):
+    from app.talk.replay import ReplayWidget
+
+    trace = _tree_trace()
+    w = ReplayWidget(trace)
+    qtbot.addWidget(w)
+    w.resize(1000, 700)
+    w.show()
+    tree_round = next(i for i, s in enumerate(w.state.rounds) if s.tree_nodes)
+    steps = [s for s in w.state.steps if s.round == tree_round]
+    assert [s.beat for s in steps] == [Beat.DRAFT] * 3 + [Beat.VERIFY, Beat.RESOLVE]  # one beat per candidate
+    story = w.state.rounds[tree_round]
+    shown = []
+    for step in steps:
+        nodes = w.stage.tree_beat(story, step)
+        shown.append(len(nodes) - 1)  # without the root
+        w.stage.show_beat(story, step, len(w.state.rounds), True)
+        assert not w.stage.grab().isNull()  # painting the beat raises nothing
+        if step.beat is not Beat.RESOLVE:
+            assert {n.state for n in nodes[1:]} == {"drafted"}  # no verdict before it is given
+    assert shown == [1, 2, 3, 3, 4]  # growing, all three in the pass, then the verifier's own token too
+    final = w.stage.tree_beat(story, steps[-1])
+    states = [n.state for n in sorted(final, key=lambda n: n.index)][1:]
+    assert states == ["accepted", "rejected", "rejected", "corrected"]

@@ -1,0 +1,123 @@
+"""What the window costs the decoding thread per token: the event worker wakes the GUI thread per batch of
+events, not per token, and the live graphs' header, rewritten every tick, does not re-lay out the plots."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QCoreApplication, QEvent, QObject
+
+from app.worker import EventWorker
+
+
+class _MetaCallCounter(QObject):
+    """Counts queued calls (cross-thread signal deliveries) the GUI thread receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.MetaCall:
+            self.calls += 1
+        return False
+
+
+def _slow_events(n: int):
+    for i in range(n):
+        time.sleep(0.0005)  # a tiny model's token: well under a millisecond of work each
+        yield i
+
+
+def test_events_arrive_in_order_and_in_batches_with_the_end_after_the_last(qtbot):
+    counter = _MetaCallCounter()
+    app = QCoreApplication.instance()
+    app.installEventFilter(counter)
+    seen, ends = [], []
+    worker = EventWorker(lambda: _slow_events(300))
+    worker.event.connect(seen.append)
+    worker.finished.connect(lambda: ends.append(len(seen)))
+    try:
+        with qtbot.waitSignal(worker.finished, timeout=10_000):
+            worker.start()
+    finally:
+        app.removeEventFilter(counter)
+    assert seen == list(range(300)) and ends == [300]
+    # One wake-up per batch of events, not one per event (300 events over about 0.2 s or more: a handful)
+    assert counter.calls < 300 / 5, counter.calls
+
+
+
+class _LayoutRequests(QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.count += 1
+        return False
+
+
+def test_the_graph_header_changing_every_tick_does_not_re_lay_out_the_plots(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.resize(700, 900)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace)
+    requests = _LayoutRequests()
+    graphs.installEventFilter(requests)
+    for i in range(20):  # a streaming reply: the header's tok/s changes on every flush
+        trace.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.03 + 0.001 * i, 0.0,
+                                        0.05 * (i + 1) + 0.001 * i * i, 2 * (i + 1)))
+        graphs.flush(panels=False)
+        qtbot.wait(1)
+    assert "tok/s" in graphs.header.text() and graphs.header.isVisible()
+    assert graphs.header.height() >= graphs.header.heightForWidth(graphs.header.width())  # never cut off
+    assert requests.count <= 2, requests.count  # the box grew once for its first line, not per tick
+
+
+def test_while_a_reply_streams_the_panels_are_redrawn_at_most_twice_a_second(qtbot):
+    from app.graphs import PANEL_EVERY_S, LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace)
+    before = graphs.updates
+    for i in range(10):  # ten window ticks within a few milliseconds, each with a new round
+        trace.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.03, 0.0, 0.05 * (i + 1), 2 * (i + 1)))
+        graphs.flush(panels=True)
+    assert PANEL_EVERY_S >= 0.5 and graphs.updates - before <= 1
+    trace.stop_reason = "eos"
+    graphs.flush()
+    assert graphs.updates - before >= len(graphs.PANELS)  # the finished reply: every panel drawn at once
+
+
+def test_the_theory_words_and_the_header_growing_and_shrinking_do_not_re_lay_out_the_plots(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.resize(700, 900)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace, 40.0)
+    requests = _LayoutRequests()
+    for i in range(12):  # the theory panel's sentence carries the running figures: it changes every redraw
+        trace.rounds.append(RoundRecord(i, 3, i % 3, "corrected", "gamma", 3, 0.01, 0.03 + 0.002 * i, 0.001,
+                                        0.05 * (i + 1), 2 * (i + 1)))
+        graphs.flush(panels=False)
+        graphs._draw_panel("theory")
+        if i == 1:
+            graphs.installEventFilter(requests)  # from here on the texts keep their line counts, or shrink
+        qtbot.wait(1)
+    assert "Theory vs practice" in graphs.words.text()
+    assert requests.count <= 1, requests.count
