@@ -463,11 +463,7 @@ class ConversationStore:
         fresh.close()
         damaged.close()
         self._local.conn = None
-        aside = self.db_path.with_name(f"{DB_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-        for suffix in ("", "-wal", "-shm"):
-            path = Path(str(self.db_path) + suffix)
-            if path.exists():
-                os.replace(path, Path(str(aside) + suffix))
+        aside = self._move_aside()
         os.replace(fresh_path, self.db_path)
         some = f" ({incomplete} of them in part)" if incomplete else ""
         self.notices.append(f"The conversation database was damaged inside ({damage}); it was kept as {aside.name} "
@@ -491,14 +487,19 @@ class ConversationStore:
                 self._local.conn = None
         return False
 
-    def _set_aside(self, error: Exception) -> None:
-        """A database file that is not one (damaged): keep it for recovery, start a new one."""
-        self._local.conn = None
+    def _move_aside(self) -> Path:
+        """Rename the database file (and its WAL and shared-memory files) to a dated `.damaged-` name."""
         aside = self.db_path.with_name(f"{DB_NAME}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         for suffix in ("", "-wal", "-shm"):
             path = Path(str(self.db_path) + suffix)
             if path.exists():
                 os.replace(path, Path(str(aside) + suffix))
+        return aside
+
+    def _set_aside(self, error: Exception) -> None:
+        """A database file that is not one (damaged): keep it for recovery, start a new one."""
+        self._local.conn = None
+        aside = self._move_aside()
         self.notices.append(f"The conversation database could not be read ({error}); it was kept as {aside.name} "
                             "and a new one started")
 
