@@ -18,6 +18,38 @@ EXIT_OK, EXIT_FAIL = 0, 1
 
 
 
+MAX_TIMEOUT_S = (2**31 - 1) // 1000  # a Qt timer counts milliseconds in a signed 32-bit int: about 24 days
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (0 <= value <= MAX_TIMEOUT_S):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be from 0 (no limit) to {MAX_TIMEOUT_S:,} seconds (got {text})")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def _utf8_text(text: str) -> str:
+    """Arguments that are not UTF-8 reach Python with surrogate escapes; such text could never be saved."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("is not valid UTF-8 text") from None
+    return text
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="specdec-chat", description="A chat window that shows speculative "
                                 "decoding as it happens.")
@@ -28,13 +60,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "the draft model elsewhere (default: settings)")
     p.add_argument("--device", help="auto, cpu, cuda, mps")
     p.add_argument("--dtype", help="auto, float32, bfloat16, float16")
-    p.add_argument("--prompt", metavar="TEXT", help="send this prompt once the models are loaded")
-    p.add_argument("--max-new-tokens", type=int, metavar="N", help="override the reply length")
+    p.add_argument("--prompt", type=_utf8_text, metavar="TEXT", help="send this prompt once the models are loaded")
+    p.add_argument("--max-new-tokens", type=_positive_int, metavar="N", help="override the reply length")
     p.add_argument("--race", action="store_true", help="after the reply, race speculation off against on")
     p.add_argument("--no-speculation", action="store_true", help="start with speculation off")
     p.add_argument("--screenshot", metavar="PATH", help="save a PNG of the window when done")
     p.add_argument("--quit-when-done", action="store_true", help="exit when done (status 0, or 1 on error)")
-    p.add_argument("--timeout", type=float, default=0.0, metavar="S", help="fail if not done after S seconds")
+    p.add_argument("--timeout", type=_seconds, default=0.0, metavar="S",
+                   help=f"fail if not done after S seconds (0: no limit; at most {MAX_TIMEOUT_S:,} s)")
     p.add_argument("--data-dir", metavar="DIR", help="where conversations and settings live")
     p.add_argument("--size", default="", metavar="WxH",
                    help="window size (default: 1480x900, or the screen's available area if smaller)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
@@ -313,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecdecError, ConfigError) as error:
         return _error(str(error))
     except KeyboardInterrupt:
+        # A second Ctrl-C while this one unwinds (or during the exit's clean-up) would otherwise print a
+        # traceback: from here on the process is leaving anyway.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("\ninterrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from PySide6.QtGui import QImage
 
 
@@ -33,3 +34,27 @@ def test_a_model_that_fails_to_load_exits_non_zero_with_the_reason(tmp_path):
                  "--timeout", "120"], tmp_path)
     assert r.returncode == 1
     assert "Could not load the models" in r.stderr and "no-such-model" in r.stderr
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--timeout", "inf", "must be from 0"), ("--timeout", "1e10", "must be from 0"),
+    ("--timeout", "nan", "must be from 0"), ("--timeout", "-1", "must be from 0"),
+    ("--max-new-tokens", "0", "must be at least 1"),
+])
+def test_a_bad_flag_is_refused_with_its_reason_and_no_traceback(flag, value, says, capsys):
+    from app.main import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args([flag, value])
+    assert exit_info.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_prompt_that_is_not_utf8_is_refused_before_a_window_opens(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "app.main", "--data-dir", str(tmp_path / "data"), "--prompt",
+                             b"caf\xe9", "--quit-when-done"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert result.returncode == 2
+    assert "is not valid UTF-8 text" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "data").exists()  # nothing was created that could never be saved

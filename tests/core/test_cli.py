@@ -154,3 +154,23 @@ def test_bad_input_is_one_error_line_and_exit_status_2(capsys, folders, tmp_path
     assert len(lines) == 1 and "Traceback" not in err
     if case == "prompt longer than the context":
         assert "16" in lines[0]  # says how long the context is
+
+
+def test_after_ctrl_c_a_second_one_while_exiting_prints_no_traceback(monkeypatch, capsys):
+    """The first Ctrl-C ends the command with 'interrupted'; a second one during the exit is ignored (it would
+    otherwise raise out of the clean-up as a traceback)."""
+    import signal
+
+    import specdec_core.cli as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_generate", interrupted)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["generate", "hi"]) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert capsys.readouterr().err.strip() == "interrupted"
