@@ -79,7 +79,9 @@ def test_closing_mid_reply_under_a_lock_keeps_the_partial_reply(make_window, qtb
     closed = []
 
     def close_after_tokens(event) -> None:
-        if isinstance(event, TokenCommitted) and not closed and len(w._trace.tokens) >= 3:
+        # Once the reply has text: its first token alone may be part of a character (it shows as nothing),
+        # and rejected drafts count among the trace's tokens.
+        if isinstance(event, TokenCommitted) and not closed and len(w._trace.text.strip("\ufffd")) >= 2:
             closed.append(True)
             w.close()
 
