@@ -99,3 +99,13 @@ def test_the_predicted_speedup_uses_this_machines_plain_step(pair, tiny_tokenize
     plain = engine.sizer.cost.estimate(1)
     assert plain is not None and stats.drafted
     assert stats.predicted_speedup == pytest.approx(stats.new_tokens * plain / stats.decode_s, rel=0.05)
+
+
+def test_estimates_never_fall_as_rows_grow_even_with_one_slow_unsettled_timing():
+    """A size timed once, slowly (a busy moment), reads no more than its guess; the sizes between it and the
+    settled ones below must not read dearer than it, or trees stop growing below it for good."""
+    cost = VerifyCost({1: 0.354, 2: 0.374, 3: 0.374})
+    cost.observe(5, 0.621)  # once: unsettled
+    estimates = [cost.estimate(rows) for rows in range(1, 7)]
+    assert estimates == sorted(estimates)
+    assert cost.estimate(4) <= cost.estimate(5) < 0.621
