@@ -18,6 +18,7 @@ import torch
 
 from specdec_core import cpu_speed
 from specdec_core.config import GenerationConfig
+from specdec_core.cost import PositionRecord
 from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
 from specdec_core.kv import CachedForward, common_prefix_length, supports_trees
@@ -105,7 +106,7 @@ class Copy:
         return self.acceptance[min(position, len(self.acceptance) - 1)]
 
 
-class CopyRecord:
+class CopyRecord(PositionRecord):
     """How often prompt lookup's copies turned out right in this conversation, by position.
 
     A copy's worth depends on the text: a reply that rewrites a given text copies long runs that are
@@ -114,32 +115,20 @@ class CopyRecord:
     tree keeps a long copy where copies have been right, and prunes it where they have not."""
 
     PRIOR_WEIGHT = 4.0
-    DECAY = 0.9
 
     def __init__(self, prior: Sequence[float] = LOOKUP_ACCEPTANCE):
-        self.prior = tuple(prior)
-        self.tried = [0.0] * len(self.prior)  # copies that reached position i (all before it right) ...
-        self.right = [0.0] * len(self.prior)  # ... and were right there too
+        super().__init__(prior)
 
     def acceptance(self) -> tuple[float, ...]:
-        weight = self.PRIOR_WEIGHT
-        return tuple((right + prior * weight) / (tried + weight)
-                     for prior, tried, right in zip(self.prior, self.tried, self.right))
+        return self.rates()
 
     def record(self, copied: Sequence[int], verified: Sequence[int]) -> None:
         """A copy proposed after some text, and the tokens the verifier then produced there (only the
         positions they cover are judged)."""
         judged = min(len(copied), len(verified))
-        if not judged:
-            return
-        self.tried = [n * self.DECAY for n in self.tried]
-        self.right = [n * self.DECAY for n in self.right]
-        for position in range(judged):
-            slot = min(position, len(self.prior) - 1)
-            self.tried[slot] += 1
-            if copied[position] != verified[position]:
-                break
-            self.right[slot] += 1
+        if judged:
+            right = next((i for i in range(judged) if copied[i] != verified[i]), judged)
+            self.observe(judged, right)
 
 
 # (paths, their tokens) -> the draft's scores [n, m] after each path, and the verifier id of each of the m

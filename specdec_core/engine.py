@@ -229,6 +229,7 @@ class Engine:
                 yield self._failed(error, reply.text, reply.new_ids, stats)
                 return
             reply.commit(result)
+            stats.plain_step_s = self.sizer.cost.estimate(1) or 0.0  # for the predicted speedup (stats.py)
             if config.adaptive and result.verified.drafted:
                 reply.gamma = adapted_gamma(reply.gamma, result.verified, config.gamma_max)
             yield from result.events()
@@ -273,7 +274,6 @@ class Engine:
             assert self.drafter is not None
             self.drafter.observe(len(draft.token_ids), acceptance.n_accepted)
             self._record_chain(draft, acceptance.n_accepted, config)
-        reply.stats.plain_step_s = self.sizer.cost.estimate(1) or 0.0
         overhead_s = max(0.0, time.perf_counter() - round_start - draft.draft_s - verify_s)
         reply.stats.add_round(drafted=len(draft.token_ids), accepted=acceptance.n_accepted,
                               emitted=len(committed), draft_s=draft.draft_s, verify_s=verify_s,
@@ -323,8 +323,10 @@ class Engine:
         # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
         verify_start = time.perf_counter()
         logits = self.verifier_forward.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
-        paths = [[tree.token_ids[n] for n in tree.path_to(node)] for node in range(len(tree))]
-        seen = seen_tokens(config, reply.ids, [[], *paths], self.vocab_size, logits.device)
+        seen = None
+        if config.repetition_penalty != 1.0:  # each row's history: the committed tokens and its node's path
+            paths = [[tree.token_ids[n] for n in tree.path_to(node)] for node in range(len(tree))]
+            seen = seen_tokens(config, reply.ids, [[], *paths], self.vocab_size, logits.device)
         target_probs = processed_probs(logits, config, seen)
         _synchronize(self.verifier.device)
         verify_s = time.perf_counter() - verify_start
@@ -346,7 +348,6 @@ class Engine:
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
         mainline = _mainline(tree, acceptance.path)
-        reply.stats.plain_step_s = self.sizer.cost.estimate(1) or 0.0
         overhead_s = max(0.0, time.perf_counter() - round_start - tree.draft_s - verify_s)
         reply.stats.add_round(drafted=len(tree), accepted=len(acceptance.path), emitted=len(committed),
                               draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s,
