@@ -78,15 +78,14 @@ def test_modules_outside_the_main_window_use_only_its_public_surface():
     assert not bad, "\n".join(bad)
 
 
-
-QT_FREE_APP_MODULES = ("session", "trace", "store", "speedup", "branches", "validate", "markdown", "talk/rounds",
-                       "talk/drafters")
+QT_FREE_APP_MODULES = ("session", "trace", "store", "speedup", "branches", "validate", "markdown", "ports",
+                       "talk/context", "talk/rounds", "talk/drafters")
 
 
 def test_the_apps_qt_free_modules_import_no_qt_not_even_inside_a_function():
-    # The work the window hands to its threads, the trace, the store and the figures run without Qt (tests and
-    # scripts use them so): they import no PySide6, pyqtgraph or superqt anywhere, lazily or for type checking,
-    # and no app module but each other (the window, the workers and the widgets use Qt).
+    # The work the window hands to its threads, the trace, the store, the figures and the controllers' shared
+    # port run without Qt (tests and scripts use them so): they import no PySide6, pyqtgraph or superqt anywhere,
+    # lazily or for type checking, and no app module but each other (the window, the workers and the widgets do).
     import ast
     from pathlib import Path
 
