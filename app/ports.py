@@ -2,10 +2,10 @@
 
 A controller (loading, the race, the conversation's life, exports, talk mode, the dialogs) is given the main
 window typed as a port, a `typing.Protocol` that names only what it uses; `MainWindow` satisfies each one
-structurally. `WindowPort` here is the part they share; each controller's module extends it with what it needs
-besides (the chat view, the graphs, a progress bar's verbs). No port imports app/window.py, so the window and
-its controllers form no import cycle, and a controller can be read, and driven, without the whole window.
-Qt-free.
+structurally. `WindowPort` here is the part most share, `RunPort` what a run beside the replies is built from;
+each controller's module extends them with what it needs besides (the chat view, the graphs, a progress bar's
+verbs). No port imports app/window.py, so the window and its controllers form no import cycle, and a controller
+can be read, and driven, without the whole window. Qt-free.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ if TYPE_CHECKING:
     from app.store import Conversation, Settings
 
 
-class WindowPort(Protocol):
-    """The window as every controller sees it: the app's state, what its one engine is doing, and the status
-    line, error and info notices through which the user is told."""
+class StatePort(Protocol):
+    """The app's state as the window holds it, and what its one engine is doing."""
 
     settings: Settings
     session: Session | None  # the loaded pair (None: nothing loaded yet)
@@ -31,6 +30,11 @@ class WindowPort(Protocol):
 
     @busy.setter
     def busy(self, state: Busy) -> None: ...
+
+
+class WindowPort(StatePort, Protocol):
+    """The window as every controller sees it: the state, and the status line, error and info notices through
+    which the user is told."""
 
     @property
     def closing(self) -> bool:
@@ -45,8 +49,9 @@ class WindowPort(Protocol):
     def show_info(self, text: str) -> None:
         """An info notice in the chat."""
 
-    def update_controls(self) -> None:
-        """Buttons and the models' line, from `busy` and the session."""
+
+class RunPort(StatePort, Protocol):
+    """What a run beside the chat's replies (the race, a talk demo) is built from: the state and the prompt."""
 
     def prompt_messages(self, prompt: str | None = None) -> list[dict] | str:
         """The chat messages a run would send (with `prompt`, else the composer's text), or why there are none."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtCore import QObject, Signal
 
 from app import session as session_mod
-from app.ports import WindowPort
+from app.ports import RunPort, WindowPort
 from app.session import Busy, PromptInfo
 from app.speedup import RACE_PAIRS
 from app.worker import EventWorker, error_text
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from app.trace import ReplyTrace
 
 
-class RaceWindow(WindowPort, Protocol):
+class RaceWindow(WindowPort, RunPort, Protocol):
     """What the race uses of the window besides the shared port."""
 
     graphs: GraphsPanel  # the Race tab's curves and verdict
@@ -37,6 +37,7 @@ class RaceWindow(WindowPort, Protocol):
     def show_graphs(self, tab: int) -> None: ...
     def start_worker(self, worker: EventWorker, busy: Busy, status: str) -> None: ...
     def stop_flushing(self) -> None: ...
+    def update_controls(self) -> None: ...
     def add_baseline(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None: ...
 
 

@@ -23,7 +23,7 @@ from PySide6.QtGui import QAction, QKeySequence, QShortcut
 from PySide6.QtWidgets import QDialog, QFileDialog, QMenuBar, QVBoxLayout, QWidget
 
 from app.fit import available, fit_to_screen, scrolling, wrap_labels
-from app.ports import WindowPort
+from app.ports import RunPort, WindowPort
 from app.talk.presenter import PresentedWindow, PresenterMode
 from app.trace import ReplyTrace
 
@@ -34,7 +34,7 @@ PRESENTER_KEYS = ("F5", "Ctrl+Shift+F5")  # the first one free in the window is 
 REPLAY_KEYS = ("F6", "Ctrl+Shift+F6")
 
 
-class TalkWindow(WindowPort, PresentedWindow, Protocol):
+class TalkWindow(WindowPort, RunPort, PresentedWindow, Protocol):
     """What talk mode uses of the main window: the shared port (the session, settings and prompt its demos run),
     what presenter mode changes, the graphs' reply, and the menu bar its Talk menu joins."""
 

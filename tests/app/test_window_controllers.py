@@ -77,7 +77,7 @@ CONTROLLERS = {  # module: its port, the one type under which it is given the ma
     "models_dialog": ("app.models_dialog", "ModelsWindow"),
     "talk/__init__": ("app.talk", "TalkWindow"),
     "talk/presenter": ("app.talk.presenter", "PresentedWindow"),
-    "talk/context": ("app.ports", "WindowPort"),
+    "talk/context": ("app.ports", "RunPort"),
 }
 
 
