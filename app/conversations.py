@@ -8,22 +8,47 @@ Saving runs on the store's writer thread while the app is open and waits for the
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from app import branches
 from app.chat_view import MessageBubble, Notice
+from app.ports import WindowPort
 from app.session import Busy
 from app.store import Conversation, Message
 from app.trace import ReplyTrace, TokenRecord
 
 if TYPE_CHECKING:
-    from app.window import MainWindow
+    from PySide6.QtCore import SignalInstance
+
+    from app.chat_view import ChatView
+    from app.graphs import GraphsPanel
+    from app.settings_panel import SettingsPanel
+    from app.sidebar import ConversationSidebar
+    from app.store import ConversationStore
 
 GENERATING = (Busy.REPLY, Busy.RACE)
 
 
+class ConversationWindow(WindowPort, Protocol):
+    """What the conversation controller uses of the window besides the shared port."""
+
+    store: ConversationStore
+    chat: ChatView
+    graphs: GraphsPanel
+    settings_panel: SettingsPanel  # shows the open chat's system prompt
+    sidebar: ConversationSidebar
+    save_failed: SignalInstance  # a background save's error, emitted from the store's writer thread
+
+    def new_chat(self) -> None: ...
+    def setWindowTitle(self, title: str) -> None: ...  # noqa: N802 - Qt's name
+    def show_graphs(self, tab: int) -> None: ...
+    def fill_composer(self, text: str) -> None: ...
+    def clear_composer(self) -> None: ...
+    def focus_composer(self) -> None: ...
+
+
 class ConversationController:
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: ConversationWindow) -> None:
         self.window = window
         self.undo: list[Message] | None = None  # the conversation before the last edit removed turns
         self.undo_notice: Notice | None = None  # the chat's notice with the Undo button
@@ -38,14 +63,15 @@ class ConversationController:
         w.chat.clear()
         w.graphs.live.set_trace(None, w.session.baseline_tps if w.session else None)
         w.setWindowTitle("specdec")
-        w.status_label.setText("New chat" if w.busy != Busy.LOAD else w.status_label.text())
+        if w.busy != Busy.LOAD:  # a load's progress stays on the status line
+            w.say("New chat")
         self.refresh_sidebar()
-        w.composer.setFocus()
+        w.focus_composer()
 
     def open(self, conv_id: str) -> None:
         w = self.window
         if w.busy in GENERATING:
-            w.status_label.setText("Stop the reply before switching conversations")
+            w.say("Stop the reply before switching conversations")
             return
         try:
             conv = w.store.load(conv_id)
@@ -64,7 +90,7 @@ class ConversationController:
             w.graphs.live.flush()
         w.setWindowTitle(f"specdec — {conv.title}")
         # The status bar describes this conversation, not the one shown before.
-        w.status_label.setText(f"Opened “{conv.title}”" + (f" · last reply: {last.summary()}" if last else ""))
+        w.say(f"Opened “{conv.title}”" + (f" · last reply: {last.summary()}" if last else ""))
         self.refresh_sidebar()
 
     def deleted(self, conv_id: str) -> None:
@@ -106,8 +132,7 @@ class ConversationController:
             return
         w.graphs.live.set_trace(bubble.trace, bubble.trace.baseline_tps)
         w.graphs.live.flush()
-        w.graphs.tabs.setCurrentIndex(0)
-        w.right_dock.show()
+        w.show_graphs(0)
 
     def show_graphs_of_last_reply(self) -> None:
         """Point the graphs at the conversation's last reply (none: empty graphs)."""
@@ -131,18 +156,14 @@ class ConversationController:
         del messages[idx:]
         self.render()
         self.show_graphs_of_last_reply()  # the graphs must not keep showing a removed reply
-        w.composer.setPlainText(text)
-        w.composer.setFocus()
-        cursor = w.composer.textCursor()
-        cursor.movePosition(cursor.MoveOperation.End)
-        w.composer.setTextCursor(cursor)
+        w.fill_composer(text)
         later = removed - 1
         what = f"this message and the {later} after it" if later else "this message"
         notice = w.chat.add_notice(f"Editing: {what} left the conversation (nothing is saved until you "
                                    "send). Undo puts them back.", "info")
         notice.add_button("Undo", self.undo_edit)
         self.undo_notice = notice
-        w.status_label.setText("Edit the message and press Enter to send it again (Undo puts the turns back)")
+        w.say("Edit the message and press Enter to send it again (Undo puts the turns back)")
 
     def undo_edit(self) -> None:
         """Put back the turns the last edit removed (until the edited message is sent)."""
@@ -151,10 +172,10 @@ class ConversationController:
             return
         w.conv.messages[:] = self.undo
         self.undo = None
-        w.composer.clear()
+        w.clear_composer()
         self.render()
         self.show_graphs_of_last_reply()
-        w.status_label.setText("Edit undone")
+        w.say("Edit undone")
 
     # -- saving ---------------------------------------------------------------------------------------------
     def save(self) -> None:

@@ -7,7 +7,7 @@ scripts skip the dialog.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QFileDialog
 
@@ -15,15 +15,28 @@ from app.graphs import stats_csv, stats_json
 from app.store import to_html, to_json, to_markdown
 
 if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget
+
+    from app.graphs import GraphsPanel
+    from app.store import Conversation
     from app.trace import ReplyTrace
-    from app.window import MainWindow
+
+
+class ExportWindow(Protocol):
+    """What exporting uses of the window: what it writes, where it says so, and a parent for the file dialog."""
+
+    conv: Conversation
+    graphs: GraphsPanel
+
+    def say(self, text: str) -> None: ...
+    def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): the file dialog's parent
 
 CONVERSATION_FILTERS = {"md": "Markdown (*.md)", "html": "HTML (*.html)", "json": "JSON (*.json)"}
 STATS_FILTERS = "CSV, one row per round (*.csv);;JSON (*.json)"
 
 
 class ExportController:
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: ExportWindow) -> None:
         self.window = window
 
     # -- commands (a file dialog, then a write) ---------------------------------------------------------
@@ -42,7 +55,7 @@ class ExportController:
     def export_stats(self) -> None:
         trace = self.window.graphs.live.trace
         if trace is None:
-            self.window.status_label.setText("No reply to export yet")
+            self.window.say("No reply to export yet")
             return
         path, filt = self._ask("Export reply stats", "specdec-stats.csv", STATS_FILTERS)
         if path:
@@ -69,7 +82,7 @@ class ExportController:
         self._exported(path)
 
     def _ask(self, title: str, suggested: str, filters: str) -> tuple[str, str]:
-        return QFileDialog.getSaveFileName(self.window, title, str(Path.home() / suggested), filters)
+        return QFileDialog.getSaveFileName(self.window.window(), title, str(Path.home() / suggested), filters)
 
     def _exported(self, path: Path) -> None:
-        self.window.status_label.setText(f"Exported {path}")
+        self.window.say(f"Exported {path}")

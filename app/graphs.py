@@ -385,7 +385,8 @@ class LiveGraphs(QWidget):
         self.cost = VerifyCost()  # the cost model's reading of these passes, as the engine's sizer keeps it
         self.tally = StatsAccumulator()  # the engine's own tally, folded from the trace's rounds (stats.py)
         self._max_gamma = 0
-        self._hist: list[int] = []  # rounds by accepted length, as long as the largest γ seen (the x axis)
+        self._hist_bins = 0  # the histogram's x axis: up to the largest γ (or draft) seen
+        self._hist: tuple[int, ...] = ()  # the tally's rounds by accepted length, that long (read per new round)
 
     def set_trace(self, trace: ReplyTrace | None, baseline_tps: float | None = None) -> None:
         """Show another reply (the streaming one, one picked from the history, or none)."""
@@ -433,9 +434,8 @@ class LiveGraphs(QWidget):
             self.b_pass_ms.append(r.verify_s * 1e3 if rows else np.nan)
             self.cost.observe(rows, r.verify_s)
             if r.checked:
-                while len(self._hist) <= max(r.gamma, r.accepted, r.drafted):
-                    self._hist.append(0)
-                self._hist[r.accepted] += 1
+                self._hist_bins = max(self._hist_bins, r.gamma + 1, r.accepted + 1, r.drafted + 1)
+        self._hist = self.tally.accepted_length_histogram(self._hist_bins)
         self._n = len(trace.rounds)
         return True
 
@@ -519,7 +519,7 @@ class LiveGraphs(QWidget):
         elif name == "cost":
             self._draw_cost()
         elif name in ("hist", "pos"):
-            bars_key = (tuple(self._hist), tuple(self.tally.drafted_at), tuple(self.tally.accepted_at))
+            bars_key = (self._hist, tuple(self.tally.drafted_at), tuple(self.tally.accepted_at))
             if bars_key != self._bars_key:  # bar items rebuild their picture on every setOpts
                 self._bars_key = bars_key
                 self._draw_bars()

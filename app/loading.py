@@ -8,18 +8,39 @@ window does next (send a message queued meanwhile) hangs on `loaded`, `failed` a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app import session as session_mod
+from app.ports import WindowPort
 from app.session import Busy, LoadRequest, LoadStep, Session, calibration_prompt_tokens
 from app.speedup import BaselineSample
 from app.store import DEFAULT_VERIFIER
 from app.worker import FunctionWorker, error_text
 
 if TYPE_CHECKING:
-    from app.window import MainWindow
+    from PySide6.QtWidgets import QWidget
+
+    from app.graphs import GraphsPanel
+    from app.settings_panel import SettingsPanel
+    from app.speedup import BaselineBook
+
+
+class LoadWindow(WindowPort, Protocol):
+    """What loading uses of the window besides the shared port."""
+
+    settings_panel: SettingsPanel  # the pair's verdict, the drafts on offer, the settings since the load
+    graphs: GraphsPanel  # told the new baseline
+    baselines: BaselineBook  # the verifier-alone measurements, started afresh for another verifier
+
+    def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): this controller's parent
+    def set_progress(self, fraction: float | None) -> None: ...
+    def show_progress(self, on: bool) -> None: ...
+    def set_models_text(self, text: str) -> None: ...
+    def update_controls(self) -> None: ...
+    def save_settings(self) -> None: ...
+    def stop(self) -> None: ...
 
 
 class LoadController(QObject):
@@ -27,8 +48,8 @@ class LoadController(QObject):
     failed = Signal(str)  # the message shown to the user
     finished = Signal()  # after loaded or failed (or a cancel), once the window is idle again
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: LoadWindow) -> None:
+        super().__init__(window.window())
         self.window = window
         self.worker: FunctionWorker | None = None  # the running load; None once it has finished
         self.drafts_worker: FunctionWorker | None = None  # the latest look for installed drafts (_offer_drafts)
@@ -44,7 +65,7 @@ class LoadController(QObject):
         """Load the models named in the settings, in the background (keeps the current pair until done)."""
         w = self.window
         if w.busy == Busy.RANK:
-            w.status_label.setText("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
+            w.say("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
             return
         if w.busy in (Busy.REPLY, Busy.RACE):
             if not self._stopping:  # said once, however many times the load waits for the round to end
@@ -68,14 +89,13 @@ class LoadController(QObject):
         worker.finished.connect(lambda wk=worker: self._on_finished(wk))
         self.worker = worker
         w.busy = Busy.LOAD
-        w.progress.setRange(0, 0)
-        w.progress.setVisible(True)
-        w.cancel_load_button.setVisible(True)
-        w.status_label.setText(f"Loading {request.verifier}…")
+        w.set_progress(None)
+        w.show_progress(True)
+        w.say(f"Loading {request.verifier}…")
         drafted_by = {session_mod.MODEL: f" ← {request.draft}",
                       session_mod.HYBRID: f" ← {request.draft} + prompt lookup"}
-        w.model_label.setText(f"Loading <b>{request.verifier}</b>"
-                              + drafted_by.get(request.drafter, " ← prompt lookup") + "…")
+        w.set_models_text(f"Loading <b>{request.verifier}</b>"
+                          + drafted_by.get(request.drafter, " ← prompt lookup") + "…")
         w.settings_panel.set_verdict("Checking the pair once the models are loaded…"
                                      if request.drafter in session_mod.USES_DRAFT else "", None)
         w.update_controls()
@@ -84,7 +104,7 @@ class LoadController(QObject):
     def cancel(self) -> None:
         if self.worker is not None and self.worker.is_running:
             self.worker.abort()
-            self.window.status_label.setText("Loading cancelled")
+            self.window.say("Loading cancelled")
 
     def remeasure_baseline(self) -> None:
         """Load the same pair again and measure the verifier alone afresh."""
@@ -96,14 +116,9 @@ class LoadController(QObject):
         self.load()
 
     def _on_progress(self, step: LoadStep) -> None:
-        progress = self.window.progress
-        if step.fraction is None:
-            progress.setRange(0, 0)
-        else:
-            progress.setRange(0, 1000)
-            progress.setValue(int(1000 * max(0.0, min(1.0, step.fraction))))
+        self.window.set_progress(step.fraction)
         pct = f" {step.fraction:.0%}" if step.fraction is not None else ""
-        self.window.status_label.setText(f"{step.what}: {step.message}{pct}")
+        self.window.say(f"{step.what}: {step.message}{pct}")
 
     def _on_loaded(self, session: Session) -> None:
         w = self.window
@@ -129,7 +144,7 @@ class LoadController(QObject):
         w.save_settings()
         w.graphs.live.set_baseline(session.baseline_tps, session.baseline_source)
         load_s = getattr(session.verifier, "load_s", None)
-        w.status_label.setText(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
+        w.say(f"Ready · verifier loaded in {load_s:.1f} s" if load_s else "Ready")
         self._offer_drafts(session)
         self.loaded.emit(session)
 
@@ -165,7 +180,6 @@ class LoadController(QObject):
         w.busy = Busy.IDLE
         if w.closing:
             return
-        w.progress.setVisible(False)
-        w.cancel_load_button.setVisible(False)
+        w.show_progress(False)
         w.update_controls()
         self.finished.emit()

@@ -8,7 +8,7 @@ deletes it, and each known pair (verifier + draft) can be put into the settings 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QSize, Signal
 from PySide6.QtWidgets import (
@@ -28,16 +28,28 @@ from app.worker import FunctionWorker
 from specdec_core import catalog
 
 if TYPE_CHECKING:
-    from app.window import MainWindow
+    from PySide6.QtWidgets import QWidget
+
+    from app.loading import LoadController
+    from app.settings_panel import SettingsPanel
 
 COLUMNS = ("model", "parameters", "size", "licence", "state")
+
+
+class ModelsWindow(Protocol):
+    """What the Models dialog uses of the window: the settings to put a pair into, and the loader."""
+
+    settings_panel: SettingsPanel
+    loader: LoadController
+
+    def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): the dialog's parent
 
 
 class ModelsDialog(QDialog):
     installed = Signal(str)  # a model's name, once it is installed and converted
 
-    def __init__(self, window: MainWindow, cache_dir: Path | None = None) -> None:
-        super().__init__(window)
+    def __init__(self, window: ModelsWindow, cache_dir: Path | None = None) -> None:
+        super().__init__(window.window())
         from specdec_core.models import default_cache_dir
 
         self.window_ = window

@@ -9,11 +9,12 @@ with the live graphs hidden (the Race tab covers them).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
 from app import session as session_mod
+from app.ports import RunPort, WindowPort
 from app.session import Busy, PromptInfo
 from app.speedup import RACE_PAIRS
 from app.worker import EventWorker, error_text
@@ -21,14 +22,30 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished
 
 if TYPE_CHECKING:
-    from app.window import MainWindow
+    from PySide6.QtWidgets import QWidget
+
+    from app.graphs import GraphsPanel
+    from app.trace import ReplyTrace
+
+
+class RaceWindow(WindowPort, RunPort, Protocol):
+    """What the race uses of the window besides the shared port."""
+
+    graphs: GraphsPanel  # the Race tab's curves and verdict
+
+    def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): this controller's parent
+    def show_graphs(self, tab: int) -> None: ...
+    def start_worker(self, worker: EventWorker, busy: Busy, status: str) -> None: ...
+    def stop_flushing(self) -> None: ...
+    def update_controls(self) -> None: ...
+    def add_baseline(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None: ...
 
 
 class RaceController(QObject):
     finished = Signal(str)  # the verdict in plain text ("… faster", and whether the texts match)
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: RaceWindow) -> None:
+        super().__init__(window.window())
         self.window = window
         self.worker: EventWorker | None = None  # the running race; None once it has finished
         self._prompt_tokens = 0
@@ -61,8 +78,7 @@ class RaceController(QObject):
         controls = Controls()
         lanes = race_lanes(s.verifier, s.drafter, self.pairs)
         w.graphs.race.start([lane.key for lane in lanes])
-        w.graphs.tabs.setCurrentIndex(1)
-        w.right_dock.show()
+        w.show_graphs(1)
         ctx = TalkContext(s, messages, w.conv.system, config)
         worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race")
         worker.event.connect(self._on_event)
@@ -89,7 +105,7 @@ class RaceController(QObject):
         if w.closing:
             return
         w.busy = Busy.IDLE
-        w.timer.stop()
+        w.stop_flushing()
         html = w.graphs.race.finish(self._greedy)
         for key, trace in w.graphs.race.traces.items():
             if key.startswith("off") and trace.stats and not trace.error and w.session is not None:
@@ -99,7 +115,7 @@ class RaceController(QObject):
         plain = html.replace("<br>", " · ")
         plain = re.sub(r"<[^>]+>", "", plain)
         w.show_info(f"Race: {plain}")
-        w.status_label.setText(f"Race: {plain}")
+        w.say(f"Race: {plain}")
         w.update_controls()
         if not w.closing:
             self.finished.emit(plain)

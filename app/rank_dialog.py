@@ -10,7 +10,7 @@ are left alone); the window is marked busy (`set_busy`) so it does not start a r
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QSize, Signal
 from PySide6.QtWidgets import (
@@ -34,17 +34,30 @@ from app.worker import FunctionWorker
 from specdec_core.prompt_sets import BUNDLED_SETS
 
 if TYPE_CHECKING:
-    from app.window import MainWindow
+    from PySide6.QtWidgets import QWidget
+
+    from app.session import Busy, Session
 
 PROMPT_SETS = ("all", *BUNDLED_SETS)
 COLUMNS = ("#", "draft", "speedup", "best γ", "acceptance", "c", "tokens/s", "doctor")
 
 
+class RankWindow(Protocol):
+    """What the ranking uses of the window: the loaded pair, and the engine's `busy`, held while it ranks."""
+
+    session: Session | None
+
+    @property
+    def busy(self) -> Busy: ...
+    def set_busy(self, state: Busy | str) -> None: ...
+    def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): the dialog's parent
+
+
 class RankDialog(QDialog):
     ranked = Signal(object)  # the ranking dict, as `specdec rank-drafts --json` writes it
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
+    def __init__(self, window: RankWindow) -> None:
+        super().__init__(window.window())
         self.window_ = window
         self.setWindowTitle("Rank drafts for this verifier")
         self.worker: FunctionWorker | None = None

@@ -115,7 +115,7 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
             model = load_model(spec, device=request.device, dtype=request.dtype,
                                progress=_loader_progress(progress, role))
         if cancelled():
-            raise _cancelled()
+            raise Cancelled()
         if role == "draft":
             progress(LoadStep("doctor", "checking the pair", None))
         return model
@@ -160,10 +160,9 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
     return session
 
 
-def _cancelled() -> Exception:
-    from app.worker import Cancelled
-
-    return Cancelled()
+class Cancelled(Exception):
+    """Raised inside the work (here: a load, after a model) when its worker was asked to abort; the worker
+    (app/worker.py) ends such work quietly. Defined here so that the work needs no Qt to raise it."""
 
 
 def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -> float | None:

@@ -70,7 +70,9 @@ class MainWindow(QMainWindow):
     `baselines`, `busy` (changed through `set_busy`), `closing`; the widgets built in `_build`; the
     methods `prompt_messages`, `show_error`, `show_info`, `update_controls`, `save_settings`, `flush`,
     `add_baseline`, `start_worker`, `send`, `stop`, `new_chat`; and the controllers `loader`, `racer`,
-    `conversations`, `exporter` and `talk`."""
+    `conversations`, `exporter` and `talk`. The controllers and dialogs see it through ports (app/ports.py),
+    each a Protocol naming the part of this surface it uses, and change its widgets through verbs (`say`,
+    `set_progress`, `show_graphs`, `fill_composer`…) rather than reaching into them."""
 
     models_loaded = Signal(object)  # Session
     load_failed = Signal(str)
@@ -417,6 +419,51 @@ class MainWindow(QMainWindow):
         if self._closing:
             return
         self.chat.add_notice(text, "info")
+
+    # The verbs through which the controllers (their ports: app/ports.py) change the window's widgets.
+    def say(self, text: str) -> None:
+        """Put `text` on the status line."""
+        self.status_label.setText(text)
+
+    def set_progress(self, fraction: float | None) -> None:
+        """The status bar's progress: `fraction` done (0 to 1), or None for a bar that only says "working"."""
+        if fraction is None:
+            self.progress.setRange(0, 0)
+        else:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * max(0.0, min(1.0, fraction))))
+
+    def show_progress(self, on: bool) -> None:
+        """Show or hide the load's progress bar and its Cancel button."""
+        self.progress.setVisible(on)
+        self.cancel_load_button.setVisible(on)
+
+    def set_models_text(self, text: str) -> None:
+        """The line above the chat that names the models (rich text)."""
+        self.model_label.setText(text)
+
+    def show_graphs(self, tab: int) -> None:
+        """The graphs' dock, on tab `tab` (0: the live graphs, 1: the race)."""
+        self.graphs.tabs.setCurrentIndex(tab)
+        self.right_dock.show()
+
+    def fill_composer(self, text: str) -> None:
+        """Put `text` in the composer to edit, with the cursor at its end."""
+        self.composer.setPlainText(text)
+        self.composer.setFocus()
+        cursor = self.composer.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        self.composer.setTextCursor(cursor)
+
+    def clear_composer(self) -> None:
+        self.composer.clear()
+
+    def focus_composer(self) -> None:
+        self.composer.setFocus()
+
+    def stop_flushing(self) -> None:
+        """Stop the flush timer (the run it repainted for has ended)."""
+        self.timer.stop()
 
     # --------------------------------------------------------------------------------- baselines --
     def _graphs_live(self) -> bool:

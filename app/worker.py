@@ -20,6 +20,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.session import Cancelled  # raised by the work (Qt-free), or by `progress` after an abort
 from specdec_core.errors import SpecdecError
 
 
@@ -33,10 +34,6 @@ def error_text(exc: BaseException) -> str:
         return ("The device ran out of memory. Try a smaller model, dtype float16/bfloat16, fewer max new "
                 f"tokens, or the CPU. ({msg.splitlines()[0] if msg else name})")
     return f"{name}: {msg}" if msg else name
-
-
-class Cancelled(Exception):
-    """Raised inside work (e.g. from a progress callback) when its worker was asked to abort."""
 
 
 _live: set[BaseWorker] = set()  # workers keep themselves alive until `finished` has been emitted

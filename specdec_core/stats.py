@@ -129,6 +129,14 @@ class StatsAccumulator:
                           mainline=len(event.drafted), tree_nodes=len(event.tree), draft_s=event.draft_s,
                           verify_s=event.verify_s, overhead_s=event.overhead_s)
 
+    def accepted_length_histogram(self, bins: int = 0) -> tuple[int, ...]:
+        """Drafting rounds by the draft tokens they accepted (entry n: the rounds that accepted n), at least
+        `bins` entries long (a plot's axis that reaches the longest draft seen, beyond the longest accepted)."""
+        hist = [0] * max(bins, max(self.accepted_lengths, default=-1) + 1)
+        for n in self.accepted_lengths:
+            hist[n] += 1
+        return tuple(hist)
+
     @property
     def drafting_rounds(self) -> int:
         """Rounds that proposed at least one token (prompt lookup proposes none where it finds no match)."""
@@ -168,9 +176,6 @@ class StatsAccumulator:
         mean_gamma = self.drafted / drafting_rounds if drafting_rounds else 0.0
         verify_per_call = self.verify_s / self.rounds if self.rounds else 0.0
         c = (self.draft_s / self.drafted) / verify_per_call if self.drafted and verify_per_call > 0 else 0.0
-        hist = [0] * (max(self.accepted_lengths, default=-1) + 1)
-        for n in self.accepted_lengths:
-            hist[n] += 1
         return Stats(
             new_tokens=self.new_tokens,
             rounds=self.rounds,
@@ -179,7 +184,7 @@ class StatsAccumulator:
             acceptance_rate=alpha,
             mean_accepted_length=self.new_tokens / self.rounds if self.rounds else 0.0,
             per_position_acceptance=tuple(a / d for a, d in zip(self.accepted_at, self.drafted_at)),
-            accepted_length_histogram=tuple(hist),
+            accepted_length_histogram=self.accepted_length_histogram(),
             prompt_tokens=self.prompt_tokens,
             prefill_s=self.prefill_s,
             decode_s=decode_s,

@@ -16,23 +16,34 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
-from PySide6.QtWidgets import QDialog, QFileDialog, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QFileDialog, QMenuBar, QVBoxLayout, QWidget
 
 from app.fit import available, fit_to_screen, scrolling, wrap_labels
+from app.ports import RunPort, WindowPort
+from app.talk.presenter import PresentedWindow, PresenterMode
 from app.trace import ReplyTrace
 
 if TYPE_CHECKING:
-    from app.window import MainWindow
+    from app.graphs import GraphsPanel
 
 PRESENTER_KEYS = ("F5", "Ctrl+Shift+F5")  # the first one free in the window is used
 REPLAY_KEYS = ("F6", "Ctrl+Shift+F6")
 
 
-def current_trace(window: MainWindow) -> ReplyTrace | None:
+class TalkWindow(WindowPort, RunPort, PresentedWindow, Protocol):
+    """What talk mode uses of the main window: the shared port (the session, settings and prompt its demos run),
+    what presenter mode changes, the graphs' reply, and the menu bar its Talk menu joins."""
+
+    graphs: GraphsPanel
+
+    def menuBar(self) -> QMenuBar: ...  # noqa: N802 - Qt's name
+
+
+def current_trace(window: TalkWindow) -> ReplyTrace | None:
     """The reply the window's graphs show (the streaming one, or the one whose Graphs button was pressed),
     else the conversation's last reply with tokens."""
     trace = window.graphs.live.trace
@@ -54,11 +65,11 @@ def trace_from_json(data: dict) -> ReplyTrace:
     raise ValueError("no reply trace in this file (expected a conversation JSON or a trace)")
 
 
-def used_shortcuts(window: QWidget) -> set[str]:
+def used_shortcuts(widget: QWidget) -> set[str]:
     keys = set()
-    for a in window.findChildren(QAction):
+    for a in widget.findChildren(QAction):
         keys.update(s.toString() for s in a.shortcuts())
-    for s in window.findChildren(QShortcut):
+    for s in widget.findChildren(QShortcut):
         keys.add(s.key().toString())
     return {k for k in keys if k}
 
@@ -99,17 +110,16 @@ class TalkDialog(QDialog):
 class TalkMode(QObject):
     """The Talk menu's controller for one main window."""
 
-    def __init__(self, window: MainWindow,
+    def __init__(self, window: TalkWindow,
                  get_current_trace: Callable[[], ReplyTrace | None] | None = None) -> None:
-        super().__init__(window)
-        from app.talk.presenter import PresenterMode
-
+        super().__init__(window.window())
         self.window = window
+        self.top = window.window()  # the window as a widget: the parent of the menu's actions and the dialogs
         self.get_current_trace = get_current_trace or (lambda: current_trace(window))
         self.presenter = PresenterMode(window)
         self.dialogs: list[TalkDialog] = []
         self.menu = window.menuBar().addMenu("&Talk")
-        taken = used_shortcuts(window)
+        taken = used_shortcuts(self.top)
         self.presenter_action = self._action("Presenter mode", self.presenter.toggle,
                                              next((k for k in PRESENTER_KEYS if k not in taken), None))
         self.presenter_action.setCheckable(True)
@@ -126,7 +136,7 @@ class TalkMode(QObject):
         self._action("Explain the speedup (formulas)…", self.open_explainer)
 
     def _action(self, text: str, slot: Callable[[], Any], shortcut: str | None = None) -> QAction:
-        a = QAction(text, self.window)
+        a = QAction(text, self.top)
         if shortcut:
             a.setShortcut(QKeySequence(shortcut))
             a.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)  # also from talk dialogs
@@ -136,7 +146,7 @@ class TalkMode(QObject):
 
     # -- opening views ---------------------------------------------------------------------------------
     def _show(self, view: QWidget, title: str, modal: bool = False) -> TalkDialog:
-        dlg = TalkDialog(view, title, self.window, modal)
+        dlg = TalkDialog(view, title, self.top, modal)
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dlg.destroyed.connect(lambda _=None, d=dlg: self.dialogs.remove(d) if d in self.dialogs else None)
         self.dialogs.append(dlg)
@@ -156,7 +166,7 @@ class TalkMode(QObject):
         if trace is None or not trace.tokens:
             self._say("No reply to replay yet: send a message first (or open a saved conversation).")
             return None
-        dlg = ReplayDialog(trace, self.window)
+        dlg = ReplayDialog(trace, self.top)
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         if self.presenter.active:
             dlg.showMaximized()
@@ -173,7 +183,7 @@ class TalkMode(QObject):
                       "checks none where no draft pays. Set Draft tree to a number of nodes (Generation "
                       "settings) and send a message.")
             return None
-        dlg = TreeDialog(trace, self.window, scale=1.6 if self.presenter.active else 1.0)
+        dlg = TreeDialog(trace, self.top, scale=1.6 if self.presenter.active else 1.0)
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         if self.presenter.active:
             dlg.showMaximized()
@@ -183,7 +193,7 @@ class TalkMode(QObject):
 
     def open_saved_replay(self, path: str | None = None) -> None:
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self.window, "Replay a saved trace", str(Path.home()),
+            path, _ = QFileDialog.getOpenFileName(self.top, "Replay a saved trace", str(Path.home()),
                                                   "JSON (*.json)")
             if not path:
                 return
@@ -252,7 +262,7 @@ class TalkMode(QObject):
         return self._show(view, "The speedup, explained: predicted and measured")
 
 
-def install_talk_mode(window: MainWindow,
+def install_talk_mode(window: TalkWindow,
                       get_current_trace: Callable[[], ReplyTrace | None] | None = None) -> TalkMode:
     """Add the Talk menu, the presenter shortcut (F5) and the replay shortcut (F6) to `window`."""
     return TalkMode(window, get_current_trace)

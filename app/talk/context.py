@@ -21,7 +21,7 @@ from specdec_core.events import Finished, StopReason, TokenCommitted, TokenState
 from specdec_core.stats import Stats
 
 if TYPE_CHECKING:
-    from app.window import MainWindow
+    from app.ports import RunPort
 
 
 @dataclass
@@ -48,7 +48,7 @@ class TalkContext:
         return TalkContext(self.session, [{"role": "user", "content": text}], self.system, self.config)
 
 
-def context_from_window(window: MainWindow, prompt: str | None = None) -> TalkContext | str:
+def context_from_window(window: RunPort, prompt: str | None = None) -> TalkContext | str:
     """The window's session, prompt and settings, or a sentence saying why there is nothing to run.
 
     The prompt is `prompt`, else the composer's text, else the conversation up to its last user turn

@@ -3,20 +3,18 @@ token legend always visible and the graphs enlarged. Everything stays live, and 
 every changed property back as it was.
 
 It works from the outside, through the window's public attributes (`legend`, `graphs`, `left_dock`,
-`right_dock`), so window.py needs no changes: `PresenterMode(window).toggle()`.
+`right_dock`), so window.py needs no changes: `PresenterMode(window).toggle()`. `PresentedWindow` names all
+that it touches (and puts back) of the window.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QPalette
-from PySide6.QtWidgets import QDockWidget
-
-if TYPE_CHECKING:
-    from app.window import MainWindow
+from PySide6.QtWidgets import QDockWidget, QWidget
 
 SCALE = 1.6  # type size multiplier
 GRAPHS_SHARE = 0.45  # of the window's width, for the graphs dock
@@ -65,6 +63,39 @@ def presenter_style_sheet(point_size: float) -> str:
     """
 
 
+class PresentedWindow(Protocol):
+    """What presenter mode changes on the main window, and puts back: its docks, legend and graphs, and these
+    of its QMainWindow properties."""
+
+    left_dock: QDockWidget
+    right_dock: QDockWidget
+    legend: QWidget
+    graphs: QWidget
+
+    def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): this mode's parent
+    def installEventFilter(self, watcher: QObject) -> None: ...  # noqa: N802 - Qt's names, here and below
+    def styleSheet(self) -> str: ...  # noqa: N802
+    def setStyleSheet(self, sheet: str) -> None: ...  # noqa: N802
+    def palette(self) -> QPalette: ...
+    def setPalette(self, palette: QPalette) -> None: ...  # noqa: N802
+    def font(self) -> QFont: ...
+    def setFont(self, font: QFont) -> None: ...  # noqa: N802
+    def testAttribute(self, attribute: Qt.WidgetAttribute) -> bool: ...  # noqa: N802
+    def setAttribute(self, attribute: Qt.WidgetAttribute, on: bool = True) -> None: ...  # noqa: N802
+    def windowState(self) -> Qt.WindowState: ...  # noqa: N802
+    def setWindowState(self, state: Qt.WindowState) -> None: ...  # noqa: N802
+    def saveGeometry(self) -> QByteArray: ...  # noqa: N802
+    def restoreGeometry(self, geometry: QByteArray) -> bool: ...  # noqa: N802
+    def saveState(self, version: int = 0) -> QByteArray: ...  # noqa: N802
+    def restoreState(self, state: QByteArray, version: int = 0) -> bool: ...  # noqa: N802
+    def size(self) -> QSize: ...
+    def resize(self, size: QSize) -> None: ...
+    def width(self) -> int: ...
+    def showFullScreen(self) -> None: ...  # noqa: N802
+    def showNormal(self) -> None: ...  # noqa: N802
+    def resizeDocks(self, docks: list[QDockWidget], sizes: list[int], orientation: Qt.Orientation) -> None: ...  # noqa: N802
+
+
 @dataclass
 class _Saved:
     style_sheet: str = ""
@@ -89,8 +120,8 @@ class PresenterMode(QObject):
 
     toggled = Signal(bool)
 
-    def __init__(self, window: MainWindow, scale: float = SCALE, full_screen: bool = True) -> None:
-        super().__init__(window)
+    def __init__(self, window: PresentedWindow, scale: float = SCALE, full_screen: bool = True) -> None:
+        super().__init__(window.window())
         self.window = window
         self.scale = scale
         self.full_screen = full_screen

@@ -82,6 +82,9 @@ def test_footer_header_reopened_trace_and_cli_json_report_the_same_figures_for_o
         graphs.flush()
         assert _tokens_per_call(graphs.header.text(), "tokens per verifier call") == 1.67
         assert graphs.alpha == cli["acceptance_rate"]
+        # Rounds by accepted length: the tally's histogram (2 and 1 accepted), on an axis up to γ 4.
+        assert tuple(graphs.hist_bars.opts["height"]) == (0, 1, 1, 0, 0)
+        assert tuple(cli["accepted_length_histogram"]) == (0, 1, 1)
         figures = shown.tally().snapshot()
         assert (figures.new_tokens, figures.rounds, figures.drafted, figures.accepted) == (5, 3, 5, 3)
         assert figures.per_position_acceptance == tuple(cli["per_position_acceptance"])

@@ -40,8 +40,10 @@ def test_no_draft_chosen_keeps_the_verifier_alone_and_says_so(request_):
 
 
 def test_a_cancel_takes_effect_after_the_verifier_loads(request_):
-    from app.worker import Cancelled
+    from app.session import Cancelled  # the work's own (Qt-free) exception, which the workers end quietly
+    from app.worker import Cancelled as WorkerCancelled
 
+    assert WorkerCancelled is Cancelled
     steps = []
     with pytest.raises(Cancelled):
         load_session(request_, steps.append, lambda: any(s.what == "verifier" for s in steps))

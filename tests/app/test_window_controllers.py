@@ -66,3 +66,74 @@ def test_reloading_keeps_the_baselines_and_remeasuring_starts_them_afresh(make_w
     qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
     assert [s.source for s in w.baselines.samples] == ["calibration"]  # measured again, the rest dropped
     assert w.session.baseline_tps == w.baselines.samples[0].tokens_per_s
+
+
+CONTROLLERS = {  # module: its port, the one type under which it is given the main window
+    "conversations": ("app.conversations", "ConversationWindow"),
+    "loading": ("app.loading", "LoadWindow"),
+    "race_controller": ("app.race_controller", "RaceWindow"),
+    "export": ("app.export", "ExportWindow"),
+    "rank_dialog": ("app.rank_dialog", "RankWindow"),
+    "models_dialog": ("app.models_dialog", "ModelsWindow"),
+    "talk/__init__": ("app.talk", "TalkWindow"),
+    "talk/presenter": ("app.talk.presenter", "PresentedWindow"),
+    "talk/context": ("app.ports", "RunPort"),
+}
+
+
+def _port_members(port: type) -> set[str]:
+    from typing import Protocol
+
+    names: set[str] = set()
+    for klass in port.__mro__:
+        if getattr(klass, "_is_protocol", False) and klass is not Protocol:
+            names |= set(vars(klass).get("__annotations__", {}))
+            names |= {n for n, v in vars(klass).items()
+                      if not n.startswith("_") and (callable(v) or isinstance(v, property))}
+    return names
+
+
+def _window_uses(path) -> dict[str, int]:
+    """The attributes a module reads of the main window (named `w`, `window`, `self.window` or `self.window_`)."""
+    import ast
+
+    def is_window(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id in ("w", "window")) or \
+            (isinstance(node, ast.Attribute) and node.attr in ("window", "window_")
+             and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+    return {node.attr: node.lineno for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Attribute) and is_window(node.value)}
+
+
+def test_each_controller_reaches_the_window_only_through_its_port_and_the_window_provides_every_port():
+    # The controllers, dialogs and talk mode are given the main window as a port (app/ports.py): they use
+    # nothing of it that their port does not name, none of them imports app/window.py, and the window has
+    # every member each port names (its own, or its QMainWindow's).
+    import ast
+    import importlib
+    from pathlib import Path
+
+    from PySide6.QtWidgets import QMainWindow
+
+    app_dir = Path(__file__).resolve().parents[2] / "app"
+    window_tree = ast.parse((app_dir / "window.py").read_text())
+    (main_window,) = [n for n in window_tree.body if isinstance(n, ast.ClassDef) and n.name == "MainWindow"]
+    provided = {n.name for n in main_window.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    provided |= {t.id for n in main_window.body if isinstance(n, ast.Assign) for t in n.targets
+                 if isinstance(t, ast.Name)}
+    provided |= {t.attr for n in ast.walk(main_window) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+
+    bad = []
+    for name, (module, port_name) in CONTROLLERS.items():
+        path = app_dir / f"{name}.py"
+        members = _port_members(getattr(importlib.import_module(module), port_name))
+        bad += [f"app/{name}.py:{line} uses the window's .{attr}, which {port_name} does not name"
+                for attr, line in _window_uses(path).items() if attr not in members]
+        bad += [f"app/{name}.py imports app.window" for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.ImportFrom) and node.module == "app.window"]
+        bad += [f"{port_name}.{m}: the window has no such member" for m in sorted(members)
+                if m not in provided and not hasattr(QMainWindow, m)]
+    assert not bad, "\n".join(bad)

@@ -76,3 +76,33 @@ def test_modules_outside_the_main_window_use_only_its_public_surface():
                     node.func.id in ("getattr", "hasattr") and node.args and is_window(node.args[0]):
                 bad.append(f"{where} probes the window with {node.func.id}")
     assert not bad, "\n".join(bad)
+
+
+QT_FREE_APP_MODULES = ("session", "trace", "store", "speedup", "branches", "validate", "markdown", "ports",
+                       "talk/context", "talk/rounds", "talk/drafters")
+
+
+def test_the_apps_qt_free_modules_import_no_qt_not_even_inside_a_function():
+    # The work the window hands to its threads, the trace, the store, the figures and the controllers' shared
+    # port run without Qt (tests and scripts use them so): they import no PySide6, pyqtgraph or superqt anywhere,
+    # lazily or for type checking, and no app module but each other (the window, the workers and the widgets do).
+    import ast
+    from pathlib import Path
+
+    app_dir = Path(__file__).resolve().parents[2] / "app"
+    allowed = [f"app.{m.replace('/', '.')}" for m in QT_FREE_APP_MODULES]
+    bad = []
+    for module in QT_FREE_APP_MODULES:
+        for node in ast.walk(ast.parse((app_dir / f"{module}.py").read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [f"{node.module}.{a.name}" for a in node.names]  # `from app import x`: app.x
+            else:
+                continue
+            for name in names:
+                qt = name.split(".")[0] in ("PySide6", "pyqtgraph", "superqt")
+                other_app = name.startswith("app.") and not any(name == m or name.startswith(f"{m}.") for m in allowed)
+                if qt or other_app:
+                    bad.append(f"app/{module}.py:{node.lineno} imports {name}")
+    assert not bad, "\n".join(bad)
