@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specdec_core import defaults
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, ModelLoadError, SpecdecError
 from specdec_core.events import Finished, Prefilled, RoundVerified
-from specdec_core.prompt_sets import PromptCase, load_prompts  # noqa: F401 - app/rank_dialog.py imports it here
+from specdec_core.prompt_sets import PromptCase
 from specdec_core.stats import StatsAccumulator, expected_tokens_per_call
 
 if TYPE_CHECKING:
@@ -492,7 +493,7 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     rows = []
     for candidate in candidates:
         row: dict[str, Any] = {"draft": candidate.spec or "prompt lookup",
-                               "kind": "model" if candidate.spec else "prompt-lookup"}
+                               "kind": defaults.MODEL if candidate.spec else defaults.PROMPT_LOOKUP}
         draft = None
         if candidate.spec is None:
             row["verdict"] = "compatible: no model, copies from the conversation"
@@ -511,13 +512,13 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
             rows.append(row)
             continue
         if verdict.cross_vocabulary:
-            row["kind"] = "tli"  # a draft with another tokenizer drafts through the text (cross_vocab.py)
-        rows.append(_measured_row(engine, make_drafter("model", verifier, draft, verdict), row, prompts, config,
+            row["kind"] = defaults.TLI  # a draft with another tokenizer drafts through the text (cross_vocab.py)
+        rows.append(_measured_row(engine, make_drafter(defaults.MODEL, verifier, draft, verdict), row, prompts, config,
                                   gammas, repeats, say))
         if hybrid_tokens is not None:
-            mixed = make_drafter("hybrid", verifier, draft, verdict, hybrid_tokens)
+            mixed = make_drafter(defaults.HYBRID, verifier, draft, verdict, hybrid_tokens)
             rows.append(_measured_row(engine, mixed, {**row, "draft": f"{draft.name} + prompt lookup",
-                                                      "kind": "hybrid", "draft_tokens": hybrid_tokens},
+                                                      "kind": defaults.HYBRID, "draft_tokens": hybrid_tokens},
                                       prompts, config, gammas, repeats, say))
         del draft
     rows.sort(key=lambda r: (not r.get("compatible") or "speedup" not in r, -r.get("speedup", 0.0)))
@@ -569,5 +570,3 @@ def parse_gammas(text: str) -> list[int]:
         raise BenchError(f"--gammas must list draft lengths of at least 1 (got {text!r})")
     return gammas
 
-
-_parse_gammas = parse_gammas  # the name app/rank_dialog.py imports
