@@ -16,8 +16,8 @@ from app import session as session_mod
 from app.ports import WindowPort
 from app.session import Busy, LoadRequest, LoadStep, Session, calibration_prompt_tokens
 from app.speedup import BaselineSample
-from app.store import DEFAULT_VERIFIER
 from app.worker import FunctionWorker, error_text
+from specdec_core import defaults
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
@@ -92,12 +92,12 @@ class LoadController(QObject):
         w.set_progress(None)
         w.show_progress(True)
         w.say(f"Loading {request.verifier}…")
-        drafted_by = {session_mod.MODEL: f" ← {request.draft}",
-                      session_mod.HYBRID: f" ← {request.draft} + prompt lookup"}
+        drafted_by = {defaults.MODEL: f" ← {request.draft}",
+                      defaults.HYBRID: f" ← {request.draft} + prompt lookup"}
         w.set_models_text(f"Loading <b>{request.verifier}</b>"
                           + drafted_by.get(request.drafter, " ← prompt lookup") + "…")
         w.settings_panel.set_verdict("Checking the pair once the models are loaded…"
-                                     if request.drafter in session_mod.USES_DRAFT else "", None)
+                                     if request.drafter in defaults.USES_DRAFT else "", None)
         w.update_controls()
         worker.start()
 
@@ -138,8 +138,8 @@ class LoadController(QObject):
             w.show_error(f"The draft cannot be used with this verifier. {session.verdict}\n"
                          "Replies use the verifier alone until you pick another draft or prompt lookup.")
         s = w.settings
-        for spec in (s.verifier, s.draft if s.drafter in session_mod.USES_DRAFT else ""):
-            if spec and spec != DEFAULT_VERIFIER and spec not in s.recent_specs:
+        for spec in (s.verifier, s.draft if s.drafter in defaults.USES_DRAFT else ""):
+            if spec and spec != defaults.VERIFIER and spec not in s.recent_specs:
                 s.recent_specs = ([spec] + s.recent_specs)[:10]
         w.save_settings()
         w.graphs.live.set_baseline(session.baseline_tps, session.baseline_source)

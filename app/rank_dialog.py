@@ -124,9 +124,10 @@ class RankDialog(QDialog):
         return self.worker is not None and self.worker.is_running
 
     def start(self) -> None:
-        from specdec_core.bench import Candidate, _parse_gammas, load_prompts
+        from specdec_core.bench import Candidate, parse_gammas
         from specdec_core.config import GenerationConfig
         from specdec_core.errors import SpecdecError
+        from specdec_core.prompt_sets import load_prompts
 
         window = self.window_
         session = window.session
@@ -137,7 +138,7 @@ class RankDialog(QDialog):
             self.status.setText("Wait for the current reply (or loading) to finish, then rank.")
             return
         try:
-            gammas = _parse_gammas(self.gammas.text())
+            gammas = parse_gammas(self.gammas.text())
             cases = load_prompts(self.prompts.currentText())
         except SpecdecError as error:
             self.status.setText(str(error).replace("--gammas", "γ values"))

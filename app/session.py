@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any
 
 from specdec_core.config import GenerationConfig
-from specdec_core.defaults import HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT, gamma_max  # noqa: F401 - the panels' kinds
+from specdec_core.defaults import HYBRID, PROMPT_LOOKUP, USES_DRAFT, gamma_max
 from specdec_core.events import Finished
 
 CALIBRATION_PROMPT = "Write a few sentences about why the sky is blue."

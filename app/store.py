@@ -860,13 +860,6 @@ def _json_object(text: object) -> dict:
 
 # ---- settings -----------------------------------------------------------------------------------
 
-# The app's defaults are the CLI's (specdec_core.defaults, torch-free): the embedded verifier with the
-# shipped draft head as a hybrid, one head token per round where prompt lookup finds nothing.
-DEFAULT_VERIFIER = defaults.VERIFIER
-DEFAULT_DRAFT = defaults.DRAFT
-DEFAULT_DRAFTER = defaults.DRAFTER  # "model" | "prompt-lookup" | "hybrid"
-DEFAULT_DRAFT_TOKENS = defaults.DRAFT_TOKENS  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
-
 _CHOICES = {"drafter": defaults.DRAFTER_KINDS, "dtype": ("auto", "float32", "bfloat16", "float16")}
 # Fields GenerationConfig checks (ranges, finite floats): one rule for the CLI, the engine and the app.
 _GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "gamma", "confidence_cutoff",
@@ -875,10 +868,12 @@ _GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens",
 
 @dataclass
 class Settings:
-    verifier: str = DEFAULT_VERIFIER
-    draft: str = DEFAULT_DRAFT
-    drafter: str = DEFAULT_DRAFTER
-    draft_tokens: int = DEFAULT_DRAFT_TOKENS
+    # The app's defaults are the CLI's (specdec_core.defaults, torch-free): the embedded verifier with the
+    # shipped draft head as a hybrid, one head token per round where prompt lookup finds nothing.
+    verifier: str = defaults.VERIFIER
+    draft: str = defaults.DRAFT
+    drafter: str = defaults.DRAFTER  # one of defaults.DRAFTER_KINDS
+    draft_tokens: int = defaults.DRAFT_TOKENS  # hybrid: the draft's tokens per round without a lookup match (0: gamma)
     device: str = "auto"
     dtype: str = "auto"
     speculate: bool = True

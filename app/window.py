@@ -52,6 +52,7 @@ from app.talk import install_talk_mode
 from app.theme import style_sheet
 from app.trace import ReplyTrace
 from app.worker import EventWorker, error_text, wait_all
+from specdec_core import defaults
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, StopReason
 
@@ -399,7 +400,7 @@ class MainWindow(QMainWindow):
         parts = [f"<b>{s.verifier_name}</b>"]
         if s.drafter is not None:
             parts.append(f"← {s.drafter_name}")
-        elif s.request.drafter in session_mod.USES_DRAFT:
+        elif s.request.drafter in defaults.USES_DRAFT:
             parts.append("<span style='color:rgb(215,58,73)'>← no usable draft</span>")
         parts.append(f"· {dev.strip()}")
         baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live())

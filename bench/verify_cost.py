@@ -2,7 +2,7 @@
 
 A pass of the verifier over k new tokens after a prompt (the verify step of speculative decoding when
 k = gamma + 1, a plain decoding step when k = 1), timed through `CachedForward` exactly as the engine
-runs it, in four set-ups that `specdec_core/cpu_speed.py` and `kv.py` switch on one by one:
+runs it, in four set-ups that `specdec_core/cpu_speed.py`, `cpu_attention.py` and `kv.py` switch on one by one:
 
 - before: `F.linear` everywhere, keys and values repeated per query head, a cache that concatenates;
 - + columns form: each weight shape uses `W @ x.T` for the row counts measured faster here;
@@ -33,12 +33,10 @@ prefer_passive_waiting()  # before torch loads: 1 thread on 2 cores (threads.py)
 
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
-from transformers.integrations import sdpa_attention  # noqa: E402
 
-from specdec_core import cpu_speed, kv  # noqa: E402
+from specdec_core import cpu_attention, cpu_speed, kv  # noqa: E402
 from specdec_core.models import default_cache_dir, load_model  # noqa: E402
 
-ORIGINAL_GQA_CHECK = sdpa_attention.use_gqa_in_sdpa  # before cpu_speed replaces it
 SETUPS = ("before", "+ columns form", "+ packed form", "+ GQA in SDPA", "+ growing cache")
 
 
@@ -50,9 +48,8 @@ def setup(model, cached: kv.CachedForward, name: str, plans):
     saved = {m: vars(m).pop("forward", None) for m in linears}
     if level >= 1:
         cpu_speed.apply_plans(model, plans if level >= 2 else [cpu_speed.without_packing(p) for p in plans])
-    patched = sdpa_attention.use_gqa_in_sdpa
-    if level < 3:
-        sdpa_attention.use_gqa_in_sdpa = ORIGINAL_GQA_CHECK
+    if level >= 3:
+        cpu_attention.keep_grouped_heads(model)
     try:
         yield
     finally:
@@ -60,7 +57,7 @@ def setup(model, cached: kv.CachedForward, name: str, plans):
             vars(m).pop("forward", None)
             if forward is not None:
                 m.forward = forward
-        sdpa_attention.use_gqa_in_sdpa = patched
+        model.set_attn_implementation("sdpa")
 
 
 def main() -> None:

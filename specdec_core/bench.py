@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specdec_core import defaults
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, ModelLoadError, SpecdecError
 from specdec_core.events import Finished, Prefilled, RoundVerified
-from specdec_core.prompt_sets import PromptCase, load_prompts  # noqa: F401 - app/rank_dialog.py imports it here
+from specdec_core.prompt_sets import PromptCase
 from specdec_core.stats import StatsAccumulator, expected_tokens_per_call
 
 if TYPE_CHECKING:
@@ -314,9 +315,24 @@ def run_bench(engine: Engine, verifier: LoadedModel, draft: LoadedModel | None, 
 
 def _bench_result(cases, prompts, replies, config: GenerationConfig, settings: BenchSettings, verifier, engine,
                   draft) -> dict:
-    repeats = settings.repeats
-    by_repeat = {kind: [summarize([replies[kind][p][r] for p in range(len(cases))]) for r in range(repeats)]
+    """The benchmark's JSON: the headline figures (medians over repeats), then per prompt and per category."""
+    by_repeat = {kind: [summarize([replies[kind][p][r] for p in range(len(cases))]) for r in range(settings.repeats)]
                  for kind in replies}
+    result: dict[str, Any] = {"setup": _setup(config, settings, verifier, engine, draft, len(cases)),
+                              **_headline(by_repeat)}
+    rows = [_prompt_row(case, prompts[p], {kind: replies[kind][p] for kind in replies}, config, verifier)
+            for p, case in enumerate(cases)]
+    if config.greedy:
+        result["identical"] = all(row["identical"] for row in rows)
+    if "hf" in replies:
+        result["hf_assisted"] = _hf_summary(by_repeat, rows, config, settings, draft)
+    result["per_prompt"] = rows
+    result["by_category"] = _by_category(cases, replies, settings.repeats)
+    return result
+
+
+def _headline(by_repeat: dict[str, list[dict]]) -> dict[str, Any]:
+    """Baseline and speculative figures, and the speedup measured against the one predicted."""
     baseline = _median_summary(by_repeat["off"])
     speculative = _median_summary(by_repeat["on"])
     speedups = [on["tokens_per_s"] / off["tokens_per_s"] for on, off in zip(by_repeat["on"], by_repeat["off"])]
@@ -326,8 +342,7 @@ def _bench_result(cases, prompts, replies, config: GenerationConfig, settings: B
     predicted = speculative["predicted_speedup"]
     verify_ratio = speculative["verify_s_per_round"] / baseline["verify_s_per_round"] \
         if baseline["verify_s_per_round"] else float("nan")
-    result: dict[str, Any] = {
-        "setup": _setup(config, settings, verifier, engine, draft, len(cases)),
+    return {
         "baseline": {k: baseline[k] for k in ("tokens_per_s", "end_to_end_tokens_per_s", "new_tokens",
                                               "prefill_s_per_reply", "verifier_calls_per_reply",
                                               "verify_s_per_round",
@@ -340,64 +355,66 @@ def _bench_result(cases, prompts, replies, config: GenerationConfig, settings: B
         "verify_cost_ratio": verify_ratio,
         "efficiency_given_verify_cost": speedup * verify_ratio / predicted if predicted else float("nan"),
     }
-    identical_all = True
-    rows = []
-    for p, case in enumerate(cases):
-        off_p, on_p = summarize(replies["off"][p]), summarize(replies["on"][p])
-        speedups_p = [b.new_tokens / b.decode_s / (a.new_tokens / a.decode_s) if a.decode_s and b.decode_s and
-                      a.new_tokens else float("nan") for a, b in zip(replies["off"][p], replies["on"][p])]
-        row: dict[str, Any] = {
-            "name": case.name, "prompt_tokens": len(prompts[p]), "turns": len(case.messages),
-            "new_tokens": replies["on"][p][0].new_tokens,
-            "baseline_tokens_per_s": _median([r.new_tokens / r.decode_s for r in replies["off"][p]]),
-            "speculative_tokens_per_s": _median([r.new_tokens / r.decode_s for r in replies["on"][p]]),
-            "speedup": _median(speedups_p),
-            "acceptance_rate": on_p["acceptance_rate"],
-            "mean_accepted_length": on_p["mean_accepted_length"],
-            "c": on_p["c"],
-            "predicted_speedup": on_p["predicted_speedup"],
-            "verify_cost_ratio": on_p["verify_s_per_round"] / off_p["verify_s_per_round"]
-            if off_p["verify_s_per_round"] else float("nan"),
-        }
-        reference = replies["off"][p][0].token_ids
-        if config.greedy:
-            differences = [_first_difference(reference, r.token_ids) for r in replies["on"][p] + replies["off"][p]]
-            first = next((d for d in differences if d is not None), None)
-            row["identical"] = first is None
-            row["first_difference"] = first
-            identical_all &= first is None
-        row["end_to_end_speedup"] = _median([a.wall_s / b.wall_s * b.new_tokens / a.new_tokens
-                                             for a, b in zip(replies["off"][p], replies["on"][p]) if a.new_tokens])
-        if "hf" in replies:
-            row["hf_tokens_per_s"] = _median([r.new_tokens / r.wall_s for r in replies["hf"][p]])
-            row["hf_end_to_end_speedup"] = _median([a.wall_s / h.wall_s * h.new_tokens / a.new_tokens
-                                                    for a, h in zip(replies["off"][p], replies["hf"][p])
-                                                    if a.new_tokens])
-            row["speculative_end_to_end_tokens_per_s"] = _median([r.new_tokens / r.wall_s for r in replies["on"][p]])
-            if config.greedy:
-                row["hf_identical"] = all(r.token_ids == reference for r in replies["hf"][p])
-        row["text"] = verifier.tokenizer.decode(list(replies["on"][p][0].token_ids), skip_special_tokens=True)
-        rows.append(row)
+
+
+def _prompt_row(case: PromptCase, prompt: Sequence[int], replies: dict[str, list[Reply]], config: GenerationConfig,
+                verifier) -> dict[str, Any]:
+    """One prompt's figures over its repeats (`replies[kind][repeat]`), and whether every reply was the same."""
+    off, on = replies["off"], replies["on"]
+    off_s, on_s = summarize(off), summarize(on)
+    speedups = [b.new_tokens / b.decode_s / (a.new_tokens / a.decode_s) if a.decode_s and b.decode_s and
+                a.new_tokens else float("nan") for a, b in zip(off, on)]
+    row: dict[str, Any] = {
+        "name": case.name, "prompt_tokens": len(prompt), "turns": len(case.messages),
+        "new_tokens": on[0].new_tokens,
+        "baseline_tokens_per_s": _median([r.new_tokens / r.decode_s for r in off]),
+        "speculative_tokens_per_s": _median([r.new_tokens / r.decode_s for r in on]),
+        "speedup": _median(speedups),
+        "acceptance_rate": on_s["acceptance_rate"],
+        "mean_accepted_length": on_s["mean_accepted_length"],
+        "c": on_s["c"],
+        "predicted_speedup": on_s["predicted_speedup"],
+        "verify_cost_ratio": on_s["verify_s_per_round"] / off_s["verify_s_per_round"]
+        if off_s["verify_s_per_round"] else float("nan"),
+    }
+    reference = off[0].token_ids
     if config.greedy:
-        result["identical"] = identical_all
+        differences = [_first_difference(reference, r.token_ids) for r in on + off]
+        first = next((d for d in differences if d is not None), None)
+        row["identical"] = first is None
+        row["first_difference"] = first
+    row["end_to_end_speedup"] = _median([a.wall_s / b.wall_s * b.new_tokens / a.new_tokens
+                                         for a, b in zip(off, on) if a.new_tokens])
     if "hf" in replies:
-        hf = _median_summary(by_repeat["hf"])
-        ratio = [on["end_to_end_tokens_per_s"] / h["end_to_end_tokens_per_s"]
-                 for on, h in zip(by_repeat["on"], by_repeat["hf"])]
-        result["hf_assisted"] = {
-            "tokens_per_s": hf["end_to_end_tokens_per_s"],  # end to end: generate() cannot be split
-            "speedup_vs_baseline": _median([h["end_to_end_tokens_per_s"] / off["end_to_end_tokens_per_s"]
-                                            for h, off in zip(by_repeat["hf"], by_repeat["off"])]),
-            "ours_over_hf": _median(ratio),
-            "verifier_calls_per_reply": hf["verifier_calls_per_reply"],  # its prefill included, like ours
-            "method": ("assistant_model + assistant_tokenizer" if settings.cross_vocabulary else "assistant_model")
-            if draft is not None else "prompt_lookup_num_tokens",
-        }
+        hf = replies["hf"]
+        row["hf_tokens_per_s"] = _median([r.new_tokens / r.wall_s for r in hf])
+        row["hf_end_to_end_speedup"] = _median([a.wall_s / h.wall_s * h.new_tokens / a.new_tokens
+                                                for a, h in zip(off, hf) if a.new_tokens])
+        row["speculative_end_to_end_tokens_per_s"] = _median([r.new_tokens / r.wall_s for r in on])
         if config.greedy:
-            result["hf_assisted"]["identical"] = all(row["hf_identical"] for row in rows)
-    result["per_prompt"] = rows
-    result["by_category"] = _by_category(cases, replies, repeats)
-    return result
+            row["hf_identical"] = all(r.token_ids == reference for r in hf)
+    row["text"] = verifier.tokenizer.decode(list(on[0].token_ids), skip_special_tokens=True)
+    return row
+
+
+def _hf_summary(by_repeat: dict[str, list[dict]], rows: list[dict], config: GenerationConfig,
+                settings: BenchSettings, draft) -> dict[str, Any]:
+    """transformers' assisted generation on the same prompts, against our baseline and our speculation."""
+    hf = _median_summary(by_repeat["hf"])
+    ratio = [on["end_to_end_tokens_per_s"] / h["end_to_end_tokens_per_s"]
+             for on, h in zip(by_repeat["on"], by_repeat["hf"])]
+    summary = {
+        "tokens_per_s": hf["end_to_end_tokens_per_s"],  # end to end: generate() cannot be split
+        "speedup_vs_baseline": _median([h["end_to_end_tokens_per_s"] / off["end_to_end_tokens_per_s"]
+                                        for h, off in zip(by_repeat["hf"], by_repeat["off"])]),
+        "ours_over_hf": _median(ratio),
+        "verifier_calls_per_reply": hf["verifier_calls_per_reply"],  # its prefill included, like ours
+        "method": ("assistant_model + assistant_tokenizer" if settings.cross_vocabulary else "assistant_model")
+        if draft is not None else "prompt_lookup_num_tokens",
+    }
+    if config.greedy:
+        summary["identical"] = all(row["hf_identical"] for row in rows)
+    return summary
 
 
 def category_of(case: PromptCase) -> str:
@@ -492,7 +509,7 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     rows = []
     for candidate in candidates:
         row: dict[str, Any] = {"draft": candidate.spec or "prompt lookup",
-                               "kind": "model" if candidate.spec else "prompt-lookup"}
+                               "kind": defaults.MODEL if candidate.spec else defaults.PROMPT_LOOKUP}
         draft = None
         if candidate.spec is None:
             row["verdict"] = "compatible: no model, copies from the conversation"
@@ -511,13 +528,13 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
             rows.append(row)
             continue
         if verdict.cross_vocabulary:
-            row["kind"] = "tli"  # a draft with another tokenizer drafts through the text (cross_vocab.py)
-        rows.append(_measured_row(engine, make_drafter("model", verifier, draft, verdict), row, prompts, config,
+            row["kind"] = defaults.TLI  # a draft with another tokenizer drafts through the text (cross_vocab.py)
+        rows.append(_measured_row(engine, make_drafter(defaults.MODEL, verifier, draft, verdict), row, prompts, config,
                                   gammas, repeats, say))
         if hybrid_tokens is not None:
-            mixed = make_drafter("hybrid", verifier, draft, verdict, hybrid_tokens)
+            mixed = make_drafter(defaults.HYBRID, verifier, draft, verdict, hybrid_tokens)
             rows.append(_measured_row(engine, mixed, {**row, "draft": f"{draft.name} + prompt lookup",
-                                                      "kind": "hybrid", "draft_tokens": hybrid_tokens},
+                                                      "kind": defaults.HYBRID, "draft_tokens": hybrid_tokens},
                                       prompts, config, gammas, repeats, say))
         del draft
     rows.sort(key=lambda r: (not r.get("compatible") or "speedup" not in r, -r.get("speedup", 0.0)))
@@ -569,5 +586,3 @@ def parse_gammas(text: str) -> list[int]:
         raise BenchError(f"--gammas must list draft lengths of at least 1 (got {text!r})")
     return gammas
 
-
-_parse_gammas = parse_gammas  # the name app/rank_dialog.py imports

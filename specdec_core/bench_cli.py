@@ -59,11 +59,27 @@ def _table(header: list[str], rows: list[list[str]], text_columns: tuple[int, ..
 
 
 def format_bench(result: dict) -> str:
-    setup, base, spec = result["setup"], result["baseline"], result["speculative"]
-    lines = [f"{setup['verifier']} + {setup['drafter']}, gamma {setup['gamma']}"
-             f"{' (adaptive)' if setup['adaptive'] else ''}, {setup['max_new_tokens']} new tokens, "
-             f"temperature {setup['temperature']}, {setup['prompts']} prompts x {setup['repeats']} repeats, "
-             f"{setup['torch_threads']} thread(s), {setup['machine']}", ""]
+    """The benchmark as text: the set-up, the headline figures, then a table per prompt and per category."""
+    setup = result["setup"]
+    head = (f"{setup['verifier']} + {setup['drafter']}, gamma {setup['gamma']}"
+            f"{' (adaptive)' if setup['adaptive'] else ''}, {setup['max_new_tokens']} new tokens, "
+            f"temperature {setup['temperature']}, {setup['prompts']} prompts x {setup['repeats']} repeats, "
+            f"{setup['torch_threads']} thread(s), {setup['machine']}")
+    figures = _bench_figures(result)
+    width = max(len(name) for name, _ in figures)
+    lines = [head, ""] + [f"{name.ljust(width)}  {value}" for name, value in figures]
+    text = "\n".join(lines) + "\n\n" + _prompt_table(result)
+    categories = result.get("by_category", [])
+    if len(categories) > 1:
+        text += "\n\n" + _table(["category", "prompts", "speedup", "accept", "tok/call"], [
+            [row["category"], str(row["prompts"]), _fmt(row["speedup"]) + "x", _fmt(row["acceptance_rate"], ".0%"),
+             _fmt(row["mean_accepted_length"])] for row in categories])
+    return text
+
+
+def _bench_figures(result: dict) -> list[tuple[str, str]]:
+    """(name, value) of each headline figure, transformers' and the memory's included when measured."""
+    base, spec = result["baseline"], result["speculative"]
     figures = [
         ("baseline tokens/s", _fmt(base["tokens_per_s"], ".1f")),
         ("speculative tokens/s", _fmt(spec["tokens_per_s"], ".1f")),
@@ -101,8 +117,12 @@ def format_bench(result: dict) -> str:
         weights = " + ".join(f"{role} {size / 1e9:.2f}" for role, size in memory["weights_bytes"].items())
         figures.append(("peak RSS / weights (GB)", f"{memory['peak_rss_bytes'] / 1e9:.2f} / {weights} "
                                                    f"({memory['peak_over_weights']:.2f}x)"))
-    width = max(len(name) for name, _ in figures)
-    lines += [f"{name.ljust(width)}  {value}" for name, value in figures]
+    return figures
+
+
+def _prompt_table(result: dict) -> str:
+    """One row per prompt: its speeds, acceptance, and (when measured) sameness and transformers' speed."""
+    hf = result.get("hf_assisted")
     header = ["prompt", "tokens", "off tok/s", "on tok/s", "speedup", "accept", "tok/call", "predicted"]
     if "identical" in result:
         header.append("same")
@@ -119,13 +139,7 @@ def format_bench(result: dict) -> str:
         if hf:
             cells.append(_fmt(row["hf_tokens_per_s"], ".1f"))
         rows.append(cells)
-    text = "\n".join(lines) + "\n\n" + _table(header, rows)
-    categories = result.get("by_category", [])
-    if len(categories) > 1:
-        text += "\n\n" + _table(["category", "prompts", "speedup", "accept", "tok/call"], [
-            [row["category"], str(row["prompts"]), _fmt(row["speedup"]) + "x", _fmt(row["acceptance_rate"], ".0%"),
-             _fmt(row["mean_accepted_length"])] for row in categories])
-    return text
+    return _table(header, rows)
 
 
 def format_ranking(result: dict) -> str:

@@ -13,12 +13,15 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from specdec_core.cli_options import UsageError, progress_state
-from specdec_core.cli_options import add_generation_options as _add_generation_options
-from specdec_core.cli_options import add_model_options as _add_model_options
-from specdec_core.cli_options import config_from_args as _config
-from specdec_core.cli_options import load_from_args as _load
-from specdec_core.cli_options import progress_bar as _progress
+from specdec_core.cli_options import (
+    UsageError,
+    add_generation_options,
+    add_model_options,
+    config_from_args,
+    load_from_args,
+    progress_bar,
+    progress_state,
+)
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, IncompatiblePairError, SpecdecError
 from specdec_core.events import Event, Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState
@@ -126,11 +129,11 @@ def _read_prompt(args) -> str:
 def cmd_generate(args) -> int:
     from specdec_core.chat import build_prompt, raw_prompt
 
-    config = _config(args)
+    config = config_from_args(args)
     if args.samples < 1:
         raise UsageError(f"--samples must be at least 1 (got {args.samples})")
     text = _read_prompt(args)
-    pair = _load(args)
+    pair = load_from_args(args)
     tokenizer = pair.verifier.tokenizer
     if args.raw:
         ids = raw_prompt(tokenizer, text)
@@ -158,8 +161,8 @@ def cmd_generate(args) -> int:
 
 
 def cmd_chat(args) -> int:
-    config = _config(args)
-    pair = _load(args)
+    config = config_from_args(args)
+    pair = load_from_args(args)
     color = _use_color(args, sys.stdout)
     print(f"Chatting with {pair.verifier.name} (drafter: {pair.drafter.name if pair.drafter else 'none'}). "
           "/spec on|off, /reset, /quit." + (f"\nColours: {LEGEND}" if color else ""), file=sys.stderr)
@@ -243,7 +246,7 @@ def cmd_doctor(args) -> int:
     from specdec_core.models import load_model
 
     load = dict(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
-                progress=_progress())
+                progress=progress_bar())
     verifier = load_model(args.verifier, **load)
     draft = load_model(args.draft, **load)
     verdict = check_models(verifier, draft)
@@ -257,8 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     generate = sub.add_parser("generate", help="one reply to a prompt")
     generate.add_argument("prompt", nargs="?", help="the prompt (default: read standard input)")
-    _add_model_options(generate)
-    _add_generation_options(generate)
+    add_model_options(generate)
+    add_generation_options(generate)
     generate.add_argument("--raw", action="store_true", help="send PROMPT as plain text, no chat template")
     generate.add_argument("--samples", type=int, default=1, help="N independent replies (sample i uses seed S+i)")
     generate.add_argument("--json", action="store_true", help="one JSON object per reply per line")
@@ -266,8 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(func=cmd_generate)
 
     chat = sub.add_parser("chat", help="an interactive conversation in the terminal")
-    _add_model_options(chat)
-    _add_generation_options(chat)
+    add_model_options(chat)
+    add_generation_options(chat)
     chat.set_defaults(func=cmd_chat)
 
     doctor = sub.add_parser("doctor", help="can this draft pair with this verifier, and if not, why")

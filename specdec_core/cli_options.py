@@ -164,8 +164,8 @@ def load_from_args(args: Any):
     """The verifier and drafter the options name, paired and checked (pairing.load_pair)."""
     from specdec_core.pairing import LoadOptions, load_pair
 
-    if args.draft_tokens is not None and (args.drafter in ("model", "prompt-lookup", *defaults.CROSS_VOCABULARY)
-                                          or (args.drafter is None and args.draft)):
+    not_hybrid = (defaults.MODEL, defaults.PROMPT_LOOKUP, *defaults.CROSS_VOCABULARY)
+    if args.draft_tokens is not None and (args.drafter in not_hybrid or (args.drafter is None and args.draft)):
         raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                           device_map=args.device_map, max_memory=parse_max_memory(args.max_memory, args.device_map))

@@ -6,6 +6,7 @@ import math
 import numbers
 from dataclasses import dataclass, fields, replace
 
+from specdec_core import defaults
 from specdec_core.errors import ConfigError
 
 TREE_AUTO = -1  # GenerationConfig.tree_nodes: trees where checking many tokens costs about one step
@@ -30,9 +31,9 @@ class GenerationConfig:
 
     # --- speculation ---
     speculate: bool = True  # False: the verifier decodes alone, through the same event stream
-    gamma: int = 4  # tokens drafted per round (the starting value when adaptive)
+    gamma: int = defaults.GAMMA  # tokens drafted per round (the starting value when adaptive)
     adaptive: bool = False  # grow gamma by 2 after a fully accepted round, shrink by 1 after a rejection
-    gamma_max: int = 16  # ceiling for adaptive drafting
+    gamma_max: int = defaults.GAMMA_CEILING  # ceiling for adaptive drafting
     # Stop drafting when the draft's most likely next token has a probability below this (0 disables).
     # A hesitant draft is usually wrong, and every rejected token costs draft time for nothing.
     confidence_cutoff: float = 0.0

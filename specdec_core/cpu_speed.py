@@ -20,10 +20,10 @@ Which form wins differs per CPU and BLAS, so `speed_up` times the forms on the m
 summation order inside the kernels differs, as it already does between 1-row and k-row calls. See
 docs/performance.md, "Checking k tokens on a CPU".
 
-It also lets transformers' SDPA attention handle grouped-query heads inside the kernel when a mask is
-present, for CPU tensors only (transformers does that only without a mask, since CUDA's fast kernels
-need one): on the CPU that skips copying the keys and values for every query head on each k-token
-call (bit-identical output, 10-15 ms less per verify here).
+This is a backend of the model loader: models.py applies it to a model it loads whole onto the CPU in
+fp32, and to a draft head's output layer (see LoadedModel.head_output), with cpu_attention.py beside it. A
+model loaded without it computes the same, only slower. Nothing here changes anything outside the layers
+it is given, but for the plan file it keeps in the cache folder.
 """
 
 from __future__ import annotations
@@ -35,12 +35,15 @@ import os
 import platform
 import time
 import types
+import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from specdec_core import memory
 
 # Row counts timed: every count a chain of γ ≤ 8 feeds, then steps up to a tree of 32 nodes plus its
 # root. A pass over r rows uses the plan of the smallest timed count ≥ r; longer passes (a prefill)
@@ -114,13 +117,14 @@ def packed_product(x_rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tenso
 
 
 def _packed_weight(module: torch.nn.Linear, weight: torch.Tensor) -> torch.Tensor:
-    """The module's packed copy of `weight`, made again if it was replaced or changed in place since."""
+    """The module's packed copy of `weight`, made again if it was replaced or changed in place since (a new
+    tensor may reuse a freed one's memory, so the tensor itself is compared too, not only its address)."""
     stamp = (weight.data_ptr(), weight._version)
     held = vars(module).get("_specdec_packed")
-    if held is None or held[0] != stamp:
-        held = (stamp, pack(weight))
+    if held is None or held[0]() is not weight or held[1] != stamp:
+        held = (weakref.ref(weight), stamp, pack(weight))
         vars(module)["_specdec_packed"] = held
-    return held[1]
+    return held[2]
 
 
 def _planned_forward(plan: RowPlan):
@@ -216,7 +220,6 @@ def speed_up(model: torch.nn.Module, cache_dir: Path | None = None,
     """
     if not applies_to(model):
         return []
-    _grouped_heads_in_cpu_attention()
     by_shape = _linears_by_shape(model)
     known = _read_plans(cache_dir)
     if on_measure is not None and any(shape not in known for shape in by_shape):
@@ -226,27 +229,6 @@ def speed_up(model: torch.nn.Module, cache_dir: Path | None = None,
     if any(plan.shape not in known for plan in plans):
         _write_plans(cache_dir, {**known, **{plan.shape: plan for plan in plans}})
     return apply_plans(model, plans)
-
-
-def _grouped_heads_in_cpu_attention() -> None:
-    """Make transformers' SDPA path pass grouped-query heads to the kernel for CPU tensors even with a
-    mask (its `use_gqa_in_sdpa` says no whenever a mask is given). Other devices keep its answer. If a
-    transformers release moves that function, this does nothing and attention repeats heads as before."""
-    try:
-        from transformers.integrations import sdpa_attention
-    except ImportError:
-        return
-    original = getattr(sdpa_attention, "use_gqa_in_sdpa", None)
-    if original is None or getattr(original, "_specdec_cpu", False):
-        return
-
-    def use_gqa_in_sdpa(attention_mask, key, *args, **kwargs):
-        if key.device.type == "cpu":
-            return True
-        return original(attention_mask, key, *args, **kwargs)
-
-    use_gqa_in_sdpa._specdec_cpu = True
-    sdpa_attention.use_gqa_in_sdpa = use_gqa_in_sdpa
 
 
 def _linears_by_shape(model: torch.nn.Module) -> dict[tuple[int, int], list[torch.nn.Linear]]:
@@ -268,69 +250,13 @@ def without_packing(plan: RowPlan) -> RowPlan:
     return dataclasses.replace(plan, forms={rows: unpacked(rows, form) for rows, form in plan.forms.items()})
 
 
-def available_memory() -> int | None:
-    """Bytes of memory that can be had now without swapping (Linux, macOS), else None: what the OS says
-    is available, and no more than this process's cgroup has left under its limit (a container's limit is
-    often far below the machine's memory, and crossing it kills the process)."""
-    free = _os_available_memory()
-    left = _cgroup_memory_left()
-    return left if free is None else free if left is None else min(free, left)
-
-
-def _os_available_memory() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
-_OWN_CGROUPS = Path("/proc/self/cgroup")
-
-
-def _cgroup_memory_left() -> int | None:
-    """The least that any memory cgroup of this process has left under its limit (v2 memory.max or v1
-    memory.limit_in_bytes, less the usage), looked up where /proc/self/cgroup says and at the mount's
-    root (what a container sees of its own group); None without a limit."""
-    try:
-        lines = _OWN_CGROUPS.read_text().splitlines()
-    except OSError:
-        return None
-    places: list[tuple[Path, str, str]] = []
-    for line in lines:
-        _, controllers, group = (line.split(":", 2) + ["", ""])[:3]
-        relative = group.strip().lstrip("/")
-        if controllers == "":  # v2: one unified hierarchy
-            places += [(_CGROUP_ROOT / relative, "memory.max", "memory.current"),
-                       (_CGROUP_ROOT, "memory.max", "memory.current")]
-        elif "memory" in controllers.split(","):  # v1
-            places += [(_CGROUP_ROOT / "memory" / relative, "memory.limit_in_bytes", "memory.usage_in_bytes"),
-                       (_CGROUP_ROOT / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes")]
-    lefts = []
-    for folder, limit_file, usage_file in places:
-        try:
-            limit_text = (folder / limit_file).read_text().strip()
-            if limit_text == "max" or int(limit_text) >= 2**60:  # v1 writes "no limit" as a huge number
-                continue
-            lefts.append(max(0, int(limit_text) - int((folder / usage_file).read_text().strip())))
-        except (OSError, ValueError):
-            continue
-    return min(lefts) if lefts else None
-
-
 def packing_budget(model: torch.nn.Module) -> int:
     """Bytes of packed copies `model` may hold: a share of its weights (at least _PACKED_FLOOR), and no more
     than a share of the memory available now."""
     from specdec_core.resources import weight_bytes
 
     weights = weight_bytes(model)
-    free = available_memory()
+    free = memory.available_memory()
     room = _PACKED_SHARE_OF_FREE_MEMORY * (free if free is not None else 2 * 2**30)
     return int(min(room, max(_PACKED_SHARE_OF_WEIGHTS * weights, _PACKED_FLOOR)))
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from specdec_core import cpu_speed
 from specdec_core.config import GenerationConfig
 from specdec_core.cost import PositionRecord
 from specdec_core.draft_head import HeadCache
@@ -488,12 +487,12 @@ class HeadDrafter:
         head_ids = self.model.head_ids
         output = verifier.get_output_embeddings().weight
         self.head_ids = head_ids[head_ids < output.shape[0]].to(output.device)
-        # The verifier's output rows of the head's ids, as a layer of their own: on a CPU it takes the
-        # product form measured fastest here for each row count, as the models' layers do (cpu_speed.py).
+        # The verifier's output rows of the head's ids, as a layer of their own: the one the loader made for the
+        # head (on a CPU it takes the product form measured fastest here, as the models' layers do), else a plain one.
         rows = output.detach()[self.head_ids].to(self.draft.device, self.draft.dtype)
-        self.output = torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False, device=rows.device, dtype=rows.dtype)
+        self.output = self.draft.head_output or torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False,
+                                                                device=rows.device, dtype=rows.dtype)
         self.output.weight = torch.nn.Parameter(rows, requires_grad=False)
-        cpu_speed.speed_up(self.output, cache_dir=self.draft.cache_dir)
         self.reset_cache()
 
     def reset(self, seed: int) -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from specdec_core import catalog, cpu_speed, defaults, gguf_types
+from specdec_core import catalog, cpu_attention, cpu_speed, defaults, gguf_types
 from specdec_core.errors import ModelLoadError
 from specdec_core.resources import assets_dir
 from specdec_core.weights_check import check_weights
@@ -112,6 +112,9 @@ class LoadedModel:
     load_s: float
     source: str  # where the weights came from, e.g. "embedded GGUF (cached safetensors)"
     cache_dir: Path | None = None  # where this machine's CPU product plans are kept (cpu_speed.py); None: nowhere
+    # A draft head's output layer (draft_head.py), made at load so that the CPU backend shapes it like every other
+    # layer; drafters.HeadDrafter fills it with the verifier's rows of the head's ids. None for other models.
+    head_output: torch.nn.Linear | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -345,14 +348,40 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
         shutil.rmtree(resolved.folder, ignore_errors=True)
         resolved = _resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
         model, tokenizer = load(resolved.folder)
-    if device_map is None and target.type == "cpu":
-        cpu_speed.speed_up(model, cache_dir=cache, on_measure=lambda: report(
-            "tune", None, "Timing this CPU's matrix kernels for the model's shapes (first load only)"))
     loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
     loaded.cache_dir = cache
+    loaded.head_output = _head_output_layer(model)
+    if device_map is None and target.type == "cpu":
+        _apply_cpu_backend(loaded, report)
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} from {resolved.source} in {loaded.load_s:.1f} s")
     return loaded
+
+
+def _head_output_layer(model: PreTrainedModel) -> torch.nn.Linear | None:
+    """For a draft head, its output layer (hidden size -> head size), zero until a drafter fills it; else None."""
+    from specdec_core.draft_head import SpecdecHeadModel
+
+    if not isinstance(model, SpecdecHeadModel):
+        return None
+    weight = next(model.parameters())
+    layer = torch.nn.utils.skip_init(torch.nn.Linear, model.config.hidden_size, model.config.head_size, bias=False,
+                                     device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        layer.weight.zero_()
+    return layer.requires_grad_(False)
+
+
+def _apply_cpu_backend(loaded: LoadedModel, report: _Reporter) -> None:
+    """The CPU backend, for a model loaded whole onto the CPU in fp32: each linear layer's fastest few-row
+    product form on this machine (cpu_speed.py; a draft head's output layer included) and grouped-query
+    attention without copies (cpu_attention.py). A model loaded without it computes the same, only slower."""
+    if not cpu_speed.applies_to(loaded.model):
+        return
+    layers = loaded.model if loaded.head_output is None else torch.nn.ModuleList([loaded.model, loaded.head_output])
+    cpu_speed.speed_up(layers, cache_dir=loaded.cache_dir, on_measure=lambda: report(
+        "tune", None, "Timing this CPU's matrix kernels for the model's shapes (first load only)"))
+    cpu_attention.keep_grouped_heads(loaded.model)
 
 
 class _Resolved(NamedTuple):

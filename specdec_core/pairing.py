@@ -12,22 +12,19 @@ from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
 from specdec_core.models import LoadedModel, ProgressCallback, load_model
 
-DRAFTER_KINDS = defaults.DRAFTER_KINDS  # hybrid: prompt lookup where it matches, else the model
-
 
 @dataclass(frozen=True)
 class DraftDefault:
     """How a verifier speculates when the user names no draft: which draft, run how."""
 
     spec: str
-    kind: str = "model"  # "model" | "hybrid"
+    kind: str = defaults.MODEL  # defaults.MODEL | defaults.HYBRID
     draft_tokens: int | None = None  # hybrid: the model's tokens per round without a lookup match (None: γ)
 
 
 # A draft listed here becomes the default of its verifier; any verifier without one speculates with
 # prompt lookup. The embedded pair's choice (the head as a hybrid, one token per round) and its measured
 # speedups are in docs/performance.md, "The embedded pair".
-DEFAULT_VERIFIER = defaults.VERIFIER
 DEFAULT_DRAFTS: dict[str, DraftDefault] = {
     defaults.VERIFIER: DraftDefault(defaults.DRAFT, kind=defaults.DRAFTER, draft_tokens=defaults.DRAFT_TOKENS),
 }
@@ -35,7 +32,7 @@ DEFAULT_DRAFTS: dict[str, DraftDefault] = {
 
 def default_draft(verifier_spec: str | None) -> DraftDefault | None:
     """The draft that ships for this verifier, if any."""
-    return DEFAULT_DRAFTS.get(verifier_spec or DEFAULT_VERIFIER)
+    return DEFAULT_DRAFTS.get(verifier_spec or defaults.VERIFIER)
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,7 @@ def make_drafter(kind: str, verifier: LoadedModel, draft: LoadedModel, verdict: 
 def choose_drafter_kind(drafter: str | None, draft_spec: str | None) -> str:
     """`--draft X` implies a model drafter; no draft model means prompt lookup."""
     if drafter is None:
-        return "model" if draft_spec else "prompt-lookup"
+        return defaults.MODEL if draft_spec else defaults.PROMPT_LOOKUP
     return drafter
 
 
@@ -97,10 +94,10 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
     `progress` are the loader's business). `engine`, when it runs the verifier that comes back, is kept
     (with the new drafter) instead of building another: its caches hold the conversation so far."""
     shipped = default_draft(verifier_spec) if draft_spec is None else None
-    if shipped is not None and drafter in (None, "model", "hybrid"):
+    if shipped is not None and drafter in (None, defaults.MODEL, defaults.HYBRID):
         draft_spec = shipped.spec
         drafter = drafter or shipped.kind
-        if drafter == shipped.kind == "hybrid" and draft_tokens is None:
+        if drafter == shipped.kind == defaults.HYBRID and draft_tokens is None:
             draft_tokens = shipped.draft_tokens
     kind = choose_drafter_kind(drafter, draft_spec)
     if kind in defaults.USES_DRAFT and not draft_spec:
@@ -110,7 +107,7 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
     from specdec_core.chat import template_renderer
 
     template_renderer().start()  # the chat template's child process: its start overlaps with loading
-    verifier = loader("verifier", verifier_spec or DEFAULT_VERIFIER)
+    verifier = loader("verifier", verifier_spec or defaults.VERIFIER)
     draft = verdict = None
     drafter_obj: Drafter | None
     if kind in defaults.USES_DRAFT:

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.session import HYBRID, MODEL, LoadRequest, load_session
+from app.session import LoadRequest, load_session
+from specdec_core.defaults import HYBRID, MODEL
 
 
 @pytest.fixture

@@ -263,12 +263,12 @@ def test_exports_keep_text_colours_and_trace():
 
 
 def test_the_apps_default_draft_is_the_one_the_cli_uses():
-    from app import store
-    from specdec_core.pairing import DEFAULT_VERIFIER, default_draft
+    from app.store import Settings
+    from specdec_core.pairing import default_draft
 
-    shipped = default_draft(None)
-    assert store.DEFAULT_VERIFIER == DEFAULT_VERIFIER
-    assert (store.DEFAULT_DRAFT, store.DEFAULT_DRAFTER, store.DEFAULT_DRAFT_TOKENS) == (
+    shipped, settings = default_draft(None), Settings()
+    assert default_draft(settings.verifier) is shipped
+    assert (settings.draft, settings.drafter, settings.draft_tokens) == (
         shipped.spec, shipped.kind, shipped.draft_tokens or 0)
 
 

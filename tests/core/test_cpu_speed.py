@@ -6,7 +6,7 @@ import pytest
 import tiny
 import torch
 
-from specdec_core import cpu_speed
+from specdec_core import cpu_attention, cpu_speed, memory
 from specdec_core.config import GenerationConfig
 from specdec_core.drafters import ModelDrafter
 from specdec_core.engine import Engine
@@ -123,7 +123,7 @@ def test_without_room_for_packed_copies_the_packed_counts_take_the_better_other_
                "columns": {rows: 5.0 if rows <= 2 else 12.0 for rows in cpu_speed.ROW_COUNTS},
                "packed": dict.fromkeys(cpu_speed.ROW_COUNTS, 4.0)}
     plan = cpu_speed.RowPlan((48, 24), dict.fromkeys(cpu_speed.ROW_COUNTS, "packed"), timings)
-    monkeypatch.setattr(cpu_speed, "available_memory", lambda: 1000)  # bytes: no room for 4.6 kB twice
+    monkeypatch.setattr(memory, "available_memory", lambda: 1000)  # bytes: no room for 4.6 kB twice
     (applied,) = cpu_speed.apply_plans(torch.nn.Sequential(layer), [plan])
     assert applied.forms == {rows: "columns" if rows <= 2 else "linear" for rows in cpu_speed.ROW_COUNTS}
     assert "_specdec_packed" not in vars(layer)
@@ -172,12 +172,12 @@ def test_the_memory_left_under_a_containers_cgroup_limit_caps_what_is_available(
     (folder / files[0]).write_text(str(2**30))  # 1 GiB limit ...
     (folder / files[1]).write_text(str(600 * 2**20))  # ... of which 600 MiB are used
     (tmp_path / "self-cgroup").write_text(own)
-    monkeypatch.setattr(cpu_speed, "_CGROUP_ROOT", tmp_path)
-    monkeypatch.setattr(cpu_speed, "_OWN_CGROUPS", tmp_path / "self-cgroup")
-    monkeypatch.setattr(cpu_speed, "_os_available_memory", lambda: 20 * 2**30)
-    assert cpu_speed.available_memory() == 424 * 2**20
+    monkeypatch.setattr(memory, "_CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(memory, "_OWN_CGROUPS", tmp_path / "self-cgroup")
+    monkeypatch.setattr(memory, "_os_available_memory", lambda: 20 * 2**30)
+    assert memory.available_memory() == 424 * 2**20
     (folder / files[0]).write_text("max" if version == "v2" else "9223372036854771712")  # no limit
-    assert cpu_speed.available_memory() == 20 * 2**30
+    assert memory.available_memory() == 20 * 2**30
 
 
 @pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
@@ -214,12 +214,78 @@ def test_the_growing_cache_gives_a_fresh_passs_logits_after_rollbacks_and_regrow
     assert cached.cache.get_seq_length() == len(cached.cached_ids)
 
 
-def test_cpu_attention_keeps_grouped_heads_in_the_kernel_even_with_a_mask(tiny_tokenizer, tmp_path):
+def load_on_cpu(folder, cache_dir, monkeypatch, *, backend: bool):
+    """`folder` loaded onto the CPU as the app loads it, with the CPU backend or (off switch) without."""
+    from specdec_core.models import load_model
+
+    with monkeypatch.context() as patch:
+        if not backend:
+            patch.setenv("SPECDEC_CPU_MATMUL", "off")
+        return load_model(str(folder), device="cpu", dtype="float32", cache_dir=cache_dir)
+
+
+def verify_logits(loaded, tiny_tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """A chain verify (5 new tokens after a prompt, masked) and a tree verify (its own mask), as the engine runs
+    them."""
+    ids = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    cached = CachedForward(loaded.model, loaded.device)
+    cached.logits_for(ids)
+    chain = cached.logits_for(ids + [11, 12, 13, 14, 15], n_last=5)
+    cached.logits_for(ids)
+    tree = cached.logits_for_tree(ids, [21, 22, 23, 24], [-1, 0, 0, 1])
+    return chain, tree
+
+
+def test_a_model_loaded_without_the_cpu_backend_gives_the_same_logits_and_leaves_transformers_as_it_was(
+        tiny_models_dir, tiny_tokenizer, tmp_path, monkeypatch):
+    from transformers import AttentionInterface
     from transformers.integrations import sdpa_attention
 
-    cpu_speed.speed_up(tiny.make_model("llama", tiny_tokenizer, seed=1), cache_dir=tmp_path)
-    mask = torch.ones(1, 1, 2, 3, dtype=torch.bool)
-    on_cpu = torch.zeros(1, 2, 3, 8)
-    elsewhere = torch.zeros(1, 2, 3, 8, device="meta")
-    assert sdpa_attention.use_gqa_in_sdpa(mask, on_cpu, on_cpu) is True
-    assert sdpa_attention.use_gqa_in_sdpa(mask, elsewhere, elsewhere) is False  # transformers' own answer
+    own_gqa_rule, own_sdpa = sdpa_attention.use_gqa_in_sdpa, AttentionInterface._global_mapping["sdpa"]
+    fast = load_on_cpu(tiny_models_dir["llama-verifier"], tmp_path, monkeypatch, backend=True)
+    plain = load_on_cpu(tiny_models_dir["llama-verifier"], tmp_path, monkeypatch, backend=False)
+    assert fast.model.config._attn_implementation == cpu_attention.NAME
+    assert plain.model.config._attn_implementation == "sdpa"
+    assert all("forward" not in vars(m) for m in plain.model.modules())
+    for got, expected in zip(verify_logits(fast, tiny_tokenizer), verify_logits(plain, tiny_tokenizer)):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert sdpa_attention.use_gqa_in_sdpa is own_gqa_rule  # no transformers function was replaced
+    assert AttentionInterface._global_mapping["sdpa"] is own_sdpa
+
+
+def test_cpu_attention_hands_grouped_heads_to_the_kernel_even_with_a_mask(tiny_models_dir, tiny_tokenizer,
+                                                                         tmp_path, monkeypatch):
+    kernel = torch.nn.functional.scaled_dot_product_attention
+    key_heads: list[int] = []
+
+    def recording(query, key, value, attn_mask=None, **kwargs):
+        if attn_mask is not None:
+            key_heads.append(key.shape[1])
+        return kernel(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    for backend, heads in ((True, 2), (False, 4)):  # the tiny llama: 4 query heads share 2 key/value heads
+        key_heads.clear()
+        verify_logits(load_on_cpu(tiny_models_dir["llama-verifier"], tmp_path, monkeypatch, backend=backend),
+                      tiny_tokenizer)
+        assert key_heads and set(key_heads) == {heads}
+
+
+def test_a_draft_heads_output_layer_gets_its_cpu_forms_at_load(tiny_tokenizer, tmp_path, monkeypatch):
+    from specdec_core.drafters import HeadDrafter
+
+    verifier = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1, logit_scale=8.0), tiny_tokenizer)
+    head = tiny.make_head(verifier, head_ids=list(range(0, 200, 2)))
+    head.model.save_pretrained(tmp_path / "head")
+    tiny_tokenizer.save_pretrained(tmp_path / "head")
+    monkeypatch.setattr(cpu_speed, "measure_plan", lambda weights: cpu_speed.RowPlan(  # as if columns won here
+        tuple(weights[0].shape), dict.fromkeys(cpu_speed.ROW_COUNTS, "columns"), {}))
+    loaded = load_on_cpu(tmp_path / "head", tmp_path / "cache", monkeypatch, backend=True)
+    assert "forward" in vars(loaded.head_output)  # the loader gave it the measured form
+    drafter = HeadDrafter(loaded)
+    drafter.attach(CachedForward(verifier.model, verifier.device))
+    assert drafter.output is loaded.head_output
+    states = torch.randn(3, verifier.model.config.hidden_size)
+    rows = verifier.model.get_output_embeddings().weight.detach()[head.model.head_ids]
+    torch.testing.assert_close(drafter._scores(states), torch.nn.functional.linear(states, rows),
+                               rtol=1e-5, atol=1e-5)

@@ -91,7 +91,7 @@ def test_ctrl_c_mid_reply_keeps_the_engine_and_history_consistent(folders, capsy
     assert reply == {"role": "assistant", "content": expected.text}
 
 
-_REAL_LOAD = cli._load
+_REAL_LOAD = cli.load_from_args
 
 
 def chat_session(monkeypatch, capsys, folders, lines, interrupt_call=None) -> tuple[int, str, str]:
@@ -102,7 +102,7 @@ def chat_session(monkeypatch, capsys, folders, lines, interrupt_call=None) -> tu
         return pair
 
     feed = iter(lines)
-    monkeypatch.setattr(cli, "_load", load)
+    monkeypatch.setattr(cli, "load_from_args", load)
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(feed))
     code = main(["chat", "--verifier", folders["verifier"], "--draft", folders["draft"], "--device", "cpu",
                  "--max-new-tokens", "24", "--color", "never"])

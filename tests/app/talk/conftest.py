@@ -11,7 +11,8 @@ import tiny
 @pytest.fixture(scope="session")
 def tiny_session(tiny_tokenizer):
     """An app Session over a tiny llama verifier and a noisy copy of it as the draft model."""
-    from app.session import MODEL, LoadRequest, Session
+    from app.session import LoadRequest, Session
+    from specdec_core.defaults import MODEL
     from specdec_core.drafters import ModelDrafter
     from specdec_core.engine import Engine
 

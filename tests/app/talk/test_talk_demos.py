@@ -100,7 +100,8 @@ def head_session(tiny_tokenizer):
     """An app Session like the embedded default: a draft head inside a hybrid with prompt lookup."""
     import tiny
 
-    from app.session import HYBRID, LoadRequest, Session
+    from app.session import LoadRequest, Session
+    from specdec_core.defaults import HYBRID
     from specdec_core.drafters import HeadDrafter, HybridDrafter
     from specdec_core.engine import Engine
 
