@@ -5,11 +5,10 @@ Layout under the data directory (platformdirs' user data dir, or $SPECDEC_DATA_D
     conversations/<id>.json   the JSON files of versions before the database; imported once, left in place
     settings.json             the app's settings
 
-Why SQLite: a reply used to rewrite its whole conversation file, traces included (17 MB and 2 s per
-save after 200 replies), and listing parsed every file. Now a save writes only the messages that
-changed since the last save or load, in one transaction (WAL journal: a crash or a full disk
-mid-write leaves the previous state), and the sidebar reads one indexed table. Saves run on a single
-writer thread, in order; `save` waits for its write, `save_in_background` does not.
+Why SQLite (measured in docs/performance.md, "Measurements behind comments in the code"): a save
+writes only the messages that changed since the last save or load, in one transaction (WAL journal: a
+crash or a full disk mid-write leaves the previous state), and the sidebar reads one indexed table. Saves
+run on a single writer thread, in order; `save` waits for its write, `save_in_background` does not.
 
 Everything read back is validated (app/validate.py): a damaged row, trace or JSON file is skipped or
 dropped and described in `notices`, never fatal. Data written by a newer version (a higher `format`)

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field, fields
 from specdec_core.events import (
     Finished,
     Prefilled,
-    RoundDrafted,
     RoundVerified,
     TokenCommitted,
     TokenRejected,
@@ -140,8 +139,6 @@ class ReplyTrace:
             self.stats = json.loads(json.dumps(event.stats.to_dict()))  # as it will read back from disk
             self.stop_reason = getattr(event.stop_reason, "value", str(event.stop_reason))
             self.error = event.error
-        elif isinstance(event, RoundDrafted):
-            pass  # the proposal is repeated, judged, in RoundVerified
 
     # ---- derived figures ------------------------------------------------------------------------
     @property

@@ -45,7 +45,7 @@ import torch  # noqa: E402
 
 from specdec_core.bench import machine_description, time_reply  # noqa: E402
 from specdec_core.config import GenerationConfig  # noqa: E402
-from specdec_core.drafters import Draft, ModelDrafter  # noqa: E402
+from specdec_core.drafters import Draft, DrafterBase, ModelDrafter  # noqa: E402
 from specdec_core.engine import Engine  # noqa: E402
 from specdec_core.events import DraftStop  # noqa: E402
 from specdec_core.models import LoadedModel  # noqa: E402
@@ -114,7 +114,7 @@ class CountingTokenizer:
         return "".join(f" t{int(i)}" for i in ids)
 
 
-class RandomTokenDrafter:
+class RandomTokenDrafter(DrafterBase):
     """Proposes uniformly random tokens in no time: the rounds of a perfectly cheap, useless draft."""
 
     name = "random tokens"

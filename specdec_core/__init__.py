@@ -11,12 +11,12 @@ from specdec_core.events import (
     Event,
     Finished,
     Prefilled,
-    RoundDrafted,
     RoundVerified,
     StopReason,
     TokenCommitted,
     TokenRejected,
     TokenState,
+    Verdict,
 )
 
 __all__ = [
@@ -25,11 +25,11 @@ __all__ = [
     "Event",
     "Finished",
     "Prefilled",
-    "RoundDrafted",
     "RoundVerified",
     "StopReason",
     "TokenCommitted",
     "TokenRejected",
     "TokenState",
+    "Verdict",
 ]
 __version__ = "0.1.0"

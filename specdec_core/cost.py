@@ -35,8 +35,8 @@ class VerifyCost:
     MAX_AGE = 256
     # A size with fewer than SETTLED timings of the last MAX_AGE passes is `stale`: the engine then times the
     # plain step again (the reference every tree is weighed against), so that it follows the machine's
-    # current load. One timing alone is not trusted: a pass that met the app's window laying out a new
-    # reply took 127 ms where trees of 16 nodes took 88, and made every tree look free.
+    # current load. One timing alone is not trusted: one slow pass can make every tree look free
+    # (docs/performance.md, "Measurements behind comments in the code").
 
     def __init__(self, seconds: dict[int, float] | None = None):
         self._samples: dict[int, deque[tuple[int, float]]] = {}  # rows -> (pass number, seconds)
@@ -227,7 +227,7 @@ class PositionRecord:
     back to the prior: a drafter priced out is tried again after some 10-20 rounds, not every few (on the
     1.5B verifier of docs/performance.md a wrong 4-token copy cost a second plain step)."""
 
-    PRIOR = (0.5, 0.65, 0.8, 0.85)  # about prompt lookup's rates on the bundled prompts (drafters.LOOKUP_ACCEPTANCE)
+    PRIOR = (0.5, 0.65, 0.8, 0.85)  # about prompt lookup's rates on the bundled prompts (trees.LOOKUP_ACCEPTANCE)
     PRIOR_WEIGHT = 2.0
     DECAY = 0.9
     AGING = 0.97

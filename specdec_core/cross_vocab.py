@@ -39,18 +39,10 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.defaults import SLEM, TLI
-from specdec_core.drafters import (
-    Copy,
-    Draft,
-    DraftTree,
-    Worth,
-    _autoregress,
-    _grow_tree,
-    _no_tree,
-    level_as_tree,
-)
+from specdec_core.drafters import Draft, DrafterBase, _autoregress
 from specdec_core.events import DraftStop
 from specdec_core.kv import CachedForward, supports_trees
+from specdec_core.trees import NO_COPY, Copy, DraftTree, Worth, grow_tree, level_as_tree
 
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
@@ -284,7 +276,7 @@ class Retokenizer:
 # --------------------------------------------------------------------------- the drafters
 
 
-class _CrossVocabDrafter:
+class _CrossVocabDrafter(DrafterBase):
     """What both drafters share: the draft model with its cache, the vocabulary map and the text bridge."""
 
     strategy = ""
@@ -321,13 +313,11 @@ class _CrossVocabDrafter:
         return " + ".join(repr(t) for t in tokens) + f" ({'ids' if len(draft_ids) > 1 else 'id'} {ids})"
 
 
-NO_COPY = Copy()  # a tree without prompt lookup's branch
-
-
 class TokenIntersectionDrafter(_CrossVocabDrafter):
     """TLI: the draft's distribution over the shared tokens, proposed as the verifier's ids."""
 
     strategy = TLI
+    grows_trees = True
 
     def __init__(self, draft: LoadedModel, verifier: LoadedModel):
         super().__init__(draft, verifier)
@@ -370,14 +360,14 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
                      vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
                      worth: Worth | None = None) -> DraftTree:
-        """A tree over the shared tokens (see drafters._grow_tree); each path runs on the draft's cache,
+        """A tree over the shared tokens (see trees.TreeGrowth); each path runs on the draft's cache,
         whose prefix rule makes moving between branches cost only the part that differs."""
         start = time.perf_counter()
         context = self.read(ids)
         if max_nodes <= 0 or max_depth <= 0:
-            return _no_tree(DraftStop.MAX_TOKENS, start)
+            return DraftTree.empty(DraftStop.MAX_TOKENS, start)
         if not context or not self.map.shared:
-            return _no_tree(DraftStop.NO_MATCH, start)
+            return DraftTree.empty(DraftStop.NO_MATCH, start)
 
         def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
             # A level in one draft pass (tree attention) when every token on its paths is a shared one.
@@ -391,7 +381,7 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
                     for tokens in paths_tokens]
             return torch.stack(rows), self._targets
 
-        return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
 
 LOOK_BEHIND = 8  # committed verifier tokens re-encoded with the draft's text, so token boundaries line up

@@ -34,11 +34,7 @@ GAMMA_CEILING = 16  # the longest draft the settings offer, and adaptive draftin
 # --- draft trees ---
 # `--tree-nodes auto`: when greedy, trees of up to TREE_NODES nodes, sized each round by the cost model
 # (cost.py), which measures what checking k tokens costs on this machine and keeps only the nodes that pay
-# (none, when a plain step is fastest). On a GPU a pass over 16 tokens is expected to cost about what one
-# does. On the 2-core CPU of docs/performance.md checking 5 tokens now costs about one step and 9 about 1.4
-# (cpu_speed.py's packed form), and cost-aware trees measured 1.89-1.91x against the chain's 1.57-1.60x on
-# held-out prompts, 1.61-1.63x against 1.49x on the bundled ones and 1.67-1.71x against 1.55x on the task
-# prompts (2026-12-01, performance.md "Draft trees").
+# (none, when a plain step is fastest). Why 16: docs/performance.md, "Measurements behind comments in the code".
 # When sampling, auto keeps the chain: tree sizes follow this machine's timings, and they decide which
 # random draws a round makes, so a seed would no longer reproduce a reply (the output distribution is the
 # verifier's either way). An explicit number applies as given; 0 is the chain.

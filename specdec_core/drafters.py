@@ -1,8 +1,10 @@
 """Drafters: whatever proposes tokens for the verifier to check.
 
-The contract is two methods (after transformers' candidate generators): `propose` returns up to
-`max_tokens` tokens with the exact distribution each was sampled from, and `observe` is told how many
-the verifier accepted (adaptive strategies may use it; rollback itself is implicit, see kv.py).
+The contract (`Drafter`, after transformers' candidate generators): `propose` returns up to `max_tokens`
+tokens with the exact distribution each was sampled from, and `observe` is told how many the verifier
+accepted (adaptive strategies may use it; rollback itself is implicit, see kv.py). A drafter that can grow
+a tree of candidates (trees.py) says so with `grows_trees` and drafts one with `propose_tree`. The other
+hooks (`prefill`, `reset`, `reset_cache`, `attach`) have no-op defaults in DrafterBase.
 A drafter need not be a model: prompt lookup copies from the conversation.
 """
 
@@ -17,11 +19,11 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.cost import PositionRecord
 from specdec_core.draft_head import HeadCache
 from specdec_core.events import DraftStop
 from specdec_core.kv import CachedForward, common_prefix_length, supports_trees
-from specdec_core.sampling import processed_probs, sample, seen_tokens
+from specdec_core.sampling import processed_probs, sample, seen_tokens, shown_probs
+from specdec_core.trees import NO_COPY, Copy, CopyRecord, DraftTree, Worth, grow_tree, level_as_tree
 
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
@@ -31,259 +33,37 @@ if TYPE_CHECKING:
 class Draft:
     token_ids: tuple[int, ...]
     draft_probs: torch.Tensor  # [k, V] the processed distribution each token was sampled from
-    display_probs: tuple[float, ...]  # draft(x_i) for people: softmax at temperature 1 when greedy
+    display_probs: tuple[float, ...]  # draft(x_i) for people (sampling.shown_probs)
     stop: DraftStop
     draft_s: float
     # A draft with another tokenizer (cross_vocab.py): the draft's own token(s) behind each proposed token.
     sources: tuple[str, ...] = ()
 
-
-TREE_WIDTH = 4  # candidates considered under each expanded node (the tree keeps the best of them overall)
-
-
-def path_to(parents: Sequence[int], node: int) -> list[int]:
-    """Nodes from the root's child down to `node`, in a tree given by each node's parent (-1: the root)."""
-    path = []
-    while node >= 0:
-        path.append(node)
-        node = parents[node]
-    return path[::-1]
-
-
-@dataclass(frozen=True)
-class DraftTree:
-    """Candidate continuations as a tree: node i is token_ids[i] after node parents[i] (-1: after the last
-    committed token). Nodes come best first, so every parent precedes its children and any prefix of the
-    nodes is a tree too. Each candidate is chosen, not sampled: the verifier checks it as a one-hot
-    proposal (sampling.accept_tree), which is exact whatever the draft's distribution."""
-
-    token_ids: tuple[int, ...]
-    parents: tuple[int, ...]
-    values: tuple[float, ...]  # the draft's probability that the whole path to the node is right
-    display_probs: tuple[float, ...]  # draft(x) given the path above it, as people read it
-    stop: DraftStop
-    draft_s: float
-    expansions: int = 0  # draft steps taken to grow it (each scores one node's children)
-    copied: tuple[bool, ...] = ()  # per node: proposed by prompt lookup's copy, not by the draft (empty: none)
-
-    def __len__(self) -> int:
-        return len(self.token_ids)
-
-    def prefix(self, n: int) -> DraftTree:
-        """The n best nodes (a tree, since parents come first)."""
-        return dataclasses.replace(self, token_ids=self.token_ids[:n], parents=self.parents[:n],
-                                   values=self.values[:n], display_probs=self.display_probs[:n],
-                                   copied=self.copied[:n])
-
-    def is_copy(self, node: int) -> bool:
-        return node < len(self.copied) and self.copied[node]
-
-    def path_to(self, node: int) -> list[int]:
-        """Nodes from the root's child down to `node`."""
-        return path_to(self.parents, node)
-
-
-
-Worth = Callable[[Sequence[float], int, int], float]  # see _grow_tree
-
-
-# Prompt lookup's copies joined to a tree: the chance that a copied token is right given the copy was right so
-# far (measured on the bundled prompts: 0.54 at the first position, then 0.67, 0.81, 0.86; performance.md).
-# The prior of CopyRecord, which learns the conversation's own rates.
-LOOKUP_ACCEPTANCE = (0.54, 0.67, 0.81, 0.86)
-
-
-@dataclass(frozen=True)
-class Copy:
-    """Prompt lookup's continuation, joined to a tree as one more branch: its tokens, and the chance that
-    each is right given that the ones before it were (the last rate holds for the positions past it)."""
-
-    tokens: tuple[int, ...] = ()
-    acceptance: tuple[float, ...] = LOOKUP_ACCEPTANCE
-
-    def rate(self, position: int) -> float:
-        return self.acceptance[min(position, len(self.acceptance) - 1)]
-
-
-class CopyRecord(PositionRecord):
-    """How often prompt lookup's copies turned out right in this conversation, by position.
-
-    A copy's worth depends on the text: a reply that rewrites a given text copies long runs that are
-    right, a free answer copies short ones that are not. The record starts from LOOKUP_ACCEPTANCE (worth
-    PRIOR_WEIGHT copies) and follows the recent copies (each older one counts DECAY times less), so a
-    tree keeps a long copy where copies have been right, and prunes it where they have not."""
-
-    PRIOR_WEIGHT = 4.0
-
-    def __init__(self, prior: Sequence[float] = LOOKUP_ACCEPTANCE):
-        super().__init__(prior)
-
-    def acceptance(self) -> tuple[float, ...]:
-        return self.rates()
-
-    def record(self, copied: Sequence[int], verified: Sequence[int]) -> None:
-        """A copy proposed after some text, and the tokens the verifier then produced there (only the
-        positions they cover are judged)."""
-        judged = min(len(copied), len(verified))
-        if judged:
-            right = next((i for i in range(judged) if copied[i] != verified[i]), judged)
-            self.observe(judged, right)
-
-
-# (paths, their tokens) -> the draft's scores [n, m] after each path, and the verifier id of each of the m
-# columns (None: column i is id i). See _grow_tree.
-LevelLogits = Callable[[list[list[int]], list[list[int]]], tuple[torch.Tensor, torch.Tensor | None]]
-
-
-@dataclass
-class _Candidate:
-    token: int
-    parent: int  # candidate index, -1: the root
-    value: float  # the draft's probability that the whole path to it is right
-    shown: float  # the draft's probability of the token given its path, as people read it
-    depth: int  # 0: a child of the root
-    copied: bool = False  # proposed by prompt lookup's copy (and not by the draft)
-
-
-def _grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth: int, config: GenerationConfig,
-               eos_token_ids: frozenset[int], copied: Copy = Copy(), worth: Worth | None = None) -> DraftTree:
-    """Grow a tree a level at a time, then keep its best nodes (after EAGLE-2's expand and rerank phases).
-
-    Each level expands, in one call, the TREE_WIDTH likeliest candidates of the deepest level into their
-    TREE_WIDTH likeliest children: `logits_for(paths, paths_tokens)` gives the draft's logits after each path
-    of candidate indices ([[]] for the root's), [n, vocab] over the verifier's ids or [n, m] over the m ids it
-    also returns (a head scores only its own ids; the others have no draft mass). A draft that can score
-    several paths at once (the head) pays for a level about what one path costs. The tree checked is then
-    the `max_nodes` candidates with the highest values; a child's value never exceeds its parent's, so
-    they form a tree, parents first.
-
-    `copied`: a continuation prompt lookup found; it joins the tree whole, as one more branch valued with its
-    acceptance rates, so the verifier can take the copy, the draft's guess, or whichever is right.
-
-    `worth(values, expansions, more)`: the least value the next node must have to pay for its checking and
-    `more` further expansions (levels), given the values of the best nodes so far and the `expansions` made
-    (cost.TreeSizer.least_value). A candidate below it is not checked, and one whose own value could not
-    pay for another level is not expanded (its children are worth less): an unsure draft costs one look at
-    the root's distribution and nothing more."""
-    candidates: list[_Candidate] = []
-    index: dict[tuple[int, int], int] = {}  # (parent, token) -> candidate
-    expansions = 0
-
-    def path_of(node: int) -> list[int]:
-        return path_to([c.parent for c in candidates], node) if node >= 0 else []
-
-    def offer(parent: int, token: int, value: float, shown: float, depth: int, copied: bool = False) -> int:
-        held = index.get((parent, token))
-        if held is None:
-            held = index[(parent, token)] = len(candidates)
-            candidates.append(_Candidate(token, parent, value, shown, depth, copied))
-        elif value > candidates[held].value:  # proposed twice (by the draft and by the copy): the likelier
-            candidates[held].value = value
-        return held
-
-    def best(limit: int) -> list[int]:
-        """The candidates that would be checked now: by value, parents first, at most `limit`."""
-        order = sorted(range(len(candidates)), key=lambda i: (-candidates[i].value, i))
-        kept: set[int] = set()
-        chosen = []
-        for i in order:
-            if len(chosen) >= limit:
-                break
-            if candidates[i].parent < 0 or candidates[i].parent in kept:
-                kept.add(i)
-                chosen.append(i)
-        return chosen
-
-    def checked() -> tuple[list[int], bool]:
-        """The best candidates that pay for their rows (all of the best, without `worth`); and whether
-        one was priced out."""
-        chosen: list[int] = []
-        for i in best(max_nodes):
-            if worth is not None and candidates[i].value < worth([candidates[n].value for n in chosen],
-                                                                   expansions, 0):
-                return chosen, True
-            chosen.append(i)
-        return chosen, False
-
-    def expand(parents: list[int]) -> None:
-        nonlocal expansions
-        expansions += 1
-        paths = [path_of(node) for node in parents]
-        paths_tokens = [[candidates[n].token for n in path] for path in paths]
-        rows, ids = logits_for(paths, paths_tokens)
-        # Greedy: rank by the softmax (the sampled one-hot says nothing); sampling: by the processed probs.
-        probs = torch.softmax(rows.float(), -1) if config.greedy else processed_probs(rows, config)
-        top = torch.topk(probs, min(TREE_WIDTH, probs.shape[-1]), dim=-1)
-        tokens = top.indices if ids is None else ids[top.indices]
-        for row, (parent, path_tokens) in enumerate(zip(parents, paths_tokens)):
-            value = candidates[parent].value if parent >= 0 else 1.0
-            depth = len(path_tokens)
-            for prob, token in zip(top.values[row].tolist(), tokens[row].tolist()):
-                if prob > 0:
-                    offer(parent, token, value * prob, prob, depth)
-            if parent < 0:  # the copy joins whole: it costs no drafting (shown as lookup proposes it: p = 1)
-                node, value = -1, 1.0
-                for depth, token in enumerate(copied.tokens[:max_depth]):
-                    value *= copied.rate(depth)
-                    node = offer(node, token, value, 1.0, depth, copied=True)
-
-    expand([-1])
-    expanded: set[int] = set()
-    for depth in range(max_depth - 1):
-        chosen, _ = checked()
-        values = [candidates[i].value for i in chosen]
-        # A node is scored with its ancestors' states, so only children of expanded nodes (or of the root)
-        # can be expanded: a copied node deep in the copy waits until the copy above it was expanded.
-        least = 0.0 if worth is None else worth(values, expansions, 1)
-        level = [i for i in chosen if candidates[i].depth == depth and candidates[i].token not in eos_token_ids
-                 and (candidates[i].parent < 0 or candidates[i].parent in expanded)
-                 and candidates[i].value >= least][:TREE_WIDTH]
-        if not level:
-            break
-        expand(level)
-        expanded.update(level)
-
-    chosen, priced_out = checked()
-    position = {node: k for k, node in enumerate(chosen)}
-    picked = [candidates[i] for i in chosen]
-    stop = DraftStop.TREE if chosen else DraftStop.COST if priced_out else DraftStop.NO_MATCH
-    return DraftTree(tuple(c.token for c in picked), tuple(position[c.parent] if c.parent >= 0 else -1 for c in picked),
-                     tuple(c.value for c in picked), tuple(c.shown for c in picked), stop,
-                     time.perf_counter() - start, expansions, tuple(c.copied for c in picked))
-
-
-def level_as_tree(paths: list[list[int]], paths_tokens: list[list[int]], readable: Callable[[int], int | None]
-                  ) -> tuple[list[int], list[int], list[int]] | None:
-    """A tree level's paths (candidate indices, root's child first) as one tree a draft model can run in one
-    pass (kv.CachedForward.logits_for_tree): its nodes' tokens in the draft's ids (`readable`: None where the
-    draft cannot read a token, and then None for the whole level), each node's parent (-1: after the
-    committed tokens), and the logits row after each path's last node. Ancestors come first on every path."""
-    local: dict[int, int] = {}  # candidate -> node of this pass
-    tokens: list[int] = []
-    parents: list[int] = []
-    for path, path_tokens in zip(paths, paths_tokens):
-        for depth, (candidate, token) in enumerate(zip(path, path_tokens)):
-            if candidate in local:
-                continue
-            own = readable(token)
-            if own is None:
-                return None
-            local[candidate] = len(tokens)
-            tokens.append(own)
-            parents.append(local[path[depth - 1]] if depth else -1)
-    return tokens, parents, [1 + local[path[-1]] for path in paths]
-
-
-def _no_tree(stop: DraftStop, start: float) -> DraftTree:
-    return DraftTree((), (), (), (), stop, time.perf_counter() - start)
+    @classmethod
+    def empty(cls, stop: DraftStop, vocab_size: int, start: float | None = None) -> Draft:
+        """No tokens, and why; `start`: when drafting began (None: no time spent)."""
+        return cls((), torch.empty(0, vocab_size), (), stop, 0.0 if start is None else time.perf_counter() - start)
 
 
 class Drafter(Protocol):
     name: str
 
+    @property
+    def grows_trees(self) -> bool:
+        """Whether propose_tree drafts a tree (else the engine drafts chains with propose)."""
+        ...
+
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:
-        """Up to `max_tokens` tokens continuing `ids` (prompt + verified tokens), autoregressively."""
+        """Up to `max_tokens` tokens continuing `ids` (prompt + verified tokens), autoregressively; a proposal
+        ends at its first end of sequence."""
+        ...
+
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
+                     worth: Worth | None = None) -> DraftTree:
+        """Up to `max_nodes` candidates continuing `ids`, at most `max_depth` deep, best first (trees.py;
+        `copied` joins as one more branch, `worth` prices nodes: see trees.TreeGrowth)."""
         ...
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
@@ -298,6 +78,42 @@ class Drafter(Protocol):
         """Start of a reply: reseed random draws (caches may be kept; they are keyed by token ids)."""
         ...
 
+    def reset_cache(self) -> None:
+        """Forget any cache of its own (the engine's caches were reset: they may hold a half-written step)."""
+        ...
+
+    def attach(self, verifier_forward: CachedForward) -> None:
+        """The verifier the drafter's proposals go to (a draft head reads its hidden states through it)."""
+        ...
+
+
+class DrafterBase:
+    """The Drafter hooks' no-op defaults: no tree, nothing to read ahead, reseed, reset or attach."""
+
+    @property
+    def grows_trees(self) -> bool:
+        return False
+
+    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
+                     worth: Worth | None = None) -> DraftTree:
+        return DraftTree.empty(DraftStop.NO_MATCH)  # grows_trees is False: the engine never asks
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        pass
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        pass
+
+    def reset(self, seed: int) -> None:
+        pass
+
+    def reset_cache(self) -> None:
+        pass
+
+    def attach(self, verifier_forward: CachedForward) -> None:
+        pass
+
 
 def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator, first: bool,
           seen: torch.Tensor | None = None) -> tuple[int, torch.Tensor, float] | None:
@@ -305,12 +121,11 @@ def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Gener
     from, its probability as people read it), or None when the confidence cutoff ends the round.
     `seen`: the ids of the history so far, for the repetition penalty (sampling.seen_tokens)."""
     draft_probs = processed_probs(logits, config, seen)
-    # What people see: when greedy the sampled distribution is a one-hot, so show the softmax.
-    shown_probs = torch.softmax(logits.float(), -1) if config.greedy else draft_probs
-    if config.confidence_cutoff and not first and float(shown_probs.max()) < config.confidence_cutoff:
+    shown = shown_probs(logits, config, draft_probs)
+    if config.confidence_cutoff and not first and float(shown.max()) < config.confidence_cutoff:
         return None
     token = sample(draft_probs, generator)
-    return token, draft_probs, float(shown_probs[token])
+    return token, draft_probs, float(shown[token])
 
 
 def in_verifier_ids(logits: torch.Tensor, known: int, vocab_size: int) -> torch.Tensor:
@@ -354,7 +169,7 @@ def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float,
     return Draft(tuple(tokens), probs, tuple(shown), stop, time.perf_counter() - start)
 
 
-class ModelDrafter:
+class ModelDrafter(DrafterBase):
     """A small causal LM with its own KV cache, sampling from the same processed distribution rule
     as the verifier (temperature, top-k, top-p) so that the acceptance ratio is exact.
 
@@ -362,6 +177,8 @@ class ModelDrafter:
     mean the same text). It proposes only ids it knows, and reads the verifier's other ids as its unknown
     token, or not at all when it has none: what the draft reads changes only how good its guesses are,
     never the output's distribution."""
+
+    grows_trees = True
 
     def __init__(self, draft: LoadedModel):
         self.draft = draft
@@ -377,8 +194,10 @@ class ModelDrafter:
         ids = list(ids)
         if not ids or max(ids) < self.known_ids:
             return ids
-        return [t if t < self.known_ids else self.unknown_id for t in ids  # type: ignore[misc]
-                if t < self.known_ids or self.unknown_id is not None]
+        unknown = self.unknown_id
+        if unknown is None:
+            return [t for t in ids if t < self.known_ids]
+        return [t if t < self.known_ids else unknown for t in ids]
 
     def reset(self, seed: int) -> None:
         # Seeded apart from the verifier's generator so the two streams of draws never coincide.
@@ -397,7 +216,7 @@ class ModelDrafter:
         start = time.perf_counter()
         context = self._readable(ids)
         if not context:  # the draft can read nothing of this sequence: it has nothing to continue
-            return Draft((), torch.empty(0, vocab_size), (), DraftStop.NO_MATCH, time.perf_counter() - start)
+            return Draft.empty(DraftStop.NO_MATCH, vocab_size, start)
 
         def next_logits(drafted: list[int]) -> torch.Tensor:
             # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
@@ -407,9 +226,9 @@ class ModelDrafter:
                             ids)
 
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
                      worth: Worth | None = None) -> DraftTree:
-        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
+        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see trees.TreeGrowth).
 
         A level costs one draft forward pass, whatever its width: the level's paths, with their ancestors,
         run as a tree after the committed tokens, each node attending only to its own ancestors (kv.py's
@@ -419,7 +238,7 @@ class ModelDrafter:
         start = time.perf_counter()
         context = self._readable(ids)
         if not context or max_nodes <= 0 or max_depth <= 0:
-            return _no_tree(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
+            return DraftTree.empty(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
 
         def in_ids(row: torch.Tensor) -> torch.Tensor:
             return in_verifier_ids(row, self.known_ids, vocab_size)
@@ -436,7 +255,7 @@ class ModelDrafter:
             self.forward.keep_path([])  # roll back: the cache holds the committed tokens only, as before
             return torch.stack([in_ids(logits[row]) for row in rows]), None
 
-        return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
     def _level_tree(self, paths: list[list[int]], paths_tokens: list[list[int]]
                     ) -> tuple[list[int], list[int], list[int]] | None:
@@ -452,7 +271,7 @@ class ModelDrafter:
         pass  # rollback is implicit: the next propose() keeps only the cache prefix that still matches
 
 
-class HeadDrafter:
+class HeadDrafter(DrafterBase):
     """A draft head (draft_head.py, after EAGLE) that reads the verifier's final hidden states.
 
     Before each round the head catches up on the positions the verifier has verified since the last
@@ -462,6 +281,8 @@ class HeadDrafter:
     never leaves a predicted state behind.
 
     The engine calls `attach` with the verifier's CachedForward, which then records hidden states."""
+
+    grows_trees = True
 
     def __init__(self, head: LoadedModel):
         self.draft = head
@@ -566,7 +387,7 @@ class HeadDrafter:
         state = self._catch_up(context) if max_tokens > 0 else None
         if state is None:  # no room left, or the verifier has not read `ids`: nothing to draft from
             stop = DraftStop.MAX_TOKENS if max_tokens <= 0 else DraftStop.NO_MATCH
-            return Draft((), torch.empty(0, vocab_size), (), stop, time.perf_counter() - start)
+            return Draft.empty(stop, vocab_size, start)
         current = [state]
 
         def next_logits(drafted: list[int]) -> torch.Tensor:
@@ -580,9 +401,9 @@ class HeadDrafter:
 
     @torch.inference_mode()
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = Copy(),
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
                      worth: Worth | None = None) -> DraftTree:
-        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see _grow_tree).
+        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see trees.TreeGrowth).
 
         A level's nodes, all at depth d, run through the head in one call: each is fed at the position after
         the last true one plus d, with the state its parent predicted, and attends to the true positions,
@@ -592,7 +413,8 @@ class HeadDrafter:
         context = list(ids)
         root_state = self._catch_up(context) if max_nodes > 0 and max_depth > 0 else None
         if root_state is None:
-            return _no_tree(DraftStop.MAX_TOKENS if max_nodes <= 0 or max_depth <= 0 else DraftStop.NO_MATCH, start)
+            stop = DraftStop.MAX_TOKENS if max_nodes <= 0 or max_depth <= 0 else DraftStop.NO_MATCH
+            return DraftTree.empty(stop, start)
         first_position = len(context) - 1  # _catch_up left the cache at the true positions
         predicted: dict[int, torch.Tensor] = {}  # node -> the state the head predicts after it
         slot: dict[int, int] = {}  # node -> its position in the head's cache
@@ -621,13 +443,13 @@ class HeadDrafter:
                 predicted[node], slot[node] = out[row], past + row
             return scores(out)
 
-        return _grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # the next propose() keeps only the positions computed from true states
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(DrafterBase):
     """Copy the continuation of the latest earlier occurrence of the sequence's last n-gram
     (n = max_ngram down to min_ngram). No model: the proposal is deterministic, so each token's
     draft distribution is a one-hot, and the acceptance rule accepts it with probability target(x).
@@ -640,12 +462,6 @@ class PromptLookupDrafter:
         self.name = "prompt lookup"
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-
-    def reset(self, seed: int) -> None:
-        pass
-
-    def prefill(self, ids: Sequence[int]) -> None:
-        pass
 
     def _continuation(self, ids: list[int], max_tokens: int) -> list[int]:
         for n in range(min(self.max_ngram, len(ids) - 1), self.min_ngram - 1, -1):
@@ -687,11 +503,8 @@ class PromptLookupDrafter:
         probs = torch.nn.functional.one_hot(index, vocab_size).float() if tokens else torch.empty(0, vocab_size)
         return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start)
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        pass
 
-
-class HybridDrafter:
+class HybridDrafter(DrafterBase):
     """Prompt lookup where the conversation has a match, the draft model everywhere else.
 
     Copying is free and, after a 2-3 token match, often long and right (names, code, quoted text);
@@ -718,17 +531,19 @@ class HybridDrafter:
         self.model_drafter.reset(seed)
         self._last_copy = None  # a new reply: what follows the last copy is the chat template, not a verdict
 
+    @property
+    def grows_trees(self) -> bool:
+        return self.model_drafter.grows_trees
+
     def reset_cache(self) -> None:
         self._last_copy = None
-        reset = getattr(self.model_drafter, "reset_cache", None)
-        if reset is not None:
-            reset()
+        self.model_drafter.reset_cache()
 
     def prefill(self, ids: Sequence[int]) -> None:
         self.model_drafter.prefill(ids)
 
     def attach(self, verifier_forward: CachedForward) -> None:
-        attach_drafter(self.model_drafter, verifier_forward)
+        self.model_drafter.attach(verifier_forward)
 
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:
@@ -742,35 +557,23 @@ class HybridDrafter:
         return dataclasses.replace(drafted, stop=stop, draft_s=drafted.draft_s + copied.draft_s)
 
     def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], worth: Worth | None = None) -> DraftTree:
-        """The draft's tree with prompt lookup's copy (if it finds one) as one more branch."""
+                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
+                     worth: Worth | None = None) -> DraftTree:
+        """The draft's tree with prompt lookup's copy as one more branch (`copied` where lookup finds none)."""
         ids = list(ids)
         if self._last_copy is not None:  # judge the last round's copy by what the verifier produced there
             before, copy = self._last_copy
             if len(ids) > len(before) and ids[:len(before)] == before:
                 self.copies.record(copy, ids[len(before):])
-        copied = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids)
-        self._last_copy = (ids, copied.token_ids) if copied.token_ids else None
-        branch = Copy(copied.token_ids, self.copies.acceptance())
-        tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config,  # type: ignore[attr-defined]
-                                               vocab_size, eos_token_ids, branch, worth)
-        return dataclasses.replace(tree, draft_s=tree.draft_s + copied.draft_s)
+        found = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids)
+        self._last_copy = (ids, found.token_ids) if found.token_ids else None
+        branch = Copy(found.token_ids, self.copies.acceptance()) if found.token_ids else copied
+        tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config, vocab_size, eos_token_ids,
+                                               branch, worth)
+        return dataclasses.replace(tree, draft_s=tree.draft_s + found.draft_s)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)
-
-
-def grows_trees(drafter: Drafter | None) -> bool:
-    """Whether `drafter` can propose a tree of candidates (a draft model or head, alone or in a hybrid)."""
-    inner = model_drafter_of(drafter)
-    return inner is not None and hasattr(inner, "propose_tree") and hasattr(drafter, "propose_tree")
-
-
-def attach_drafter(drafter: Drafter | None, verifier_forward: CachedForward) -> None:
-    """Let a drafter that reads the verifier (a draft head, or a wrapper around one) read `verifier_forward`."""
-    attach = getattr(drafter, "attach", None)
-    if attach is not None:
-        attach(verifier_forward)
 
 
 def model_drafter_of(drafter: Drafter | None) -> Drafter | None:

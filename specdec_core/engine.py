@@ -1,6 +1,8 @@
 """The speculative decoding loop: prefill, then rounds of draft -> verify -> accept -> roll back -> emit.
 
-Generation is a generator of typed events (events.py); the CLI, the benchmarks and the app consume it.
+A round checks a chain of drafted tokens (Engine._round) or, when the drafter grows them, a tree of
+candidates (Engine._tree_round, trees.py), with the same steps; either is shown as the main line it reads
+as. Generation is a generator of typed events (events.py); the CLI, the benchmarks and the app consume it.
 The engine knows token ids, not chat messages (chat.py builds prompts), and touches each model only
 through kv.CachedForward, which also holds the one rollback rule.
 """
@@ -19,34 +21,34 @@ import torch
 from specdec_core import defaults
 from specdec_core.config import TREE_AUTO, GenerationConfig
 from specdec_core.cost import PositionRecord, TreeSizer, VerifyCost
-from specdec_core.drafters import Draft, Drafter, DraftTree, attach_drafter, grows_trees
+from specdec_core.drafters import Draft, Drafter
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
-    DraftedTokenVerdict,
     DraftStop,
     Event,
     Finished,
     Prefilled,
-    RoundDrafted,
     RoundVerified,
     StopReason,
     TokenCommitted,
     TokenRejected,
     TokenState,
-    TreeNodeVerdict,
+    Verdict,
+    drafted_token,
 )
 from specdec_core.kv import CachedForward, supports_trees
 from specdec_core.sampling import (
-    Acceptance,
     TreeAcceptance,
     accept_drafts,
     accept_tree,
     processed_probs,
     seen_tokens,
+    shown_probs,
 )
 from specdec_core.stats import StatsAccumulator
 from specdec_core.textstream import TextStream
+from specdec_core.trees import DraftTree
 
 if TYPE_CHECKING:
     from specdec_core.models import LoadedModel
@@ -80,14 +82,11 @@ def _synchronize(device: torch.device) -> None:
 class RoundResult:
     """What one round produced; the loop reads it, consumers get its events."""
 
-    drafted: RoundDrafted | None  # None when the round did not speculate
     verified: RoundVerified
     tokens: tuple[TokenCommitted | TokenRejected, ...]  # in the order a viewer shows them
     committed: tuple[int, ...]  # token ids the round adds to the reply
 
     def events(self) -> Iterator[Event]:
-        if self.drafted is not None:
-            yield self.drafted
         yield self.verified
         yield from self.tokens
 
@@ -112,6 +111,35 @@ class _Reply:
 
 
 @dataclass(frozen=True)
+class _MainLine:
+    """A round's drafted tokens in reading order, judged: a chain, or a tree's main line (the accepted path,
+    then the draft's best guess below it). The round shows it, so a chain is a tree of width one."""
+
+    token_ids: tuple[int, ...]
+    draft_probs: tuple[float, ...]  # as people read them
+    accept_probs: tuple[float, ...]  # the rule's probability of accepting each
+    n_accepted: int
+    committed: tuple[int, ...]  # the accepted tokens, then the verifier's own (none after an accepted end)
+    rows: tuple[int, ...]  # the verifier pass's row at each token, and after the last (a chain: 0..k)
+    stop: DraftStop  # why drafting stopped
+    gamma: int  # the round's length limit (0: the round did not speculate)
+    sources: tuple[str, ...] = ()  # a draft with another tokenizer: its own token(s) behind each
+
+    def verdicts(self, texts: Sequence[str], shown: torch.Tensor) -> tuple[Verdict, ...]:
+        """Each token with what it adds to the reply (`texts`) and the verifier's view of it (`shown`, the
+        main line's rows as people read them)."""
+        k = len(self.token_ids)
+        drafted = torch.tensor(self.token_ids, dtype=torch.long, device=shown.device)
+        targets = shown[torch.arange(k, device=shown.device), drafted].tolist() if k else []
+        return tuple(Verdict(token_id=token, text=texts[i], parent=i - 1, draft_prob=self.draft_probs[i],
+                             target_prob=targets[i], accept_prob=self.accept_probs[i], accepted=i < self.n_accepted)
+                     for i, token in enumerate(self.token_ids))
+
+    def source(self, i: int) -> str | None:
+        return self.sources[i] if i < len(self.sources) else None
+
+
+@dataclass(frozen=True)
 class _Timing:
     draft_s: float
     verify_s: float
@@ -124,21 +152,6 @@ def adapted_gamma(gamma: int, verified: RoundVerified, gamma_max: int) -> int:
     if verified.n_accepted == len(verified.drafted):
         return min(gamma + 2, gamma_max)
     return max(1, gamma - 1)
-
-
-def _ends_on_eos(draft: Draft, n_accepted: int, eos_token_ids: frozenset[int]) -> bool:
-    return n_accepted == len(draft.token_ids) > 0 and draft.token_ids[-1] in eos_token_ids
-
-
-def _mainline(tree: DraftTree, path: tuple[int, ...]) -> list[int]:
-    """The accepted path, then the draft's best guess below it (each node's first child, as drafted)."""
-    line = list(path)
-    while True:
-        parent = line[-1] if line else -1
-        child = next((node for node, p in enumerate(tree.parents) if p == parent), None)
-        if child is None:
-            return line
-        line.append(child)
 
 
 class Engine:
@@ -160,8 +173,9 @@ class Engine:
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
         self.vocab_size = self.verifier.producible_ids
-        attach_drafter(drafter, self.verifier_forward)  # a draft head reads the verifier's hidden states
-        self.grows_trees = grows_trees(drafter) and supports_trees(self.verifier.model)
+        if drafter is not None:
+            drafter.attach(self.verifier_forward)  # a draft head reads the verifier's hidden states
+        self.grows_trees = drafter is not None and drafter.grows_trees and supports_trees(self.verifier.model)
 
     def forget_verify_costs(self) -> None:
         """Drop the verify timings measured so far: they were taken under other conditions than the replies
@@ -170,9 +184,8 @@ class Engine:
 
     def reset_caches(self) -> None:
         self.verifier_forward.reset()
-        reset = getattr(self.drafter, "reset_cache", None)  # drafters with a cache of their own
-        if reset is not None:
-            reset()
+        if self.drafter is not None:
+            self.drafter.reset_cache()  # drafters with a cache of their own
 
     def generate(self, prompt_ids: Sequence[int], config: GenerationConfig,
                  controls: Controls | None = None) -> Iterator[Event]:
@@ -186,7 +199,8 @@ class Engine:
             raise PromptTooLongError(
                 f"the prompt is {len(prompt)} tokens long but the verifier's context holds {context}")
         # A drafter shared with another engine (the app's side-by-side lanes) reads this one's verifier now.
-        attach_drafter(self.drafter, self.verifier_forward)
+        if self.drafter is not None:
+            self.drafter.attach(self.verifier_forward)
         return self._generate(prompt, config, controls or Controls())
 
     def _generate(self, prompt: list[int], config: GenerationConfig, controls: Controls) -> Iterator[Event]:
@@ -250,7 +264,8 @@ class Engine:
         return wanted and self.drafter is not None
 
     def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls) -> RoundResult:
-        """One verifier call: draft, verify, accept (rollback is implicit, see step 5), emit."""
+        """One verifier call over a chain: draft, verify, accept, roll back (implicit, see step 5), emit.
+        A drafter that grows trees takes the same steps over a tree (_tree_round)."""
         round_start = time.perf_counter()
         speculating = self._speculating(config, controls)
         if speculating and self.grows_trees and self.tree_nodes(config):
@@ -259,29 +274,65 @@ class Engine:
         #    correction or bonus token.
         length, why = self._chain_length(reply, config) if speculating else (0, DraftStop.OFF)
         draft = self._draft(reply.ids, length, remaining - 1, config, sized=length < reply.gamma) if length else \
-            Draft((), torch.empty(0, self.vocab_size), (), why or DraftStop.COST, 0.0)
+            Draft.empty(why or DraftStop.COST, self.vocab_size)
         # 3. Verify: the verifier's distribution at each drafted position plus one more (the bonus position).
         verify_start = time.perf_counter()
         logits, target_probs = self._verify(reply.ids, draft, config)
-        verify_s = time.perf_counter() - verify_start
-        verified_rows = self.verifier_forward.last_run
-        self.sizer.cost.observe(verified_rows, verify_s)
+        verify_s, rows = self._verified(verify_start)
         # 4. Accept: a prefix of the drafts, then the verifier's correction or bonus token.
-        acceptance, committed = self._accept(draft, target_probs)
+        line = self._accept(draft, target_probs, length if speculating else 0)
         # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
         #    prefix that matches the committed sequence (kv.py), dropping the rejected drafts' positions.
         if speculating:
             assert self.drafter is not None
-            self.drafter.observe(len(draft.token_ids), acceptance.n_accepted)
-            self._record_chain(draft, acceptance.n_accepted, config)
-        overhead_s = max(0.0, time.perf_counter() - round_start - draft.draft_s - verify_s)
-        reply.stats.add_round(drafted=len(draft.token_ids), accepted=acceptance.n_accepted,
-                              emitted=len(committed), draft_s=draft.draft_s, verify_s=verify_s,
-                              overhead_s=overhead_s)
+            self.drafter.observe(len(draft.token_ids), line.n_accepted)
+            self._record_chain(draft, line.n_accepted, config)
+        timing = self._timing(round_start, draft.draft_s, verify_s, rows)
+        reply.stats.add_round(drafted=len(draft.token_ids), accepted=line.n_accepted, emitted=len(line.committed),
+                              draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s)
         # 6. Emit the round's events.
-        timing = _Timing(draft_s=draft.draft_s, verify_s=verify_s, overhead_s=overhead_s, rows=verified_rows)
-        return self._emit(reply, draft, logits, target_probs, acceptance, committed, timing, config,
-                          length if speculating else None)
+        return self._emit(reply, line, shown_probs(logits, config, target_probs), timing, config)
+
+    def _tree_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float
+                    ) -> RoundResult:
+        """One verifier call over a tree of candidates: the steps of a chain's round (_round)."""
+        # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py).
+        tree = self._draft_tree(reply, remaining, config)
+        # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
+        verify_start = time.perf_counter()
+        logits, target_probs = self._verify_tree(reply.ids, tree, config)
+        verify_s, rows = self._verified(verify_start)
+        # 4. Accept the longest path the verifier agrees with, then its correction or bonus token.
+        acceptance, line = self._accept_tree(tree, target_probs, reply.gamma)
+        # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
+        if len(tree):
+            self.verifier_forward.keep_path(acceptance.path)
+        self._record_tree(tree, acceptance)
+        timing = self._timing(round_start, tree.draft_s, verify_s, rows)
+        reply.stats.add_round(drafted=len(tree), accepted=line.n_accepted, emitted=len(line.committed),
+                              draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
+                              positions=len(line.token_ids))
+        # 6. Emit the main line as a chain's round, with every node of the tree and its verdict.
+        shown = shown_probs(logits, config, target_probs)
+        return self._emit(reply, line, shown, timing, config, self._tree_verdicts(tree, acceptance, shown))
+
+    def _verified(self, verify_start: float) -> tuple[float, int]:
+        """The verifier pass just run: its seconds and the positions it fed, which the cost model learns from."""
+        verify_s, rows = time.perf_counter() - verify_start, self.verifier_forward.last_run
+        self.sizer.cost.observe(rows, verify_s)
+        return verify_s, rows
+
+    @staticmethod
+    def _timing(round_start: float, draft_s: float, verify_s: float, rows: int) -> _Timing:
+        """The round's time split: drafting, verifying, and the rest so far (sampling, bookkeeping)."""
+        return _Timing(draft_s, verify_s, max(0.0, time.perf_counter() - round_start - draft_s - verify_s), rows)
+
+    def _committed(self, accepted: tuple[int, ...], next_token: int) -> tuple[int, ...]:
+        """The tokens a round adds: the accepted drafts, then the verifier's correction or bonus token
+        (nothing follows an accepted end of sequence)."""
+        if accepted and accepted[-1] in self.verifier.eos_token_ids:
+            return accepted
+        return (*accepted, next_token)
 
     def _sizes_chains(self, config: GenerationConfig) -> bool:
         """Greedy `auto`: a chain drafts as many tokens as pay on this machine, up to γ (cost.TreeSizer.
@@ -309,88 +360,11 @@ class Engine:
         elif draft.stop is DraftStop.COST:
             self.chain_record.age()  # priced out: drift back to the prior, and try again in a while
 
-    def _tree_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float
-                    ) -> RoundResult:
-        """One verifier call over a tree of candidates: the same steps as a chain's round."""
-        # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py). Every
-        #    size is weighed against a plain step: while that has fewer than a few recent timings
-        #    (cost.VerifyCost.stale), the round is a plain step that times it. The first round feeds nothing
-        #    for one (the prefill gave its distribution), so it never probes.
-        if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
-            tree = DraftTree((), (), (), (), DraftStop.PROBE, 0.0)
-        else:
-            tree = self._draft_tree(reply.ids, reply.gamma, remaining - 1, config)
-        # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
-        verify_start = time.perf_counter()
-        logits = self.verifier_forward.logits_for_tree(reply.ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
-        seen = None
-        if config.repetition_penalty != 1.0:  # each row's history: the committed tokens and its node's path
-            paths = [[tree.token_ids[n] for n in tree.path_to(node)] for node in range(len(tree))]
-            seen = seen_tokens(config, reply.ids, [[], *paths], self.vocab_size, logits.device)
-        target_probs = processed_probs(logits, config, seen)
-        _synchronize(self.verifier.device)
-        verify_s = time.perf_counter() - verify_start
-        verified_rows = self.verifier_forward.last_run
-        self.sizer.cost.observe(verified_rows, verify_s)
-        # 4. Accept the longest path the verifier agrees with, then its correction or bonus token.
-        acceptance = accept_tree(tree.token_ids, tree.parents, target_probs, self.generator)
-        path_tokens = tuple(tree.token_ids[node] for node in acceptance.path)
-        ends_on_eos = bool(path_tokens) and path_tokens[-1] in self.verifier.eos_token_ids
-        committed = path_tokens if ends_on_eos else (*path_tokens, acceptance.next_token)
-        # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
-        if len(tree):
-            self.verifier_forward.keep_path(acceptance.path)
-        # Calibrate the draft's own values (a copy's rates are learned apart); a round that checked none of
-        # them only ages the evidence.
-        drafted = [node for node in range(len(tree)) if not tree.is_copy(node)] if tree.stop is DraftStop.TREE else []
-        self.sizer.observe([tree.values[node] for node in drafted],
-                           sum(not tree.is_copy(node) for node in acceptance.path) if drafted else 0)
-        assert self.drafter is not None
-        self.drafter.observe(len(tree), len(acceptance.path))
-        mainline = _mainline(tree, acceptance.path)
-        overhead_s = max(0.0, time.perf_counter() - round_start - tree.draft_s - verify_s)
-        reply.stats.add_round(drafted=len(tree), accepted=len(acceptance.path), emitted=len(committed),
-                              draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s,
-                              positions=len(mainline))
-        # 6. Emit the main line (the accepted path and the draft's best guess below it) as a chain would be,
-        #    and every node of the tree with the verdict.
-        rows = [0] + [node + 1 for node in mainline]  # the distribution each main-line position was drawn at
-        chain = Draft(tuple(tree.token_ids[i] for i in mainline), torch.empty(0), tuple(tree.display_probs[i]
-                      for i in mainline), tree.stop, tree.draft_s)
-        chain_acceptance = Acceptance(len(acceptance.path), acceptance.next_token,
-                                      tuple(acceptance.accept_probs[i] or 0.0 for i in mainline), (), ())
-        timing = _Timing(draft_s=tree.draft_s, verify_s=verify_s, overhead_s=overhead_s, rows=verified_rows)
-        result = self._emit(reply, chain, logits[rows], target_probs[rows], chain_acceptance, committed, timing,
-                            config, reply.gamma)
-        nodes = self._tree_verdicts(tree, acceptance, logits, target_probs, config)
-        return dataclasses.replace(result, verified=dataclasses.replace(result.verified, tree=nodes))
-
     def tree_nodes(self, config: GenerationConfig) -> int:
         """The most tree nodes a round may check (0: a chain); for `auto` see defaults.tree_nodes_for."""
         if config.tree_nodes == TREE_AUTO:
             return defaults.tree_nodes_for(greedy=config.greedy)
         return config.tree_nodes
-
-    def _draft_tree(self, ids: list[int], gamma: int, room: int, config: GenerationConfig) -> DraftTree:
-        assert self.drafter is not None
-        worth = self.sizer.least_value if config.cost_aware else None
-        tree = self.drafter.propose_tree(ids, self.tree_nodes(config), min(gamma, room), config,  # type: ignore[attr-defined]
-                                         self.vocab_size, self.verifier.eos_token_ids, worth=worth)
-        self.sizer.observe_draft(tree.expansions, tree.draft_s)
-        if config.cost_aware and tree.stop is DraftStop.TREE:
-            size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
-            tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
-        return tree
-
-    def _tree_verdicts(self, tree: DraftTree, acceptance: TreeAcceptance, logits: torch.Tensor,
-                       target_probs: torch.Tensor, config: GenerationConfig) -> tuple[TreeNodeVerdict, ...]:
-        shown = torch.softmax(logits.float(), -1) if config.greedy else target_probs
-        on_path = set(acceptance.path)
-        return tuple(
-            TreeNodeVerdict(token_id=token, text=self._token_text(token), parent=parent,
-                            draft_prob=tree.display_probs[node], target_prob=float(shown[parent + 1, token]),
-                            accept_prob=acceptance.accept_probs[node], accepted=node in on_path)
-            for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
 
     def _draft(self, ids: list[int], gamma: int, room: int, config: GenerationConfig, sized: bool = False) -> Draft:
         """Up to `gamma` tokens, and at most `room` (what the reply's budget leaves besides the verifier's token).
@@ -403,6 +377,23 @@ class Engine:
             return dataclasses.replace(draft, stop=DraftStop.COST)
         return draft
 
+    def _draft_tree(self, reply: _Reply, remaining: int, config: GenerationConfig) -> DraftTree:
+        """A tree of at most tree_nodes(config) nodes, γ deep and within the reply's budget, cut to the nodes
+        that pay here. Every size is weighed against a plain step: while that has fewer than a few recent
+        timings (cost.VerifyCost.stale), the round is a plain step that times it. The first round feeds
+        nothing for one (the prefill gave its distribution), so it never probes."""
+        if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
+            return DraftTree.empty(DraftStop.PROBE)
+        assert self.drafter is not None
+        worth = self.sizer.least_value if config.cost_aware else None
+        tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
+                                         self.vocab_size, self.verifier.eos_token_ids, worth=worth)
+        self.sizer.observe_draft(tree.expansions, tree.draft_s)
+        if config.cost_aware and tree.stop is DraftStop.TREE:
+            size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
+            tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
+        return tree
+
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward pass over the last committed token and the k drafts: logits and processed target_probs,
         both [k+1, V] over the verifier's vocabulary."""
@@ -413,54 +404,82 @@ class Engine:
         _synchronize(self.verifier.device)
         return logits, target_probs
 
-    def _accept(self, draft: Draft, target_probs: torch.Tensor) -> tuple[Acceptance, tuple[int, ...]]:
-        """The acceptance rule's verdict, and the token ids the round commits."""
+    def _verify_tree(self, ids: list[int], tree: DraftTree, config: GenerationConfig
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass over the last committed token and the n nodes, each node seeing the committed
+        tokens and its own ancestors: logits and processed target_probs, both [n+1, V] (row i+1: after node i)."""
+        logits = self.verifier_forward.logits_for_tree(ids, tree.token_ids, tree.parents)[:, :self.vocab_size]
+        seen = None
+        if config.repetition_penalty != 1.0:  # each row's history: the committed tokens and its node's path
+            paths = [[tree.token_ids[n] for n in tree.path_to(node)] for node in range(len(tree))]
+            seen = seen_tokens(config, ids, [[], *paths], self.vocab_size, logits.device)
+        target_probs = processed_probs(logits, config, seen)
+        _synchronize(self.verifier.device)
+        return logits, target_probs
+
+    def _accept(self, draft: Draft, target_probs: torch.Tensor, gamma: int) -> _MainLine:
+        """The acceptance rule's verdict on a chain (sampling.accept_drafts)."""
         drafted = torch.tensor(draft.token_ids, dtype=torch.long, device=target_probs.device)
         acceptance = accept_drafts(drafted, draft.draft_probs.to(target_probs.device), target_probs, self.generator)
         n = acceptance.n_accepted
-        if _ends_on_eos(draft, n, self.verifier.eos_token_ids):
-            return acceptance, draft.token_ids[:n]  # nothing follows an accepted end of sequence
-        return acceptance, (*draft.token_ids[:n], acceptance.next_token)
+        return _MainLine(draft.token_ids, draft.display_probs, acceptance.accept_probs, n,
+                         self._committed(draft.token_ids[:n], acceptance.next_token),
+                         tuple(range(len(draft.token_ids) + 1)), draft.stop, gamma, draft.sources)
 
-    def _emit(self, reply: _Reply, draft: Draft, logits: torch.Tensor, target_probs: torch.Tensor,
-              acceptance: Acceptance, committed: tuple[int, ...], timing: _Timing, config: GenerationConfig,
-              gamma: int | None) -> RoundResult:
-        """The round as events: the accepted drafts, the rejected ones where they were proposed, then the
-        correction or bonus token. `gamma` is None when the round did not speculate."""
-        k, n, index = len(draft.token_ids), acceptance.n_accepted, reply.round_index
-        # People read the probabilities: when greedy the sampled distributions are one-hots, so show the
-        # verifier's softmax instead; the acceptance probability stays the rule's own.
-        shown = torch.softmax(logits.float(), -1) if config.greedy else target_probs
+    def _accept_tree(self, tree: DraftTree, target_probs: torch.Tensor, gamma: int
+                     ) -> tuple[TreeAcceptance, _MainLine]:
+        """The acceptance rule's verdict on a tree (sampling.accept_tree), and the main line it reads as:
+        the accepted path, then the draft's best guess below it (nodes never checked: accept_prob 0)."""
+        acceptance = accept_tree(tree.token_ids, tree.parents, target_probs, self.generator)
+        line = tree.main_line(acceptance.path)
+        committed = self._committed(tuple(tree.token_ids[node] for node in acceptance.path), acceptance.next_token)
+        return acceptance, _MainLine(
+            tuple(tree.token_ids[i] for i in line), tuple(tree.display_probs[i] for i in line),
+            tuple(acceptance.accept_probs[i] or 0.0 for i in line), len(acceptance.path), committed,
+            (0, *(node + 1 for node in line)), tree.stop, gamma)
+
+    def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance) -> None:
+        """Calibrate the draft's own values (a copy's rates are learned apart); a round that checked none of
+        them only ages the evidence. Then tell the drafter."""
+        drafted = [node for node in range(len(tree)) if not tree.is_copy(node)] if tree.stop is DraftStop.TREE else []
+        self.sizer.observe([tree.values[node] for node in drafted],
+                           sum(not tree.is_copy(node) for node in acceptance.path) if drafted else 0)
+        assert self.drafter is not None
+        self.drafter.observe(len(tree), len(acceptance.path))
+
+    def _tree_verdicts(self, tree: DraftTree, acceptance: TreeAcceptance, shown: torch.Tensor
+                       ) -> tuple[Verdict, ...]:
+        """Every node of the tree with the verifier's view of it (`shown`: the pass's rows as people read them)."""
+        on_path = set(acceptance.path)
+        return tuple(
+            Verdict(token_id=token, text=self._token_text(token), parent=parent, draft_prob=tree.display_probs[node],
+                    target_prob=float(shown[parent + 1, token]), accept_prob=acceptance.accept_probs[node],
+                    accepted=node in on_path)
+            for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
+
+    def _emit(self, reply: _Reply, line: _MainLine, shown: torch.Tensor, timing: _Timing, config: GenerationConfig,
+              tree: tuple[Verdict, ...] = ()) -> RoundResult:
+        """The round as events: its verdicts, then the accepted drafts, the rejected ones where they were
+        proposed, and the correction or bonus token. `shown`: the verifier pass's rows as people read them
+        (sampling.shown_probs); `tree`: a tree round's nodes."""
+        k, n, index = len(line.token_ids), line.n_accepted, reply.round_index
+        shown = shown[list(line.rows)]
         alternatives = self._alternatives_by_row(shown, k + 1, config.top_alternatives)
-        drafted = torch.tensor(draft.token_ids, dtype=torch.long, device=shown.device)
-        shown_target = shown[torch.arange(k, device=shown.device), drafted].tolist() if k else []
-        texts = [reply.stream.push(token) for token in draft.token_ids[:n]] + reply.stream.peek(draft.token_ids[n:])
-        tokens: list[TokenCommitted | TokenRejected] = []
-        for i, token in enumerate(draft.token_ids):
-            common = dict(token_id=token, text=texts[i], round_index=index, position=i,
-                          draft_prob=draft.display_probs[i], target_prob=shown_target[i],
-                          accept_prob=acceptance.accept_probs[i], alternatives=alternatives[i],
-                          draft_source=draft.sources[i] if i < len(draft.sources) else None)
-            tokens.append(TokenCommitted(state=TokenState.ACCEPTED, **common) if i < n else TokenRejected(**common))
+        texts = [reply.stream.push(token) for token in line.token_ids[:n]] + reply.stream.peek(line.token_ids[n:])
+        verdicts = line.verdicts(texts, shown)
+        tokens = [drafted_token(v, index, i, alternatives[i], line.source(i)) for i, v in enumerate(verdicts)]
         emitted_state = TokenState.ACCEPTED
-        if len(committed) > n:  # the verifier's own token: a correction, a bonus, or a plain decode step
+        if len(line.committed) > n:  # the verifier's own token: a correction, a bonus, or a plain decode step
             emitted_state = TokenState.PLAIN if k == 0 else (TokenState.BONUS if n == k else TokenState.CORRECTED)
-            token = committed[-1]
+            token = line.committed[-1]
             tokens.append(TokenCommitted(
                 token_id=token, text=reply.stream.push(token), state=emitted_state, round_index=index, position=n,
                 draft_prob=None, target_prob=float(shown[n, token]), accept_prob=None, alternatives=alternatives[n]))
-        verdicts = tuple(
-            DraftedTokenVerdict(token_id=token, text=texts[i], draft_prob=draft.display_probs[i],
-                                target_prob=shown_target[i], accept_prob=acceptance.accept_probs[i], accepted=i < n)
-            for i, token in enumerate(draft.token_ids))
-        proposed = None if gamma is None else RoundDrafted(
-            round_index=index, token_ids=draft.token_ids, texts=tuple(texts), draft_probs=draft.display_probs,
-            stop=draft.stop, gamma=gamma, draft_s=draft.draft_s)
         verified = RoundVerified(
-            round_index=index, drafted=verdicts, n_accepted=n, emitted_token_id=committed[-1],
-            emitted_state=emitted_state, stop=draft.stop, gamma=gamma or 0, draft_s=timing.draft_s,
-            verify_s=timing.verify_s, overhead_s=timing.overhead_s, rows=timing.rows)
-        return RoundResult(drafted=proposed, verified=verified, tokens=tuple(tokens), committed=committed)
+            round_index=index, drafted=verdicts, n_accepted=n, emitted_token_id=line.committed[-1],
+            emitted_state=emitted_state, stop=line.stop, gamma=line.gamma, draft_s=timing.draft_s,
+            verify_s=timing.verify_s, overhead_s=timing.overhead_s, tree=tree, rows=timing.rows)
+        return RoundResult(verified=verified, tokens=tuple(tokens), committed=line.committed)
 
     def _alternatives_by_row(self, shown: torch.Tensor, rows: int, count: int) -> list[tuple[Alternative, ...]]:
         """The verifier's `count` most likely tokens at each of the first `rows` positions (for tooltips)."""

@@ -1,9 +1,10 @@
 """The typed events a generation yields, in order.
 
-Per reply:  Prefilled, then per round [RoundDrafted, RoundVerified, then one TokenCommitted per
-accepted draft token, one TokenRejected per rejected draft token (the first rejected one and every one
-after it), and one TokenCommitted for the verifier's correction or bonus token], then Finished.
-With speculation off each round is a RoundVerified with no drafted tokens and one PLAIN token.
+Per reply:  Prefilled, then per round [RoundVerified (the draft and the verifier's verdict on each of its
+tokens), then one TokenCommitted per accepted draft token, one TokenRejected per rejected draft token (the
+first rejected one and every one after it), and one TokenCommitted for the verifier's correction or bonus
+token], then Finished. With speculation off each round is a RoundVerified with no drafted tokens and one
+PLAIN token. A round that checked a tree of candidates reports its main line as the chain it reads as.
 
 A viewer that renders TokenCommitted and TokenRejected in arrival order shows the reply with rejected
 tokens right where the draft proposed them. All events are frozen: safe to hand to another thread.
@@ -65,45 +66,26 @@ class Prefilled:
 
 
 @dataclass(frozen=True)
-class RoundDrafted:
-    """The draft's proposal, before verification (for step-by-step replay)."""
-
-    round_index: int
-    token_ids: tuple[int, ...]
-    texts: tuple[str, ...]
-    draft_probs: tuple[float, ...]  # probability the draft gave each token it proposed
-    stop: DraftStop
-    gamma: int  # the round's length limit
-    draft_s: float
-
-
-@dataclass(frozen=True)
-class DraftedTokenVerdict:
-    token_id: int
-    text: str
-    draft_prob: float
-    target_prob: float
-    accept_prob: float  # min(1, target/draft); 1 or 0 when greedy
-    accepted: bool
-
-
-@dataclass(frozen=True)
-class TreeNodeVerdict:
-    """One candidate of a draft tree and what the verifier made of it."""
+class Verdict:
+    """One drafted token and what the verifier made of it: a node of the round's draft (a chain is a tree
+    of width one, each token's parent the one before it). The probabilities are as people read them
+    (sampling.shown_probs)."""
 
     token_id: int
-    text: str  # the token decoded on its own
-    parent: int  # index of the parent node in the round's tree; -1: the last committed token
-    draft_prob: float  # the draft's probability of this token given its parent's path
+    text: str  # see RoundVerified: what it adds to the reply (main line), or the token alone (tree)
+    parent: int  # index of the node before it, in the same tuple; -1: the last committed token
+    draft_prob: float  # the draft's probability of this token given the path above it
     target_prob: float  # the verifier's, given the same path
-    accept_prob: float | None  # probability the rule accepted it when checked; None: never checked
+    accept_prob: float | None  # probability the rule accepted it when checked (min(1, target/draft)); None: never
     accepted: bool  # on the accepted path
 
 
 @dataclass(frozen=True)
 class RoundVerified:
     round_index: int
-    drafted: tuple[DraftedTokenVerdict, ...]
+    # The round's drafted tokens in reading order (a chain, or a tree's main line: the accepted path and the
+    # draft's best guess below it), each with the text it adds to the reply if accepted.
+    drafted: tuple[Verdict, ...]
     n_accepted: int
     emitted_token_id: int  # the correction (a draft token was rejected) or bonus / plain token
     emitted_state: TokenState
@@ -112,9 +94,9 @@ class RoundVerified:
     draft_s: float
     verify_s: float
     overhead_s: float  # the rest of the round: sampling, bookkeeping, detokenising
-    # Draft trees: every node checked in this round's one verifier pass (`drafted` is then the tree's main
-    # line: the accepted path and the draft's best guess below it). Empty for a chain.
-    tree: tuple[TreeNodeVerdict, ...] = ()
+    # Draft trees: every node checked in this round's one verifier pass, each with its token decoded on its
+    # own. Empty for a chain.
+    tree: tuple[Verdict, ...] = ()
     # Positions the verifier's pass fed: the last committed token and the drafts (a tree: its nodes). 0: no
     # pass ran (the first round's plain step reuses the prefill's distribution). What verify_s paid for.
     rows: int = 0
@@ -142,7 +124,7 @@ class TokenRejected:
     position: int
     draft_prob: float
     target_prob: float
-    accept_prob: float
+    accept_prob: float | None
     alternatives: tuple[Alternative, ...] = field(default=())
     state: TokenState = TokenState.REJECTED
     draft_source: str | None = None  # a draft with another tokenizer: its own token(s) this one came from
@@ -157,4 +139,15 @@ class Finished:
     error: str | None = None  # the user-facing message when stop_reason is ERROR
 
 
-Event = Union[Prefilled, RoundDrafted, RoundVerified, TokenCommitted, TokenRejected, Finished]
+def drafted_token(verdict: Verdict, round_index: int, position: int, alternatives: tuple[Alternative, ...] = (),
+                  draft_source: str | None = None) -> TokenCommitted | TokenRejected:
+    """A drafted token as the reply shows it: committed if the verifier accepted it, else rejected."""
+    common = dict(token_id=verdict.token_id, text=verdict.text, round_index=round_index, position=position,
+                  draft_prob=verdict.draft_prob, target_prob=verdict.target_prob, accept_prob=verdict.accept_prob,
+                  alternatives=alternatives, draft_source=draft_source)
+    if verdict.accepted:
+        return TokenCommitted(state=TokenState.ACCEPTED, **common)
+    return TokenRejected(**common)
+
+
+Event = Union[Prefilled, RoundVerified, TokenCommitted, TokenRejected, Finished]

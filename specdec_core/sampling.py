@@ -67,6 +67,16 @@ def processed_probs(logits: torch.Tensor, config: GenerationConfig, seen: torch.
     return probs
 
 
+def shown_probs(logits: torch.Tensor, config: GenerationConfig, processed: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """The distribution people read (tooltips, tree views, a tree's ranking): the processed one (`processed`,
+    computed here when not given), except when greedy, where that is a one-hot and says nothing, so the
+    softmax at temperature 1 instead. Display only: the acceptance rule reads the processed one. [..., V]."""
+    if config.greedy:
+        return torch.softmax(logits.float(), -1)
+    return processed_probs(logits, config) if processed is None else processed
+
+
 def _tempered(logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
     """logits / T, with the limits where that leaves float32: greedy as T -> 0, uniform as T -> inf.
 

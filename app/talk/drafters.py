@@ -15,11 +15,11 @@ from collections.abc import Sequence
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter, attach_drafter
+from specdec_core.drafters import Draft, Drafter, DrafterBase
 from specdec_core.events import DraftStop
 
 
-class WeakenedDrafter:
+class WeakenedDrafter(DrafterBase):
     def __init__(self, inner: Drafter | None, corrupt: float = 0.8, seed: int = 0) -> None:
         self.inner = inner
         self.corrupt = corrupt
@@ -38,7 +38,8 @@ class WeakenedDrafter:
             self.inner.prefill(ids)
 
     def attach(self, target) -> None:
-        attach_drafter(self.inner, target)  # a wrapped draft head reads this engine's verifier
+        if self.inner is not None:
+            self.inner.attach(target)  # a wrapped draft head reads this engine's verifier
 
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:

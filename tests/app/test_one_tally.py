@@ -10,28 +10,26 @@ from app.graphs import LiveGraphs
 from app.trace import ReplyTrace
 from specdec_core.cli import reply_json, stats_line
 from specdec_core.events import (
-    DraftedTokenVerdict,
     DraftStop,
     Finished,
     Prefilled,
     RoundVerified,
     StopReason,
     TokenState,
-    TreeNodeVerdict,
+    Verdict,
 )
 from specdec_core.stats import StatsAccumulator
 
 EOS = 2
 
 
-def _verdict(token_id: int, accepted: bool) -> DraftedTokenVerdict:
-    return DraftedTokenVerdict(token_id, f"t{token_id}", 0.5, 0.6 if accepted else 0.1, 1.0 if accepted else 0.0,
-                               accepted)
+def _verdict(token_id: int, accepted: bool, parent: int = -1) -> Verdict:
+    return Verdict(token_id, f"t{token_id}", parent, 0.5, 0.6 if accepted else 0.1, 1.0 if accepted else 0.0, accepted)
 
 
-def _node(token_id: int, parent: int, accepted: bool, checked: bool = True) -> TreeNodeVerdict:
-    return TreeNodeVerdict(token_id, f"t{token_id}", parent, 0.5, 0.6 if accepted else 0.1,
-                           (1.0 if accepted else 0.0) if checked else None, accepted)
+def _node(token_id: int, parent: int, accepted: bool, checked: bool = True) -> Verdict:
+    return Verdict(token_id, f"t{token_id}", parent, 0.5, 0.6 if accepted else 0.1,
+                   (1.0 if accepted else 0.0) if checked else None, accepted)
 
 
 def _reply_events() -> list[object]:
@@ -40,7 +38,7 @@ def _reply_events() -> list[object]:
     5 tokens in 3 verifier calls, 3 of 5 checked nodes accepted."""
     rounds = [
         RoundVerified(0, (), 0, 10, TokenState.PLAIN, DraftStop.PROBE, 0, 0.0, 0.01, 0.001, rows=1),
-        RoundVerified(1, (_verdict(11, True), _verdict(12, True)), 2, 13, TokenState.BONUS, DraftStop.TREE, 4,
+        RoundVerified(1, (_verdict(11, True), _verdict(12, True, parent=0)), 2, 13, TokenState.BONUS, DraftStop.TREE, 4,
                       0.002, 0.012, 0.001, tree=(_node(11, -1, True), _node(14, -1, False), _node(12, 0, True)),
                       rows=4),
         RoundVerified(2, (_verdict(EOS, True),), 1, EOS, TokenState.ACCEPTED, DraftStop.TREE, 4, 0.001, 0.011,

@@ -12,7 +12,6 @@ from specdec_core.events import (
     DraftStop,
     Finished,
     Prefilled,
-    RoundDrafted,
     RoundVerified,
     StopReason,
     TokenCommitted,
@@ -73,10 +72,12 @@ def test_event_stream_tells_the_whole_round(pairs, tiny_tokenizer):
     rounds = [e for e in events if isinstance(e, RoundVerified)]
     committed = [e for e in events if isinstance(e, TokenCommitted)]
     rejected = [e for e in events if isinstance(e, TokenRejected)]
-    assert len([e for e in events if isinstance(e, RoundDrafted)]) == len(rounds)
+    verdict_first = [e.round_index for e in events if isinstance(e, (RoundVerified, TokenCommitted, TokenRejected))]
+    assert verdict_first == sorted(verdict_first)  # each round's verdicts come before its tokens
     for r in rounds:
         assert len(r.drafted) <= r.gamma
         assert [v.accepted for v in r.drafted] == [i < r.n_accepted for i in range(len(r.drafted))]
+        assert [v.parent for v in r.drafted] == list(range(-1, len(r.drafted) - 1))  # a tree of width one
         assert r.emitted_state in (TokenState.CORRECTED, TokenState.BONUS, TokenState.ACCEPTED)
         mine = [e for e in committed if e.round_index == r.round_index]
         assert [e.state for e in mine][: r.n_accepted] == [TokenState.ACCEPTED] * r.n_accepted
@@ -103,7 +104,9 @@ def test_speculation_off_streams_plain_tokens(pairs, tiny_tokenizer):
                  speculate=False)
     states = {e.state for e in events if isinstance(e, TokenCommitted)}
     assert states == {TokenState.PLAIN}
-    assert not any(isinstance(e, (RoundDrafted, TokenRejected)) for e in events)
+    assert not any(isinstance(e, TokenRejected) for e in events)
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    assert all(not r.drafted and r.stop is DraftStop.OFF and r.gamma == 0 for r in rounds)
 
 
 def test_both_kv_caches_equal_a_fresh_forward_after_rounds_with_rejections(pairs, tiny_tokenizer):
@@ -158,7 +161,7 @@ def test_eos_inside_a_draft_ends_the_reply_at_the_eos(tiny_tokenizer):
     fin = finished(events)
     cut = reference.index(reference[5]) + 1
     assert list(fin.token_ids) == reference[:cut] and fin.stop_reason is StopReason.EOS
-    assert any(isinstance(e, RoundDrafted) and e.stop is DraftStop.EOS for e in events)
+    assert any(isinstance(e, RoundVerified) and e.stop is DraftStop.EOS for e in events)
 
 
 def test_cancel_ends_generation_within_one_round(pairs, tiny_tokenizer):
@@ -222,7 +225,7 @@ def test_confidence_cutoff_stops_drafting_early_and_says_why(pairs, tiny_tokeniz
     verifier, draft = pairs["llama"]
     events = run(Engine(verifier, ModelDrafter(draft)), prompt_ids(tiny_tokenizer), max_new_tokens=40, gamma=8,
                  confidence_cutoff=0.9)
-    stops = {e.stop for e in events if isinstance(e, RoundDrafted)}
+    stops = {e.stop for e in events if isinstance(e, RoundVerified)}
     assert DraftStop.CONFIDENCE in stops
     assert list(finished(events).token_ids) == hf_greedy(verifier, prompt_ids(tiny_tokenizer), 40)
 
@@ -230,7 +233,7 @@ def test_confidence_cutoff_stops_drafting_early_and_says_why(pairs, tiny_tokeniz
 def test_prompt_lookup_says_when_it_has_nothing_to_copy(pairs, tiny_tokenizer):
     verifier, _ = pairs["llama"]
     events = run(Engine(verifier, PromptLookupDrafter()), [5, 6, 7], max_new_tokens=3)
-    assert next(e for e in events if isinstance(e, RoundDrafted)).stop is DraftStop.NO_MATCH
+    assert next(e for e in events if isinstance(e, RoundVerified)).stop is DraftStop.NO_MATCH
 
 
 @pytest.mark.parametrize("bad", [dict(gamma=0), dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5),

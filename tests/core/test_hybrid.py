@@ -7,7 +7,7 @@ from specdec_core.config import GenerationConfig
 from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
-from specdec_core.events import DraftStop, Finished, RoundDrafted
+from specdec_core.events import DraftStop, Finished, RoundVerified
 
 
 class Counting:
@@ -79,7 +79,7 @@ def test_a_model_round_below_gamma_names_the_draft_token_cap_as_its_stop(pair, t
     prompt = tiny_tokenizer("a quiet lake").input_ids
     events = generate(Engine(verifier, HybridDrafter(ModelDrafter(draft), model_tokens=1)), prompt,
                       max_new_tokens=12, gamma=4)
-    model_rounds = [e for e in events if isinstance(e, RoundDrafted) and len(e.token_ids) == 1]
+    model_rounds = [e for e in events if isinstance(e, RoundVerified) and len(e.drafted) == 1]
     assert model_rounds
     assert all(r.stop is not DraftStop.GAMMA for r in model_rounds)  # "reached γ" would be wrong at γ = 4
     assert any(r.stop is DraftStop.DRAFT_CAP for r in model_rounds)
@@ -90,10 +90,10 @@ def test_a_reply_mixes_copied_and_drafted_rounds(pair, tiny_tokenizer):
     model = Counting(ModelDrafter(draft))
     prompt = tiny_tokenizer("the robot said the robot said the robot").input_ids
     events = generate(Engine(verifier, HybridDrafter(model, model_tokens=1)), prompt, max_new_tokens=40, gamma=4)
-    rounds = [e for e in events if isinstance(e, RoundDrafted)]
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
     assert model.asked and set(model.asked) == {1}
     assert len(model.asked) < len(rounds)  # other rounds were copies
-    assert any(len(r.token_ids) > 1 for r in rounds)  # only the lookup proposes more than one token here
+    assert any(len(r.drafted) > 1 for r in rounds)  # only the lookup proposes more than one token here
 
 
 def test_a_hybrid_needs_at_least_one_model_token(pair):

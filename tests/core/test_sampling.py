@@ -7,7 +7,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import NonFiniteError
-from specdec_core.sampling import accept_drafts, accept_tree, processed_probs, sample
+from specdec_core.sampling import accept_drafts, accept_tree, processed_probs, sample, shown_probs
 
 
 def gen(seed=0):
@@ -36,6 +36,15 @@ def test_temperature_then_top_k_then_top_p():
     assert processed_probs(logits, GenerationConfig(temperature=1.0, top_p=0.01)).tolist() == [1, 0, 0, 0]
     hot = processed_probs(logits, GenerationConfig(temperature=2.0))
     assert hot[0] < 0.5 and hot[3] > 0.05  # higher temperature flattens
+
+
+def test_people_read_the_softmax_when_greedy_and_the_sampled_distribution_otherwise():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    assert torch.allclose(shown_probs(logits, GenerationConfig()), torch.softmax(logits, -1))  # not the one-hot
+    sampled = GenerationConfig(temperature=0.5, top_k=2)
+    assert torch.equal(shown_probs(logits, sampled), processed_probs(logits, sampled))
+    given = torch.full((1, 4), 0.25)
+    assert shown_probs(logits, sampled, given) is given  # the processed distribution already computed
 
 
 def test_greedy_acceptance_accepts_the_matching_prefix_then_corrects():

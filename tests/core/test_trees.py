@@ -10,11 +10,12 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.cost import TreeSizer, VerifyCost
-from specdec_core.drafters import LOOKUP_ACCEPTANCE, CopyRecord, HeadDrafter, HybridDrafter, ModelDrafter
+from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.kv import CachedForward
 from specdec_core.sampling import accept_tree
+from specdec_core.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, grow_tree
 
 ARCHS = ("llama", "qwen2", "gpt2")
 
@@ -233,6 +234,22 @@ def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_gue
     assert len(set(zip(tree.parents, tree.token_ids))) == len(tree)  # no candidate twice under one parent
 
 
+def test_a_hybrid_joins_a_given_copy_where_its_own_lookup_finds_none(pairs, tiny_tokenizer):
+    _, draft = pairs["llama"]
+    hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
+    fresh = tiny_tokenizer("a quiet lake").input_ids
+    vocab = len(tiny_tokenizer)
+    assert not hybrid.lookup.propose(fresh, 3, GenerationConfig(), vocab, frozenset()).token_ids
+    tree = hybrid.propose_tree(fresh, 12, 3, GenerationConfig(), vocab, frozenset(), Copy((40, 41, 42), (0.99,)))
+    assert [tree.token_ids[n] for n in range(len(tree)) if tree.is_copy(n)] == [40, 41, 42]
+
+
+def test_a_hybrid_grows_trees_exactly_when_its_model_drafter_does(pairs):
+    _, draft = pairs["llama"]
+    assert HybridDrafter(ModelDrafter(draft)).grows_trees
+    assert not HybridDrafter(PromptLookupDrafter()).grows_trees
+
+
 def test_a_new_reply_does_not_judge_the_last_replys_copy_by_the_chat_template(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
@@ -248,8 +265,6 @@ def test_a_new_reply_does_not_judge_the_last_replys_copy_by_the_chat_template(pa
 def test_a_copied_node_is_expanded_only_after_the_copied_node_above_it():
     """The head scores a path with its ancestors' predicted states, so every expanded path's ancestors must
     have been expanded in earlier levels, even where the copy ranks high deep down but low at the root."""
-    from specdec_core.drafters import Copy, _grow_tree
-
     vocab, fed = 50, set()
 
     def logits_for(paths, paths_tokens):
@@ -264,7 +279,7 @@ def test_a_copied_node_is_expanded_only_after_the_copied_node_above_it():
         return torch.stack(rows), None  # columns are the ids themselves
 
     copy = Copy((10, 11, 12), acceptance=(0.05, 0.99, 0.99))  # a doubtful start, then sure
-    tree = _grow_tree(logits_for, 0.0, 64, 4, GenerationConfig(), frozenset(), copy)
+    tree = grow_tree(logits_for, 0.0, 64, 4, GenerationConfig(), frozenset(), copy)
     assert len(tree) > 8 and all(p < i for i, p in enumerate(tree.parents))
     copied = [n for n in range(len(tree)) if tree.is_copy(n)]
     assert [tree.token_ids[n] for n in copied] == [10, 11, 12]
