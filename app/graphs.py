@@ -52,8 +52,8 @@ from app.speedup import (
 )
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
 from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace
-from specdec_core.cost import VerifyCost
 from specdec_core.stats import StatsAccumulator, predicted_speedup
+from specdec_core.verification.cost import VerifyCost
 
 GAMMA_AXIS = np.arange(1, 17, dtype=float)
 # While a reply streams, at most one panel is redrawn per this many seconds (and the race's curves once): a

@@ -151,8 +151,8 @@ class LoadController(QObject):
     def _offer_drafts(self, session: Session) -> None:
         """In the background: the installed models (and recent specs) that could draft for this verifier,
         offered in the settings with their vocabulary overlap (tokenizers only; nothing is downloaded)."""
-        from specdec_core.catalog import installed_names
-        from specdec_core.draft_candidates import draft_candidates, installed_hub_models
+        from specdec_core.loading.catalog import installed_names
+        from specdec_core.pairs.draft_candidates import draft_candidates, installed_hub_models
 
         tokenizer = session.verifier.tokenizer
         specs = installed_names() + list(self.window.settings.recent_specs)

@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:  # before torch loads: idle OpenMP threads sleep instead of spinning against the GUI thread
-        from specdec_core.threads import prefer_passive_waiting
+        from specdec_core.commands.threads import prefer_passive_waiting
 
         prefer_passive_waiting()
     except ImportError:

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.fit import fit_to_screen
 from app.worker import FunctionWorker
-from specdec_core import catalog
+from specdec_core.loading import catalog
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
@@ -50,7 +50,7 @@ class ModelsDialog(QDialog):
 
     def __init__(self, window: ModelsWindow, cache_dir: Path | None = None) -> None:
         super().__init__(window.window())
-        from specdec_core.models import default_cache_dir
+        from specdec_core.loading.gguf_cache import default_cache_dir
 
         self.window_ = window
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()

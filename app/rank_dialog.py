@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from app.fit import fit_to_screen
 from app.worker import FunctionWorker
-from specdec_core.prompt_sets import BUNDLED_SETS
+from specdec_core.measuring.prompt_sets import BUNDLED_SETS
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
@@ -124,10 +124,10 @@ class RankDialog(QDialog):
         return self.worker is not None and self.worker.is_running
 
     def start(self) -> None:
-        from specdec_core.bench import Candidate, parse_gammas
         from specdec_core.config import GenerationConfig
         from specdec_core.errors import SpecdecError
-        from specdec_core.prompt_sets import load_prompts
+        from specdec_core.measuring.bench import Candidate, parse_gammas
+        from specdec_core.measuring.prompt_sets import load_prompts
 
         window = self.window_
         session = window.session
@@ -149,9 +149,9 @@ class RankDialog(QDialog):
         hybrid_tokens = 1 if self.hybrid.isChecked() else None
 
         def work(progress, cancelled):
-            from specdec_core.bench import rank_drafts
             from specdec_core.engine import Engine
-            from specdec_core.models import load_model
+            from specdec_core.loading.models import load_model
+            from specdec_core.measuring.bench import rank_drafts
 
             engine = Engine(verifier)
             result: dict = {"ranking": []}

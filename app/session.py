@@ -93,14 +93,14 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
                  previous: Session | None = None) -> Session:
     """Load (or reuse) the verifier and the draft, ask the doctor, build the engine, measure the baseline.
 
-    The pairing is the CLI's own (specdec_core.pairing.load_pair); the app adds three things through its
+    The pairing is the CLI's own (specdec_core.pairs.pairing.load_pair); the app adds three things through its
     model loader: models the previous session already holds with the same spec, device and dtype are
     reused, each load is reported, and a cancel takes effect after each model. An incompatible draft
     does not fail the load: the session keeps the verifier alone and carries the doctor's reason,
     which the window shows next to the draft selector.
     """
-    from specdec_core.models import load_model
-    from specdec_core.pairing import load_pair
+    from specdec_core.loading.models import load_model
+    from specdec_core.pairs.pairing import load_pair
 
     prev = previous
 
@@ -167,8 +167,8 @@ class Cancelled(Exception):
 
 def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -> float | None:
     """Tokens/s of the verifier alone, greedy, on a fixed short prompt (after a 4-token warm-up)."""
-    from specdec_core.chat import build_prompt
     from specdec_core.engine import Controls
+    from specdec_core.text.chat import build_prompt
 
     v = session.verifier
     ids = build_prompt(v.tokenizer, [{"role": "user", "content": CALIBRATION_PROMPT}], system=None,
@@ -192,7 +192,7 @@ def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -
 
 def calibration_prompt_tokens(session: Session) -> int:
     """The calibration prompt's length in tokens (0 when the tokenizer has no chat template)."""
-    from specdec_core.chat import build_prompt
+    from specdec_core.text.chat import build_prompt
 
     v = session.verifier
     try:
@@ -214,7 +214,7 @@ class PromptInfo:
 def reply_events(session: Session, messages: list[dict], system: str | None, config: GenerationConfig,
                  controls: Any) -> Iterator[object]:
     """Build the prompt from the conversation (dropping the oldest turns if needed), then stream the reply."""
-    from specdec_core.chat import build_prompt
+    from specdec_core.text.chat import build_prompt
 
     v = session.verifier
     built = build_prompt(v.tokenizer, messages, system=system or None, context_length=v.context_length,

@@ -37,18 +37,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec_core.threads import prefer_passive_waiting
+from specdec_core.commands.threads import prefer_passive_waiting
 
 prefer_passive_waiting()  # before torch loads: the CPU thread defaults of threads.py (1 thread on 2 cores)
 
 import torch  # noqa: E402
 
-from specdec_core.bench import machine_description, time_reply  # noqa: E402
 from specdec_core.config import GenerationConfig  # noqa: E402
-from specdec_core.drafters import Draft, DrafterBase, ModelDrafter  # noqa: E402
+from specdec_core.drafting.drafters import Draft, DrafterBase, ModelDrafter  # noqa: E402
 from specdec_core.engine import Engine  # noqa: E402
 from specdec_core.events import DraftStop  # noqa: E402
-from specdec_core.models import LoadedModel  # noqa: E402
+from specdec_core.loading.models import LoadedModel  # noqa: E402
+from specdec_core.measuring.bench import machine_description, time_reply  # noqa: E402
 from specdec_core.stats import expected_tokens_per_call  # noqa: E402
 
 LLAMA_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
@@ -207,7 +207,7 @@ def cache_for(model):
 def _costs_after_prompt(loaded: LoadedModel, plan: Plan, sizes: tuple[int, ...], run) -> dict[int, float]:
     """Median seconds of `run(forward, prompt, new_ids)` for each size, after a `plan.prefill`-token prompt;
     `new_ids` are `size` random token ids."""
-    from specdec_core.kv import CachedForward
+    from specdec_core.verification.kv import CachedForward
 
     forward = CachedForward(loaded.model, loaded.device)
     vocab = loaded.model.config.vocab_size

@@ -24,18 +24,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdec_core.threads import prefer_passive_waiting
+from specdec_core.commands.threads import prefer_passive_waiting
 
 prefer_passive_waiting()
 
 from specdec_core import catalog  # noqa: E402
-from specdec_core.bench import Reply, hf_reference, machine_description, time_reply  # noqa: E402
-from specdec_core.chat import build_prompt  # noqa: E402
 from specdec_core.config import TREE_AUTO, GenerationConfig  # noqa: E402
-from specdec_core.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
+from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from specdec_core.engine import Engine  # noqa: E402
-from specdec_core.prompt_sets import load_prompts  # noqa: E402
-from specdec_core.resources import peak_rss_bytes, weight_bytes  # noqa: E402
+from specdec_core.loading.resources import peak_rss_bytes, weight_bytes  # noqa: E402
+from specdec_core.measuring.bench import Reply, hf_reference, machine_description, time_reply  # noqa: E402
+from specdec_core.measuring.prompt_sets import load_prompts  # noqa: E402
+from specdec_core.text.chat import build_prompt  # noqa: E402
 
 
 @dataclass
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    from specdec_core.pairing import LoadOptions, load_pair
+    from specdec_core.pairs.pairing import LoadOptions, load_pair
 
     started = time.perf_counter()
 

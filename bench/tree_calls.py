@@ -22,16 +22,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from specdec_core.threads import prefer_passive_waiting
+from specdec_core.commands.threads import prefer_passive_waiting
 
 prefer_passive_waiting()
 
-from specdec_core.chat import build_prompt  # noqa: E402
 from specdec_core.config import GenerationConfig  # noqa: E402
-from specdec_core.cost import TreeSizer, VerifyCost  # noqa: E402
 from specdec_core.events import RoundVerified  # noqa: E402
-from specdec_core.pairing import load_pair  # noqa: E402
-from specdec_core.prompt_sets import load_prompts  # noqa: E402
+from specdec_core.measuring.prompt_sets import load_prompts  # noqa: E402
+from specdec_core.pairs.pairing import load_pair  # noqa: E402
+from specdec_core.text.chat import build_prompt  # noqa: E402
+from specdec_core.verification.cost import TreeSizer, VerifyCost  # noqa: E402
 
 CONFIGS = {
     "chain (--tree-nodes 0)": dict(tree_nodes=0),

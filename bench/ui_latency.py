@@ -106,7 +106,7 @@ def main() -> int:
                    "prompt lookup; with --cli-ab the app's default)")
     args = p.parse_args()
     os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-bench-"))
-    from specdec_core.threads import prefer_passive_waiting
+    from specdec_core.commands.threads import prefer_passive_waiting
 
     prefer_passive_waiting()  # as specdec-chat does: idle OpenMP threads must not spin against the GUI
     if args.switch_ms:

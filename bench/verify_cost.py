@@ -2,7 +2,7 @@
 
 A pass of the verifier over k new tokens after a prompt (the verify step of speculative decoding when
 k = gamma + 1, a plain decoding step when k = 1), timed through `CachedForward` exactly as the engine
-runs it, in four set-ups that `specdec_core/cpu_speed.py`, `cpu_attention.py` and `kv.py` switch on one by one:
+runs it, in four set-ups that `specdec_core/loading/cpu_speed.py`, `cpu_attention.py` and `kv.py` switch on one by one:
 
 - before: `F.linear` everywhere, keys and values repeated per query head, a cache that concatenates;
 - + columns form: each weight shape uses `W @ x.T` for the row counts measured faster here;
@@ -27,7 +27,7 @@ import platform
 import statistics
 import time
 
-from specdec_core.threads import prefer_passive_waiting
+from specdec_core.commands.threads import prefer_passive_waiting
 
 prefer_passive_waiting()  # before torch loads: 1 thread on 2 cores (threads.py)
 
@@ -35,7 +35,8 @@ import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
 from specdec_core import cpu_attention, cpu_speed, kv  # noqa: E402
-from specdec_core.models import default_cache_dir, load_model  # noqa: E402
+from specdec_core.loading.gguf_cache import default_cache_dir  # noqa: E402
+from specdec_core.loading.models import load_model  # noqa: E402
 
 SETUPS = ("before", "+ columns form", "+ packed form", "+ GQA in SDPA", "+ growing cache")
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from specdec_core.resources import assets_dir
+from specdec_core.loading.resources import assets_dir
 
 # Before torch loads (commands import it lazily): idle OpenMP threads sleep instead of spinning, which
 # keeps two threads from crawling when another process shares the cores.
@@ -22,7 +22,8 @@ DEFAULT_NAME = "smollm2-135m-draft"
 
 
 def _load_verifier(args):
-    from specdec_core.models import load_model, tqdm_progress
+    from specdec_core.loading.models import load_model
+    from specdec_core.loading.progress import tqdm_progress
 
     if args.threads:
         import torch
@@ -68,7 +69,7 @@ def cmd_label(args) -> None:
 
 def cmd_train(args) -> None:
     from distill.train import DraftShape, TrainSettings, train
-    from specdec_core.models import resolve_device
+    from specdec_core.loading.models import resolve_device
 
     verifier = _load_verifier(args)
     settings = TrainSettings(steps=args.steps, max_minutes=args.max_minutes, batch_tokens=args.batch_tokens,
@@ -99,7 +100,7 @@ def cmd_train_head(args) -> None:
 
 def cmd_agreement(args) -> None:
     from distill.head import HeadSettings, agreement_by_step, load_examples
-    from specdec_core.draft_head import SpecdecHeadModel
+    from specdec_core.drafting.draft_head import SpecdecHeadModel
 
     verifier = _load_verifier(args)
     folder = args.work / "runs" / args.run / "model" if args.run else Path(args.draft)
@@ -118,7 +119,7 @@ def cmd_agreement(args) -> None:
 
 def cmd_export(args) -> None:
     from distill.export import export_draft
-    from specdec_core.models import load_model
+    from specdec_core.loading.models import load_model
 
     verifier = load_model(args.verifier, device="cpu")
     stems = [path.stem.split("-") for path in (args.work / "replies").glob("*.pt")]
@@ -133,7 +134,7 @@ def cmd_export(args) -> None:
 def cmd_measure(args) -> None:
     from distill.measure import measure_pair
     from distill.prompts import read_jsonl
-    from specdec_core.models import load_model
+    from specdec_core.loading.models import load_model
 
     verifier = _load_verifier(args)
     draft = load_model(str(args.draft), device=args.device, dtype=args.dtype)
@@ -159,7 +160,7 @@ def cmd_card(args) -> None:
     """Measure the shipped draft and write the figures its model card states (card.json)."""
     from distill.measure import measure_pair
     from distill.prompts import read_jsonl
-    from specdec_core.models import load_model
+    from specdec_core.loading.models import load_model
 
     verifier = _load_verifier(args)
     draft = load_model(str(args.draft), device=args.device, dtype=args.dtype)
@@ -281,8 +282,8 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(run_step=cmd_card)
 
     args = parser.parse_args(argv)
-    import specdec_core.draft_head  # noqa: F401 - registers the drafts' model types with transformers
-    import specdec_core.draft_model  # noqa: F401
+    import specdec_core.drafting.draft_head  # noqa: F401 - registers the drafts' model types with transformers
+    import specdec_core.drafting.draft_model  # noqa: F401
 
     args.run_step(args)
 

@@ -53,7 +53,7 @@ included here), so the compatibility doctor passes the pair with no warnings.
 {_figures(card)}
 ## Architecture
 
-`SpecdecDraftForCausalLM` (`specdec_core/draft_model.py`): a Llama with {shape.get('layers')} layer(s)
+`SpecdecDraftForCausalLM` (`specdec_core/drafting/draft_model.py`): a Llama with {shape.get('layers')} layer(s)
 of width {shape.get('hidden')} ({shape.get('heads')} heads, {shape.get('kv_heads')} KV heads,
 MLP {shape.get('intermediate')}; {layers}), a token table of rank {shape.get('embedding_rank')} shared by
 input and output (initialised from the verifier's embedding, projected on its principal directions),
@@ -205,7 +205,7 @@ tokenizer (files included here), and the compatibility doctor checks that it rea
 {_figures(card)}
 ## Architecture
 
-`SpecdecHeadModel` (`specdec_core/draft_head.py`), after EAGLE (Li et al. 2024): one Llama decoder layer
+`SpecdecHeadModel` (`specdec_core/drafting/draft_head.py`), after EAGLE (Li et al. 2024): one Llama decoder layer
 (width {settings.get('hidden', 576)}, {settings.get('heads')} heads, {settings.get('kv_heads')} KV heads,
 MLP {settings.get('intermediate')}) that reads the verifier's final hidden state at position i and the
 embedding of token i+1 (concatenated, then projected), and predicts the verifier's hidden state at i+1.
@@ -213,7 +213,7 @@ Tokens are scored with the verifier's own output layer, cut to the {settings.get
 emits most (covering {distill.get('head_coverage', 0):.1%} of its next-token probability mass on the
 training replies); the head proposes no other token, and verification stays exact. The token embedding
 and output rows are the verifier's, read when the pair loads, so only the layer is stored here.
-When drafting, `HeadDrafter` (`specdec_core/drafters.py`) feeds the head the verifier's true hidden
+When drafting, `HeadDrafter` (`specdec_core/drafting/drafters.py`) feeds the head the verifier's true hidden
 states up to the last verified token and its own predictions after that.
 
 ## Data and training

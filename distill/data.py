@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from distill.prompts import Messages
-from specdec_core.chat import build_prompt
+from specdec_core.text.chat import build_prompt
 
 MODES = {"greedy": 0.0, "t07": 0.7, "t07b": 0.7, "t10": 1.0}  # reply mode -> sampling temperature
 

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from distill.data import load_sequences, padded_batches, reply_files, save_atomic
 from distill.train import batches as endless_batches
 from distill.train import ranking_from_counts
-from specdec_core.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
+from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ import time
 from tqdm.auto import tqdm
 
 from distill.prompts import Messages
-from specdec_core.chat import build_prompt
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import HybridDrafter, drafter_for
+from specdec_core.drafting.drafters import HybridDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
 from specdec_core.stats import StatsAccumulator
+from specdec_core.text.chat import build_prompt
 
 
 def _figures(tally: StatsAccumulator, mismatches: list[int] | None = None) -> dict:

@@ -20,8 +20,8 @@ import torch
 
 from specdec_core import defaults
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.cost import PositionRecord, TreeSizer, VerifyCost
-from specdec_core.drafters import Draft, Drafter
+from specdec_core.drafting.drafters import Draft, Drafter
+from specdec_core.drafting.trees import DraftTree
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
     Alternative,
@@ -37,8 +37,11 @@ from specdec_core.events import (
     Verdict,
     drafted_token,
 )
-from specdec_core.kv import CachedForward, supports_trees
-from specdec_core.sampling import (
+from specdec_core.stats import StatsAccumulator
+from specdec_core.text.textstream import TextStream
+from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
+from specdec_core.verification.kv import CachedForward, supports_trees
+from specdec_core.verification.sampling import (
     TreeAcceptance,
     accept_drafts,
     accept_tree,
@@ -46,12 +49,9 @@ from specdec_core.sampling import (
     seen_tokens,
     shown_probs,
 )
-from specdec_core.stats import StatsAccumulator
-from specdec_core.textstream import TextStream
-from specdec_core.trees import DraftTree
 
 if TYPE_CHECKING:
-    from specdec_core.models import LoadedModel
+    from specdec_core.loading.models import LoadedModel
 
 
 class Controls:

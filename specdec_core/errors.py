@@ -29,3 +29,8 @@ class NonFiniteError(SpecdecError, RuntimeError):
     """A distribution with NaN or infinite entries: sampling from it would return garbage, not fail.
 
     A RuntimeError, so the engine ends the reply with it as an error (as for any failure of the model)."""
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]

@@ -57,6 +57,6 @@ def embedded_pair():
     """The real embedded default pair (verifier + shipped draft head as a hybrid), loaded once for every
     slow test that only reads it; tests that build engines of their own use its models. Offline:
     HF_HUB_OFFLINE is set above."""
-    from specdec_core.pairing import LoadOptions, load_pair
+    from specdec_core.pairs.pairing import LoadOptions, load_pair
 
     return load_pair(options=LoadOptions(device="cpu"))

@@ -98,7 +98,7 @@ def save_model(folder: Path, arch: str, tokenizer: PreTrainedTokenizerFast, *, s
 def as_loaded(model, tokenizer, name: str = "tiny", *, context_length: int = 512,
               eos_token_ids: frozenset[int] | None = None):
     """Wrap an in-memory model the way models.load_model would (tests skip the disk round trip)."""
-    from specdec_core.models import LoadedModel
+    from specdec_core.loading.models import LoadedModel
 
     return LoadedModel(
         model=model, tokenizer=tokenizer, spec=name, name=name, device=torch.device("cpu"),
@@ -121,7 +121,7 @@ def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, sca
 
     `scale` multiplies the residual branch so that its prediction starts near the state it read (a
     random head then agrees with the verifier often enough for rounds to mix acceptances and rejections)."""
-    from specdec_core.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
+    from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
 
     model = verifier.model
     text_config = model.config.get_text_config()

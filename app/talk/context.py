@@ -32,7 +32,7 @@ class TalkContext:
     config: GenerationConfig
 
     def prompt_ids(self) -> list[int]:
-        from specdec_core.chat import build_prompt
+        from specdec_core.text.chat import build_prompt
 
         v = self.session.verifier
         return build_prompt(v.tokenizer, self.messages, system=self.system or None,
@@ -119,7 +119,7 @@ def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:
 
 def lane_events(ctx: TalkContext, lanes: list[Lane], controls: Any) -> Iterator[object]:
     """PromptInfo, then every lane's events wrapped in LaneEvent, lane after lane."""
-    from specdec_core.chat import build_prompt
+    from specdec_core.text.chat import build_prompt
 
     v = ctx.session.verifier
     built = build_prompt(v.tokenizer, ctx.messages, system=ctx.system or None, context_length=v.context_length,
@@ -137,7 +137,7 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     """What a draft head writes with no verifier after the prompt: the verifier reads the prompt once
     (the head needs its hidden states), then the head continues on its own predicted states, token after
     token. Emitted as PLAIN tokens and a Finished, like a generation."""
-    from specdec_core.drafters import HeadDrafter
+    from specdec_core.drafting.drafters import HeadDrafter
     from specdec_core.engine import Engine
 
     drafter = HeadDrafter(head)
@@ -156,7 +156,7 @@ def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]
                  controls: Any, eos_token_ids: frozenset[int]) -> Iterator[object]:
     """Tokens from `next_token(tokens so far)` (None: it has nothing more) as PLAIN TokenCommitted events
     and a Finished, like a generation."""
-    from specdec_core.textstream import TextStream
+    from specdec_core.text.textstream import TextStream
 
     new: list[int] = []
     stream = TextStream(tokenizer, ids)
@@ -183,7 +183,7 @@ def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig
                         eos_token_ids: frozenset[int]) -> Iterator[object]:
     """What prompt lookup writes with no verifier: it copies earlier text while it finds a match, then
     has nothing to say. Emitted as PLAIN tokens and a Finished, like a generation."""
-    from specdec_core.drafters import PromptLookupDrafter
+    from specdec_core.drafting.drafters import PromptLookupDrafter
 
     drafter = PromptLookupDrafter()
     vocab = len(tokenizer)

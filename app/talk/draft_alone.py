@@ -22,7 +22,7 @@ DRAFT_COLOR = ts.DRAFT
 
 
 def draft_lane(ctx: TalkContext) -> Lane:
-    from specdec_core.drafters import is_draft_head
+    from specdec_core.drafting.drafters import is_draft_head
 
     s = ctx.session
     if s.draft is not None and is_draft_head(s.draft):

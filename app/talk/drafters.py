@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import Draft, Drafter, DrafterBase
+from specdec_core.drafting.drafters import Draft, Drafter, DrafterBase
 from specdec_core.events import DraftStop
 
 

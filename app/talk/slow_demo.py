@@ -22,7 +22,7 @@ from app.talk.context import Lane, TalkContext, engine_lane
 from app.talk.drafters import WeakenedDrafter
 from app.talk.lanes_ui import FLUSH_MS, LaneRun, big_plot, curve_data, lane_figures
 from app.theme import ACCENT, STATE_SOLID
-from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter
 
 LANE_COLORS = [STATE_SOLID["plain"], ACCENT, STATE_SOLID["corrected"], STATE_SOLID["rejected"]]
 

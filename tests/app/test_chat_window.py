@@ -373,7 +373,7 @@ def test_settings_panel_changes_persist(make_window, data_dir):
 def test_choosing_both_drafters_loads_a_hybrid_with_its_draft_token_cap(make_window, qtbot, send_and_wait,
                                                                         data_dir):
     from app.store import Settings
-    from specdec_core.drafters import HybridDrafter, ModelDrafter
+    from specdec_core.drafting.drafters import HybridDrafter, ModelDrafter
 
     w = make_window()
     assert not w.settings_panel.draft_tokens.isEnabled()  # "Draft model" is chosen

@@ -9,7 +9,7 @@ from app.chat_view import token_tooltip
 from app.store import trace_from_dict
 from app.trace import ReplyTrace
 from specdec_core.config import GenerationConfig
-from specdec_core.cross_vocab import TokenIntersectionDrafter
+from specdec_core.drafting.cross_vocab import TokenIntersectionDrafter
 from specdec_core.engine import Engine
 
 
@@ -34,7 +34,7 @@ def test_a_drafted_tokens_tooltip_shows_the_draft_token_it_came_from_and_survive
 def test_the_settings_offer_installed_drafts_with_their_overlap(qtbot):
     from app.settings_panel import SettingsPanel
     from app.store import Settings
-    from specdec_core.draft_candidates import DraftCandidate
+    from specdec_core.pairs.draft_candidates import DraftCandidate
 
     panel = SettingsPanel(Settings())
     qtbot.addWidget(panel)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from specdec_core import chat
+from specdec_core.text import chat
 
 LONG_STRING_LOOP = "{% for a in 'x'*1000 %}{% for c in 'x'*10000000 %}{% endfor %}{% endfor %}"
 HUGE_ALLOCATION = "{{ ('x'*3000000000)[:10] }}"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import tiny
 
-from specdec_core import catalog
-from specdec_core.catalog import ChunkedGguf, KnownModel
+from specdec_core.loading import catalog
+from specdec_core.loading.catalog import ChunkedGguf, KnownModel
 
 
 def _wheel_index(data: bytes, parts: int):

@@ -8,7 +8,7 @@ import re
 
 from app.graphs import LiveGraphs
 from app.trace import ReplyTrace
-from specdec_core.cli import reply_json, stats_line
+from specdec_core.commands.cli import reply_json, stats_line
 from specdec_core.events import (
     DraftStop,
     Finished,

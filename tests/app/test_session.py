@@ -17,7 +17,7 @@ def request_(tiny_models_dir):
 
 
 def test_a_second_load_reuses_the_held_models_and_engine_and_reports_only_what_it_loads(request_):
-    from specdec_core.drafters import HybridDrafter, ModelDrafter
+    from specdec_core.drafting.drafters import HybridDrafter, ModelDrafter
 
     steps = []
     first = load_session(request_, steps.append, lambda: False)

@@ -264,7 +264,7 @@ def test_exports_keep_text_colours_and_trace():
 
 def test_the_apps_default_draft_is_the_one_the_cli_uses():
     from app.store import Settings
-    from specdec_core.pairing import default_draft
+    from specdec_core.pairs.pairing import default_draft
 
     shipped, settings = default_draft(None), Settings()
     assert default_draft(settings.verifier) is shipped

@@ -8,7 +8,7 @@ import tiny
 from app.trace import ReplyTrace
 from app.tree_view import TreeDialog, layout_tree, tree_html, tree_rounds
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import ModelDrafter
+from specdec_core.drafting.drafters import ModelDrafter
 from specdec_core.engine import Engine
 
 

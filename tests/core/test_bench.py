@@ -7,9 +7,9 @@ import json
 import pytest
 import tiny
 
-from specdec_core.bench import category_of, predict_speedup
-from specdec_core.cli import main
-from specdec_core.prompt_sets import load_prompts
+from specdec_core.commands.cli import main
+from specdec_core.measuring.bench import category_of, predict_speedup
+from specdec_core.measuring.prompt_sets import load_prompts
 from specdec_core.stats import predicted_speedup
 
 

@@ -7,30 +7,83 @@ def test_importing_the_core_loads_no_qt_or_pyqtgraph_and_the_engine_no_training_
     # needs (models, pairing, stats) never import the distillation pipeline (distill/, a top-level
     # package) or the measuring code (bench.py, its command line); then the whole core, CLI included,
     # loads no Qt.
-    code = ("import sys, specdec_core, specdec_core.engine, specdec_core.pairing, specdec_core.models; "
+    code = ("import sys, specdec_core, specdec_core.engine, specdec_core.pairs.pairing, specdec_core.loading.models; "
             "bad = [m for m in sys.modules if m.split('.')[0] == 'distill' "
-            "or m in ('specdec_core.bench', 'specdec_core.bench_cli', 'specdec_core.cli')]; "
-            "import specdec_core.cli; "
+            "or m.startswith(('specdec_core.measuring', 'specdec_core.commands'))]; "
+            "import specdec_core.commands.cli; "
             "bad += [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'superqt', 'app')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_command_line_modules_form_no_import_cycle():
-    # cli and bench_cli share cli_options; neither imports the other at module level, and the measuring
-    # library (bench.py) imports neither.
+def _core_imports():
+    """(module path, line, imported specdec_core module) for every import in specdec_core, in functions too."""
     import ast
     from pathlib import Path
 
     import specdec_core
 
     root = Path(specdec_core.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "specdec_core":
+                names = [node.module] if node.module != "specdec_core" else \
+                    [f"specdec_core.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names if alias.name.split(".")[0] == "specdec_core"]
+            else:
+                continue
+            for name in names:
+                yield module, node.lineno, name
+
+
+# The core's layers, lowest first, as each sub-package's docstring states them: a layer imports only the
+# layers before it (and itself). "vocabulary" is the shared root (config, defaults, errors, events, stats).
+_LAYERS = ["vocabulary", "text", "verification", "loading", "drafting", "engine", "pairs", "measuring", "commands"]
+_SIBLINGS = {"text", "verification", "loading"}  # side by side: none of the three imports another
+# The loader registers the two draft architectures with transformers before it loads a folder.
+_REGISTERS = {"specdec_core.drafting.draft_head", "specdec_core.drafting.draft_model"}
+
+
+def _layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in ("config", "defaults", "errors", "events", "stats", "assets", "__init__"):
+        return "vocabulary"
+    return parts[1]
+
+
+def test_each_core_layer_imports_only_the_layers_below_it():
+    bad = []
+    for module, line, name in _core_imports():
+        mine, theirs = _layer(module), _layer(name)
+        if mine == "loading" and name in _REGISTERS:
+            continue
+        if _LAYERS.index(theirs) > _LAYERS.index(mine) or (mine != theirs and {mine, theirs} <= _SIBLINGS):
+            bad.append(f"{module}:{line} ({mine}) imports {name} ({theirs})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_check_sees_an_import_upwards():
+    assert _LAYERS.index(_layer("specdec_core.commands.cli")) > _LAYERS.index(_layer("specdec_core.engine"))
+    assert _layer("specdec_core.drafting.trees") == "drafting" and _layer("specdec_core.events") == "vocabulary"
+    found = {(module, name) for module, _, name in _core_imports()}
+    assert ("specdec_core.engine", "specdec_core.drafting.drafters") in found  # imports are seen at all
+
+
+def test_the_command_line_modules_form_no_import_cycle():
+    # cli and bench_cli share cli_options; neither imports the other at module level.
+    import ast
+    from pathlib import Path
+
+    import specdec_core
+
+    commands = Path(specdec_core.__file__).parent / "commands"
 
     def top_level_imports(name: str) -> set[str]:
-        tree = ast.parse((root / f"{name}.py").read_text())
         out = set()
-        for node in tree.body:
+        for node in ast.parse((commands / f"{name}.py").read_text()).body:
             if isinstance(node, ast.ImportFrom) and node.module:
                 out.add(node.module)
                 out.update(f"{node.module}.{a.name}" for a in node.names)
@@ -38,9 +91,9 @@ def test_the_command_line_modules_form_no_import_cycle():
                 out.update(a.name for a in node.names)
         return out
 
-    assert not {"specdec_core.cli", "specdec_core.bench_cli"} & top_level_imports("bench")
-    assert "specdec_core.cli" not in top_level_imports("bench_cli")
-    assert not {"specdec_core.cli", "specdec_core.bench", "specdec_core.bench_cli"} & top_level_imports("cli_options")
+    cli, bench_cli = "specdec_core.commands.cli", "specdec_core.commands.bench_cli"
+    assert cli not in top_level_imports("bench_cli")
+    assert not {cli, bench_cli} & top_level_imports("cli_options")
 
 
 def test_modules_outside_the_main_window_use_only_its_public_surface():

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import tiny
 
-from specdec_core import catalog
-from specdec_core.catalog import ChunkedGguf, KnownModel
-from specdec_core.cli import main
+from specdec_core.commands.cli import main
 from specdec_core.errors import ModelLoadError
-from specdec_core.models import load_model
+from specdec_core.loading import catalog
+from specdec_core.loading.catalog import ChunkedGguf, KnownModel
+from specdec_core.loading.models import load_model
 
 PARTS = 3
 

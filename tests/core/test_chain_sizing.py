@@ -5,10 +5,10 @@ import pytest
 import tiny
 
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.cost import PositionRecord, TreeSizer, VerifyCost
-from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
+from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
 
 # A text that repeats itself, so prompt lookup has copies to propose at every round.
 REPEATS = "The capital of France is Paris. The capital of Italy is Rome. " * 3

@@ -5,7 +5,7 @@ import json
 import pytest
 import tiny
 
-from specdec_core.cli import main
+from specdec_core.commands.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +161,7 @@ def test_after_ctrl_c_a_second_one_while_exiting_prints_no_traceback(monkeypatch
     otherwise raise out of the clean-up as a traceback)."""
     import signal
 
-    import specdec_core.cli as cli
+    import specdec_core.commands.cli as cli
 
     def interrupted(args):
         raise KeyboardInterrupt

@@ -10,8 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_core import cli, models, pairing
+from specdec_core.commands import cli
 from specdec_core.errors import ModelLoadError
+from specdec_core.loading import models
+from specdec_core.pairs import pairing
 
 FLAGS = ["--verifier", "--draft", "--drafter", "--draft-tokens", "--device", "--dtype", "--device-map",
          "--max-memory", "--gamma", "--confidence-cutoff", "--max-new-tokens", "--temperature", "--top-k",

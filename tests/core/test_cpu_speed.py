@@ -6,12 +6,12 @@ import pytest
 import tiny
 import torch
 
-from specdec_core import cpu_attention, cpu_speed, memory
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import ModelDrafter
+from specdec_core.drafting.drafters import ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
-from specdec_core.kv import CachedForward, GrowingLayer
+from specdec_core.loading import cpu_attention, cpu_speed, memory
+from specdec_core.verification.kv import CachedForward, GrowingLayer
 
 FAST_FORMS = ["columns", pytest.param("packed", marks=pytest.mark.skipif(
     not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product"))]
@@ -216,7 +216,7 @@ def test_the_growing_cache_gives_a_fresh_passs_logits_after_rollbacks_and_regrow
 
 def load_on_cpu(folder, cache_dir, monkeypatch, *, backend: bool):
     """`folder` loaded onto the CPU as the app loads it, with the CPU backend or (off switch) without."""
-    from specdec_core.models import load_model
+    from specdec_core.loading.models import load_model
 
     with monkeypatch.context() as patch:
         if not backend:
@@ -272,7 +272,7 @@ def test_cpu_attention_hands_grouped_heads_to_the_kernel_even_with_a_mask(tiny_m
 
 
 def test_a_draft_heads_output_layer_gets_its_cpu_forms_at_load(tiny_tokenizer, tmp_path, monkeypatch):
-    from specdec_core.drafters import HeadDrafter
+    from specdec_core.drafting.drafters import HeadDrafter
 
     verifier = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1, logit_scale=8.0), tiny_tokenizer)
     head = tiny.make_head(verifier, head_ids=list(range(0, 200, 2)))

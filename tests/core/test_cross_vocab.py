@@ -12,16 +12,16 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.cross_vocab import (
+from specdec_core.drafting.cross_vocab import (
     Retokenizer,
     StringMatchDrafter,
     TokenIntersectionDrafter,
     map_vocabularies,
     token_texts,
 )
-from specdec_core.drafters import HybridDrafter
+from specdec_core.drafting.drafters import HybridDrafter
 from specdec_core.engine import Engine
-from specdec_core.sampling import processed_probs
+from specdec_core.verification.sampling import processed_probs
 
 PROMPTS = ["The capital of France is", "def add(a, b):\n", "Once upon a time there was a little robot"]
 

@@ -5,9 +5,9 @@ import json
 
 import tiny
 
-from specdec_core.doctor import check_models
-from specdec_core.drafters import HeadDrafter, drafter_for
-from specdec_core.models import load_model
+from specdec_core.drafting.drafters import HeadDrafter, drafter_for
+from specdec_core.loading.models import load_model
+from specdec_core.pairs.doctor import check_models
 
 
 def test_the_gpu_script_runs_generate_train_head_and_export_and_brings_back_a_loadable_head(tmp_path,

@@ -8,9 +8,9 @@ import tiny
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
-from specdec_core.doctor import Finding, Verdict, check_models, check_pair
 from specdec_core.errors import IncompatiblePairError
-from specdec_core.models import load_model
+from specdec_core.loading.models import load_model
+from specdec_core.pairs.doctor import Finding, Verdict, check_models, check_pair
 
 
 def rebuild(tokenizer, edit_vocab=None, **special_tokens) -> PreTrainedTokenizerFast:
@@ -180,7 +180,7 @@ def word_level(size: int, changed_id: int | None = None) -> PreTrainedTokenizerF
 
 
 def test_a_150k_vocabulary_is_compared_quickly():
-    import specdec_core.cross_vocab  # noqa: F401 - imported before the clock starts: its imports are not the check
+    import specdec_core.drafting.cross_vocab  # noqa: F401 - imported before the clock starts: its imports are not the check
 
     verifier, draft = word_level(150_000), word_level(150_000, changed_id=149_000)
 

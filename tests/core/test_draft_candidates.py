@@ -3,7 +3,7 @@ read from tokenizers alone."""
 
 import tiny
 
-from specdec_core.draft_candidates import draft_candidates, installed_hub_models
+from specdec_core.pairs.draft_candidates import draft_candidates, installed_hub_models
 
 
 def test_candidates_come_with_their_overlap_best_first_and_unreadable_specs_are_left_out(tmp_path, tiny_tokenizer):

@@ -5,7 +5,7 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter
 from specdec_core.engine import Controls, Engine
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (

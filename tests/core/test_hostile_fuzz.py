@@ -12,12 +12,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specdec_core import chat
-from specdec_core.chat import build_prompt
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ChatTemplateError
-from specdec_core.sampling import accept_drafts, processed_probs, sample
-from specdec_core.weights_check import implied_parameters
+from specdec_core.loading.weights_check import implied_parameters
+from specdec_core.text import chat
+from specdec_core.text.chat import build_prompt
+from specdec_core.verification.sampling import accept_drafts, processed_probs, sample
 
 FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -124,7 +124,7 @@ def test_the_implied_parameters_never_exceed_what_the_model_really_has(arch, hea
 @given(value=st.integers(10**7, 10**15))
 def test_a_config_claiming_any_absurd_size_is_refused(tiny_models_dir, field, value):
     from specdec_core.errors import ModelLoadError
-    from specdec_core.weights_check import check_weights
+    from specdec_core.loading.weights_check import check_weights
 
     folder = tiny_models_dir["llama-verifier"]
     config = json.loads((folder / "config.json").read_text())

@@ -4,7 +4,7 @@ import pytest
 import tiny
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter
+from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
 from specdec_core.events import DraftStop, Finished, RoundVerified

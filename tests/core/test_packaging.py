@@ -19,8 +19,8 @@ def test_every_package_is_listed_for_the_wheel():
 
 
 def test_the_shipped_files_are_found_through_the_package():
-    from specdec_core.models import EMBEDDED_DRAFT
-    from specdec_core.resources import assets_dir
+    from specdec_core.loading.resources import assets_dir
+    from specdec_core.loading.specs import EMBEDDED_DRAFT
 
     assert (assets_dir() / EMBEDDED_DRAFT / "config.json").is_file()
     assert (assets_dir() / "prompts" / "chat.jsonl").is_file()

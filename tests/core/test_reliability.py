@@ -20,14 +20,17 @@ from pathlib import Path
 import pytest
 import tiny
 
-from specdec_core import chat, cli, errors, models
-from specdec_core.chat import build_prompt
-from specdec_core.cli import main
+from specdec_core import errors
+from specdec_core.commands import cli
+from specdec_core.commands.cli import main
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, ModelLoadError
 from specdec_core.events import Finished
-from specdec_core.models import load_model
-from specdec_core.pairing import LoadOptions, load_pair
+from specdec_core.loading import gguf_cache, models
+from specdec_core.loading.models import load_model
+from specdec_core.pairs.pairing import LoadOptions, load_pair
+from specdec_core.text import chat
+from specdec_core.text.chat import build_prompt
 
 
 @pytest.fixture(scope="module")
@@ -374,14 +377,14 @@ def test_a_cache_file_whose_hash_changed_is_rebuilt(converted, tmp_path):
     data = bytearray(weights.read_bytes())
     data[-8:] = b"\xff" * 8  # same size, damaged tensor bytes: loads, but wrong. Only the hash can tell.
     weights.write_bytes(bytes(data))
-    assert models._cache_damage(folder) is not None
-    assert models._cache_damage(converted[1] / "gguf" / folder.name) is None
+    assert gguf_cache.cache_damage(folder) is not None
+    assert gguf_cache.cache_damage(converted[1] / "gguf" / folder.name) is None
 
 
 def test_stale_partial_conversions_are_removed_at_start(converted, tmp_path):
     gguf, cache, folder = cache_copy(converted, tmp_path)
     root = cache / "gguf"
-    here = models._HOST
+    here = gguf_cache._HOST
     dead = root / f".partial-{'a' * 12}-999999999-{here}-x1"  # no such process
     alive = root / f".partial-{'b' * 12}-{os.getppid()}-{here}-x2"  # a conversion still running
     elsewhere = root / f".partial-{'c' * 12}-999999999-{'0' * 8}-x3"  # another machine's, sharing the cache
@@ -407,7 +410,7 @@ def test_a_read_only_cache_is_one_error_line(capsys, converted, tmp_path, monkey
     def read_only(*args, **kwargs):  # the tests may run as root, for whom chmod does not bite
         raise PermissionError(13, "Permission denied", str(tmp_path / "cache"))
 
-    monkeypatch.setattr(models.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(gguf_cache.tempfile, "mkdtemp", read_only)
     code, err = run_cli(capsys, "generate", "hi", "--verifier", str(converted[0]), "--device", "cpu")
     assert code == 2 and "SPECDEC_CACHE_DIR" in one_error_line(err)
 
@@ -460,7 +463,7 @@ def test_a_config_claiming_absurd_sizes_is_refused_before_building_the_model(cap
 
 
 def test_the_weights_check_passes_every_tiny_architecture(tiny_models_dir):
-    from specdec_core.weights_check import check_weights, implied_parameters, stored_elements
+    from specdec_core.loading.weights_check import check_weights, implied_parameters, stored_elements
 
     for name, folder in tiny_models_dir.items():
         check_weights(folder, spec=name)

@@ -8,12 +8,12 @@ from test_engine import hf_greedy, prompt_ids
 from test_lossless import PROMPT, VOCAB, chi_square_p_value, sampled_joint
 from transformers import RepetitionPenaltyLogitsProcessor
 
-from specdec_core.cli import main
+from specdec_core.commands.cli import main
 from specdec_core.config import GenerationConfig
-from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
 from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
-from specdec_core.sampling import processed_probs, seen_tokens
+from specdec_core.verification.sampling import processed_probs, seen_tokens
 
 PENALTY = 1.8
 

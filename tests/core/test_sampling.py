@@ -7,7 +7,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import NonFiniteError
-from specdec_core.sampling import accept_drafts, accept_tree, processed_probs, sample, shown_probs
+from specdec_core.verification.sampling import accept_drafts, accept_tree, processed_probs, sample, shown_probs
 
 
 def gen(seed=0):

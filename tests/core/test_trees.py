@@ -9,13 +9,13 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.cost import TreeSizer, VerifyCost
-from specdec_core.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, grow_tree
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
-from specdec_core.kv import CachedForward
-from specdec_core.sampling import accept_tree
-from specdec_core.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, grow_tree
+from specdec_core.verification.cost import TreeSizer, VerifyCost
+from specdec_core.verification.kv import CachedForward
+from specdec_core.verification.sampling import accept_tree
 
 ARCHS = ("llama", "qwen2", "gpt2")
 

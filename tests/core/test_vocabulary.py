@@ -12,9 +12,9 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.doctor import check_models
-from specdec_core.drafters import ModelDrafter
+from specdec_core.drafting.drafters import ModelDrafter
 from specdec_core.engine import Engine
+from specdec_core.pairs.doctor import check_models
 
 DRAFT_VOCAB = 290
 

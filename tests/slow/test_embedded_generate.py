@@ -2,9 +2,9 @@
 
 import pytest
 
-from specdec_core.chat import build_prompt
 from specdec_core.config import GenerationConfig
 from specdec_core.events import TokenCommitted, TokenState
+from specdec_core.text.chat import build_prompt
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ def pair(embedded_pair):
 
 
 def test_the_embedded_default_pair_is_the_shipped_head_with_prompt_lookup(pair):
-    from specdec_core.drafters import HeadDrafter, HybridDrafter
+    from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter
 
     assert isinstance(pair.drafter, HybridDrafter) and isinstance(pair.drafter.model_drafter, HeadDrafter)
     assert pair.drafter.model_tokens == 1

@@ -5,7 +5,8 @@ import importlib.util
 import pytest
 import torch
 
-from specdec_core.models import EMBEDDED_VERIFIER, load_model
+from specdec_core.loading.models import load_model
+from specdec_core.loading.specs import EMBEDDED_VERIFIER
 
 pytestmark = [
     pytest.mark.slow,

@@ -12,12 +12,12 @@ import pytest
 from distill.measure import measure_pair
 from distill.prompts import read_jsonl
 from specdec_core.config import GenerationConfig
-from specdec_core.doctor import check_models
-from specdec_core.drafters import HeadDrafter, drafter_for
+from specdec_core.drafting.drafters import HeadDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
-from specdec_core.models import EMBEDDED_DRAFT
-from specdec_core.resources import assets_dir
+from specdec_core.loading.resources import assets_dir
+from specdec_core.loading.specs import EMBEDDED_DRAFT
+from specdec_core.pairs.doctor import check_models
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_doctor_passes_the_embedded_pair(pair):
 def test_greedy_speculation_reproduces_the_verifier(pair):
     verifier, draft = pair
     engine = Engine(verifier, drafter_for(draft))
-    from specdec_core.chat import build_prompt
+    from specdec_core.text.chat import build_prompt
 
     for messages in read_jsonl(HELD_OUT)[:3]:
         ids = build_prompt(verifier.tokenizer, messages, context_length=verifier.context_length).ids

@@ -13,7 +13,7 @@ def tiny_session(tiny_tokenizer):
     """An app Session over a tiny llama verifier and a noisy copy of it as the draft model."""
     from app.session import LoadRequest, Session
     from specdec_core.defaults import MODEL
-    from specdec_core.drafters import ModelDrafter
+    from specdec_core.drafting.drafters import ModelDrafter
     from specdec_core.engine import Engine
 
     verifier, draft = tiny.make_pair("llama", tiny_tokenizer)

@@ -102,7 +102,7 @@ def head_session(tiny_tokenizer):
 
     from app.session import LoadRequest, Session
     from specdec_core.defaults import HYBRID
-    from specdec_core.drafters import HeadDrafter, HybridDrafter
+    from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter
     from specdec_core.engine import Engine
 
     verifier, _ = tiny.make_pair("llama", tiny_tokenizer)
@@ -115,8 +115,8 @@ def head_session(tiny_tokenizer):
 def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtbot, head_session):
     from app.talk.context import TalkContext
     from app.talk.draft_alone import DraftAloneView
-    from specdec_core.drafters import HeadDrafter
-    from specdec_core.kv import CachedForward
+    from specdec_core.drafting.drafters import HeadDrafter
+    from specdec_core.verification.kv import CachedForward
 
     view = DraftAloneView()
     qtbot.addWidget(view)

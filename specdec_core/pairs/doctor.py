@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from specdec_core.errors import IncompatiblePairError
 
 if TYPE_CHECKING:
-    from specdec_core.models import LoadedModel
+    from specdec_core.loading.models import LoadedModel
 
 @dataclass(frozen=True)
 class Finding:
@@ -103,7 +103,7 @@ def check_models(verifier: LoadedModel, draft: LoadedModel) -> Verdict:
 def _head_findings(verifier: LoadedModel, draft: LoadedModel) -> tuple[Finding, ...]:
     """A draft head reads the verifier's final hidden states: their width must match, and a head trained
     on another verifier still works (exactly) but will rarely be accepted."""
-    from specdec_core.draft_head import MODEL_TYPE, embedding_fingerprint
+    from specdec_core.drafting.draft_head import MODEL_TYPE, embedding_fingerprint
 
     config = draft.model.config
     if getattr(config, "model_type", None) != MODEL_TYPE:
@@ -184,7 +184,7 @@ LOW_OVERLAP = 0.5
 def _cross_vocabulary(verifier_tokenizer, draft_tokenizer, difference: tuple[int, str, str, int], shared_ids: int,
                       verifier_logits: int | None, draft_logits: int | None) -> Verdict:
     """Different vocabularies: the pair drafts through the text (cross_vocab.py); how much they overlap."""
-    from specdec_core.cross_vocab import STRATEGIES, TLI, map_vocabularies, text_share
+    from specdec_core.drafting.cross_vocab import STRATEGIES, TLI, map_vocabularies, text_share
 
     v_size = min(len(verifier_tokenizer), verifier_logits or len(verifier_tokenizer))
     d_size = min(len(draft_tokenizer), draft_logits or len(draft_tokenizer))

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specdec_core import catalog
+from specdec_core.loading import catalog
 
 
 def add_parser(subparsers) -> None:
@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
 
 
 def _cache(args) -> Path:
-    from specdec_core.models import default_cache_dir
+    from specdec_core.loading.gguf_cache import default_cache_dir
 
     return Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
 
@@ -38,13 +38,13 @@ def cmd_models(args: argparse.Namespace) -> int:
             removed = catalog.remove(name, cache)
             print(f"removed {name}" + (f" ({len(removed)} paths)" if removed else " (it was not installed)"))
         return 0
-    from specdec_core.models import tqdm_progress
+    from specdec_core.loading.progress import tqdm_progress
 
     for name in args.names:
         draw = tqdm_progress(file=sys.stderr)
 
         def progress(step: catalog.InstallProgress, draw=draw) -> None:
-            from specdec_core.models import LoadProgress
+            from specdec_core.loading.progress import LoadProgress
 
             draw(LoadProgress(step.stage, step.fraction, step.message))
 

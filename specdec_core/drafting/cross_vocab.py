@@ -39,13 +39,13 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.defaults import SLEM, TLI
-from specdec_core.drafters import Draft, DrafterBase, _autoregress
+from specdec_core.drafting.drafters import Draft, DrafterBase, _autoregress
+from specdec_core.drafting.trees import NO_COPY, Copy, DraftTree, Worth, grow_tree, level_as_tree
 from specdec_core.events import DraftStop
-from specdec_core.kv import CachedForward, supports_trees
-from specdec_core.trees import NO_COPY, Copy, DraftTree, Worth, grow_tree, level_as_tree
+from specdec_core.verification.kv import CachedForward, supports_trees
 
 if TYPE_CHECKING:
-    from specdec_core.models import LoadedModel
+    from specdec_core.loading.models import LoadedModel
 
 STRATEGIES = {TLI: "token-level intersection", SLEM: "string-level exact match"}
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.cost import PositionRecord
 from specdec_core.events import DraftStop
-from specdec_core.sampling import shown_probs
+from specdec_core.verification.cost import PositionRecord
+from specdec_core.verification.sampling import shown_probs
 
 TREE_WIDTH = 4  # candidates considered under each expanded node (the tree keeps the best of them overall)
 

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.draft_head import HeadCache
+from specdec_core.drafting.draft_head import HeadCache
+from specdec_core.drafting.trees import NO_COPY, Copy, CopyRecord, DraftTree, Worth, grow_tree, level_as_tree
 from specdec_core.events import DraftStop
-from specdec_core.kv import CachedForward, common_prefix_length, supports_trees
-from specdec_core.sampling import processed_probs, sample, seen_tokens, shown_probs
-from specdec_core.trees import NO_COPY, Copy, CopyRecord, DraftTree, Worth, grow_tree, level_as_tree
+from specdec_core.verification.kv import CachedForward, common_prefix_length, supports_trees
+from specdec_core.verification.sampling import processed_probs, sample, seen_tokens, shown_probs
 
 if TYPE_CHECKING:
-    from specdec_core.models import LoadedModel
+    from specdec_core.loading.models import LoadedModel
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec_core import memory
+from specdec_core.loading import memory
 
 # Row counts timed: every count a chain of γ ≤ 8 feeds, then steps up to a tree of 32 nodes plus its
 # root. A pass over r rows uses the plan of the smallest timed count ≥ r; longer passes (a prefill)
@@ -253,7 +253,7 @@ def without_packing(plan: RowPlan) -> RowPlan:
 def packing_budget(model: torch.nn.Module) -> int:
     """Bytes of packed copies `model` may hold: a share of its weights (at least _PACKED_FLOOR), and no more
     than a share of the memory available now."""
-    from specdec_core.resources import weight_bytes
+    from specdec_core.loading.resources import weight_bytes
 
     weights = weight_bytes(model)
     free = memory.available_memory()

@@ -105,7 +105,7 @@ def gguf_path(model: KnownModel, cache_dir: Path) -> Path:
 
 def installed_file(model: KnownModel, cache_dir: Path) -> Path | None:
     """The model's assembled GGUF, when it is installed here (its size matches its pin; the hash was checked
-    when it was assembled, and models.py hashes it again before converting)."""
+    when it was assembled, and gguf_cache.py hashes it again before converting)."""
     if model.download is None:
         return None
     path = gguf_path(model, cache_dir)
@@ -122,11 +122,11 @@ def is_installed(model: KnownModel, cache_dir: Path) -> bool:
 
 
 def _bundled_present(model: KnownModel) -> bool:
-    from specdec_core import models
+    from specdec_core.loading import specs
 
     try:
         if model.name == defaults.VERIFIER:
-            models.embedded_gguf_path(model.name)
+            specs.embedded_gguf_path(model.name)
         return True
     except ModelLoadError:
         return False
@@ -275,12 +275,13 @@ def _pip_fetch(package: str, version: str, folder: Path) -> Path:
 
 
 def _convert(target: Path, cache_dir: Path, report: InstallCallback) -> None:
-    from specdec_core import models
+    from specdec_core.loading import gguf_cache
+    from specdec_core.loading.progress import LoadProgress
 
-    def forward(progress: models.LoadProgress) -> None:
+    def forward(progress: LoadProgress) -> None:
         report(InstallProgress("convert", progress.fraction, progress.message))
 
-    models.convert_gguf(target, cache_dir=cache_dir, progress=forward)
+    gguf_cache.convert_gguf(target, cache_dir=cache_dir, progress=forward)
 
 
 # --------------------------------------------------------------------------- remove and list
@@ -323,7 +324,7 @@ def listing(cache_dir: Path) -> list[Listing]:
 
 def converted_folder(name: str, cache_dir: Path | None = None) -> Path | None:
     """The converted (transformers) folder of a known downloadable model, when it is installed and converted."""
-    from specdec_core.models import default_cache_dir
+    from specdec_core.loading.gguf_cache import default_cache_dir
 
     model = known(name)
     if model is None or model.download is None:
@@ -334,7 +335,7 @@ def converted_folder(name: str, cache_dir: Path | None = None) -> Path | None:
 
 def installed_names(cache_dir: Path | None = None) -> list[str]:
     """The downloadable known models installed here."""
-    from specdec_core.models import default_cache_dir
+    from specdec_core.loading.gguf_cache import default_cache_dir
 
     cache = Path(cache_dir or default_cache_dir())
     return [model.name for model in KNOWN.values() if model.download is not None and is_installed(model, cache)]

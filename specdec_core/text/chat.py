@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 
 from specdec_core.errors import ChatTemplateError, PromptTooLongError
-from specdec_core.template_process import OverLimit, TemplateProcess
+from specdec_core.text.template_process import OverLimit, TemplateProcess
 
 TEMPLATE_TIME_LIMIT_S = 5.0  # real templates render a long conversation in milliseconds
 TEMPLATE_MEMORY_LIMIT = 1 << 30  # the child renderer's address space beyond its imports, in bytes

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core.errors import SpecdecError
-from specdec_core.resources import assets_dir
+from specdec_core.loading.resources import assets_dir
 
 PROMPTS_DIR = assets_dir() / "prompts"
 ALL_SETS = ("chat", "code", "rewrite", "multiturn")  # `--prompts all` runs these, in this order

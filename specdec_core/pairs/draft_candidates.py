@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specdec_core.doctor import check_pair
+from specdec_core.pairs.doctor import check_pair
 
 TOKENIZER_FILES = frozenset({"tokenizer.json", "tokenizer_config.json", "tokenizer.model"})
 
@@ -42,7 +42,7 @@ def installed_hub_models(cache_dir: str | None = None) -> list[str]:
 def _local_tokenizer(spec: str):
     from transformers import AutoTokenizer
 
-    from specdec_core.catalog import converted_folder
+    from specdec_core.loading.catalog import converted_folder
 
     # A model known by name (`specdec models install`) keeps its tokenizer in its converted folder.
     return AutoTokenizer.from_pretrained(converted_folder(spec) or spec, local_files_only=True)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from specdec_core.cli_options import (
+from specdec_core.commands.cli_options import (
     UsageError,
     add_generation_options,
     add_model_options,
@@ -127,7 +127,7 @@ def _read_prompt(args) -> str:
 
 
 def cmd_generate(args) -> int:
-    from specdec_core.chat import build_prompt, raw_prompt
+    from specdec_core.text.chat import build_prompt, raw_prompt
 
     config = config_from_args(args)
     if args.samples < 1:
@@ -210,7 +210,7 @@ def chat_turn(pair, messages: list[dict], system: str | None, config: Generation
     then, so they are emptied (the next turn re-reads the prompt). The partial reply the user saw stays
     in the history, marked as interrupted, so the conversation reads the way it happened.
     """
-    from specdec_core.chat import build_prompt
+    from specdec_core.text.chat import build_prompt
 
     out = out or sys.stdout
     committed: list[str] = []
@@ -242,8 +242,8 @@ def chat_turn(pair, messages: list[dict], system: str | None, config: Generation
 
 
 def cmd_doctor(args) -> int:
-    from specdec_core.doctor import check_models
-    from specdec_core.models import load_model
+    from specdec_core.loading.models import load_model
+    from specdec_core.pairs.doctor import check_models
 
     load = dict(device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code,
                 progress=progress_bar())
@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--trust-remote-code", action="store_true")
     doctor.set_defaults(func=cmd_doctor)
 
-    from specdec_core import bench_cli, models_cli
+    from specdec_core.commands import bench_cli, models_cli
 
     bench_cli.add_parser(sub)
     models_cli.add_parser(sub)
@@ -300,7 +300,7 @@ def _error(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specdec_core.threads import prefer_passive_waiting
+    from specdec_core.commands.threads import prefer_passive_waiting
 
     prefer_passive_waiting()  # before torch loads: idle OpenMP threads sleep rather than spin
     parser = build_parser()

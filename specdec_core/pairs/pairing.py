@@ -6,11 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specdec_core import defaults
-from specdec_core.doctor import Verdict, check_models
-from specdec_core.drafters import Drafter, HybridDrafter, PromptLookupDrafter, drafter_for, is_draft_head
+from specdec_core.drafting.drafters import Drafter, HybridDrafter, PromptLookupDrafter, drafter_for, is_draft_head
 from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
-from specdec_core.models import LoadedModel, ProgressCallback, load_model
+from specdec_core.loading.models import LoadedModel, load_model
+from specdec_core.loading.progress import ProgressCallback
+from specdec_core.pairs.doctor import Verdict, check_models
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def make_drafter(kind: str, verifier: LoadedModel, draft: LoadedModel, verdict: 
     (cross_vocab.py); so does `model` (and the model inside `hybrid`) when the doctor found another
     vocabulary, with token-level intersection, which is exact when sampling too. Otherwise ids pass as they are."""
     if kind in defaults.CROSS_VOCABULARY or verdict.cross_vocabulary:
-        from specdec_core.cross_vocab import cross_vocab_drafter
+        from specdec_core.drafting.cross_vocab import cross_vocab_drafter
 
         if is_draft_head(draft):
             raise ConfigError(f"{draft.name} is a draft head: it reads the verifier's hidden states and proposes its "
@@ -104,7 +105,7 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
         raise ConfigError(f"the {kind} drafter needs a draft model: pass --draft SPEC (or use prompt-lookup)")
     if loader is None:
         loader = _model_loader(options, progress)
-    from specdec_core.chat import template_renderer
+    from specdec_core.text.chat import template_renderer
 
     template_renderer().start()  # the chat template's child process: its start overlaps with loading
     verifier = loader("verifier", verifier_spec or defaults.VERIFIER)

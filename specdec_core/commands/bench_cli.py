@@ -13,15 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_core import defaults
-from specdec_core.bench import (
-    BenchError,
-    BenchSettings,
-    Candidate,
-    parse_gammas,
-    rank_drafts,
-    run_bench,
-)
-from specdec_core.cli_options import (
+from specdec_core.commands.cli_options import (
     add_generation_options,
     add_model_options,
     add_threads_option,
@@ -30,7 +22,15 @@ from specdec_core.cli_options import (
     progress_bar,
     tree_nodes,
 )
-from specdec_core.prompt_sets import BUNDLED_SETS, PromptCase, load_prompts
+from specdec_core.measuring.bench import (
+    BenchError,
+    BenchSettings,
+    Candidate,
+    parse_gammas,
+    rank_drafts,
+    run_bench,
+)
+from specdec_core.measuring.prompt_sets import BUNDLED_SETS, PromptCase, load_prompts
 
 # --------------------------------------------------------------------------- presentation
 
@@ -248,7 +248,7 @@ def _write_json(result: dict, target: str | None) -> None:
 
 
 def _apply_threads(threads: int | None) -> None:
-    from specdec_core.threads import prefer_passive_waiting, set_threads
+    from specdec_core.commands.threads import prefer_passive_waiting, set_threads
 
     prefer_passive_waiting()  # before torch loads (see threads.py)
     set_threads(threads)
@@ -256,7 +256,7 @@ def _apply_threads(threads: int | None) -> None:
 
 def memory_figures(verifier, draft) -> dict:
     """The models' weights and this process's peak resident memory (bytes), and the peak over the weights."""
-    from specdec_core.resources import peak_rss_bytes, weight_bytes
+    from specdec_core.loading.resources import peak_rss_bytes, weight_bytes
 
     weights = {"verifier": weight_bytes(verifier.model)}
     if draft is not None:
@@ -275,7 +275,7 @@ def cmd_bench(args) -> int:
     if args.system:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
     pair = load_from_args(args)
-    from specdec_core.drafters import HeadDrafter, HybridDrafter
+    from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter
 
     if args.hf_reference and isinstance(pair.drafter, HeadDrafter):
         raise BenchError(f"transformers' assisted generation cannot run {pair.draft.name}, a draft head that reads "
@@ -307,7 +307,7 @@ def _same_row_count(verifier, draft) -> bool:
 
 def cmd_rank_drafts(args) -> int:
     from specdec_core.engine import Engine
-    from specdec_core.models import load_model
+    from specdec_core.loading.models import load_model
 
     _apply_threads(args.threads)
     config = config_from_args(args)

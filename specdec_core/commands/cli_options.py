@@ -149,7 +149,7 @@ progress_state = _ProgressState()
 
 def progress_bar():
     """A loading progress callback drawing on stderr (remembers whether it left a line unfinished)."""
-    from specdec_core.models import tqdm_progress
+    from specdec_core.loading.progress import tqdm_progress
 
     draw = tqdm_progress(sys.stderr)
 
@@ -162,7 +162,7 @@ def progress_bar():
 
 def load_from_args(args: Any):
     """The verifier and drafter the options name, paired and checked (pairing.load_pair)."""
-    from specdec_core.pairing import LoadOptions, load_pair
+    from specdec_core.pairs.pairing import LoadOptions, load_pair
 
     not_hybrid = (defaults.MODEL, defaults.PROMPT_LOOKUP, *defaults.CROSS_VOCABULARY)
     if args.draft_tokens is not None and (args.drafter in not_hybrid or (args.drafter is None and args.draft)):

@@ -45,12 +45,12 @@ from specdec_core import defaults
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, ModelLoadError, SpecdecError
 from specdec_core.events import Finished, Prefilled, RoundVerified
-from specdec_core.prompt_sets import PromptCase
+from specdec_core.measuring.prompt_sets import PromptCase
 from specdec_core.stats import StatsAccumulator, expected_tokens_per_call
 
 if TYPE_CHECKING:
     from specdec_core.engine import Engine
-    from specdec_core.models import LoadedModel
+    from specdec_core.loading.models import LoadedModel
 
 
 class BenchError(SpecdecError):
@@ -80,8 +80,8 @@ class Reply:
 
 
 def _forwards(engine: Engine) -> list:
-    from specdec_core.drafters import HeadDrafter, ModelDrafter, model_drafter_of
-    from specdec_core.kv import CachedForward
+    from specdec_core.drafting.drafters import HeadDrafter, ModelDrafter, model_drafter_of
+    from specdec_core.verification.kv import CachedForward
 
     out = [engine.verifier_forward]
     runs_model = model_drafter_of(engine.drafter)
@@ -270,7 +270,7 @@ def run_bench(engine: Engine, verifier: LoadedModel, draft: LoadedModel | None, 
               config: GenerationConfig, settings: BenchSettings,
               progress: Callable[[str], None] | None = None) -> dict:
     """Time every prompt with speculation off and on (and transformers' reference), alternating."""
-    from specdec_core.chat import build_prompt
+    from specdec_core.text.chat import build_prompt
 
     say = progress or (lambda message: None)
     if settings.repeats < 1:
@@ -495,10 +495,10 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     the best gamma is the one measured fastest. With `hybrid_tokens`, each compatible draft model is
     also ranked as a hybrid with prompt lookup (that many draft tokens per round without a match).
     Rows come back sorted by that speedup."""
-    from specdec_core.chat import build_prompt
-    from specdec_core.doctor import check_models
-    from specdec_core.drafters import PromptLookupDrafter
-    from specdec_core.pairing import make_drafter
+    from specdec_core.drafting.drafters import PromptLookupDrafter
+    from specdec_core.pairs.doctor import check_models
+    from specdec_core.pairs.pairing import make_drafter
+    from specdec_core.text.chat import build_prompt
 
     say = progress or (lambda message: None)
     if repeats < 1:

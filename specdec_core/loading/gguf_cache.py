@@ -1,0 +1,361 @@
+"""GGUF files -> folders in transformers format, converted once and cached on disk.
+
+GGUF files are dequantised by transformers, which is slow (about 20 s for the 135M embedded model, most
+of it parsing metadata). The result is cached as safetensors + config + tokenizer files under
+``<cache>/gguf/<sha256 of the file>/``, so every later load is a plain folder load (well under 3 s). A
+folder is published whole (written under a partial name, then renamed) and checked before each use; a
+bfloat16/float16 copy is written beside it once when a load asks for that dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from specdec_core.errors import ModelLoadError, first_line
+from specdec_core.loading import gguf_types
+from specdec_core.loading.progress import ProgressCallback, ProgressError, Reporter, quiet_transformers_bars
+
+_CACHE_FORMAT = 1  # bump when the layout of a converted folder changes; older folders are rebuilt
+
+_MARKER = "specdec-cache.json"  # written last: a folder without it is not a finished conversion
+
+_STALE_PARTIAL_S = 3600.0  # a ".partial-" folder this old belongs to a conversion that died
+
+# transformers patches its module globals nowhere else; we patch one (its GGUF progress bar) while
+# converting, so conversions take turns. They are CPU- and memory-bound anyway.
+_CONVERT_LOCK = threading.Lock()
+
+
+def default_cache_dir() -> Path:
+    """Where converted GGUF models live: $SPECDEC_CACHE_DIR, else the platform's user cache dir."""
+    override = os.environ.get("SPECDEC_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("specdec", appauthor=False))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def convert_gguf(gguf: Path, *, cache_dir: Path | None = None, progress: ProgressCallback | None = None) -> Path:
+    """Convert a GGUF file into the cache now (nothing when it is there already); its folder."""
+    try:
+        with quiet_transformers_bars():
+            folder, _ = converted_gguf(Path(gguf), cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
+                                        report=Reporter(progress))
+    except ProgressError as error:
+        raise error.original from None
+    return folder
+
+
+def converted_gguf(gguf: Path, *, cache_dir: Path, report: Reporter) -> tuple[Path, bool]:
+    """The transformers folder for a GGUF file, converting it on first use. `(folder, converted now)`."""
+    _check_gguf_header(gguf)
+    digest = _sha256(gguf)
+    root = cache_dir / "gguf"
+    target = root / digest
+    _remove_stale_partials(root)  # left by conversions that were killed, whether or not we convert now
+    if _cache_is_complete(target, digest):
+        return target, False
+
+    with _CONVERT_LOCK:
+        if _cache_is_complete(target, digest):  # another thread converted it while we waited
+            return target, False
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            partial = Path(tempfile.mkdtemp(prefix=f".partial-{digest[:12]}-{os.getpid()}-{_HOST}-", dir=root))
+        except OSError as error:
+            raise ModelLoadError(f"cannot use the model cache {cache_dir} ({error.strerror or error}): set "
+                                 "SPECDEC_CACHE_DIR to a writable folder") from error
+        try:
+            _convert(gguf, partial, digest, report)
+            _publish(partial, target, digest)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    return target, True
+
+
+def _check_gguf_header(gguf: Path) -> None:
+    """Catch a file that is not GGUF, or is cut short, before spending 20 s failing on it."""
+    try:
+        with gguf.open("rb") as file:
+            magic = file.read(4)
+        size = gguf.stat().st_size
+    except OSError as error:
+        raise ModelLoadError(f"cannot read the GGUF file {gguf}: {error}") from error
+    if magic != b"GGUF":
+        raise ModelLoadError(f"{gguf} is not a valid GGUF file (it does not start with the GGUF signature)")
+    try:
+        # transformers' header reader is internal; without it the conversion still fails cleanly below.
+        from transformers.integrations.gguf.reader import GgufHeader
+    except ImportError:
+        return
+    try:
+        with gguf_types.readable_types():
+            header = GgufHeader.from_file(str(gguf))
+        end = max((header.data_start + t.offset + t.nbytes for t in header.tensors), default=0)
+    except Exception as error:  # any parse failure means a damaged header
+        raise ModelLoadError(f"{gguf} is not a valid GGUF file or is truncated "
+                             f"(its header cannot be read: {first_line(error)})") from error
+    if end > size:
+        raise ModelLoadError(f"{gguf} is truncated: its tensors need {end:,} bytes but the file has {size:,} "
+                             "(an interrupted download or copy?)")
+
+
+def _sha256(path: Path) -> str:
+    # Hashing the whole file costs ~0.1 s per 100 MB (measured: 98 MB in 0.08 s); cheaper shortcuts
+    # (size + mtime) would miss a file replaced in place by one of the same size. Within one process
+    # (the app reloading a model on another device) the digest is remembered per (path, size, mtime).
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = _file_sha256(path)
+    return _DIGESTS[key]
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _cache_is_complete(folder: Path, digest: str) -> bool:
+    """True when `folder` holds a finished conversion: marker present and every listed file whole."""
+    try:
+        marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
+        if marker.get("format") != _CACHE_FORMAT or marker.get("sha256") != digest:
+            return False
+        return all((folder / name).stat().st_size == size for name, size in marker["files"].items())
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return False
+
+
+def cache_damage(folder: Path) -> str | None:
+    """Why a finished conversion's files are damaged, or None when nothing proves they are.
+
+    Proof is a file whose SHA-256 differs from the one recorded when it was written, or (for folders
+    converted before hashes were recorded) a weights file whose tensors cannot be read back."""
+    try:
+        marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
+        hashes = marker.get("files_sha256") if isinstance(marker, dict) else None
+    except (OSError, ValueError) as error:
+        return f"its marker cannot be read ({error})"
+    if isinstance(hashes, dict) and hashes:
+        for name, expected in hashes.items():
+            try:
+                if _file_sha256(folder / str(name)) != expected:
+                    return f"{name} does not match its recorded hash"
+            except OSError as error:
+                return f"{name} cannot be read ({error})"
+        return None
+    from safetensors import safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                for key in weights.keys():
+                    weights.get_tensor(key)
+        except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+            return f"{path.name} cannot be read ({first_line(error)})"
+    return None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+_PARTIAL_OWNER = re.compile(r"\.partial-[0-9a-f]{12}-(\d+)-([0-9a-f]{8})-")
+
+# A cache folder may be shared between machines (a network home): a process id means something only
+# on the machine that wrote it, so partial folders name their host too (hashed: names stay short).
+_HOST = hashlib.sha256(platform.node().encode()).hexdigest()[:8]
+
+
+def _remove_stale_partials(root: Path) -> None:
+    """Remove conversion folders left by processes that died (a kill -9 mid-conversion leaves ~0.5 GB).
+
+    A folder names the process (and machine) converting into it; it is stale once that process is gone.
+    Other folders (another machine's, older versions', moved-aside damaged copies) are stale after an hour."""
+    now = time.time()
+    try:
+        partials = list(root.glob(".partial-*"))
+    except OSError:
+        return
+    for partial in partials:
+        with contextlib.suppress(OSError):
+            match = _PARTIAL_OWNER.match(partial.name)
+            if match is not None and match.group(2) == _HOST and int(match.group(1)) != os.getpid():
+                stale = not _process_alive(int(match.group(1)))
+            else:
+                stale = now - partial.stat().st_mtime > _STALE_PARTIAL_S
+            if stale:
+                shutil.rmtree(partial, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists but belongs to someone else; on Windows, unknown
+        return True
+    return True
+
+
+def _convert(gguf: Path, out: Path, digest: str, report: Reporter) -> None:
+    """Dequantise `gguf` with transformers and write it to `out` as a plain transformers folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kind = "GGUF"
+    try:
+        report("convert", 0.0, f"Reading the {kind} tokenizer (first load only)")
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # Rough shares of the ~20 s a 135M model takes here: tokenizer 20 %, config and tensor map 50 %,
+        # dequantising 25 %, writing 5 %. Only the dequantising loop reports its own progress.
+        report("convert", 0.2, f"Reading the {kind} config and tensor map (first load only)")
+        # Types transformers has no kernel for (Q5_0, Q5_1, ...) are read with the gguf package's own code.
+        with _gguf_tensor_progress(report, start=0.7, end=0.95), gguf_types.readable_types():
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                         dtype=_gguf_float_dtype(gguf))
+    except ProgressError:
+        raise
+    except torch.OutOfMemoryError as error:
+        raise ModelLoadError(f"out of memory while converting {gguf}") from error
+    except Exception as error:  # transformers raises many types for damaged files
+        raise ModelLoadError(f"cannot convert {gguf}: {first_line(error)} (is it a valid, complete GGUF file "
+                             "of an architecture transformers supports?)") from error
+
+    report("convert", 0.95, "Writing the converted model to the cache")
+    # transformers refuses to save a model it loaded from GGUF, although the weights are plain
+    # dequantised tensors by now: forget the quantizer and its config entry, then save normally
+    # (save_pretrained also knows which tensors are tied and writes them once).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    try:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        del model
+        files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+        # Hashes let a later load that fails tell a damaged cache (convert again) from a bad request.
+        hashes = {name: _file_sha256(out / name) for name in files}
+        marker = {"format": _CACHE_FORMAT, "sha256": digest, "source": str(gguf), "files": files,
+                  "files_sha256": hashes, "transformers": _transformers_version()}
+        (out / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+    except Exception as error:  # noqa: BLE001 - OSError (a full disk), or safetensors' own error for it
+        raise ModelLoadError(f"cannot write the converted model to {out.parent}: {first_line(error)}") from error
+    report("convert", 1.0, "Converted")
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _gguf_float_dtype(gguf: Path) -> torch.dtype:
+    """fp32 for quantised files (their dequantised values are exact there); a float file keeps its type."""
+    with contextlib.suppress(Exception):
+        from transformers.integrations.gguf.reader import GgufHeader
+
+        return GgufHeader.from_file(str(gguf)).dtype or torch.float32
+    return torch.float32
+
+
+@contextlib.contextmanager
+def _gguf_tensor_progress(report: Reporter, *, start: float, end: float) -> Iterator[None]:
+    """Route transformers' "Converting and de-quantizing GGUF tensors" tqdm loop into `report`."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:  # a transformers version without that loop: report the stage edges only
+        yield
+        return
+
+    def reporting(iterable, *args, **kwargs):
+        items = list(iterable)
+        for index, item in enumerate(items):
+            report("convert", start + (end - start) * index / max(1, len(items)),
+                   f"Dequantising tensor {index + 1} of {len(items)}", throttle=True)
+            yield item
+
+    gguf_utils.tqdm = reporting
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
+def dtype_variant(folder: Path, dtype: torch.dtype, report: Reporter) -> Path:
+    """A converted folder's weights in `dtype` (bfloat16, float16), written once beside them (`as-<dtype>/`).
+
+    Loading the float32 conversion into a smaller dtype maps the whole float32 file while it converts each
+    tensor: the 1.5B verifier peaked at 11 GB for 3.1 GB of bfloat16 weights. This copy is made a tensor at a
+    time (the float32 file is mapped for one tensor, then unmapped), so later loads map only its own bytes."""
+    name = dtype_name(dtype)
+    variant = folder / f"as-{name}"
+    if (variant / _MARKER).is_file():
+        return variant
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    report("convert", 0.0, f"Writing a {name} copy of the weights (first {name} load only)")
+    partial = Path(tempfile.mkdtemp(prefix=f".partial-{name}-", dir=folder))
+    try:
+        files = sorted(folder.glob("*.safetensors"))
+        for index, weights in enumerate(files):
+            with safe_open(str(weights), framework="pt") as source:
+                keys, metadata = list(source.keys()), source.metadata()
+            tensors: dict[str, torch.Tensor] = {}
+            for number, key in enumerate(keys):
+                with safe_open(str(weights), framework="pt") as source:  # mapped for this tensor only
+                    tensor = source.get_tensor(key)
+                tensors[key] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+                del tensor
+                report("convert", (index + number / max(1, len(keys))) / len(files),
+                       f"Writing a {name} copy of the weights (first {name} load only)", throttle=True)
+            save_file(tensors, str(partial / weights.name), metadata=metadata)
+            del tensors
+        for side in folder.iterdir():
+            if side.is_file() and side.suffix != ".safetensors" and side.name != _MARKER:
+                shutil.copy2(side, partial / side.name)
+        (partial / _MARKER).write_text(json.dumps({"format": _CACHE_FORMAT, "dtype": name}), encoding="utf-8")
+        partial.rename(variant)
+    except OSError as error:
+        raise ModelLoadError(f"cannot write a {name} copy of {folder.name} in the cache: "
+                             f"{error.strerror or error}") from error
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return variant
+
+
+def _publish(partial: Path, target: Path, digest: str) -> None:
+    """Move a finished conversion into place; a rename is atomic, so readers see all of it or none."""
+    if target.exists():
+        # An older format or a damaged folder: move it aside first (rename refuses non-empty targets).
+        stale = target.with_name(f".partial-stale-{digest[:12]}-{os.getpid()}")
+        with contextlib.suppress(OSError):
+            target.rename(stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        partial.rename(target)
+    except OSError as error:
+        if not _cache_is_complete(target, digest):  # not a concurrent process winning the race
+            raise ModelLoadError(f"cannot move the converted model into {target}: {error}") from error
