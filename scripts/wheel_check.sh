@@ -34,7 +34,7 @@ step "installed"
 mkdir "$WORK/elsewhere"
 cd "$WORK/elsewhere"
 export HF_HUB_OFFLINE=1 PYTHONNOUSERSITE=1
-where=$("$WORK/venv/bin/python" -c "from specdec_core.resources import assets_dir; print(assets_dir())")
+where=$("$WORK/venv/bin/python" -c "from specdec_core.loading.resources import assets_dir; print(assets_dir())")
 echo "assets: $where"
 case "$where" in "$WORK/venv/"*) ;; *) echo "FAIL: the assets do not come from the installed wheel"; exit 1;; esac
 step "generating from $PWD"
