@@ -159,3 +159,17 @@ def test_the_apps_qt_free_modules_import_no_qt_not_even_inside_a_function():
                 if qt or other_app:
                     bad.append(f"app/{module}.py:{node.lineno} imports {name}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_function_in_the_core_reads_in_one_screen():
+    # Issue 26: no function over 60 lines in specdec_core (a long one is split into named steps).
+    import ast
+    from pathlib import Path
+
+    import specdec_core
+
+    root = Path(specdec_core.__file__).parent
+    long = [f"{path.relative_to(root.parent)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted(root.rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
+    assert not long, "\n".join(long)
