@@ -20,7 +20,10 @@ ALL_SETS = ("chat", "code", "rewrite", "multiturn")  # `--prompts all` runs thes
 # compares across sessions.
 # `code-heldout`: code in eight languages and shapes, written after the defaults were set and never used to
 # tune them (the real-pairs benchmark: Qwen2.5-Coder 1.5B with its 0.5B draft).
-BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout")
+# `independent-heldout`: 48 prompts written by hand independently of distill/prompts.py's templates and
+# topics (everyday questions, other languages, translation, summary, rag, math, code, rewriting; the name of
+# each starts with its category). Never trained on: distill.prompts.read_training_jsonl refuses it.
+BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout", "independent-heldout")
 
 
 class PromptSetError(SpecdecError):
