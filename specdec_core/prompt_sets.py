@@ -23,7 +23,8 @@ ALL_SETS = ("chat", "code", "rewrite", "multiturn")  # `--prompts all` runs thes
 # `independent-heldout`: 48 prompts written by hand independently of distill/prompts.py's templates and
 # topics (everyday questions, other languages, translation, summary, rag, math, code, rewriting; the name of
 # each starts with its category). Never trained on: distill.prompts.read_training_jsonl refuses it.
-BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout", "independent-heldout")
+# `conversation-20`: one user's 20 turns, for `specdec bench --adapt` (online adaptation, adapt_bench.py).
+BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout", "independent-heldout", "conversation-20")
 
 
 class PromptSetError(SpecdecError):
