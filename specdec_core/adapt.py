@@ -24,6 +24,7 @@ import json
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,12 +106,13 @@ class HeadAdapter:
         if len(reply_ids) >= 2:  # a head position needs a reply token to read and one to predict
             self.pending.append((list(conversation_ids) + list(reply_ids), len(conversation_ids)))
 
-    def adapt(self) -> AdaptReport:
-        """Learn the pending exchanges (and replay older ones) within the step and time budgets."""
+    def adapt(self, stop: Callable[[], bool] = lambda: False) -> AdaptReport:
+        """Learn the pending exchanges (and replay older ones) within the step and time budgets, or until
+        `stop()` says so (checked between steps: a reply is about to start)."""
         start = time.perf_counter()
         self._learn_pending()
         losses: list[float] = []
-        while self.buffer and len(losses) < self.settings.steps \
+        while self.buffer and len(losses) < self.settings.steps and not stop() \
                 and time.perf_counter() - start < self.settings.max_seconds:
             losses.append(self._step(self._batch()))
         loss = sum(losses) / len(losses) if losses else float("nan")

@@ -77,6 +77,10 @@ def test_adaptation_stops_at_its_step_and_time_budgets_and_the_buffer_at_its_siz
     timed = HeadAdapter(head, verifier.model, AdaptSettings(steps=1000, max_seconds=0.0))
     timed.observe(list(range(10, 30)), list(range(50, 70)))
     assert timed.adapt().steps == 0
+    calls = []
+    stopped = HeadAdapter(head, verifier.model, AdaptSettings(steps=1000, max_seconds=60.0))
+    stopped.observe(list(range(10, 30)), list(range(50, 70)))
+    assert stopped.adapt(stop=lambda: calls.append(1) or len(calls) > 2).steps == 2  # a reply is about to start
 
 
 def test_the_swap_reaches_a_cpu_tuned_head_whose_weights_are_packed(verifier, tiny_tokenizer):
