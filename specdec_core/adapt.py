@@ -39,12 +39,16 @@ ADAPTED_FILE = "adapted.json"  # beside an exported head: what it learnt from
 
 @dataclass(frozen=True)
 class AdaptSettings:
-    steps: int = 12  # optimiser steps per adaptation (between two replies) ...
-    max_seconds: float = 4.0  # ... and at most this long (checked between steps)
-    batch_tokens: int = 1024  # positions per step: the newest exchanges first, then older ones at random
+    steps: int = 6  # optimiser steps per adaptation (between two replies) ...
+    max_seconds: float = 6.0  # ... and at most this long (checked between steps)
+    batch_tokens: int = 512  # positions per step: the newest exchange first, then older ones at random
     buffer_tokens: int = 8192  # replay buffer (positions, fp16 states: ~9 MB at the embedded width)
-    max_length: int = 512  # an exchange keeps its last max_length positions
-    lr: float = 3e-4
+    # An exchange keeps its last max_length positions: the reply and what came just before it (a step's
+    # cost grows with every position the head reads, though only the reply's are scored).
+    max_length: int = 256
+    # Fine-tuning a trained head: at 1e-3 (distill's peak, reached there after a warm-up) six Adam steps on
+    # one reply cut the next turn's acceptance from 0.27 to 0.10 (docs/performance.md, online adaptation).
+    lr: float = 1e-4
     chain_steps: int = 2  # drafting steps trained on the head's own predictions
     cls_weight: float = 1.0  # cross-entropy next to the state regression (distill's default)
     seed: int = 0

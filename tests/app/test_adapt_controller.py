@@ -24,7 +24,9 @@ def live_head(window):
 def test_after_a_reply_the_head_adapts_in_the_background_and_the_window_says_on_how_many_tokens(
         make_window, send_and_wait, qtbot, tmp_path, tiny_models_dir, tiny_tokenizer, data_dir):
     w = make_window(draft=str(head_folder(tmp_path, tiny_models_dir["llama-verifier"], tiny_tokenizer)))
-    assert w.adaptation.enabled and "not adapted yet" in w.adaptation.label.text()
+    assert not w.adaptation.enabled and "(adaptation off)" in w.adaptation.label.text()  # off by default
+    w.adaptation.switch.setChecked(True)
+    assert "not adapted yet" in w.adaptation.label.text()
     before = live_head(w).fc.weight.clone()
     trace = send_and_wait(w, "Once upon a time")
     reply = [t for t in trace.tokens if t.in_reply]
@@ -39,6 +41,7 @@ def test_after_a_reply_the_head_adapts_in_the_background_and_the_window_says_on_
 def test_switched_off_it_learns_nothing_and_remembers_the_switch(make_window, send_and_wait, qtbot, tmp_path,
                                                                  tiny_models_dir, tiny_tokenizer, data_dir):
     w = make_window(draft=str(head_folder(tmp_path, tiny_models_dir["llama-verifier"], tiny_tokenizer)))
+    w.adaptation.switch.setChecked(True)
     w.adaptation.switch.setChecked(False)
     before = live_head(w).fc.weight.clone()
     send_and_wait(w, "Once upon a time")
@@ -51,6 +54,7 @@ def test_switched_off_it_learns_nothing_and_remembers_the_switch(make_window, se
 def test_reset_brings_back_the_loaded_head_and_forgets_the_saved_one(make_window, send_and_wait, qtbot, tmp_path,
                                                                      tiny_models_dir, tiny_tokenizer, data_dir):
     w = make_window(draft=str(head_folder(tmp_path, tiny_models_dir["llama-verifier"], tiny_tokenizer)))
+    w.adaptation.switch.setChecked(True)
     before = live_head(w).fc.weight.clone()
     send_and_wait(w, "Once upon a time")
     qtbot.waitUntil(lambda: "draft adapted on" in w.adaptation.label.text(), timeout=30_000)
