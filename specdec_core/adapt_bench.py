@@ -104,8 +104,10 @@ def adapt_result(before: list[Reply], online: list[Reply], reports: list, cases:
         "identical": all(a.token_ids == b.token_ids for a, b in zip(before, online)),
         "adapt_steps": sum(r.steps for r in reports), "adapt_s": sum(r.seconds for r in reports),
         "adapted_tokens": reports[-1].tokens if reports else 0,
+        # The replies too: with them, the conversation can be rebuilt and adaptation tuned without generating.
         "per_turn": [{"turn": case.name, "before": figures([a])["acceptance_rate"],
-                      "after": figures([b])["acceptance_rate"], "identical": a.token_ids == b.token_ids}
+                      "after": figures([b])["acceptance_rate"], "identical": a.token_ids == b.token_ids,
+                      "token_ids": list(a.token_ids)}
                      for case, a, b in zip(cases, before, online)],
     }
     before_rate = result["before"]["acceptance_rate"]

@@ -87,6 +87,7 @@ def test_bench_adapt_prints_before_and_after_and_writes_json(capsys, tiny_tokeni
     assert code == 0, captured.err
     result = json.loads(out.read_text())
     assert result["identical"] and result["setup"]["adapt"]["steps"] == 2 and len(result["per_turn"]) == 3
+    assert all(0 < len(turn["token_ids"]) <= 8 for turn in result["per_turn"])  # the replies, for tuning later
     assert "acceptance after / before" in captured.out and "output identical: yes" in captured.out
     code = main(["bench", "--adapt", "--prompts", str(prompts), "--verifier", str(verifier_folder), "--drafter",
                  "prompt-lookup", "--device", "cpu", "--max-new-tokens", "4"])
