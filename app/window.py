@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 
 from app import branches, gc_pin
 from app import session as session_mod
+from app.adapt_controller import AdaptController
 from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
 from app.conversations import ConversationController
 from app.export import ExportController
@@ -122,6 +123,7 @@ class MainWindow(QMainWindow):
         self._build()
         self._build_menus()
         self.talk = install_talk_mode(self)  # presenter mode, replay, race, demos for talks
+        self.adaptation = AdaptController(self)  # the draft head learns from the chats (app/adapt_controller.py)
 
         self.timer = QTimer(self)  # THE flush timer: tokens into the chat, rounds into the graphs
         self.timer.setInterval(FLUSH_MS)

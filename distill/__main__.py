@@ -51,10 +51,10 @@ def cmd_prompts(args) -> None:
 
 def cmd_generate(args) -> None:
     from distill.data import generate_replies
-    from distill.prompts import read_jsonl
+    from distill.prompts import read_training_jsonl
 
     set_name = "" if args.set == "train" else args.set  # the first set keeps its unsuffixed names
-    prompts = read_jsonl(args.prompts / f"distill-train{'-' * bool(set_name)}{set_name}.jsonl")
+    prompts = read_training_jsonl(args.prompts / f"distill-train{'-' * bool(set_name)}{set_name}.jsonl")
     generate_replies(_load_verifier(args), prompts[args.skip:][:args.limit or None], args.work,
                      modes=args.modes.split(","), shard_size=args.shard_size, batch_size=args.batch_size,
                      max_new_tokens=args.max_new_tokens, seed=args.seed, max_minutes=args.max_minutes,

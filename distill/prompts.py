@@ -342,3 +342,18 @@ def write_jsonl(path: Path, prompts: list[Messages]) -> None:
 def read_jsonl(path: Path) -> list[Messages]:
     with Path(path).open(encoding="utf-8") as file:
         return [json.loads(line)["messages"] for line in file if line.strip()]
+
+
+# Prompt sets that measure the draft and must never become training data.
+HELD_OUT_FILES = ("distill-heldout.jsonl", "independent-heldout.jsonl")
+HELD_OUT_MARK = "# Held out"  # a file whose first line starts so is held out too, whatever its name
+
+
+def read_training_jsonl(path: Path) -> list[Messages]:
+    """read_jsonl for prompts to train on: refuses a held-out set (HELD_OUT_FILES, or marked HELD_OUT_MARK)."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as file:
+        marked = file.readline().startswith(HELD_OUT_MARK)
+    if marked or path.name in HELD_OUT_FILES:
+        raise SystemExit(f"{path} is a held-out prompt set: it measures the draft and is never trained on")
+    return read_jsonl(path)

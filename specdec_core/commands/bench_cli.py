@@ -18,6 +18,7 @@ from specdec_core.commands.cli_options import (
     add_model_options,
     add_threads_option,
     config_from_args,
+    finite_float,
     load_from_args,
     progress_bar,
     tree_nodes,
@@ -275,6 +276,8 @@ def cmd_bench(args) -> int:
     if args.system:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
     pair = load_from_args(args)
+    if args.adapt:
+        return _cmd_adapt(args, config, cases, pair)
     from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter
 
     if args.hf_reference and isinstance(pair.drafter, HeadDrafter):
@@ -298,6 +301,21 @@ def cmd_bench(args) -> int:
     if args.plot:
         plot_bench(result, args.plot)
         _say(f"wrote {args.plot}")
+    return 0
+
+
+def _cmd_adapt(args, config, cases, pair) -> int:
+    """`bench --adapt`: the conversation replayed before and during online adaptation (adapt_bench.py)."""
+    from specdec_core.drafting.adapt import AdaptSettings
+    from specdec_core.measuring.adapt_bench import format_adapt_bench, run_adapt_bench
+
+    chosen = {"steps": args.adapt_steps, "max_seconds": args.adapt_seconds}
+    settings = AdaptSettings(**{name: value for name, value in chosen.items() if value is not None})
+    result = run_adapt_bench(pair.engine, pair.verifier, cases, config, settings, history=args.history,
+                             progress=_say)
+    result["setup"]["prompt_file"] = args.prompts
+    print(format_adapt_bench(result), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+    _write_json(result, args.json)
     return 0
 
 
@@ -346,6 +364,15 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
     bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
                                                      "predicted against measured speedup (needs matplotlib)")
+    adapt = bench.add_argument_group("online adaptation of a draft head")
+    adapt.add_argument("--adapt", action="store_true",
+                       help="replay the prompt set's turns in order as one conversation, with the original head "
+                            "and then adapting the head after each reply; report acceptance before and after")
+    adapt.add_argument("--history", type=int, default=4, help="--adapt: earlier exchanges each turn sees (default 4)")
+    # No defaults here: adapt.py (which imports torch) has them, and `specdec --help` stays fast.
+    adapt.add_argument("--adapt-steps", type=int, metavar="N", help="--adapt: optimiser steps after each reply")
+    adapt.add_argument("--adapt-seconds", type=finite_float, metavar="S",
+                       help="--adapt: at most this long after each reply")
     add_threads_option(bench)
     add_model_options(bench)
     add_generation_options(bench)

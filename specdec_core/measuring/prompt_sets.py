@@ -20,7 +20,11 @@ ALL_SETS = ("chat", "code", "rewrite", "multiturn")  # `--prompts all` runs thes
 # compares across sessions.
 # `code-heldout`: code in eight languages and shapes, written after the defaults were set and never used to
 # tune them (the real-pairs benchmark: Qwen2.5-Coder 1.5B with its 0.5B draft).
-BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout")
+# `independent-heldout`: 48 prompts written by hand independently of distill/prompts.py's templates and
+# topics (everyday questions, other languages, translation, summary, rag, math, code, rewriting; the name of
+# each starts with its category). Never trained on: distill.prompts.read_training_jsonl refuses it.
+# `conversation-20`: one user's 20 turns, for `specdec bench --adapt` (online adaptation, adapt_bench.py).
+BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout", "independent-heldout", "conversation-20")
 
 
 class PromptSetError(SpecdecError):

@@ -1,0 +1,197 @@
+"""The draft head learns from the user's chats (specdec_core/drafting/adapt.py) while the app is idle.
+
+After each finished reply, a worker thread teaches a copy of the draft head the verifier's reply (a few
+seconds at most), and the adapted weights are swapped into the live head once no reply or race is
+running, so the next reply drafts with them. The verifier's output never changes; only how much of
+the draft it accepts. Only a draft head adapts: for a draft model or prompt lookup the switch says so.
+
+The adapted head persists in the user data folder (`adapted-draft/<head>/`, a head folder that also
+loads as a draft spec), and so does the switch (`adapted-draft/settings.json`). It hooks into the
+window through public names only: the `models_loaded`, `reply_finished` and `busy_changed` signals,
+the Generation menu and the status bar.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtWidgets import QFileDialog, QLabel, QMenu
+
+from app.session import Busy
+from app.worker import FunctionWorker, error_text
+
+FOLDER = "adapted-draft"
+DEFAULT_ON = False  # see `_read_switch`
+
+
+class AdaptController(QObject):
+    def __init__(self, window) -> None:
+        super().__init__(window)
+        self.window = window
+        self.root = Path(window.store.root) / FOLDER
+        self.adapter = None  # HeadAdapter of the loaded head; None: the drafter cannot adapt
+        self.drafter = None  # the HeadDrafter whose head it adapts
+        self.worker: FunctionWorker | None = None
+        self.swap_due = False  # adapted weights wait for the window to be idle
+        self.enabled = self._read_switch()
+        self.label = QLabel("")
+        window.statusBar().addPermanentWidget(self.label)
+        self._add_menu_actions()
+        window.models_loaded.connect(self.attach)
+        window.reply_finished.connect(self.learn)
+        window.busy_changed.connect(lambda busy: self._swap_when_idle())
+        self.show_state()
+
+    # ------------------------------------------------------------------------------------ setup --
+    def _read_switch(self) -> bool:
+        # Off by default: it never changes a reply, but on the embedded pair it has not yet been measured to
+        # raise acceptance (docs/performance.md, online adaptation: 0.95x-1.00x over a 20-turn conversation),
+        # and on a 2-core CPU its seconds of training after each reply compete with everything else. On is
+        # one click in the Generation menu and is remembered.
+        try:
+            return bool(json.loads((self.root / "settings.json").read_text())["enabled"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return DEFAULT_ON
+
+    def _add_menu_actions(self) -> None:
+        menu = next(a.menu() for a in self.window.menuBar().actions() if a.text() == "&Generation")
+        assert isinstance(menu, QMenu)
+        menu.addSeparator()
+        self.switch = menu.addAction("Adapt the draft to my chats")
+        self.switch.setCheckable(True)
+        self.switch.setChecked(self.enabled)
+        self.switch.toggled.connect(self.set_enabled)
+        self.reset_action = menu.addAction("Reset the adapted draft", self.reset)
+        self.export_action = menu.addAction("Export the adapted draft…", self.export)
+
+    def attach(self, session) -> None:
+        """A new session: adapt its head (restoring what it learnt before), or say the drafter cannot."""
+        from specdec_core.drafting.adapt import HeadAdapter, is_adaptable
+        from specdec_core.drafting.drafters import model_drafter_of
+
+        drafter = model_drafter_of(session.engine.drafter)
+        head = getattr(drafter, "model", None)
+        if self.adapter is not None and self.drafter is drafter:
+            return  # the same head (a reload that kept it): what it learnt stays
+        self.adapter = self.drafter = None
+        if is_adaptable(head):
+            self.adapter = HeadAdapter(head, session.verifier.model)
+            self.drafter = drafter
+            if self.enabled and (self._folder() / "model.safetensors").is_file():
+                try:
+                    self.adapter.load(self._folder())
+                    self.adapter.swap_into(drafter)
+                except (OSError, ValueError) as error:
+                    self.window.show_info(f"The adapted draft in {self._folder()} could not be read ({error}); "
+                                          "starting from the shipped one")
+        self.show_state()
+
+    def _folder(self) -> Path:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", self.drafter.name if self.drafter else "head")
+        return self.root / name
+
+    # ------------------------------------------------------------------------------- learning --
+    def learn(self, trace) -> None:
+        """After a finished reply: adapt on it in the background."""
+        session = self.window.session
+        reply = [t.token_id for t in trace.tokens if t.in_reply]
+        if not (self.enabled and self.adapter is not None and session is not None and len(reply) >= 2
+                and trace.stop_reason in ("eos", "max_tokens", "stop_string")) or self.worker is not None:
+            return
+        messages = self.window.conv.chat_messages()[:-1]  # the conversation the reply answered
+        system, max_new = self.window.conv.system or None, int(trace.config.get("max_new_tokens", 256))
+        adapter, verifier = self.adapter, session.verifier
+
+        def work(progress, cancelled):
+            from specdec_core.text.chat import build_prompt
+
+            ids = build_prompt(verifier.tokenizer, messages, system=system, context_length=verifier.context_length,
+                               reserve_new_tokens=max_new).ids
+            adapter.observe(ids, reply)
+            return adapter.adapt(stop=cancelled)
+
+        self.worker = FunctionWorker(work, name="adapt")
+        self.worker.returned.connect(self._adapted)
+        self.worker.errored.connect(lambda error: self.window.show_info(
+            f"The draft could not adapt to this reply: {error_text(error)}"))
+        self.worker.finished.connect(self._worker_done)
+        self.label.setText("adapting the draft…")
+        self.worker.start()
+
+    def _adapted(self, report) -> None:
+        self.swap_due = report.steps > 0
+        self._swap_when_idle()
+
+    def _worker_done(self) -> None:
+        self.worker = None
+        self.show_state()
+
+    def _swap_when_idle(self) -> None:
+        """Swap the adapted weights in (and save them) only while no reply or race runs."""
+        if self.window.busy is not Busy.IDLE:
+            if self.worker is not None:
+                self.worker.abort()  # a reply or race started: training stops at its next step
+            return
+        if self.swap_due and self.adapter is not None:
+            self.swap_due = False
+            self.adapter.swap_into(self.drafter)
+            if self.adapter.tokens:
+                try:
+                    self.adapter.save(self._folder(), tokenizer=self.drafter.draft.tokenizer)
+                except OSError as error:
+                    self.window.show_info(f"The adapted draft could not be saved in {self._folder()}: {error}")
+            self.show_state()
+
+    # ------------------------------------------------------------------------------- controls --
+    def set_enabled(self, on: bool) -> None:
+        self.enabled = bool(on)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "settings.json").write_text(json.dumps({"enabled": self.enabled}) + "\n")
+        except OSError as error:
+            self.window.show_info(f"The adaptation switch could not be saved in {self.root}: {error}")
+        self.show_state()
+
+    def reset(self) -> None:
+        """Back to the shipped head, here and on disk."""
+        if self.worker is not None:
+            self.worker.abort()
+            QTimer.singleShot(100, self.reset)
+            return
+        shutil.rmtree(self._folder(), ignore_errors=True)
+        if self.adapter is not None:
+            self.adapter.reset()
+            self.swap_due = True
+            self._swap_when_idle()
+        self.show_state()
+
+    def export(self) -> None:
+        if self.adapter is None:
+            return
+        folder = QFileDialog.getExistingDirectory(self.window, "Export the adapted draft into a folder")
+        if folder:
+            try:
+                self.adapter.save(Path(folder), tokenizer=self.drafter.draft.tokenizer)
+                self.window.show_info(f"Saved the adapted draft in {folder}: load it as a draft spec")
+            except OSError as error:
+                self.window.show_info(f"The adapted draft could not be exported to {folder}: {error}")
+
+    def show_state(self) -> None:
+        """The status bar's words and which actions apply."""
+        available = self.adapter is not None
+        for action in (self.reset_action, self.export_action):
+            action.setEnabled(available)
+        if self.window.session is not None and not available:
+            self.label.setText("draft adaptation: only a draft head adapts")
+        elif not available:
+            self.label.setText("")
+        elif self.worker is not None:
+            self.label.setText("adapting the draft…")
+        else:
+            tokens = self.adapter.tokens
+            state = f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet"
+            self.label.setText(state + ("" if self.enabled else " (adaptation off)"))
