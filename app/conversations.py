@@ -10,10 +10,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from PySide6.QtCore import QObject, Signal
+
 from app import branches
 from app.chat_view import MessageBubble, Notice
 from app.session import Busy
-from app.store import Conversation, Message
+from app.store import Conversation, Message, SaveConflict
 from app.trace import ReplyTrace, TokenRecord
 
 if TYPE_CHECKING:
@@ -22,9 +24,17 @@ if TYPE_CHECKING:
 GENERATING = (Busy.REPLY, Busy.RACE)
 
 
+class _Relay(QObject):
+    """Carries what the store's writer thread reports to the GUI thread (queued signals)."""
+
+    conflict = Signal(object, object)  # the Conversation saved, SaveConflict
+
+
 class ConversationController:
     def __init__(self, window: MainWindow) -> None:
         self.window = window
+        self._relay = _Relay()
+        self._relay.conflict.connect(self._keep_both)
         self.undo: list[Message] | None = None  # the conversation before the last edit removed turns
         self.undo_notice: Notice | None = None  # the chat's notice with the Undo button
 
@@ -178,8 +188,9 @@ class ConversationController:
             return None
         if w.closing:
             return self.save_at_close()
-        try:  # written on the store's thread; a failure comes back through save_failed
-            w.store.save_in_background(w.conv).add_done_callback(self._background_save_done)
+        conv = w.conv
+        try:  # written on the store's thread; a failure comes back through save_failed (a conflict, _keep_both)
+            w.store.save_in_background(conv).add_done_callback(lambda f: self._background_save_done(f, conv))
         except OSError as exc:
             return exc
         return None
@@ -196,6 +207,7 @@ class ConversationController:
             return None
         if w.busy not in GENERATING and not w.store.save_failed(conv.id):
             return None
+        conv_id = conv.id
         try:
             recovered = w.store.save_or_recover(conv)
         except OSError as exc:
@@ -208,16 +220,37 @@ class ConversationController:
             message = (f"“{conv.title}” could not be saved ({w.store.recovery_reason}); it was kept in "
                        f"{recovered} and the next start adds it back")
             print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
+        elif conv.id != conv_id:  # another instance changed or deleted it: kept as a copy (the store's notice)
+            print(f"specdec-chat: {w.store.notices[-1]}", file=sys.stderr, flush=True)
         return None
 
-    def _background_save_done(self, future) -> None:
+    def _background_save_done(self, future, conv: Conversation) -> None:
         """Called on the store's writer thread: only emit (Qt queues the signal to the GUI thread)."""
         error = future.exception()
         if error is not None:
             try:
-                self.window.save_failed.emit(str(error))
+                if isinstance(error, SaveConflict):
+                    self._relay.conflict.emit(conv, error)
+                else:
+                    self.window.save_failed.emit(str(error))
             except RuntimeError:  # the window is already deleted
                 pass
+
+    def _keep_both(self, conv: Conversation, conflict: SaveConflict) -> None:
+        """Another app instance changed or deleted this conversation since this window read it: this window's
+        version becomes a conversation of its own (the other's stays as it is), and the user is told."""
+        w = self.window
+        if conv.id != conflict.conv_id:  # already kept (two queued saves of it both conflicted)
+            return
+        w.show_info(w.store.keep_both(conv, conflict))
+        if conv is w.conv:
+            self.save()
+            return
+        try:  # the user opened another one meanwhile: the copy is saved all the same
+            w.store.save_in_background(conv).add_done_callback(lambda f: self._background_save_done(f, conv))
+        except OSError as exc:
+            w.show_error(f"Could not save “{conv.title}”: {exc}")
+        self.refresh_sidebar()
 
 
 def _last_trace(conv: Conversation) -> ReplyTrace | None:

@@ -93,3 +93,37 @@ def test_closing_mid_reply_under_a_lock_keeps_the_partial_reply(make_window, qtb
     assert "could not be saved" in capfd.readouterr().err
     messages = reopened_messages(data_dir, w.conv.id)
     assert messages[0] == "Hello" and len(messages) == 2 and messages[1]
+
+
+@pytest.mark.parametrize("other_side", ["changed", "deleted"])
+def test_two_app_instances_editing_one_chat_keep_both_and_say_so(make_window, qtbot, data_dir, other_side):
+    """Issue 25: the last writer won, and a delete in one instance followed by a save in the other left a
+    1-message fragment. The window's save finds the conversation changed (or deleted) by the other
+    instance; its version is kept as a new conversation, and the chat says so."""
+    from app.chat_view import Notice
+    from app.store import Conversation, ConversationStore, Message
+
+    w = make_window(load=False)
+    w.conv = Conversation(title="shared chat", messages=[Message("user", "first"), Message("assistant", "reply")])
+    w.conversations.save()
+    qtbot.waitUntil(lambda: not w.store.save_failed(w.conv.id), timeout=5000)
+    original = w.conv.id
+    other = ConversationStore(data_dir)  # the second app instance
+    if other_side == "deleted":
+        other.delete(original)
+    else:
+        theirs = other.load(original)
+        theirs.messages.append(Message("user", "asked in the other window"))
+        other.save(theirs)
+    w.conv.messages.append(Message("user", "asked in this window"))
+    w.conversations.save()
+    qtbot.waitUntil(lambda: w.conv.id != original, timeout=5000)
+    qtbot.waitUntil(lambda: w.conv.id in {c.id for c in ConversationStore(data_dir).list()}, timeout=5000)
+    notices = [n.label.text() for n in w.chat.findChildren(Notice)]
+    assert any(f"{other_side} in another specdec window" in text and "Both are kept" in text for text in notices)
+    reader = ConversationStore(data_dir)
+    assert reopened_messages(data_dir, w.conv.id) == ["first", "reply", "asked in this window"]
+    if other_side == "deleted":
+        assert [c.id for c in reader.list()] == [w.conv.id]  # the deletion stands: no fragment
+    else:
+        assert reopened_messages(data_dir, original) == ["first", "reply", "asked in the other window"]
