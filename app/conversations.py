@@ -37,6 +37,8 @@ class ConversationController:
         self._relay.conflict.connect(self._keep_both)
         self.undo: list[Message] | None = None  # the conversation before the last edit removed turns
         self.undo_notice: Notice | None = None  # the chat's notice with the Undo button
+        # Conversations that at close could be neither saved nor kept in a recovery file: id -> what was said.
+        self.lost: dict[str, str] = {}
 
     # -- switching ----------------------------------------------------------------------------------------
     def new(self) -> None:
@@ -214,8 +216,10 @@ class ConversationController:
             message = f"“{conv.title}” could not be saved ({w.store.recovery_reason or exc}) nor kept in a " \
                       f"recovery file ({exc})"
             print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
-            w.show_error(message)
+            self.lost[conv.id] = message  # the window stays open once and shows it; main() exits 1 if it closes
             return exc
+        self.lost.pop(conv_id, None)
+        self.lost.pop(conv.id, None)
         if recovered is not None:
             message = (f"“{conv.title}” could not be saved ({w.store.recovery_reason}); it was kept in "
                        f"{recovered} and the next start adds it back")

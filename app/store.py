@@ -581,9 +581,9 @@ class ConversationStore:
             return None
         except (OSError, sqlite3.Error, SaveConflict) as error:
             reason = error
+        self.recovery_reason = str(reason)  # also when the recovery file fails: the caller says both reasons
         path = self.folder / f"{conv.id}{RECOVERED_SUFFIX}"
         atomic_write_text(path, json.dumps(conv.to_dict(), ensure_ascii=False))
-        self.recovery_reason = str(reason)
         return path
 
     def keep_both(self, conv: Conversation, conflict: SaveConflict) -> str:

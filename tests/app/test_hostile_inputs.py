@@ -127,3 +127,25 @@ def test_two_app_instances_editing_one_chat_keep_both_and_say_so(make_window, qt
         assert [c.id for c in reader.list()] == [w.conv.id]  # the deletion stands: no fragment
     else:
         assert reopened_messages(data_dir, original) == ["first", "reply", "asked in the other window"]
+
+
+def test_a_chat_that_can_be_neither_saved_nor_recovered_keeps_the_window_open_and_says_why(
+        make_window, send_and_wait, data_dir, capfd):
+    """Issue 25: the window refused to close (once) but said nothing: the error was shown while closing,
+    when the window shows nothing. Now the chat says why it stays open; a second close is let through."""
+    from app import store
+
+    w = make_window()
+    send_and_wait(w, "Hello")
+    with sqlite3.connect(data_dir / store.DB_NAME) as db:  # every later write refused
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON messages BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    (data_dir / "conversations").write_text("a file where the recovery folder goes")
+    w.conv.messages[-1].content += " (edited)"
+    w.conversations.store_quietly()
+    assert w.store.save_failed(w.conv.id)
+    w.close()
+    assert w.isVisible()
+    assert "could not be saved (refused) nor kept in a recovery file" in w.status_label.text()
+    assert w.conv.id in w.conversations.lost
+    w.close()
+    assert not w.isVisible()
