@@ -24,10 +24,16 @@ if TYPE_CHECKING:
 GENERATING = (Busy.REPLY, Busy.RACE)
 
 
+# Opening a conversation draws this many of its last messages at once; the earlier ones follow on the event
+# loop (ChatView.draw_earlier). A bubble costs 10-25 ms to build and lay out on a 2-core CPU.
+FIRST_DRAWN = 4
+
+
 class _Relay(QObject):
     """Carries what the store's writer thread reports to the GUI thread (queued signals)."""
 
     conflict = Signal(object, object)  # the Conversation saved, SaveConflict
+    loaded = Signal(str, object)  # conversation id, the Future of its load
 
 
 class ConversationController:
@@ -35,6 +41,8 @@ class ConversationController:
         self.window = window
         self._relay = _Relay()
         self._relay.conflict.connect(self._keep_both)
+        self._relay.loaded.connect(self._loaded)
+        self.opening: tuple[str, Conversation, int] | None = None  # (id, open chat, its length) while loading
         self.undo: list[Message] | None = None  # the conversation before the last edit removed turns
         self.undo_notice: Notice | None = None  # the chat's notice with the Undo button
         # Conversations that at close could be neither saved nor kept in a recovery file: id -> what was said.
@@ -46,6 +54,7 @@ class ConversationController:
         w = self.window
         w.conv = Conversation(system=w.settings.system_prompt)
         self.undo = None
+        self.opening = None  # a conversation still loading is not shown over the new one
         w.settings_panel.show_system(w.conv.system)
         w.chat.clear()
         w.graphs.live.set_trace(None, w.session.baseline_tps if w.session else None)
@@ -55,12 +64,31 @@ class ConversationController:
         w.composer.setFocus()
 
     def open(self, conv_id: str) -> None:
+        """Show a saved conversation. It is read on the store's thread (a long one takes about a second), and
+        shown when it arrives unless the user moved on meanwhile (another chat, a new one, a message sent)."""
         w = self.window
         if w.busy in GENERATING:
             w.status_label.setText("Stop the reply before switching conversations")
             return
+        self.opening = (conv_id, w.conv, len(w.conv.messages))
+        w.status_label.setText("Opening…")
+        future = w.store.load_in_background(conv_id)
+        future.add_done_callback(lambda f: self._load_done(conv_id, f))
+
+    def _load_done(self, conv_id: str, future) -> None:
+        """Called on the store's thread: only emit (Qt queues the signal to the GUI thread)."""
         try:
-            conv = w.store.load(conv_id)
+            self._relay.loaded.emit(conv_id, future)
+        except RuntimeError:  # the window is already deleted
+            pass
+
+    def _loaded(self, conv_id: str, future) -> None:
+        w = self.window
+        if self.opening != (conv_id, w.conv, len(w.conv.messages)) or w.busy in GENERATING or w.closing:
+            return  # the user moved on while it loaded
+        self.opening = None
+        try:
+            conv = future.result()
         except (OSError, ValueError, KeyError) as exc:
             w.show_error(f"Could not open that conversation: {exc}")
             return
@@ -89,18 +117,26 @@ class ConversationController:
 
     # -- showing --------------------------------------------------------------------------------------------
     def render(self) -> None:
-        """Draw the whole conversation in the chat view again."""
+        """Draw the whole conversation in the chat view again: its last FIRST_DRAWN messages now, the
+        earlier ones above them on the event loop."""
         chat = self.window.chat
         chat.clear()
-        for i, m in enumerate(self.window.conv.messages):
-            if m.role == "user":
-                chat.add_user(m.content, i)
-            else:
-                trace = m.trace or ReplyTrace(stop_reason="eos")
-                if m.trace is None:  # a reply saved without a trace: show its text plainly
-                    trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
-                chat.add_assistant(trace, i).set_branch(*branches.position(m))
+        messages = self.window.conv.messages
+        first = max(len(messages) - FIRST_DRAWN, 0)
+        for i in range(first, len(messages)):
+            self._draw(i, messages[i])
+        chat.draw_earlier([lambda i=i, m=messages[i]: self._draw(i, m, above=True) for i in range(first)])
         chat.scroll_to_end()
+
+    def _draw(self, i: int, m: Message, above: bool = False) -> None:
+        chat = self.window.chat
+        if m.role == "user":
+            chat.add_user(m.content, i, above=above)
+            return
+        trace = m.trace or ReplyTrace(stop_reason="eos")
+        if m.trace is None:  # a reply saved without a trace: show its text plainly
+            trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
+        chat.add_assistant(trace, i, above=above).set_branch(*branches.position(m))
 
     def flip_branch(self, bubble: MessageBubble, step: int) -> None:
         """Show the previous or next version of a regenerated reply (and what followed it), and save."""

@@ -679,6 +679,22 @@ class ConversationStore:
         """The conversation, validated: damaged messages or traces are dropped and named in `notices`.
         Raises KeyError when there is no such conversation, InvalidData when its row is unreadable."""
         self._writer.submit(lambda: None).result()  # queued writes of it land first
+        return self._load_checked(conv_id)
+
+    def load_in_background(self, conv_id: str) -> Future:
+        """`load` on the store's own thread, after the queued writes (a 200-reply chat takes about a second
+        to read and validate: the window stays responsive meanwhile). The Future raises what `load` raises.
+        A read-only store loads here and now (its thread never opens a connection)."""
+        if not self.read_only:
+            return self._writer.submit(self._load_checked, conv_id)
+        future: Future = Future()
+        try:
+            future.set_result(self.load(conv_id))
+        except Exception as error:  # noqa: BLE001 - handed to the caller as the Future's exception
+            future.set_exception(error)
+        return future
+
+    def _load_checked(self, conv_id: str) -> Conversation:
         try:
             return self._load(conv_id)
         except sqlite3.Error as error:  # a damaged page, a newer schema

@@ -149,3 +149,71 @@ def test_a_chat_that_can_be_neither_saved_nor_recovered_keeps_the_window_open_an
     assert w.conv.id in w.conversations.lost
     w.close()
     assert not w.isVisible()
+
+
+# ---- opening a long conversation ------------------------------------------------------------------
+
+
+def long_chat(replies: int, tokens: int = 64):
+    from app.store import Conversation, Message
+    from app.trace import ReplyTrace, TokenRecord
+
+    conv = Conversation(title="long chat")
+    for i in range(replies):
+        records = [TokenRecord(k, f" w{i}.{k}", ("accepted", "rejected", "bonus")[k % 3], k // 3, k % 3, 0.5, 0.5,
+                               1.0) for k in range(tokens)]
+        conv.messages += [Message("user", f"question {i}"),
+                          Message("assistant", "".join(r.text for r in records if r.state != "rejected"),
+                                  ReplyTrace(tokens=records, stop_reason="max_tokens"))]
+    return conv
+
+
+def test_a_long_chat_is_read_off_the_gui_thread_and_drawn_from_its_end(make_window, qtbot, data_dir, monkeypatch):
+    """Issue 25: opening a 200-reply chat blocked the window for seconds: the store read it on the GUI
+    thread and the chat view drew every reply at once. Now it is read on the store's thread, its last
+    bubbles are drawn when it arrives and the earlier ones above them in slices; once all are drawn the
+    chat is the same as drawn at once, and a view scrolled up meanwhile did not move."""
+    import threading
+
+    from app import conversations
+    from app.store import ConversationStore
+
+    conv = long_chat(30)
+    ConversationStore(data_dir).save(conv)
+    w = make_window(load=False)
+    w.resize(900, 600)
+    readers = []
+    real_load = w.store._load
+    monkeypatch.setattr(w.store, "_load", lambda conv_id: readers.append(threading.current_thread()) or
+                        real_load(conv_id))
+    w.conversations.open(conv.id)
+    qtbot.waitUntil(lambda: w.conv.id == conv.id, timeout=20_000)
+    assert readers and threading.main_thread() not in readers
+    assert len(w.chat.bubbles) <= conversations.FIRST_DRAWN + 10  # the rest come in later slices
+    assert w.chat.drawing_earlier
+    last = w.chat.bubbles[-1]
+    qtbot.waitUntil(lambda: last.isVisible() and w.chat.verticalScrollBar().maximum() > 0, timeout=5000)
+    scroll = w.chat.verticalScrollBar()
+    scroll.setValue(scroll.maximum() - 150)  # the user scrolls up a little while the earlier ones arrive
+    qtbot.wait(50)
+    seen_at = last.mapTo(w.chat.viewport(), last.rect().topLeft()).y()
+    qtbot.waitUntil(lambda: not w.chat.drawing_earlier, timeout=60_000)
+    qtbot.wait(600)  # the last slice's layout
+    assert last.mapTo(w.chat.viewport(), last.rect().topLeft()).y() == seen_at
+    assert [b.index for b in w.chat.bubbles] == list(range(len(conv.messages)))
+    assert [b.text() for b in w.chat.bubbles] == [m.content for m in conv.messages]
+
+
+def test_a_chat_still_loading_is_not_shown_over_the_one_the_user_moved_to(make_window, qtbot, data_dir):
+    from app.store import ConversationStore
+
+    conv = long_chat(3)
+    ConversationStore(data_dir).save(conv)
+    w = make_window(load=False)
+    loaded = []
+    w.conversations._relay.loaded.connect(lambda conv_id, _future: loaded.append(conv_id))
+    w.store._writer.submit(lambda: __import__("time").sleep(0.3))  # the store's thread is busy a moment
+    w.conversations.open(conv.id)
+    w.new_chat()
+    qtbot.waitUntil(lambda: loaded == [conv.id], timeout=10_000)
+    assert w.conv.id != conv.id and not w.conv.messages and not w.chat.bubbles
