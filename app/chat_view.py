@@ -534,15 +534,17 @@ class Notice(QFrame):
         return b
 
 
-EARLIER_SLICE_S = 0.03  # drawing the bubbles above the open ones: at most this long per event-loop turn
+EARLIER_SLICE_S = 0.03  # drawing the bubbles above the open ones: about this long per event-loop turn
+EARLIER_PER_BOX = 16  # bubbles drawn above share boxes of this many (one layout item per box)
 
 
 class ChatView(QScrollArea):
     """The conversation as bubbles, with notices (errors, context drops) in between.
 
-    A long conversation opens with its last bubbles drawn; the earlier ones are drawn above them in slices of
-    EARLIER_SLICE_S on the event loop (`draw_earlier`), newest first, so the window answers at once. What
-    the view shows does not move while they arrive: once scrolled up, the distance to the end is kept."""
+    A long conversation opens with its last bubbles drawn; the earlier ones are drawn above them on the event
+    loop (`draw_earlier`), newest first, a slice per turn, so the window answers at once. A slice holds as
+    many bubbles as building and laying them out took EARLIER_SLICE_S the turn before. What the view shows
+    does not move while they arrive: once scrolled up, the distance to the end is kept."""
 
     copy_requested = Signal(object)
     edit_requested = Signal(object)
@@ -572,7 +574,9 @@ class ChatView(QScrollArea):
         self._earlier_timer.timeout.connect(self._draw_earlier_slice)
         self._from_end = 0  # the scrolled-up view's distance to the end (kept while bubbles arrive above)
         self._growing_above = False
-        self._chunk: QVBoxLayout | None = None  # the layout of the slice being drawn above
+        self._box: QVBoxLayout | None = None  # the top box of bubbles drawn above, while it has room
+        self._in_box = 0  # bubbles in it
+        self._last_slice: tuple[int, float, float] | None = None  # (bubbles, build seconds, when it ended)
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
         self.verticalScrollBar().valueChanged.connect(self._on_scroll)
         self.empty = QLabel(
@@ -604,11 +608,12 @@ class ChatView(QScrollArea):
         self._stick = True
         self._earlier.clear()
         self._earlier_timer.stop()
+        self._box, self._in_box, self._last_slice = None, 0, None
 
     def _insert(self, widget: QWidget, above: bool = False) -> None:
         self.empty.setVisible(False)
-        if above and self._chunk is not None:  # a slice of earlier bubbles, built apart (_draw_earlier_slice)
-            self._chunk.insertWidget(0, widget)
+        if above and self._box is not None:  # an earlier bubble (_draw_earlier_slice)
+            self._box.insertWidget(0, widget)
         else:
             self._layout.insertWidget(1 if above else self._layout.count() - 1, widget)  # 0: the empty label
 
@@ -653,6 +658,7 @@ class ChatView(QScrollArea):
         """Draw these bubbles above the others on the event loop, the last first, a slice per turn; each
         builder adds one (add_user/add_assistant with `above`). `clear` drops those not drawn yet."""
         self._earlier = list(builders)
+        self._last_slice = None
         if self._earlier:
             self._earlier_timer.start()
 
@@ -661,20 +667,30 @@ class ChatView(QScrollArea):
         return bool(self._earlier)
 
     def _draw_earlier_slice(self) -> None:
-        """One slice of earlier bubbles, built in a box of their own and put above the others in one step:
-        the view then re-lays out one box per slice, not every bubble below it (that was quadratic)."""
+        """One slice of earlier bubbles. They go into boxes of EARLIER_PER_BOX at the top, so putting one above
+        re-lays out the boxes, not every bubble below it (that was quadratic). A bubble costs as much again to
+        lay out as to build, after this turn: the slice's size comes from the last turn's whole cost."""
         start = time.perf_counter()
+        count = len(self._earlier)
+        if self._last_slice is not None:
+            built, build_s, ended = self._last_slice
+            per_bubble = (build_s + start - ended) / built
+            count = max(1, int(EARLIER_SLICE_S / max(per_bubble, 1e-4)))
         self._growing_above = True
-        chunk = QWidget()
-        self._chunk = QVBoxLayout(chunk)
-        self._chunk.setContentsMargins(0, 0, 0, 0)
-        self._chunk.setSpacing(self._layout.spacing())
-        try:
-            while self._earlier and time.perf_counter() - start < EARLIER_SLICE_S:
-                self._earlier.pop()()
-        finally:
-            self._chunk = None
-        self._layout.insertWidget(1, chunk)
+        built = 0
+        while self._earlier and built < count and (built == 0 or time.perf_counter() - start < EARLIER_SLICE_S):
+            if self._box is None or self._in_box >= EARLIER_PER_BOX:
+                box = QWidget()
+                self._box = QVBoxLayout(box)
+                self._box.setContentsMargins(0, 0, 0, 0)
+                self._box.setSpacing(self._layout.spacing())
+                self._in_box = 0
+                self._layout.insertWidget(1, box)  # 0: the empty label
+            self._earlier.pop()()
+            self._in_box += 1
+            built += 1
+        ended = time.perf_counter()
+        self._last_slice = (built, ended - start, ended)
         if not self._earlier:
             self._earlier_timer.stop()
             QTimer.singleShot(500, self._done_growing)  # the last slice's layout lands after this turn
