@@ -217,3 +217,45 @@ def test_a_chat_still_loading_is_not_shown_over_the_one_the_user_moved_to(make_w
     w.new_chat()
     qtbot.waitUntil(lambda: loaded == [conv.id], timeout=10_000)
     assert w.conv.id != conv.id and not w.conv.messages and not w.chat.bubbles
+
+
+def test_renaming_a_chat_another_instance_changed_says_so_without_a_traceback(make_window, qtbot, data_dir,
+                                                                             monkeypatch):
+    """A rename from the sidebar saves the conversation: a conflict with another instance's write escaped
+    the menu's slot as an exception. Now it is a message, and the other instance's version is kept."""
+    from PySide6.QtWidgets import QMenu
+
+    from app import sidebar
+    from app.store import Conversation, ConversationStore, Message
+
+    class ChooseRename(QMenu):
+        def exec(self, *_args):
+            return self.actions()[0]  # "Rename…"
+
+    class TypeTitle:
+        @staticmethod
+        def getText(*_args, **_kwargs):  # noqa: N802 - Qt's name
+            return "renamed", True
+
+    w = make_window(load=False)
+    conv = Conversation(title="to rename", messages=[Message("user", "first")])
+    ConversationStore(data_dir).save(conv)
+    w.conversations.refresh_sidebar()
+    row = next(i for i in range(w.conv_list.count()) if w.conv_list.item(i).data(0x0100) == conv.id)
+    real_load = w.store.load
+
+    def load_then_the_other_instance_writes(conv_id):
+        loaded = real_load(conv_id)
+        other = ConversationStore(data_dir)
+        theirs = other.load(conv_id)
+        theirs.messages.append(Message("user", "asked in the other window"))
+        other.save(theirs)
+        return loaded
+
+    monkeypatch.setattr(w.store, "load", load_then_the_other_instance_writes)
+    monkeypatch.setattr(sidebar, "QMenu", ChooseRename)
+    monkeypatch.setattr(sidebar, "QInputDialog", TypeTitle)
+    with qtbot.waitSignal(w.error_shown, timeout=5000) as shown:
+        w.sidebar._menu(w.conv_list.visualItemRect(w.conv_list.item(row)).center())
+    assert "changed by another specdec window" in shown.args[0]
+    assert reopened_messages(data_dir, conv.id) == ["first", "asked in the other window"]
