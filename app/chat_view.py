@@ -9,7 +9,9 @@ format. A reply is rendered as a whole only when it is opened or the colour swit
 from __future__ import annotations
 
 import html
+import time
 from bisect import bisect_right
+from collections.abc import Callable
 
 from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import (
@@ -246,7 +248,8 @@ class TokenTextView(QTextBrowser):
                     self._draw_line(cursor, breaking=i)
                 if part:
                     self._line.append((i, part, False))
-        self._append_raw(cursor)
+        if not finishing:  # a finished reply's last line is drawn with its Markdown right below: type nothing
+            self._append_raw(cursor)
         self.rendered = len(trace.tokens)
         if trace.finished and not self._done:
             self._done = True
@@ -531,8 +534,17 @@ class Notice(QFrame):
         return b
 
 
+EARLIER_SLICE_S = 0.03  # drawing the bubbles above the open ones: about this long per event-loop turn
+EARLIER_PER_BOX = 16  # bubbles drawn above share boxes of this many (one layout item per box)
+
+
 class ChatView(QScrollArea):
-    """The conversation as bubbles, with notices (errors, context drops) in between."""
+    """The conversation as bubbles, with notices (errors, context drops) in between.
+
+    A long conversation opens with its last bubbles drawn; the earlier ones are drawn above them on the event
+    loop (`draw_earlier`), newest first, a slice per turn, so the window answers at once. A slice holds as
+    many bubbles as building and laying them out took EARLIER_SLICE_S the turn before. What the view shows
+    does not move while they arrive: once scrolled up, the distance to the end is kept."""
 
     copy_requested = Signal(object)
     edit_requested = Signal(object)
@@ -556,6 +568,15 @@ class ChatView(QScrollArea):
         self.reading = False  # reading mode: rejected drafts hidden inline (tooltips, tree and replay keep them)
         self._streaming: MessageBubble | None = None
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
+        self._earlier: list[Callable[[], object]] = []  # builders of bubbles still to draw above, oldest first
+        self._earlier_timer = QTimer(self)
+        self._earlier_timer.setInterval(0)
+        self._earlier_timer.timeout.connect(self._draw_earlier_slice)
+        self._from_end = 0  # the scrolled-up view's distance to the end (kept while bubbles arrive above)
+        self._growing_above = False
+        self._box: QVBoxLayout | None = None  # the top box of bubbles drawn above, while it has room
+        self._in_box = 0  # bubbles in it
+        self._last_slice: tuple[int, float, float] | None = None  # (bubbles, build seconds, when it ended)
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
         self.verticalScrollBar().valueChanged.connect(self._on_scroll)
         self.empty = QLabel(
@@ -585,35 +606,43 @@ class ChatView(QScrollArea):
         self._streaming = None
         self.empty.setVisible(True)
         self._stick = True
+        self._earlier.clear()
+        self._earlier_timer.stop()
+        self._box, self._in_box, self._last_slice = None, 0, None
 
-    def _insert(self, widget: QWidget) -> None:
+    def _insert(self, widget: QWidget, above: bool = False) -> None:
         self.empty.setVisible(False)
-        self._layout.insertWidget(self._layout.count() - 1, widget)
+        if above and self._box is not None:  # an earlier bubble (_draw_earlier_slice)
+            self._box.insertWidget(0, widget)
+        else:
+            self._layout.insertWidget(1 if above else self._layout.count() - 1, widget)  # 0: the empty label
 
-    def add_user(self, text: str, index: int) -> MessageBubble:
-        b = MessageBubble("user", index)
-        b.body.set_plain(text)
+    def _add_bubble(self, b: MessageBubble, margins: tuple[int, int], above: bool) -> None:
         wrap = QWidget()
         row = QHBoxLayout(wrap)
-        row.setContentsMargins(60, 0, 0, 0)
+        row.setContentsMargins(margins[0], 0, margins[1], 0)
         row.addWidget(b)
         self._wire(b)
-        self._insert(wrap)
-        self.bubbles.append(b)
+        self._insert(wrap, above)
+        if above:
+            self.bubbles.insert(0, b)
+        else:
+            self.bubbles.append(b)
+
+    def add_user(self, text: str, index: int, above: bool = False) -> MessageBubble:
+        """A user turn at the end (or, `above`, before every bubble drawn so far)."""
+        b = MessageBubble("user", index)
+        b.body.set_plain(text)
+        self._add_bubble(b, (60, 0), above)
         return b
 
-    def add_assistant(self, trace: ReplyTrace, index: int, streaming: bool = False) -> MessageBubble:
+    def add_assistant(self, trace: ReplyTrace, index: int, streaming: bool = False,
+                      above: bool = False) -> MessageBubble:
         b = MessageBubble("assistant", index)
         b.body.set_trace(trace, self.colored, self.reading)
         b.update_footer()
         b.set_streaming(streaming)
-        wrap = QWidget()
-        row = QHBoxLayout(wrap)
-        row.setContentsMargins(0, 0, 30, 0)
-        row.addWidget(b)
-        self._wire(b)
-        self._insert(wrap)
-        self.bubbles.append(b)
+        self._add_bubble(b, (0, 30), above)
         if streaming:
             self._streaming = b
             self._stick = True
@@ -624,6 +653,50 @@ class ChatView(QScrollArea):
         self._insert(n)
         self._stick = True
         return n
+
+    def draw_earlier(self, builders: list[Callable[[], object]]) -> None:
+        """Draw these bubbles above the others on the event loop, the last first, a slice per turn; each
+        builder adds one (add_user/add_assistant with `above`). `clear` drops those not drawn yet."""
+        self._earlier = list(builders)
+        self._last_slice = None
+        if self._earlier:
+            self._earlier_timer.start()
+
+    @property
+    def drawing_earlier(self) -> bool:
+        return bool(self._earlier)
+
+    def _draw_earlier_slice(self) -> None:
+        """One slice of earlier bubbles. They go into boxes of EARLIER_PER_BOX at the top, so putting one above
+        re-lays out the boxes, not every bubble below it (that was quadratic). A bubble costs as much again to
+        lay out as to build, after this turn: the slice's size comes from the last turn's whole cost."""
+        start = time.perf_counter()
+        count = len(self._earlier)
+        if self._last_slice is not None:
+            built, build_s, ended = self._last_slice
+            per_bubble = (build_s + start - ended) / built
+            count = max(1, int(EARLIER_SLICE_S / max(per_bubble, 1e-4)))
+        self._growing_above = True
+        built = 0
+        while self._earlier and built < count and (built == 0 or time.perf_counter() - start < EARLIER_SLICE_S):
+            if self._box is None or self._in_box >= EARLIER_PER_BOX:
+                box = QWidget()
+                self._box = QVBoxLayout(box)
+                self._box.setContentsMargins(0, 0, 0, 0)
+                self._box.setSpacing(self._layout.spacing())
+                self._in_box = 0
+                self._layout.insertWidget(1, box)  # 0: the empty label
+            self._earlier.pop()()
+            self._in_box += 1
+            built += 1
+        ended = time.perf_counter()
+        self._last_slice = (built, ended - start, ended)
+        if not self._earlier:
+            self._earlier_timer.stop()
+            QTimer.singleShot(500, self._done_growing)  # the last slice's layout lands after this turn
+
+    def _done_growing(self) -> None:
+        self._growing_above = bool(self._earlier)
 
     def _wire(self, b: MessageBubble) -> None:
         b.copy_requested.connect(self.copy_requested)
@@ -671,10 +744,13 @@ class ChatView(QScrollArea):
     def _on_scroll(self, value: int) -> None:
         sb = self.verticalScrollBar()
         self._stick = value >= sb.maximum() - 8
+        self._from_end = sb.maximum() - value
 
     def _on_range(self, _lo: int, hi: int) -> None:
         if self._stick:
             self.verticalScrollBar().setValue(hi)
+        elif self._growing_above:  # bubbles arrived above: what was in view stays in view
+            self.verticalScrollBar().setValue(hi - self._from_end)
 
     def scroll_to_end(self) -> None:
         self._stick = True

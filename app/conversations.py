@@ -10,11 +10,13 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Protocol
 
+from PySide6.QtCore import QObject, Signal
+
 from app import branches
 from app.chat_view import MessageBubble, Notice
 from app.ports import WindowPort
 from app.session import Busy
-from app.store import Conversation, Message
+from app.store import Conversation, Message, SaveConflict
 from app.trace import ReplyTrace, TokenRecord
 
 if TYPE_CHECKING:
@@ -47,11 +49,29 @@ class ConversationWindow(WindowPort, Protocol):
     def focus_composer(self) -> None: ...
 
 
+# Opening a conversation draws this many of its last messages at once; the earlier ones follow on the event
+# loop (ChatView.draw_earlier). A bubble costs 10-25 ms to build and lay out on a 2-core CPU.
+FIRST_DRAWN = 4
+
+
+class _Relay(QObject):
+    """Carries what the store's writer thread reports to the GUI thread (queued signals)."""
+
+    conflict = Signal(object, object)  # the Conversation saved, SaveConflict
+    loaded = Signal(str, object)  # conversation id, the Future of its load
+
+
 class ConversationController:
     def __init__(self, window: ConversationWindow) -> None:
         self.window = window
+        self._relay = _Relay()
+        self._relay.conflict.connect(self._keep_both)
+        self._relay.loaded.connect(self._loaded)
+        self.opening: tuple[str, Conversation, int] | None = None  # (id, open chat, its length) while loading
         self.undo: list[Message] | None = None  # the conversation before the last edit removed turns
         self.undo_notice: Notice | None = None  # the chat's notice with the Undo button
+        # Conversations that at close could be neither saved nor kept in a recovery file: id -> what was said.
+        self.lost: dict[str, str] = {}
 
     # -- switching ----------------------------------------------------------------------------------------
     def new(self) -> None:
@@ -59,6 +79,7 @@ class ConversationController:
         w = self.window
         w.conv = Conversation(system=w.settings.system_prompt)
         self.undo = None
+        self.opening = None  # a conversation still loading is not shown over the new one
         w.settings_panel.show_system(w.conv.system)
         w.chat.clear()
         w.graphs.live.set_trace(None, w.session.baseline_tps if w.session else None)
@@ -69,12 +90,31 @@ class ConversationController:
         w.focus_composer()
 
     def open(self, conv_id: str) -> None:
+        """Show a saved conversation. It is read on the store's thread (a long one takes about a second), and
+        shown when it arrives unless the user moved on meanwhile (another chat, a new one, a message sent)."""
         w = self.window
         if w.busy in GENERATING:
             w.say("Stop the reply before switching conversations")
             return
+        self.opening = (conv_id, w.conv, len(w.conv.messages))
+        w.say("Opening…")
+        future = w.store.load_in_background(conv_id)
+        future.add_done_callback(lambda f: self._load_done(conv_id, f))
+
+    def _load_done(self, conv_id: str, future) -> None:
+        """Called on the store's thread: only emit (Qt queues the signal to the GUI thread)."""
         try:
-            conv = w.store.load(conv_id)
+            self._relay.loaded.emit(conv_id, future)
+        except RuntimeError:  # the window is already deleted
+            pass
+
+    def _loaded(self, conv_id: str, future) -> None:
+        w = self.window
+        if self.opening != (conv_id, w.conv, len(w.conv.messages)) or w.busy in GENERATING or w.closing:
+            return  # the user moved on while it loaded
+        self.opening = None
+        try:
+            conv = future.result()
         except (OSError, ValueError, KeyError) as exc:
             w.show_error(f"Could not open that conversation: {exc}")
             return
@@ -103,18 +143,26 @@ class ConversationController:
 
     # -- showing --------------------------------------------------------------------------------------------
     def render(self) -> None:
-        """Draw the whole conversation in the chat view again."""
+        """Draw the whole conversation in the chat view again: its last FIRST_DRAWN messages now, the
+        earlier ones above them on the event loop."""
         chat = self.window.chat
         chat.clear()
-        for i, m in enumerate(self.window.conv.messages):
-            if m.role == "user":
-                chat.add_user(m.content, i)
-            else:
-                trace = m.trace or ReplyTrace(stop_reason="eos")
-                if m.trace is None:  # a reply saved without a trace: show its text plainly
-                    trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
-                chat.add_assistant(trace, i).set_branch(*branches.position(m))
+        messages = self.window.conv.messages
+        first = max(len(messages) - FIRST_DRAWN, 0)
+        for i in range(first, len(messages)):
+            self._draw(i, messages[i])
+        chat.draw_earlier([lambda i=i, m=messages[i]: self._draw(i, m, above=True) for i in range(first)])
         chat.scroll_to_end()
+
+    def _draw(self, i: int, m: Message, above: bool = False) -> None:
+        chat = self.window.chat
+        if m.role == "user":
+            chat.add_user(m.content, i, above=above)
+            return
+        trace = m.trace or ReplyTrace(stop_reason="eos")
+        if m.trace is None:  # a reply saved without a trace: show its text plainly
+            trace.tokens = [TokenRecord(0, m.content, "plain", 0, 0, None, None, None)]
+        chat.add_assistant(trace, i, above=above).set_branch(*branches.position(m))
 
     def flip_branch(self, bubble: MessageBubble, step: int) -> None:
         """Show the previous or next version of a regenerated reply (and what followed it), and save."""
@@ -199,8 +247,9 @@ class ConversationController:
             return None
         if w.closing:
             return self.save_at_close()
-        try:  # written on the store's thread; a failure comes back through save_failed
-            w.store.save_in_background(w.conv).add_done_callback(self._background_save_done)
+        conv = w.conv
+        try:  # written on the store's thread; a failure comes back through save_failed (a conflict, _keep_both)
+            w.store.save_in_background(conv).add_done_callback(lambda f: self._background_save_done(f, conv))
         except OSError as exc:
             return exc
         return None
@@ -217,28 +266,52 @@ class ConversationController:
             return None
         if w.busy not in GENERATING and not w.store.save_failed(conv.id):
             return None
+        conv_id = conv.id
         try:
             recovered = w.store.save_or_recover(conv)
         except OSError as exc:
             message = f"“{conv.title}” could not be saved ({w.store.recovery_reason or exc}) nor kept in a " \
                       f"recovery file ({exc})"
             print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
-            w.show_error(message)
+            self.lost[conv.id] = message  # the window stays open once and shows it; main() exits 1 if it closes
             return exc
+        self.lost.pop(conv_id, None)
+        self.lost.pop(conv.id, None)
         if recovered is not None:
             message = (f"“{conv.title}” could not be saved ({w.store.recovery_reason}); it was kept in "
                        f"{recovered} and the next start adds it back")
             print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
+        elif conv.id != conv_id:  # another instance changed or deleted it: kept as a copy (the store's notice)
+            print(f"specdec-chat: {w.store.notices[-1]}", file=sys.stderr, flush=True)
         return None
 
-    def _background_save_done(self, future) -> None:
+    def _background_save_done(self, future, conv: Conversation) -> None:
         """Called on the store's writer thread: only emit (Qt queues the signal to the GUI thread)."""
         error = future.exception()
         if error is not None:
             try:
-                self.window.save_failed.emit(str(error))
+                if isinstance(error, SaveConflict):
+                    self._relay.conflict.emit(conv, error)
+                else:
+                    self.window.save_failed.emit(str(error))
             except RuntimeError:  # the window is already deleted
                 pass
+
+    def _keep_both(self, conv: Conversation, conflict: SaveConflict) -> None:
+        """Another app instance changed or deleted this conversation since this window read it: this window's
+        version becomes a conversation of its own (the other's stays as it is), and the user is told."""
+        w = self.window
+        if conv.id != conflict.conv_id:  # already kept (two queued saves of it both conflicted)
+            return
+        w.show_info(w.store.keep_both(conv, conflict))
+        if conv is w.conv:
+            self.save()
+            return
+        try:  # the user opened another one meanwhile: the copy is saved all the same
+            w.store.save_in_background(conv).add_done_callback(lambda f: self._background_save_done(f, conv))
+        except OSError as exc:
+            w.show_error(f"Could not save “{conv.title}”: {exc}")
+        self.refresh_sidebar()
 
 
 def _last_trace(conv: Conversation) -> ReplyTrace | None:

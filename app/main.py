@@ -205,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     code = code or state["code"]
     shutdown_clean(0.2)  # delivers a reply's last events (its Finished is saved), closeEvent waited 0.3 s
     store.close()  # finish the store's queued background writes before the process ends
+    if any(store.save_failed(conv_id) for conv_id in window.conversations.lost):  # a chat lost (said on stderr)
+        code = EXIT_FAIL
     sys.stdout.flush()
     sys.stderr.flush()
     # Everything is saved (conversations and settings are written as they change, the store's queue is

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store import Conversation, ConversationStore
+from app.store import Conversation, ConversationStore, SaveConflict
 
 
 class ConversationSidebar(QWidget):
@@ -100,7 +100,7 @@ class ConversationSidebar(QWidget):
                     conv.title = title.strip()
                     if conv.messages:
                         self.store.save(conv)
-                except (OSError, ValueError, KeyError) as exc:
+                except (OSError, ValueError, KeyError, SaveConflict) as exc:  # a conflict: another instance wrote it
                     self.failed.emit(f"Could not rename that conversation: {exc}")
                 self.renamed.emit(conv_id)
         elif chosen is delete:

@@ -86,6 +86,17 @@ class StoreReadOnlyError(PermissionError):
     """A save refused: the conversation (or the whole store) was written by a newer version."""
 
 
+class SaveConflict(Exception):
+    """A save refused because another process (a second app instance) changed or deleted the conversation
+    since this store last read or wrote it. Nothing was written; `ConversationStore.keep_both` makes the
+    caller's version a conversation of its own, so that neither is lost."""
+
+    def __init__(self, conv_id: str, title: str, deleted: bool) -> None:
+        self.conv_id, self.title, self.deleted = conv_id, title, deleted
+        super().__init__(f"“{title}” was {'deleted' if deleted else 'changed'} by another specdec window since "
+                         "this one read it")
+
+
 # ---- conversations ------------------------------------------------------------------------------
 
 @dataclass
@@ -221,6 +232,7 @@ def trace_from_dict(data: object) -> ReplyTrace:
     return trace
 
 
+_UNKNOWN = object()  # a conversation this store has not read or written: no revision known
 _REQUIRED: dict[type, tuple[str, ...]] = {}
 
 
@@ -340,6 +352,9 @@ class ConversationStore:
         self._saved: dict[str, list[tuple]] = {}  # conversation id -> fingerprints of its stored messages
         self._pending: dict[str, ConversationInfo | None] = {}  # queued writes, for list(); None: deleted
         self._failed: set[str] = set()  # conversations whose last write failed
+        # The `updated` value of each conversation's row as this store last read or wrote it: its revision. A
+        # save checks it in its transaction, so a write by another process in between is a conflict, not lost.
+        self._revisions: dict[str, object] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-store")
@@ -553,16 +568,36 @@ class ConversationStore:
     def save_or_recover(self, conv: Conversation) -> Path | None:
         """Save `conv` and wait; if the database refuses it (locked past every retry, damaged, a full disk),
         write it to conversations/<id>.recovered.json instead, which the next start imports. Returns that
-        file's path (None: saved). Raises OSError only when the recovery file cannot be written either."""
+        file's path (None: saved). Raises OSError only when the recovery file cannot be written either.
+        A conversation another process changed or deleted meanwhile is kept as a copy of its own
+        (`keep_both`; the message is in `notices`)."""
         try:
-            self.save(conv)
+            try:
+                self.save(conv)
+            except SaveConflict as conflict:
+                self.notices.append(self.keep_both(conv, conflict))
+                self.save(conv)
             return None
-        except (OSError, sqlite3.Error) as error:
+        except (OSError, sqlite3.Error, SaveConflict) as error:
             reason = error
+        self.recovery_reason = str(reason)  # also when the recovery file fails: the caller says both reasons
         path = self.folder / f"{conv.id}{RECOVERED_SUFFIX}"
         atomic_write_text(path, json.dumps(conv.to_dict(), ensure_ascii=False))
-        self.recovery_reason = str(reason)
         return path
+
+    def keep_both(self, conv: Conversation, conflict: SaveConflict) -> str:
+        """After a SaveConflict: `conv` (this side's version) becomes a new conversation with its own id and a
+        marked title, written whole by its next save; the other side's version (or its deletion) stays as it
+        is. Returns what to tell the user."""
+        with self._lock:
+            self._saved.pop(conv.id, None)
+            self._failed.discard(conv.id)
+        conv.id = Conversation().id
+        conv.title = f"{conflict.title} (this window's copy)"
+        other = ("was deleted in another specdec window" if conflict.deleted else
+                 "was changed in another specdec window since this one opened it")
+        return (f"“{conflict.title}” {other}. Both are kept: this window's version is saved as a new "
+                f"conversation, “{conv.title}”.")
 
     def _prepare(self, conv: Conversation) -> _SaveJob:
         saved = self._saved.get(conv.id, [])
@@ -590,14 +625,21 @@ class ConversationStore:
                     raise
                 time.sleep(0.05 * attempt)
 
-    def _write(self, job: _SaveJob, conn: sqlite3.Connection | None = None) -> None:
+    def _write(self, job: _SaveJob, conn: sqlite3.Connection | None = None, *, replace: bool = False) -> None:
+        """Write one save in one transaction. Unless `replace` (an import), the row must still be the revision
+        this store last read or wrote (or absent, for a conversation this store never stored): else another
+        process wrote or deleted it in between, and SaveConflict is raised with nothing written."""
         conn = conn or self._connect()
         conv_id = job.row[0]
         conn.execute("BEGIN IMMEDIATE")
         try:
-            existing = conn.execute("SELECT format FROM conversations WHERE id = ?", (conv_id,)).fetchone()
+            existing = conn.execute("SELECT format, updated FROM conversations WHERE id = ?", (conv_id,)).fetchone()
             if existing is not None and isinstance(existing[0], int) and existing[0] > FORMAT_VERSION:
                 raise StoreReadOnlyError(f"conversation {conv_id} was saved by a newer version of specdec")
+            with self._lock:
+                known = self._revisions.get(conv_id, _UNKNOWN)
+            if not replace and (existing[1] if existing is not None else _UNKNOWN) != known:
+                raise SaveConflict(conv_id, job.row[1], deleted=existing is None)
             conn.execute(
                 "INSERT INTO conversations (id, title, created, updated, system, format, extra, message_count) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET title = excluded.title, "
@@ -614,6 +656,8 @@ class ConversationStore:
                     conn.execute("INSERT OR REPLACE INTO traces (conversation_id, position, data) VALUES (?, ?, ?)",
                                  (*row[:2], zlib.compress(trace, 1)))
             conn.execute("COMMIT")
+            with self._lock:
+                self._revisions[conv_id] = job.row[3]
         except BaseException:
             if conn.in_transaction:  # SQLite rolls back by itself after some errors (a full disk)
                 conn.execute("ROLLBACK")
@@ -634,6 +678,22 @@ class ConversationStore:
         """The conversation, validated: damaged messages or traces are dropped and named in `notices`.
         Raises KeyError when there is no such conversation, InvalidData when its row is unreadable."""
         self._writer.submit(lambda: None).result()  # queued writes of it land first
+        return self._load_checked(conv_id)
+
+    def load_in_background(self, conv_id: str) -> Future:
+        """`load` on the store's own thread, after the queued writes (a 200-reply chat takes about a second
+        to read and validate: the window stays responsive meanwhile). The Future raises what `load` raises.
+        A read-only store loads here and now (its thread never opens a connection)."""
+        if not self.read_only:
+            return self._writer.submit(self._load_checked, conv_id)
+        future: Future = Future()
+        try:
+            future.set_result(self.load(conv_id))
+        except Exception as error:  # noqa: BLE001 - handed to the caller as the Future's exception
+            future.set_exception(error)
+        return future
+
+    def _load_checked(self, conv_id: str) -> Conversation:
         try:
             return self._load(conv_id)
         except sqlite3.Error as error:  # a damaged page, a newer schema
@@ -675,6 +735,7 @@ class ConversationStore:
         with self._lock:
             self._saved[conv.id] = [_fingerprint(m) for m in conv.messages] if not problems and \
                 len(conv.messages) == len(head["messages"]) else []
+            self._revisions[conv.id] = row[3]
         return conv
 
     def delete(self, conv_id: str) -> None:
@@ -683,6 +744,7 @@ class ConversationStore:
         with self._lock:
             self._pending[conv_id] = None
             self._saved.pop(conv_id, None)
+            self._revisions.pop(conv_id, None)
 
         def write() -> None:
             conn = self._connect()
@@ -782,7 +844,7 @@ class ConversationStore:
             return "imported"
         with self._lock:
             self._saved.pop(conv.id, None)
-        self._write(self._prepare(conv), conn)
+        self._write(self._prepare(conv), conn, replace=True)
         return "imported"
 
 

@@ -104,6 +104,7 @@ class MainWindow(QMainWindow):
         self._message: Message | None = None
         self._pending_prompt: str | None = None  # sent once the models are loaded
         self._closing = False
+        self._close_refused = False  # a close was refused once: the chat could be neither saved nor recovered
         self._regens = 0
         self._earlier_versions: list = []  # a regenerated reply's earlier versions, until the new one starts
 
@@ -763,10 +764,12 @@ class MainWindow(QMainWindow):
             self._message.content = self._message.content or self._trace.text
         # Keep what was generated so far, and whatever a failed background save left unwritten; what the
         # database refuses goes to a recovery file. If even that fails, the window stays open (once).
-        if self.conversations.save_at_close() is not None and first_close:
+        if self.conversations.save_at_close() is not None and not self._close_refused:
             self._closing = False
+            self._close_refused = True
             if self.busy in (Busy.REPLY, Busy.RACE):
                 self.timer.start()
+            self.show_error(self.conversations.lost.get(self.conv.id, ""))  # (nothing is shown while closing)
             event.ignore()
             return
         self.save_settings()

@@ -58,3 +58,24 @@ def test_a_prompt_that_is_not_utf8_is_refused_before_a_window_opens(tmp_path):
     assert result.returncode == 2
     assert "is not valid UTF-8 text" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "data").exists()  # nothing was created that could never be saved
+
+
+def test_quit_when_done_never_exits_0_having_lost_the_chat(tiny_models_dir, tmp_path):
+    """Issue 25: when the database refuses every write and the recovery file cannot be written either, the
+    window refused to close, and --quit-when-done exited 0 all the same: the chat was gone, the status said
+    success. Now the status is 1 and stderr says what was lost."""
+    import sqlite3
+
+    from app.store import DB_NAME, ConversationStore
+
+    data = tmp_path / "data"
+    ConversationStore(data).close()
+    with sqlite3.connect(data / DB_NAME) as db:  # the finished reply's save refused, as a failing disk would
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON messages WHEN NEW.role = 'assistant' AND NEW.content "
+                   "!= '' BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    (data / "conversations").write_text("a file where the recovery folder goes")
+    r = run_app(["--verifier", str(tiny_models_dir["llama-verifier"]), "--draft", str(tiny_models_dir["llama-draft"]),
+                 "--prompt", "Hello", "--max-new-tokens", "4", "--quit-when-done", "--timeout", "150"], tmp_path)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "could not be saved (refused) nor kept in a recovery file" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -138,7 +138,7 @@ def test_stop_ends_the_reply(make_window, qtbot):
     assert "stopped" in w.chat.bubbles[-1].footer.text()
 
 
-def test_conversation_survives_save_and_reopen(make_window, data_dir, send_and_wait):
+def test_conversation_survives_save_and_reopen(make_window, data_dir, send_and_wait, qtbot):
     w = make_window()
     trace = send_and_wait(w, "First question")
     trace2 = send_and_wait(w, "Second question")
@@ -149,6 +149,7 @@ def test_conversation_survives_save_and_reopen(make_window, data_dir, send_and_w
     # the new window's own (unsaved) chat on top, then the saved one
     assert w2.conv_list.count() == 2 and w2.conv_list.item(0).text() == "New chat"
     w2.sidebar.open_item(w2.conv_list.item(1))
+    qtbot.waitUntil(lambda: w2.conv.id == conv_id, timeout=10_000)  # read on the store's thread
     assert w2.conv_list.count() == 1  # the empty new chat was never saved: opening another drops its row
     assert w2.conv.id == conv_id
     assert [m.role for m in w2.conv.messages] == ["user", "assistant", "user", "assistant"]

@@ -28,6 +28,7 @@ def test_bad_files_are_reported_in_the_window_never_fatal(qtbot, data_dir, monke
 
     shown.clear()
     w.conversations.open("from-the-future")
+    qtbot.waitUntil(lambda: w.conv.id == "from-the-future", timeout=10_000)  # read on the store's thread
     assert w.conv.read_only and any("read-only" in t for t in shown)
     w.conversations.save()  # a reply in it would save: refused, the stored document stays as it was
     assert ConversationStore().load("from-the-future").messages[0].extra == {"mood": "curious"}

@@ -34,7 +34,7 @@ def test_generation_settings_are_saved_and_a_bad_penalty_falls_back(tmp_path):
     assert bad.repetition_penalty == 1.0 and "repetition penalty" in " ".join(bad.notices)
 
 
-def test_each_chat_keeps_its_own_system_prompt(make_window, send_and_wait, data_dir):
+def test_each_chat_keeps_its_own_system_prompt(make_window, send_and_wait, data_dir, qtbot):
     w = make_window(max_new_tokens=6)
     w.settings_panel.system.setPlainText("Answer like a pirate.")
     first = send_and_wait(w, "Hello")
@@ -45,6 +45,7 @@ def test_each_chat_keeps_its_own_system_prompt(make_window, send_and_wait, data_
     second = send_and_wait(w, "Hello")
     assert second.prompt_tokens < first.prompt_tokens  # the models saw the system prompt only in the first chat
     w.conversations.open(first_id)
+    qtbot.waitUntil(lambda: w.conv.id == first_id, timeout=10_000)  # read on the store's thread
     assert w.settings_panel.system.toPlainText() == "Answer like a pirate."
     w.store.save(w.conv)
     assert ConversationStore(data_dir).load(first_id).system == "Answer like a pirate."

@@ -198,3 +198,49 @@ def test_two_stores_writing_one_database_under_a_lock_lose_nothing(writes, lock_
         for store in (*stores, reader):
             store.close()
         other.close()
+
+
+@FUZZ
+@given(steps=st.lists(st.tuples(st.integers(0, 1), st.sampled_from(["say", "say", "delete", "reopen"])),
+                      min_size=1, max_size=12))
+def test_two_instances_editing_one_conversation_never_lose_a_version_nor_leave_a_fragment(steps):
+    """Two app instances (two stores) open one conversation and, in any order, add turns, delete it or open
+    it again. Every conversation in the database is a whole version one of them saved (no fragment of a
+    deleted one), and each one's last version is stored unless the other deleted it afterwards."""
+    from app.store import Conversation, Message, SaveConflict
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        seed = Conversation(title="shared", messages=[Message("user", "first question")])
+        ConversationStore(root).save(seed)
+        stores = [ConversationStore(root), ConversationStore(root)]
+        open_convs: list = [store.load(seed.id) for store in stores]
+        saved_versions = {("first question",)}
+        last_saved: list = [None, None]  # (id, contents) of each one's last save, until the other deletes it
+        for n, (s, action) in enumerate(steps):
+            store, conv = stores[s], open_convs[s]
+            if conv is None:
+                continue
+            if action == "say":
+                conv.messages.append(Message("user", f"turn {n} in window {s}"))
+                try:
+                    store.save(conv)
+                except SaveConflict as conflict:
+                    store.keep_both(conv, conflict)
+                    store.save(conv)
+                saved_versions.add(tuple(m.content for m in conv.messages))
+                last_saved[s] = (conv.id, tuple(m.content for m in conv.messages))
+            elif action == "delete":
+                store.delete(conv.id)
+                open_convs[s] = None
+                last_saved = [None if saved and saved[0] == conv.id else saved for saved in last_saved]
+            elif conv.id in {info.id for info in store.list()}:
+                open_convs[s] = store.load(conv.id)
+        reader = ConversationStore(root)
+        stored = {info.id: tuple(m.content for m in reader.load(info.id).messages) for info in reader.list()}
+        assert set(stored.values()) <= saved_versions, "a stored conversation is no version anyone saved"
+        for saved in last_saved:  # kept, or grown by the other after it opened this version
+            if saved is not None:
+                assert stored[saved[0]][:len(saved[1])] == saved[1]
+        for store in (*stores, reader):
+            store.close()

@@ -239,3 +239,71 @@ def test_a_damaged_schema_version_or_column_is_recovered_not_a_crash(tmp_path, d
     fresh = chat_of(1)
     store.save(fresh)
     assert store.load(fresh.id).messages == fresh.messages
+
+
+# ---- two app instances editing one conversation ----------------------------------------------------
+
+
+def contents(conv: Conversation) -> list[str]:
+    return [m.content for m in conv.messages]
+
+
+def test_two_instances_saving_one_conversation_keep_both_versions(tmp_path):
+    """Issue 25: the last writer won (the other instance's turns were overwritten). The second save finds a
+    revision it did not read and is refused; its version is kept as a conversation of its own."""
+    from app.store import SaveConflict
+
+    first, second = ConversationStore(tmp_path), ConversationStore(tmp_path)
+    original = chat_of(2)
+    first.save(original)
+    in_first, in_second = first.load(original.id), second.load(original.id)
+    for turn in range(2):  # saving again in the same instance is no conflict
+        in_first.messages.append(Message("user", f"asked in the first window ({turn})"))
+        first.save_in_background(in_first)
+    first.save(in_first)
+    in_second.messages.append(Message("user", "asked in the second window"))
+    with pytest.raises(SaveConflict, match="changed by another specdec window"):
+        second.save(in_second)
+    assert contents(ConversationStore(tmp_path).load(original.id)) == contents(in_first)  # nothing written
+    told = second.keep_both(in_second, SaveConflict(original.id, original.title, deleted=False))
+    second.save(in_second)
+    assert in_second.id != original.id and "Both are kept" in told and in_second.title in told
+    reader = ConversationStore(tmp_path)
+    assert contents(reader.load(original.id)) == contents(in_first)
+    assert contents(reader.load(in_second.id)) == contents(in_second)  # whole, not only the changed turn
+    assert len(reader.list()) == 2
+
+
+def test_a_save_after_another_instance_deleted_the_conversation_is_no_fragment(tmp_path):
+    """Issue 25: a delete in one instance followed by a save in the other left a 1-message fragment (only
+    the changed message was written under the deleted id). Now the save is refused, the deletion stands,
+    and the saving side's whole version is kept as a new conversation."""
+    from app.store import SaveConflict
+
+    first, second = ConversationStore(tmp_path), ConversationStore(tmp_path)
+    original = chat_of(3)
+    first.save(original)
+    in_second = second.load(original.id)
+    first.delete(original.id)
+    in_second.messages.append(Message("user", "one more question"))
+    with pytest.raises(SaveConflict, match="deleted by another specdec window") as conflict:
+        second.save(in_second)
+    assert ConversationStore(tmp_path).list() == []  # not resurrected as a fragment
+    second.keep_both(in_second, conflict.value)
+    second.save(in_second)
+    reader = ConversationStore(tmp_path)
+    assert [c.id for c in reader.list()] == [in_second.id]
+    assert contents(reader.load(in_second.id)) == contents(in_second) and len(in_second.messages) == 7
+
+
+def test_a_conflict_at_close_keeps_both_instead_of_a_recovery_file(tmp_path):
+    first, second = ConversationStore(tmp_path), ConversationStore(tmp_path)
+    original = chat_of(1)
+    first.save(original)
+    in_second = second.load(original.id)
+    first.delete(original.id)
+    in_second.messages.append(Message("user", "written while closing"))
+    assert second.save_or_recover(in_second) is None
+    assert in_second.id != original.id and "deleted in another specdec window" in second.notices[-1]
+    assert contents(ConversationStore(tmp_path).load(in_second.id)) == contents(in_second)
+

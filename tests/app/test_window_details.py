@@ -84,7 +84,7 @@ def test_edit_can_be_undone_and_the_graphs_forget_the_removed_reply(make_window,
     assert w.composer.toPlainText() == ""
 
 
-def test_the_status_bar_describes_the_conversation_shown(make_window, send_and_wait):
+def test_the_status_bar_describes_the_conversation_shown(make_window, send_and_wait, qtbot):
     w = make_window(max_new_tokens=8)
     trace = send_and_wait(w, "Hello")
     assert w.status_label.text() == trace.summary()
@@ -94,7 +94,9 @@ def test_the_status_bar_describes_the_conversation_shown(make_window, send_and_w
     assert w.conv_list.item(0).text() == "New chat" and w.conv_list.item(0).isSelected()  # shown at once
     send_and_wait(w, "Second chat")
     assert w.conv.id == other
-    w.conversations.open(w.conv_list.item(1).data(0x0100))
+    first = w.conv_list.item(1).data(0x0100)
+    w.conversations.open(first)
+    qtbot.waitUntil(lambda: w.conv.id == first, timeout=10_000)  # read on the store's thread
     assert "Hello" in w.status_label.text() and "Second chat" not in w.status_label.text()
 
 

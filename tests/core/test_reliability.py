@@ -309,6 +309,21 @@ def test_a_hostile_template_in_the_cli_is_one_line_within_30_s(capsys, folders, 
     assert time.monotonic() - start < 30
 
 
+def test_a_hostile_template_embedded_in_a_gguf_is_one_line_within_30_s(capsys, tiny_tokenizer, tmp_path,
+                                                                         monkeypatch):
+    """Issue 25: the same template embedded in a GGUF file (its tokenizer.chat_template key) hung too."""
+    import copy
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = LONG_STRING_LOOP
+    path = tiny.write_gguf(tmp_path / "hostile.gguf", tiny.make_model("llama", tiny_tokenizer, seed=1), tokenizer)
+    start = time.monotonic()
+    code, err = run_cli(capsys, "generate", "hi", "--verifier", str(path), "--device", "cpu")
+    assert code == 2 and "chat template" in one_error_line(err)
+    assert time.monotonic() - start < 30
+
+
 def test_bounded_rendering_gives_the_same_ids_as_transformers(tiny_tokenizer):
     messages = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "Hi!"},
                 {"role": "user", "content": "The capital of France is"}]
