@@ -116,14 +116,14 @@ class _MainLine:
     then the draft's best guess below it). The round shows it, so a chain is a tree of width one."""
 
     token_ids: tuple[int, ...]
-    draft_probs: tuple[float, ...]  # as people read them
+    draft_probs: tuple[float | None, ...]  # as people read them (None: proposed by string match)
     accept_probs: tuple[float, ...]  # the rule's probability of accepting each
     n_accepted: int
     committed: tuple[int, ...]  # the accepted tokens, then the verifier's own (none after an accepted end)
     rows: tuple[int, ...]  # the verifier pass's row at each token, and after the last (a chain: 0..k)
     stop: DraftStop  # why drafting stopped
     gamma: int  # the round's length limit (0: the round did not speculate)
-    sources: tuple[str, ...] = ()  # a draft with another tokenizer: its own token(s) behind each
+    sources: tuple[str | None, ...] = ()  # a draft with another tokenizer: its own token(s) behind each
 
     def verdicts(self, texts: Sequence[str], shown: torch.Tensor) -> tuple[Verdict, ...]:
         """Each token with what it adds to the reply (`texts`) and the verifier's view of it (`shown`, the
@@ -132,11 +132,9 @@ class _MainLine:
         drafted = torch.tensor(self.token_ids, dtype=torch.long, device=shown.device)
         targets = shown[torch.arange(k, device=shown.device), drafted].tolist() if k else []
         return tuple(Verdict(token_id=token, text=texts[i], parent=i - 1, draft_prob=self.draft_probs[i],
-                             target_prob=targets[i], accept_prob=self.accept_probs[i], accepted=i < self.n_accepted)
+                             target_prob=targets[i], accept_prob=self.accept_probs[i], accepted=i < self.n_accepted,
+                             draft_source=self.sources[i] if i < len(self.sources) else None)
                      for i, token in enumerate(self.token_ids))
-
-    def source(self, i: int) -> str | None:
-        return self.sources[i] if i < len(self.sources) else None
 
 
 @dataclass(frozen=True)
@@ -441,7 +439,7 @@ class Engine:
         return acceptance, _MainLine(
             tuple(tree.token_ids[i] for i in line), tuple(tree.display_probs[i] for i in line),
             tuple(acceptance.accept_probs[i] or 0.0 for i in line), len(acceptance.path), committed,
-            (0, *(node + 1 for node in line)), tree.stop, gamma)
+            (0, *(node + 1 for node in line)), tree.stop, gamma, tuple(tree.source(node) for node in line))
 
     def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance, main_line: int) -> None:
         """Calibrate the draft's own values (a copy's rates are learned apart); a round that checked none of
@@ -466,7 +464,7 @@ class Engine:
         return tuple(
             Verdict(token_id=token, text=self._token_text(token), parent=parent, draft_prob=tree.display_probs[node],
                     target_prob=float(shown[parent + 1, token]), accept_prob=acceptance.accept_probs[node],
-                    accepted=node in on_path)
+                    accepted=node in on_path, draft_source=tree.source(node))
             for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
 
     def _emit(self, reply: _Reply, line: _MainLine, shown: torch.Tensor, timing: _Timing, config: GenerationConfig,
@@ -479,7 +477,7 @@ class Engine:
         alternatives = self._alternatives_by_row(shown, k + 1, config.top_alternatives)
         texts = [reply.stream.push(token) for token in line.token_ids[:n]] + reply.stream.peek(line.token_ids[n:])
         verdicts = line.verdicts(texts, shown)
-        tokens = [drafted_token(v, index, i, alternatives[i], line.source(i)) for i, v in enumerate(verdicts)]
+        tokens = [drafted_token(v, index, i, alternatives[i]) for i, v in enumerate(verdicts)]
         emitted_state = TokenState.ACCEPTED
         if len(line.committed) > n:  # the verifier's own token: a correction, a bonus, or a plain decode step
             emitted_state = TokenState.PLAIN if k == 0 else (TokenState.BONUS if n == k else TokenState.CORRECTED)
