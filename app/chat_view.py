@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
 
 from app.markdown import BOLD, CODE, CODE_LINE, FENCE_CLOSE, FENCE_OPEN, HEADING, ITALIC, mark_line
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
-from app.trace import STATE_DESCRIPTIONS, ReplyTrace, TokenRecord
+from app.trace import MAPPED_MARK, STATE_DESCRIPTIONS, ReplyTrace, TokenRecord, draft_figure
 from app.tree_view import describe as describe_tree
 from app.tree_view import emitted_text_of, tree_html
 from specdec_core.events import TokenState
@@ -82,6 +82,7 @@ DRAFT_STOP_WORDS = {
 
 def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
     state = tok.state
+    drafted = state in (TokenState.ACCEPTED.value, TokenState.REJECTED.value)
     bg, _ = STATE_STYLE.get(state, (None, None))
     swatch = css_rgba(STATE_SOLID[state]) if state in STATE_SOLID else "gray"
     rows = [
@@ -91,11 +92,11 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
         "<table cellspacing=0 cellpadding=1>",
         f"<tr><td>round</td><td>&nbsp;{tok.round + 1}</td></tr>",
         f"<tr><td>position in round</td><td>&nbsp;{tok.position + 1}</td></tr>",
-        f"<tr><td>draft probability</td><td>&nbsp;{_p(tok.draft_prob)}</td></tr>",
+        f"<tr><td>draft probability</td><td>&nbsp;{draft_figure(tok.draft_prob, drafted)}</td></tr>",
         f"<tr><td>verifier probability</td><td>&nbsp;{_p(tok.target_prob)}</td></tr>",
     ]
     if tok.draft_source:  # a draft with another tokenizer: what it wrote, and the verifier token it became
-        rows.append(f"<tr><td>draft's own token(s)</td><td>&nbsp;<span style='font-family:monospace'>"
+        rows.append(f"<tr><td>{MAPPED_MARK} draft's own token(s)</td><td>&nbsp;<span style='font-family:monospace'>"
                     f"{html.escape(tok.draft_source)}</span></td></tr>")
         rows.append(f"<tr><td>became verifier token</td><td>&nbsp;<span style='font-family:monospace'>"
                     f"{html.escape(repr(tok.text))}</span> (id {tok.token_id})</td></tr>")
@@ -103,6 +104,7 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
     tree = rnd is not None and rnd.index == tok.round and bool(rnd.tree)
     if tok.accept_prob is not None:
         rule = ("= the verifier's probability once the candidates checked before it are removed" if tree else
+                "= the verifier's probability (a one-hot proposal)" if tok.draft_prob is None else
                 "= min(1, verifier / draft)")
         rows.append(f"<tr><td>accept probability</td><td>&nbsp;{_p(tok.accept_prob)}"
                     f" <span style='color:gray'>{rule}</span></td></tr>")

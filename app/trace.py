@@ -23,6 +23,21 @@ from specdec_core.events import (
 )
 from specdec_core.stats import Stats, StatsAccumulator, round_emitted
 
+# A token a draft with another tokenizer proposed (specdec_core/drafting/cross_vocab.py): the views mark it, and
+# name the draft's own token(s) it came from. One proposed by string match has no draft probability: they say so.
+MAPPED_MARK = "⇄"
+MAPPED_NOTE = "⇄ mapped from the draft's own token(s), another tokenizer"
+STRING_MATCH = "string match"
+
+
+def draft_figure(draft_prob: float | None, drafted: bool, digits: int = 3) -> str:
+    """The draft's probability of a token as the views print it: "string match" for a drafted token proposed
+    by matching text (no probability of its own), "–" for the verifier's own tokens."""
+    if draft_prob is None:
+        return STRING_MATCH if drafted else "–"
+    return f"{draft_prob:.{digits}f}"
+
+
 MIN_SPEEDUP_TOKENS = 24  # below this a reply's speedup is not shown: a few rounds' timing noise swamps it
 
 

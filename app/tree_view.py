@@ -6,7 +6,8 @@ the accepted path green, candidates the verifier checked and refused red and str
 never had to check grey and dashed, and the verifier's own token amber (a correction) or blue (a bonus). The
 root box holds the end of the text before the round. Each node shows the draft's probability (d) of its token
 given the path above it, and the verifier's (v) where the verifier checked it; a candidate never checked shows
-no verifier figure. The legend is painted with the tree, so a saved PNG carries it.
+no verifier figure. A node a draft with another tokenizer proposed carries a ⇄ mark, and its tooltip names the
+draft's own token(s). The legend is painted with the tree, so a saved PNG carries it.
 
 `layout_tree` is the Qt-free part (tests read it); `TreeView` paints it; `TreeDialog` shows one round with
 PNG export.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import (
     QDialog,
@@ -25,13 +26,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QSpinBox,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
 
 from app.fit import available, fit_to_screen, scrolling
 from app.theme import STATE_SOLID
-from app.trace import ReplyTrace, RoundRecord
+from app.trace import MAPPED_MARK, MAPPED_NOTE, ReplyTrace, RoundRecord, draft_figure
 from specdec_core.events import TokenState
 
 ROOT = -1
@@ -47,6 +49,12 @@ class PlacedNode:
     parent: int  # index of the parent PlacedNode's node (ROOT for the root's children)
     draft_prob: float | None
     target_prob: float | None
+    source: str | None = None  # a draft with another tokenizer: the draft's own token(s) this node came from
+
+    @property
+    def drafted(self) -> bool:
+        """A candidate the draft proposed (not the root, nor the verifier's own token)."""
+        return self.index != ROOT and self.state not in (TokenState.CORRECTED.value, TokenState.BONUS.value)
 
 
 def visible(text: str) -> str:
@@ -88,7 +96,8 @@ def layout_tree(rnd: RoundRecord, emitted_text: str | None = None, before: str =
             state = "unchecked"
         # A candidate never checked has no verifier figure to show (its branch was cut before it).
         placed.append(PlacedNode(index, visible(str(node.get("text", ""))), state, column, row, parent,
-                                 node.get("draft_prob"), None if state == "unchecked" else node.get("target_prob")))
+                                 node.get("draft_prob"), None if state == "unchecked" else node.get("target_prob"),
+                                 node.get("draft_source")))
         for k, child in enumerate(children.get(index, [])):
             if k:
                 next_row[0] += 1
@@ -106,10 +115,24 @@ DRAFTED = "drafted"  # a node's state while the replay shows the tree growing, b
 
 def node_figures(node: PlacedNode) -> str:
     """The draft's probability, and the verifier's where it checked the node."""
+    draft = f"d {draft_figure(node.draft_prob, True, 2)}"
     if node.state == DRAFTED and node.target_prob is None:
-        return f"d {node.draft_prob or 0:.2f}"
+        return draft
     verifier = "not checked" if node.target_prob is None else f"v {node.target_prob:.2f}"
-    return f"d {node.draft_prob or 0:.2f} · {verifier}"
+    return f"{draft} · {verifier}"
+
+
+def node_tooltip(node: PlacedNode) -> str:
+    """A node's hover text: its token, its figures, and a mapped token's source in the draft's own tokens."""
+    lines = [node.text] + ([node_figures(node)] if node.drafted else [])
+    if node.source:
+        lines.append(f"{MAPPED_MARK} the draft's own token(s): {node.source}")
+    return "\n".join(lines)
+
+
+def legend_notes(placed: list[PlacedNode]) -> tuple[str, ...]:
+    """The words under the colours: what d and v mean, and the ⇄ mark where a node carries it."""
+    return (LEGEND_NOTE, MAPPED_NOTE) if any(n.source for n in placed) else (LEGEND_NOTE,)
 
 
 LEGEND = ((TokenState.ACCEPTED.value, "accepted path"), (TokenState.REJECTED.value, "checked, refused"),
@@ -134,7 +157,8 @@ def growing_tree(rnd: RoundRecord, shown: int, verified: bool, before: str = "")
         elif verified or node.index < shown:
             checked = verified and rnd.tree[node.index].get("accept_prob") is not None
             out.append(PlacedNode(node.index, node.text, DRAFTED, node.column, node.row, node.parent,
-                                  node.draft_prob, rnd.tree[node.index].get("target_prob") if checked else None))
+                                  node.draft_prob, rnd.tree[node.index].get("target_prob") if checked else None,
+                                  node.source))
     return out
 
 
@@ -153,9 +177,11 @@ def tree_html(rnd: RoundRecord, emitted_text: str | None = None, limit: int = 24
         c = colour.get(node.state, QColor(140, 140, 140)).name()
         text = node.text.replace("&", "&amp;").replace("<", "&lt;")
         text = f"<s>{text}</s>" if node.state == TokenState.REJECTED.value else text
-        probs = "" if node.draft_prob is None else f" {node_figures(node)}"
+        probs = f" {node_figures(node)}" if node.drafted else ""
+        mapped = "" if not node.source else \
+            f" {MAPPED_MARK} draft's own: {node.source.replace('&', '&amp;').replace('<', '&lt;')}"
         lines.append(f"{'&nbsp;' * 3 * (node.column - 1)}<span style='color:{c}'>■</span> "
-                     f"<code>{text}</code><span style='color:gray'>{probs}</span>")
+                     f"<code>{text}</code><span style='color:gray'>{probs}{mapped}</span>")
     more = len(rnd.tree) + 1 - limit
     if more > 0:
         lines.append(f"<span style='color:gray'>… {more} more (Talk ▸ Draft tree)</span>")
@@ -174,6 +200,20 @@ class TreeView(QWidget):
         self.placed: list[PlacedNode] = []
         self.caption = ""
         self.setAutoFillBackground(True)
+        self.setMouseTracking(True)
+
+    def node_at(self, x: float, y: float) -> PlacedNode | None:
+        return next((n for n in self.placed if self._rect(n).contains(QPointF(x, y))), None)
+
+    def event(self, event) -> bool:  # noqa: D102 - Qt override: a node's tooltip
+        if event.type() == QEvent.Type.ToolTip:
+            node = self.node_at(event.pos().x(), event.pos().y())
+            if node is not None and node.index != ROOT:
+                QToolTip.showText(event.globalPos(), node_tooltip(node), self)
+            else:
+                QToolTip.hideText()
+            return True
+        return super().event(event)
 
     def set_placed(self, placed: list[PlacedNode], caption: str = "") -> None:
         """Nodes laid out elsewhere (the replay shows a tree as it grows)."""
@@ -212,7 +252,8 @@ class TreeView(QWidget):
         return QFontMetricsF(self._font()).height() + 12 * self.scale
 
     def _legend_height(self) -> float:
-        return 2 * QFontMetricsF(self._font(0.85)).height() + 16 * self.scale if self.legend else 0.0
+        lines = 1 + len(legend_notes(self.placed))  # the ⇄ note may take a line of its own
+        return lines * QFontMetricsF(self._font(0.85)).height() + 16 * self.scale if self.legend else 0.0
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         w, h = self._cell()
@@ -263,9 +304,14 @@ class TreeView(QWidget):
             p.setFont(mono)
             label = QFontMetricsF(mono).elidedText(node.text, Qt.TextElideMode.ElideLeft if node.index == ROOT
                                                    else Qt.TextElideMode.ElideRight, r.width() - 8)
-            if node.draft_prob is None:  # the root and the verifier's own token: the text alone, centred
+            if not node.drafted:  # the root and the verifier's own token: the text alone, centred
                 p.drawText(r, Qt.AlignmentFlag.AlignCenter, label)
                 continue
+            if node.source:  # proposed by a draft with another tokenizer: marked in the box's corner
+                p.setFont(self._font(0.8))
+                p.drawText(QRectF(r.left() + 4, r.top() + 1, r.width() - 8, r.height() * 0.4),
+                           Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, MAPPED_MARK)
+                p.setFont(mono)
             top = QRectF(r.left() + 4, r.top() + 2, r.width() - 8, r.height() * 0.55)
             p.drawText(top, Qt.AlignmentFlag.AlignCenter, label)
             p.setFont(small)
@@ -291,7 +337,7 @@ class TreeView(QWidget):
         rows = max((n.row for n in self.placed), default=0) + 1
         x, y = 12.0, self._top() + rows * self._cell()[1] + 8 * self.scale  # right under the boxes
         swatch = fm.height() * 0.9
-        for state, words in (*LEGEND, ("", LEGEND_NOTE)):
+        for state, words in (*LEGEND, *(("", note) for note in legend_notes(self.placed))):
             width = (swatch + 6 * self.scale if state else 0) + fm.horizontalAdvance(words) + 18 * self.scale
             if x + width > self.width() - 12 and x > 12:
                 x, y = 12.0, y + fm.height() + 4 * self.scale

@@ -116,14 +116,14 @@ class _MainLine:
     then the draft's best guess below it). The round shows it, so a chain is a tree of width one."""
 
     token_ids: tuple[int, ...]
-    draft_probs: tuple[float, ...]  # as people read them
+    draft_probs: tuple[float | None, ...]  # as people read them (None: proposed by string match)
     accept_probs: tuple[float, ...]  # the rule's probability of accepting each
     n_accepted: int
     committed: tuple[int, ...]  # the accepted tokens, then the verifier's own (none after an accepted end)
     rows: tuple[int, ...]  # the verifier pass's row at each token, and after the last (a chain: 0..k)
     stop: DraftStop  # why drafting stopped
     gamma: int  # the round's length limit (0: the round did not speculate)
-    sources: tuple[str, ...] = ()  # a draft with another tokenizer: its own token(s) behind each
+    sources: tuple[str | None, ...] = ()  # a draft with another tokenizer: its own token(s) behind each
 
     def verdicts(self, texts: Sequence[str], shown: torch.Tensor) -> tuple[Verdict, ...]:
         """Each token with what it adds to the reply (`texts`) and the verifier's view of it (`shown`, the
@@ -132,11 +132,9 @@ class _MainLine:
         drafted = torch.tensor(self.token_ids, dtype=torch.long, device=shown.device)
         targets = shown[torch.arange(k, device=shown.device), drafted].tolist() if k else []
         return tuple(Verdict(token_id=token, text=texts[i], parent=i - 1, draft_prob=self.draft_probs[i],
-                             target_prob=targets[i], accept_prob=self.accept_probs[i], accepted=i < self.n_accepted)
+                             target_prob=targets[i], accept_prob=self.accept_probs[i], accepted=i < self.n_accepted,
+                             draft_source=self.sources[i] if i < len(self.sources) else None)
                      for i, token in enumerate(self.token_ids))
-
-    def source(self, i: int) -> str | None:
-        return self.sources[i] if i < len(self.sources) else None
 
 
 @dataclass(frozen=True)
@@ -163,7 +161,7 @@ class Engine:
         self.generator = torch.Generator(device=verifier.device)
         self._token_texts: dict[int, str] = {}
         self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
-        self.chain_record = PositionRecord()  # how often each chain position was accepted lately
+        self.chain_record = PositionRecord()  # how often each position of a chain or main line was accepted lately
         self.drafter: Drafter | None = None
         self.set_drafter(drafter)
 
@@ -307,7 +305,7 @@ class Engine:
         # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
         if len(tree):
             self.verifier_forward.keep_path(acceptance.path)
-        self._record_tree(tree, acceptance)
+        self._record_tree(tree, acceptance, len(line.token_ids))
         timing = self._timing(round_start, tree.draft_s, verify_s, rows)
         reply.stats.add_round(drafted=len(tree), accepted=line.n_accepted, emitted=len(line.committed),
                               draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
@@ -384,6 +382,11 @@ class Engine:
         nothing for one (the prefill gave its distribution), so it never probes."""
         if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
             return DraftTree.empty(DraftStop.PROBE)
+        if config.cost_aware and not self.sizer.best_length(self.chain_record.rates(), reply.gamma):
+            # Growing even the root's children is paid whatever is kept afterwards (a draft with another
+            # tokenizer also re-reads the text): where the main lines' recent acceptance cannot pay for one
+            # drafting step and its row, draft nothing, as a chain would (_chain_length).
+            return DraftTree.empty(DraftStop.COST)
         assert self.drafter is not None
         worth = self.sizer.least_value if config.cost_aware else None
         tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
@@ -436,14 +439,21 @@ class Engine:
         return acceptance, _MainLine(
             tuple(tree.token_ids[i] for i in line), tuple(tree.display_probs[i] for i in line),
             tuple(acceptance.accept_probs[i] or 0.0 for i in line), len(acceptance.path), committed,
-            (0, *(node + 1 for node in line)), tree.stop, gamma)
+            (0, *(node + 1 for node in line)), tree.stop, gamma, tuple(tree.source(node) for node in line))
 
-    def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance) -> None:
+    def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance, main_line: int) -> None:
         """Calibrate the draft's own values (a copy's rates are learned apart); a round that checked none of
-        them only ages the evidence. Then tell the drafter."""
+        them only ages the evidence. Record how far the main line (`main_line` tokens) was accepted, as a
+        chain's round would be: the record decides whether the next round drafts at all. Then tell the drafter."""
         drafted = [node for node in range(len(tree)) if not tree.is_copy(node)] if tree.stop is DraftStop.TREE else []
         self.sizer.observe([tree.values[node] for node in drafted],
                            sum(not tree.is_copy(node) for node in acceptance.path) if drafted else 0)
+        if tree.stop is DraftStop.TREE:
+            self.chain_record.observe(main_line, len(acceptance.path))
+        elif tree.stop is DraftStop.COST and tree.expansions:
+            self.chain_record.observe(1, 0)  # drafted, and no node was worth its row: nothing gained
+        elif tree.stop is DraftStop.COST:
+            self.chain_record.age()  # priced out before drafting: drift back to the prior, and try again in a while
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
 
@@ -454,7 +464,7 @@ class Engine:
         return tuple(
             Verdict(token_id=token, text=self._token_text(token), parent=parent, draft_prob=tree.display_probs[node],
                     target_prob=float(shown[parent + 1, token]), accept_prob=acceptance.accept_probs[node],
-                    accepted=node in on_path)
+                    accepted=node in on_path, draft_source=tree.source(node))
             for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
 
     def _emit(self, reply: _Reply, line: _MainLine, shown: torch.Tensor, timing: _Timing, config: GenerationConfig,
@@ -467,7 +477,7 @@ class Engine:
         alternatives = self._alternatives_by_row(shown, k + 1, config.top_alternatives)
         texts = [reply.stream.push(token) for token in line.token_ids[:n]] + reply.stream.peek(line.token_ids[n:])
         verdicts = line.verdicts(texts, shown)
-        tokens = [drafted_token(v, index, i, alternatives[i], line.source(i)) for i, v in enumerate(verdicts)]
+        tokens = [drafted_token(v, index, i, alternatives[i]) for i, v in enumerate(verdicts)]
         emitted_state = TokenState.ACCEPTED
         if len(line.committed) > n:  # the verifier's own token: a correction, a bonus, or a plain decode step
             emitted_state = TokenState.PLAIN if k == 0 else (TokenState.BONUS if n == k else TokenState.CORRECTED)

@@ -74,10 +74,13 @@ class Verdict:
     token_id: int
     text: str  # see RoundVerified: what it adds to the reply (main line), or the token alone (tree)
     parent: int  # index of the node before it, in the same tuple; -1: the last committed token
-    draft_prob: float  # the draft's probability of this token given the path above it
+    # The draft's probability of this token given the path above it; None: proposed one-hot because its text
+    # matched the draft's (string match, cross_vocab.StringMatchDrafter), with no probability of its own.
+    draft_prob: float | None
     target_prob: float  # the verifier's, given the same path
     accept_prob: float | None  # probability the rule accepted it when checked (min(1, target/draft)); None: never
     accepted: bool  # on the accepted path
+    draft_source: str | None = None  # a draft with another tokenizer: its own token(s) this one came from
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class TokenCommitted:
     state: TokenState
     round_index: int
     position: int  # index within the round's draft (the correction/bonus sits at n_accepted)
-    draft_prob: float | None  # None for tokens the draft did not propose
+    draft_prob: float | None  # None for tokens the draft did not propose, or proposed by string match (Verdict)
     target_prob: float
     accept_prob: float | None
     alternatives: tuple[Alternative, ...] = field(default=())
@@ -122,7 +125,7 @@ class TokenRejected:
     text: str
     round_index: int
     position: int
-    draft_prob: float
+    draft_prob: float | None  # None: proposed by string match (Verdict)
     target_prob: float
     accept_prob: float | None
     alternatives: tuple[Alternative, ...] = field(default=())
@@ -139,12 +142,12 @@ class Finished:
     error: str | None = None  # the user-facing message when stop_reason is ERROR
 
 
-def drafted_token(verdict: Verdict, round_index: int, position: int, alternatives: tuple[Alternative, ...] = (),
-                  draft_source: str | None = None) -> TokenCommitted | TokenRejected:
+def drafted_token(verdict: Verdict, round_index: int, position: int, alternatives: tuple[Alternative, ...] = ()
+                  ) -> TokenCommitted | TokenRejected:
     """A drafted token as the reply shows it: committed if the verifier accepted it, else rejected."""
     common = dict(token_id=verdict.token_id, text=verdict.text, round_index=round_index, position=position,
                   draft_prob=verdict.draft_prob, target_prob=verdict.target_prob, accept_prob=verdict.accept_prob,
-                  alternatives=alternatives, draft_source=draft_source)
+                  alternatives=alternatives, draft_source=verdict.draft_source)
     if verdict.accepted:
         return TokenCommitted(state=TokenState.ACCEPTED, **common)
     return TokenRejected(**common)

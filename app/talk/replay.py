@@ -35,11 +35,21 @@ from app.fit import available, fit_to_screen, scrolling, wrap_labels
 from app.talk import style as ts
 from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy, round_info
 from app.theme import STATE_SOLID
-from app.trace import ReplyTrace
+from app.trace import MAPPED_MARK, ReplyTrace, TokenRecord, draft_figure
 from specdec_core.events import TokenState
 
 BEAT_MS = {Beat.DRAFT: 650, Beat.VERIFY: 1200, Beat.RESOLVE: 2000}  # at speed 1×
 SPEEDS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0)
+
+
+def chip_label(tok: TokenRecord) -> str:
+    """A drafted token's chip text, marked ⇄ when a draft with another tokenizer proposed it."""
+    return f"{MAPPED_MARK} {ts.shown(tok.text)}" if tok.draft_source else ts.shown(tok.text)
+
+
+def draft_q(tok: TokenRecord) -> str:
+    """The draft's probability under a chip ("string match" where the draft proposed it by matching text)."""
+    return draft_figure(tok.draft_prob, True)
 
 
 class RoundStage(QWidget):
@@ -146,8 +156,8 @@ class RoundStage(QWidget):
             chip_font = ts.big_font(scale)
             num_font = ts.big_font(max(0.7, scale * 0.42))
             cfm, nfm = QFontMetricsF(chip_font), QFontMetricsF(num_font)
-            chip_w = [max(cfm.horizontalAdvance(ts.shown(t.text)) + 28, nfm.horizontalAdvance("min 0.000") + 10)
-                      for t in story.drafted]
+            chip_w = [max(cfm.horizontalAdvance(chip_label(t)) + 28, nfm.horizontalAdvance("min 0.000") + 10,
+                          nfm.horizontalAdvance(f"q {draft_q(t)}") + 10) for t in story.drafted]
             gap = 34.0
             need = sum(chip_w) + gap * k
             if story.emitted is not None and (not k or story.emitted.state == TokenState.BONUS.value):
@@ -198,13 +208,13 @@ class RoundStage(QWidget):
                 p.drawRoundedRect(r, 10, 10)
                 continue
             state = tok.state if resolved else None
-            self._chip(p, r, ts.shown(tok.text), chip_font, state,
+            self._chip(p, r, chip_label(tok), chip_font, state,
                        highlight=beat is Beat.DRAFT and i == step.i)
             # numbers under each chip: q (draft), p (verifier), accept probability
             p.setFont(num_font)
             ny = r.bottom() + nfm.ascent() + 6
             p.setPen(ts.DRAFT)
-            p.drawText(QPointF(r.left() + 4, ny), f"q {ts.fmt_p(tok.draft_prob)}")
+            p.drawText(QPointF(r.left() + 4, ny), f"q {draft_q(tok)}")
             if beat is not Beat.DRAFT:
                 p.setPen(ts.VERIFIER)
                 p.drawText(QPointF(r.left() + 4, ny + nfm.height()), f"p {ts.fmt_p(tok.target_prob)}")
@@ -343,7 +353,7 @@ class NumbersTable(QTableWidget):
             if beat is Beat.RESOLVE:
                 verdict = "accepted" if t.state == TokenState.ACCEPTED.value else (
                     "rejected" if i == story.first_rejected else "discarded")
-            rows.append((str(i + 1), ts.shown(t.text), ts.fmt_p(t.draft_prob),
+            rows.append((str(i + 1), chip_label(t), draft_q(t),
                          ts.fmt_p(t.target_prob) if judged else "?", ts.fmt_p(t.accept_prob) if judged else "?",
                          verdict, t.state if beat is Beat.RESOLVE else None))
         em = story.emitted
@@ -351,12 +361,15 @@ class NumbersTable(QTableWidget):
             what = {TokenState.CORRECTED.value: "correction", TokenState.BONUS.value: "bonus"}.get(
                 em.state, "verifier alone")
             rows.append(("+", ts.shown(em.text), "–", ts.fmt_p(em.target_prob), "–", what, em.state))
+        sources = [t.draft_source for t in story.drafted[:shown_n]] + [None]  # the verifier's token: its own
         self.setRowCount(len(rows))
         for r, row in enumerate(rows):
             state = row[-1]
             for c, value in enumerate(row[:-1]):
                 item = QTableWidgetItem(value)
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                if c == 1 and sources[r]:
+                    item.setToolTip(f"{MAPPED_MARK} the draft's own token(s): {sources[r]}")
                 if state is not None and c in (1, 5):
                     if state == TokenState.REJECTED.value:
                         item.setForeground(ts.REJECTED)

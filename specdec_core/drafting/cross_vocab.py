@@ -381,7 +381,10 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
                     for tokens in paths_tokens]
             return torch.stack(rows), self._targets
 
-        return grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        tree = grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return dataclasses.replace(tree, sources=tuple(  # a copied node came from the conversation, not the draft
+            None if tree.is_copy(node) else self._shown([self._to_draft[token]])
+            for node, token in enumerate(tree.token_ids)))
 
 
 LOOK_BEHIND = 8  # committed verifier tokens re-encoded with the draft's text, so token boundaries line up
@@ -477,7 +480,8 @@ class StringMatchDrafter(_CrossVocabDrafter):
         index = torch.tensor(tokens, dtype=torch.long)
         probs = torch.nn.functional.one_hot(index, vocab_size).float() if tokens else torch.empty(0, vocab_size)
         sources = self._sources(behind, drafted, len(before), spans[:len(tokens)]) if tokens else ()
-        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start, sources)
+        # Shown without a draft probability: the proposal is one-hot by string match, not drawn from the draft.
+        return Draft(tuple(tokens), probs, tuple(None for _ in tokens), stop, time.perf_counter() - start, sources)
 
     def _sources(self, behind: list[int], drafted: list[int], before: int, spans: list[tuple[int, int]]
                  ) -> tuple[str, ...]:

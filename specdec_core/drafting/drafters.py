@@ -33,11 +33,11 @@ if TYPE_CHECKING:
 class Draft:
     token_ids: tuple[int, ...]
     draft_probs: torch.Tensor  # [k, V] the processed distribution each token was sampled from
-    display_probs: tuple[float, ...]  # draft(x_i) for people (sampling.shown_probs)
+    display_probs: tuple[float | None, ...]  # draft(x_i) for people (sampling.shown_probs); None: string match
     stop: DraftStop
     draft_s: float
     # A draft with another tokenizer (cross_vocab.py): the draft's own token(s) behind each proposed token.
-    sources: tuple[str, ...] = ()
+    sources: tuple[str | None, ...] = ()
 
     @classmethod
     def empty(cls, stop: DraftStop, vocab_size: int, start: float | None = None) -> Draft:

@@ -50,6 +50,8 @@ class DraftTree:
     draft_s: float
     expansions: int = 0  # draft steps taken to grow it (each scores one level of nodes' children)
     copied: tuple[bool, ...] = ()  # per node: proposed by prompt lookup's copy, not by the draft (empty: none)
+    # Per node, a draft with another tokenizer (cross_vocab.py): the draft's own token(s) it came from (empty: none).
+    sources: tuple[str | None, ...] = ()
 
     @classmethod
     def empty(cls, stop: DraftStop, start: float | None = None) -> DraftTree:
@@ -63,10 +65,13 @@ class DraftTree:
         """The n best nodes (a tree, since parents come first)."""
         return dataclasses.replace(self, token_ids=self.token_ids[:n], parents=self.parents[:n],
                                    values=self.values[:n], display_probs=self.display_probs[:n],
-                                   copied=self.copied[:n])
+                                   copied=self.copied[:n], sources=self.sources[:n])
 
     def is_copy(self, node: int) -> bool:
         return node < len(self.copied) and self.copied[node]
+
+    def source(self, node: int) -> str | None:
+        return self.sources[node] if node < len(self.sources) else None
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's child down to `node`."""

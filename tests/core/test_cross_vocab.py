@@ -21,6 +21,7 @@ from specdec_core.drafting.cross_vocab import (
 )
 from specdec_core.drafting.drafters import HybridDrafter
 from specdec_core.engine import Engine
+from specdec_core.events import RoundVerified, TokenCommitted, TokenRejected
 from specdec_core.verification.sampling import processed_probs
 
 PROMPTS = ["The capital of France is", "def add(a, b):\n", "Once upon a time there was a little robot"]
@@ -247,10 +248,11 @@ def test_reading_a_growing_text_again_gives_what_encoding_it_whole_gives(tiny_to
 
 
 def drafted_tokens(engine, prompt):
-    from specdec_core.events import TokenCommitted, TokenRejected
+    from specdec_core.events import TokenCommitted, TokenRejected, TokenState
 
     events = list(engine.generate(prompt, GenerationConfig(max_new_tokens=16, gamma=4, tree_nodes=0)))
-    return [e for e in events if isinstance(e, (TokenCommitted, TokenRejected)) and e.draft_prob is not None]
+    return [e for e in events if isinstance(e, TokenRejected)
+            or isinstance(e, TokenCommitted) and e.state is TokenState.ACCEPTED]
 
 
 def test_each_drafted_token_names_the_draft_token_it_came_from(verifier, look_alike):
@@ -263,10 +265,27 @@ def test_each_drafted_token_names_the_draft_token_it_came_from(verifier, look_al
         assert token.draft_source == f"{look_alike.tokenizer.convert_ids_to_tokens(draft_id)!r} (id {draft_id})"
 
 
-def test_slem_names_the_draft_tokens_each_proposed_token_was_spelled_from(verifier, look_alike):
+def test_slem_names_the_draft_tokens_each_proposed_token_was_spelled_from_and_claims_no_draft_probability(
+        verifier, look_alike):
     tokens = drafted_tokens(Engine(verifier, StringMatchDrafter(look_alike, verifier)),
                             verifier.tokenizer(PROMPTS[0]).input_ids)
     assert tokens and all(token.draft_source and "(id" in token.draft_source for token in tokens)
+    assert all(token.draft_prob is None for token in tokens)  # proposed by string match, not drawn with p = 1
+
+
+def test_every_node_of_a_tli_tree_round_names_the_draft_token_it_came_from_as_a_chain_round_does(verifier,
+                                                                                                look_alike):
+    drafter = TokenIntersectionDrafter(look_alike, verifier)
+    to_draft = drafter.map.to_draft()
+    config = GenerationConfig(max_new_tokens=16, tree_nodes=8, cost_aware=False)
+    events = list(Engine(verifier, drafter).generate(verifier.tokenizer(PROMPTS[0]).input_ids, config))
+    rounds = [e for e in events if isinstance(e, RoundVerified) and e.tree]
+    assert rounds
+    for verdict in (node for r in rounds for node in (*r.tree, *r.drafted)):
+        draft_id = to_draft[verdict.token_id]
+        assert verdict.draft_source == f"{look_alike.tokenizer.convert_ids_to_tokens(draft_id)!r} (id {draft_id})"
+    tokens = [e for e in events if isinstance(e, (TokenCommitted, TokenRejected)) and e.draft_prob is not None]
+    assert tokens and all(token.draft_source for token in tokens)  # the bubble's tokens carry it too
 
 
 def test_a_tli_tree_level_costs_one_draft_pass_and_each_node_has_its_paths_probability(verifier, look_alike):
