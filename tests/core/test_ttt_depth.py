@@ -77,3 +77,11 @@ def test_measure_reports_acceptance_at_each_draft_depth(verifier, tiny_tokenizer
     # A chain drafts every depth each round, and depth i is accepted only if depth i - 1 was.
     assert per_depth == sorted(per_depth, reverse=True)
     assert figures["verifier_alone"]["per_position_acceptance"] == []
+
+
+def test_a_heads_card_states_the_depth_and_the_decay_it_was_trained_with():
+    from distill.card import _train_command
+
+    command = _train_command("deep", {"chain_steps": 4, "depth_decay": 0.8, "steps": 10})
+    assert command == "python -m distill train-head --run deep --chain-steps 4 --depth-decay 0.8 --steps 10"
+    assert "--depth-decay" not in _train_command("plain", {"chain_steps": 2, "depth_decay": 1.0})
