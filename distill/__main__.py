@@ -133,12 +133,14 @@ def cmd_export(args) -> None:
 
 def cmd_measure(args) -> None:
     from distill.measure import measure_pair
-    from distill.prompts import read_jsonl
     from specdec_core.models import load_model
+    from specdec_core.prompt_sets import load_prompts
 
     verifier = _load_verifier(args)
     draft = load_model(str(args.draft), device=args.device, dtype=args.dtype)
-    prompts = read_jsonl(args.prompts / args.held_out)[args.skip:args.skip + args.n_prompts]
+    # prompt_sets reads every bundled format ('#' comment lines included, as in independent-heldout.jsonl).
+    cases = load_prompts(str(args.prompts / args.held_out))[args.skip:args.skip + args.n_prompts]
+    prompts = [list(case.messages) for case in cases]
     figures = measure_pair(verifier, draft, prompts, gammas=tuple(int(g) for g in args.gammas.split(",")),
                            max_new_tokens=args.max_new_tokens, sampled_gamma=args.sampled_gamma,
                            adaptive=args.adaptive)

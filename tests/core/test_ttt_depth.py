@@ -85,3 +85,17 @@ def test_a_heads_card_states_the_depth_and_the_decay_it_was_trained_with():
     command = _train_command("deep", {"chain_steps": 4, "depth_decay": 0.8, "steps": 10})
     assert command == "python -m distill train-head --run deep --chain-steps 4 --depth-decay 0.8 --steps 10"
     assert "--depth-decay" not in _train_command("plain", {"chain_steps": 2, "depth_decay": 1.0})
+
+
+def test_the_measure_step_reads_a_held_out_set_with_comment_lines_and_reports_each_depth(tiny_models_dir, tmp_path):
+    from distill.__main__ import main
+
+    (tmp_path / "mine.jsonl").write_text('# Held out, never trained on\n'
+                                         '{"name": "a", "messages": [{"role": "user", "content": "The quick"}]}\n'
+                                         '{"name": "b", "messages": [{"role": "user", "content": "Hello!"}]}\n')
+    out = tmp_path / "figures.json"
+    main(["--verifier", str(tiny_models_dir["llama-verifier"]), "--device", "cpu", "--prompts", str(tmp_path),
+          "measure", "--draft", str(tiny_models_dir["llama-draft"]), "--held-out", "mine.jsonl", "--n-prompts", "5",
+          "--gammas", "2", "--sampled-gamma", "2", "--max-new-tokens", "6", "--out", str(out)])
+    figures = __import__("json").loads(out.read_text())
+    assert figures["prompts"] == 2 and len(figures["speculative"]["2"]["per_position_acceptance"]) == 2
