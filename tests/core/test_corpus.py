@@ -129,3 +129,18 @@ def test_a_head_trains_to_four_drafting_depths_on_the_teacher_forced_corpus(tmp_
     assert {f"val_agreement{d}" for d in (1, 2, 3, 4)} <= set(last)
     assert {f"classification{d}" for d in (1, 2, 3, 4)} <= set(last)
     assert summary["settings"]["chain_steps"] == 4 and summary["settings"]["depth_decay"] == 0.8
+
+
+def test_the_corpus_steps_run_from_distills_command_line(tiny_models_dir, tmp_path, capsys):
+    from distill.__main__ import main
+
+    verifier = ["--verifier", str(tiny_models_dir["llama-verifier"]), "--device", "cpu", "--work", str(tmp_path / "w")]
+    main([*verifier, "corpus", "--folder", str(tmp_path / "c"), "--shards", "2", "--shard-size", "2",
+          "--max-new-tokens", "4"])
+    main([*verifier, "corpus", "--folder", str(tmp_path / "c"), "--shards", "1", "--shard-size", "2",
+          "--max-new-tokens", "4"])
+    main([*verifier, "corpus-replies", "--folder", str(tmp_path / "c"), "--teacher-forced"])
+    out = capsys.readouterr().out
+    assert "2 new shards; 2 in" in out and "1 new shards; 3 in" in out and "3 replies files" in out
+    assert sorted(p.name for p in (tmp_path / "w" / "replies").iterdir()) == [
+        "corpustf-00000.pt", "corpustf-00001.pt", "corpustf-00002.pt"]
