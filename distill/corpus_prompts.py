@@ -7,8 +7,11 @@ the way users do: a greeting or none, lower case, a request for brevity or for s
 passage or a snippet, numbers drawn anew in a word problem. None of it is taken from a held-out set
 (HELD_OUT_FILES in prompts.py); tests check that no held-out prompt's text appears here.
 
-`corpus_prompts(seed)` yields an endless stream; the first few hundred cover every kind. Each prompt is
-{"kind": str, "messages": Messages}.
+`corpus_prompts(seed)` yields a long stream; the first few hundred cover every kind evenly. Kinds with few
+variations (other languages, conversations) run out first, and past about 600 prompts the stream is
+mostly everyday questions and word problems: to widen it, add hand-written seeds to any list here. That
+reorders the stream, which is safe: corpus.grow_corpus skips every prompt already in a shard by its text.
+Each prompt is {"kind": str, "messages": Messages}.
 """
 
 from __future__ import annotations
