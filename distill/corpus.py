@@ -123,7 +123,12 @@ def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size:
     or new prompts run out."""
     folder = Path(folder)
     existing = shard_paths(folder)
-    done = {_key(p) for path in existing for p in read_shard(path)[0]}
+    shards_read = [read_shard(path) for path in existing]
+    others = sorted({facts.get("verifier") for *_, facts in shards_read} - {verifier.name})
+    if others:  # the replies are one verifier's; another's would teach the head the wrong model
+        raise SystemExit(f"{folder} holds replies of {', '.join(map(str, others))}, not {verifier.name}: "
+                         "grow it with that verifier, or pass another --folder")
+    done = {_key(p) for prompts, *_ in shards_read for p in prompts}
     fresh = (p for p in (corpus_prompts(seed) if prompts is None else prompts) if _key(p) not in done)
     index = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
     started, written = time.monotonic(), []

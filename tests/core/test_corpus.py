@@ -144,3 +144,12 @@ def test_the_corpus_steps_run_from_distills_command_line(tiny_models_dir, tmp_pa
     assert "2 new shards; 2 in" in out and "1 new shards; 3 in" in out and "3 replies files" in out
     assert sorted(p.name for p in (tmp_path / "w" / "replies").iterdir()) == [
         "corpustf-00000.pt", "corpustf-00001.pt", "corpustf-00002.pt"]
+
+
+def test_a_corpus_grows_only_with_the_verifier_that_wrote_it(tmp_path, verifier):
+    grow_corpus(verifier, tmp_path, shards=1, shard_size=2, max_new_tokens=4)
+    tokenizer = make_tokenizer()
+    other = as_loaded(make_model("llama", tokenizer, seed=3, logit_scale=8.0), tokenizer, "another-verifier")
+    with pytest.raises(SystemExit, match="holds replies of tiny-verifier, not another-verifier"):
+        grow_corpus(other, tmp_path, shards=1, shard_size=2, max_new_tokens=4)
+    assert len(shard_paths(tmp_path)) == 1
