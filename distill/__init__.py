@@ -6,10 +6,14 @@
               sampled -> <work>/replies/,
               with its top-k next-token distributions (<work>/labels/) and final hidden states
               (<work>/features/) recorded on the way
+    corpus    grow the lasting corpus: varied prompts (corpus_prompts.py, not templates x topics) and the
+              verifier's greedy replies, compressed shards kept in the repository -> distill/corpus/
+    corpus-replies  the corpus shards as replies files (--teacher-forced: the prompts' own text counts
+              too) -> <work>/replies/corpus[tf]-<index>.pt; label and features then recompute the rest
     label     the top-k distributions again, for replies generated elsewhere -> <work>/labels/
     features  the hidden states again, for replies generated elsewhere -> <work>/features/
-    train-head  the shipped draft: a draft head (draft_head.py, after EAGLE) on the hidden states
-              -> <work>/runs/<run>/
+    train-head  the shipped draft: a draft head (draft_head.py, after EAGLE) on the hidden states,
+              --ttt-depth drafting steps on its own predictions (EAGLE-3) -> <work>/runs/<run>/
     train     the alternative it replaced: a small standalone SpecdecDraftForCausalLM on the top-k
               distributions -> <work>/runs/<run>/
     agreement a head's teacher-forced agreement with the verifier, per drafting step, on replies shards

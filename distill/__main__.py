@@ -91,7 +91,8 @@ def cmd_train_head(args) -> None:
     settings = HeadSettings(head_size=args.head_size, intermediate=args.intermediate, steps=args.steps,
                             max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
                             cls_weight=args.cls_weight, noise=args.noise, seed=args.seed, warmup=args.warmup,
-                            chain_steps=args.chain_steps, validation_shards=args.validation_shards,
+                            chain_steps=args.chain_steps, depth_decay=args.depth_decay,
+                            validation_shards=args.validation_shards,
                             init_from=str(args.work / "runs" / args.init_from / "model") if args.init_from else "")
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
@@ -133,12 +134,14 @@ def cmd_export(args) -> None:
 
 def cmd_measure(args) -> None:
     from distill.measure import measure_pair
-    from distill.prompts import read_jsonl
     from specdec_core.loading.models import load_model
+    from specdec_core.measuring.prompt_sets import load_prompts
 
     verifier = _load_verifier(args)
     draft = load_model(str(args.draft), device=args.device, dtype=args.dtype)
-    prompts = read_jsonl(args.prompts / "distill-heldout.jsonl")[args.skip:args.skip + args.n_prompts]
+    # prompt_sets reads every bundled format ('#' comment lines included, as in independent-heldout.jsonl).
+    cases = load_prompts(str(args.prompts / args.held_out))[args.skip:args.skip + args.n_prompts]
+    prompts = [list(case.messages) for case in cases]
     figures = measure_pair(verifier, draft, prompts, gammas=tuple(int(g) for g in args.gammas.split(",")),
                            max_new_tokens=args.max_new_tokens, sampled_gamma=args.sampled_gamma,
                            adaptive=args.adaptive)
@@ -236,8 +239,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--validation-shards", default="", metavar="STEMS",
                    help="comma-separated replies shards to validate on (default: a random 3%% of sequences)")
     p.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
-    p.add_argument("--chain-steps", type=int, default=3, help="drafting steps trained per position, each on the "
-                   "head's own previous prediction (1: teacher forcing only)")
+    p.add_argument("--chain-steps", "--ttt-depth", type=int, default=3, help="drafting steps trained per position, "
+                   "each on the head's own previous prediction (EAGLE-3's training-time test; 1: teacher forcing only)")
+    p.add_argument("--depth-decay", type=float, default=1.0,
+                   help="weight drafting step s's losses by this ** (s - 1) (1: all alike)")
     p.add_argument("--head-size", type=int, default=8192, help="token ids the head can propose")
     p.add_argument("--intermediate", type=int, default=1536, help="MLP width of the head's layer")
     p.add_argument("--steps", type=int, default=3000)
@@ -264,6 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="draft spec")
     p.add_argument("--n-prompts", type=int, default=12)
     p.add_argument("--skip", type=int, default=0, help="start at this held-out prompt")
+    p.add_argument("--held-out", default="distill-heldout.jsonl", help="prompt set file under --prompts")
     p.add_argument("--gammas", default="3,4,5")
     p.add_argument("--sampled-gamma", type=int, default=4)
     p.add_argument("--adaptive", action="store_true")
@@ -280,6 +286,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--hybrid-draft-tokens", type=int, default=1, help="the draft's tokens per round in the hybrid")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.set_defaults(run_step=cmd_card)
+
+    from distill.corpus import add_steps as add_corpus_steps
+
+    add_corpus_steps(steps, _load_verifier)  # corpus, corpus-replies
 
     args = parser.parse_args(argv)
     import specdec_core.drafting.draft_head  # noqa: F401 - registers the drafts' model types with transformers

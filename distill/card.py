@@ -149,7 +149,8 @@ def _train_command(run: str, settings: dict) -> str:
     init = settings.get("init_from")
     if init:
         parts.append(f"--init-from {init.rstrip('/').split('/')[-2]}")
-    for flag, key, default in (("--chain-steps", "chain_steps", 3), ("--steps", "steps", None),
+    for flag, key, default in (("--chain-steps", "chain_steps", 3), ("--depth-decay", "depth_decay", 1.0),
+                               ("--steps", "steps", None),
                                ("--warmup", "warmup", 100), ("--lr", "lr", 1e-3),
                                ("--batch-tokens", "batch_tokens", None), ("--noise", "noise", 0.2),
                                ("--validation-shards", "validation_shards", "")):

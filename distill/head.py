@@ -51,6 +51,9 @@ class HeadSettings:
     cls_weight: float = 1.0  # weight of the cross-entropy next to the state regression (EAGLE: 0.1)
     noise: float = 0.2  # input states get uniform noise of this width, in units of their std
     chain_steps: int = 3  # drafting steps trained on the head's own predictions (forward_chain)
+    # Weight of drafting step s's losses, depth_decay ** (s - 1), normalised (EAGLE-3 weighs later steps
+    # less); 1.0: all steps alike, as every head so far was trained.
+    depth_decay: float = 1.0
     seed: int = 0
     checkpoint_minutes: float = 4.0
     validate_every: int = 100
@@ -152,11 +155,14 @@ def _collate(batch: list[Example], width_d: int, subset_index: torch.Tensor):
 
 
 def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: torch.Tensor, batch, *,
-                steps: int = 1, noise: float = 0.0, state_std: float = 1.0) -> dict[str, torch.Tensor]:
-    """Over the positions that count, averaged over `steps` drafting steps (SpecdecHeadModel.forward_chain):
-    the state regression, the cross-entropy from the verifier's top-k distribution (restricted to the
-    head's subset) to the head's, and top-1 agreement with the verifier per step (a top-1 token outside
-    the subset counts as a disagreement, as it would when drafting)."""
+                steps: int = 1, noise: float = 0.0, state_std: float = 1.0,
+                depth_decay: float = 1.0) -> dict[str, torch.Tensor]:
+    """Over the positions that count, for each of `steps` drafting steps s (SpecdecHeadModel.forward_chain:
+    step s > 1 reads the head's own prediction from step s - 1, the training-time test): the state
+    regression ("regression<s>"), the cross-entropy from the verifier's top-k distribution (restricted to
+    the head's subset) to the head's ("classification<s>") and top-1 agreement with the verifier
+    ("agreement<s>"; a top-1 token outside the subset counts as a disagreement, as it would when drafting).
+    "regression" and "classification" are the steps' means weighted by depth_decay ** (s - 1)."""
     ids, states, mask, columns, probs = batch
     inputs = states[:, :-1]
     if noise:
@@ -168,6 +174,7 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-9)
     target = states[:, 1:]
     losses: dict[str, torch.Tensor] = {}
+    weights_by_step = [depth_decay ** step for step in range(steps)]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=inputs.device.type == "cpu"):
         chain = head.forward_chain(inputs, token_embeds, steps)
     for step, out in enumerate(chain):
@@ -183,8 +190,11 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
             "classification": -(weights[keep] * picked).sum(-1).mean(),
             f"agreement{step + 1}": ((logp.argmax(-1) == columns[keep, 0]) & inside[keep, 0]).float().mean(),
         }
-        for name, value in step_losses.items():
-            losses[name] = losses.get(name, 0) + value / (len(chain) if not name.startswith("agreement") else 1)
+        for name in ("regression", "classification"):
+            losses[f"{name}{step + 1}"] = step_losses[name]
+            weight = weights_by_step[step] / sum(weights_by_step)
+            losses[name] = losses.get(name, 0) + step_losses[name] * weight
+        losses[f"agreement{step + 1}"] = step_losses[f"agreement{step + 1}"]
     losses["agreement"] = losses["agreement1"]
     return losses
 
@@ -312,7 +322,8 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
         losses = head_losses(head, embed, output_rows, _collate(next(batches), width, subset_index),
-                             steps=settings.chain_steps, noise=settings.noise, state_std=state_std)
+                             steps=settings.chain_steps, noise=settings.noise, state_std=state_std,
+                             depth_decay=settings.depth_decay)
         loss = losses["regression"] + settings.cls_weight * losses["classification"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -30,6 +30,9 @@ def _figures(tally: StatsAccumulator, mismatches: list[int] | None = None) -> di
         "acceptance_rate": stats.acceptance_rate,
         "draft_ms_per_token": 1e3 * tally.draft_s / tally.drafted if tally.drafted else 0.0,
         "tokens_per_round": stats.mean_accepted_length,
+        # Per draft depth: accepted at depth i / drafted at depth i (stats.py), to compare heads trained to
+        # different depths (train-head --ttt-depth).
+        "per_position_acceptance": [round(a, 4) for a in stats.per_position_acceptance],
         "c": stats.c,
         "new_tokens": stats.new_tokens,
         "mismatches": list(mismatches or []),  # prompt indices whose greedy reply differed
