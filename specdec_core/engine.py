@@ -161,7 +161,7 @@ class Engine:
         self.generator = torch.Generator(device=verifier.device)
         self._token_texts: dict[int, str] = {}
         self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
-        self.chain_record = PositionRecord()  # how often each position of a chain or main line was accepted lately
+        self.chain_record = PositionRecord()  # how often each chain position was accepted lately
         self.drafter: Drafter | None = None
         self.set_drafter(drafter)
 
