@@ -305,7 +305,7 @@ class Engine:
         # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
         if len(tree):
             self.verifier_forward.keep_path(acceptance.path)
-        self._record_tree(tree, acceptance, len(line.token_ids))
+        self._record_tree(tree, acceptance)
         timing = self._timing(round_start, tree.draft_s, verify_s, rows)
         reply.stats.add_round(drafted=len(tree), accepted=line.n_accepted, emitted=len(line.committed),
                               draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
@@ -382,11 +382,6 @@ class Engine:
         nothing for one (the prefill gave its distribution), so it never probes."""
         if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
             return DraftTree.empty(DraftStop.PROBE)
-        if config.cost_aware and not self.sizer.best_length(self.chain_record.rates(), reply.gamma):
-            # Growing even the root's children is paid whatever is kept afterwards (a draft with another
-            # tokenizer also re-reads the text): where the main lines' recent acceptance cannot pay for one
-            # drafting step and its row, draft nothing, as a chain would (_chain_length).
-            return DraftTree.empty(DraftStop.COST)
         assert self.drafter is not None
         worth = self.sizer.least_value if config.cost_aware else None
         tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
@@ -441,19 +436,12 @@ class Engine:
             tuple(acceptance.accept_probs[i] or 0.0 for i in line), len(acceptance.path), committed,
             (0, *(node + 1 for node in line)), tree.stop, gamma, tuple(tree.source(node) for node in line))
 
-    def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance, main_line: int) -> None:
+    def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance) -> None:
         """Calibrate the draft's own values (a copy's rates are learned apart); a round that checked none of
-        them only ages the evidence. Record how far the main line (`main_line` tokens) was accepted, as a
-        chain's round would be: the record decides whether the next round drafts at all. Then tell the drafter."""
+        them only ages the evidence. Then tell the drafter."""
         drafted = [node for node in range(len(tree)) if not tree.is_copy(node)] if tree.stop is DraftStop.TREE else []
         self.sizer.observe([tree.values[node] for node in drafted],
                            sum(not tree.is_copy(node) for node in acceptance.path) if drafted else 0)
-        if tree.stop is DraftStop.TREE:
-            self.chain_record.observe(main_line, len(acceptance.path))
-        elif tree.stop is DraftStop.COST and tree.expansions:
-            self.chain_record.observe(1, 0)  # drafted, and no node was worth its row: nothing gained
-        elif tree.stop is DraftStop.COST:
-            self.chain_record.age()  # priced out before drafting: drift back to the prior, and try again in a while
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
 

@@ -5,8 +5,7 @@ import pytest
 import tiny
 
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.drafting.drafters import DrafterBase, ModelDrafter, PromptLookupDrafter
-from specdec_core.drafting.trees import DraftTree
+from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
@@ -110,43 +109,3 @@ def test_estimates_never_fall_as_rows_grow_even_with_one_slow_unsettled_timing()
     estimates = [cost.estimate(rows) for rows in range(1, 7)]
     assert estimates == sorted(estimates)
     assert cost.estimate(4) <= cost.estimate(5) < 0.621
-
-
-class SureAndWrongTreeDrafter(DrafterBase):
-    """Grows a one-node tree, always sure (value 0.95) and always wrong (the verifier's next greedy token + 1),
-    and reports drafting that costs 30 % of a plain step as measured so far: worth it only if right more than
-    30 % of the time (the record's prior says 50 %), so never here."""
-
-    name = "sure and wrong"
-    grows_trees = True
-
-    def __init__(self, prompt_length: int, reference: tuple[int, ...], vocab: int):
-        self.prompt_length, self.reference, self.vocab = prompt_length, reference, vocab
-        self.sizer = TreeSizer()  # the engine's, once attached to it
-        self.calls = 0
-
-    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
-        raise AssertionError("a tree drafter is asked for trees")
-
-    def propose_tree(self, ids, max_nodes, max_depth, config, vocab_size, eos_token_ids, copied=None, worth=None):
-        self.calls += 1
-        wrong = (self.reference[len(ids) - self.prompt_length] + 1) % self.vocab
-        draft_s = 0.3 * (self.sizer.cost.estimate(1) or 0.01)
-        return DraftTree((wrong,), (-1,), (0.95,), (0.95,), DraftStop.TREE, draft_s=draft_s, expansions=1)
-
-
-def test_a_tree_drafter_that_is_never_right_and_costs_time_ends_paused_and_the_text_is_the_same(
-        pair, tiny_tokenizer):
-    verifier, _ = pair
-    prompt = tiny_tokenizer("The capital of France is").input_ids
-    _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=40)
-    drafter = SureAndWrongTreeDrafter(len(prompt), plain.token_ids, len(tiny_tokenizer))
-    engine = Engine(verifier, drafter)
-    drafter.sizer = engine.sizer
-
-    rounds, finished = rounds_of(engine, prompt, max_new_tokens=40, tree_nodes=TREE_AUTO)
-
-    assert finished.token_ids == plain.token_ids
-    # A few trees to learn that none pays, then plain steps, with a tree now and then to try again.
-    assert drafter.calls <= len(rounds) / 4
-    assert sum(r.stop is DraftStop.COST and not r.tree for r in rounds[-20:]) >= 15
