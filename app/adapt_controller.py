@@ -33,8 +33,11 @@ class AdaptController(QObject):
         super().__init__(window)
         self.window = window
         self.root = Path(window.store.root) / FOLDER
-        self.adapter = None  # HeadAdapter of the loaded head; None: the drafter cannot adapt
-        self.drafter = None  # the HeadDrafter whose head it adapts
+        # The HeadDrafter whose head can adapt (None: the drafter cannot), and its HeadAdapter, made only once
+        # adaptation is on or asked for (it copies the head and the verifier's output rows in float32).
+        self.drafter = None
+        self.adapter = None
+        self._verifier = None
         self.worker: FunctionWorker | None = None
         self.swap_due = False  # adapted weights wait for the window to be idle
         self.enabled = self._read_switch()
@@ -70,25 +73,34 @@ class AdaptController(QObject):
 
     def attach(self, session) -> None:
         """A new session: adapt its head (restoring what it learnt before), or say the drafter cannot."""
-        from specdec_core.drafting.adapt import HeadAdapter, is_adaptable
+        from specdec_core.drafting.adapt import is_adaptable
         from specdec_core.drafting.drafters import model_drafter_of
 
         drafter = model_drafter_of(session.engine.drafter)
         head = getattr(drafter, "model", None)
-        if self.adapter is not None and self.drafter is drafter:
+        if self.drafter is not None and self.drafter is drafter:
             return  # the same head (a reload that kept it): what it learnt stays
         self.adapter = self.drafter = None
         if is_adaptable(head):
-            self.adapter = HeadAdapter(head, session.verifier.model)
-            self.drafter = drafter
+            self.drafter, self._verifier = drafter, session.verifier.model
+            if self.enabled:
+                self._ensure_adapter()
+        self.show_state()
+
+    def _ensure_adapter(self):
+        """The loaded head's adapter, made on first need; with adaptation on it resumes what was saved."""
+        from specdec_core.drafting.adapt import HeadAdapter
+
+        if self.adapter is None and self.drafter is not None:
+            self.adapter = HeadAdapter(self.drafter.model, self._verifier)
             if self.enabled and (self._folder() / "model.safetensors").is_file():
                 try:
                     self.adapter.load(self._folder())
-                    self.adapter.swap_into(drafter)
+                    self.adapter.swap_into(self.drafter)
                 except (OSError, ValueError) as error:
                     self.window.show_info(f"The adapted draft in {self._folder()} could not be read ({error}); "
                                           "starting from the shipped one")
-        self.show_state()
+        return self.adapter
 
     def _folder(self) -> Path:
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", self.drafter.name if self.drafter else "head")
@@ -99,9 +111,10 @@ class AdaptController(QObject):
         """After a finished reply: adapt on it in the background."""
         session = self.window.session
         reply = [t.token_id for t in trace.tokens if t.in_reply]
-        if not (self.enabled and self.adapter is not None and session is not None and len(reply) >= 2
+        if not (self.enabled and self.drafter is not None and session is not None and len(reply) >= 2
                 and trace.stop_reason in ("eos", "max_tokens", "stop_string")) or self.worker is not None:
             return
+        self._ensure_adapter()
         messages = self.window.conv.chat_messages()[:-1]  # the conversation the reply answered
         system, max_new = self.window.conv.system or None, int(trace.config.get("max_new_tokens", 256))
         adapter, verifier = self.adapter, session.verifier
@@ -154,6 +167,8 @@ class AdaptController(QObject):
             (self.root / "settings.json").write_text(json.dumps({"enabled": self.enabled}) + "\n")
         except OSError as error:
             self.window.show_info(f"The adaptation switch could not be saved in {self.root}: {error}")
+        if self.enabled:
+            self._ensure_adapter()
         self.show_state()
 
     def reset(self) -> None:
@@ -170,7 +185,7 @@ class AdaptController(QObject):
         self.show_state()
 
     def export(self) -> None:
-        if self.adapter is None:
+        if self._ensure_adapter() is None:
             return
         folder = QFileDialog.getExistingDirectory(self.window, "Export the adapted draft into a folder")
         if folder:
@@ -182,7 +197,7 @@ class AdaptController(QObject):
 
     def show_state(self) -> None:
         """The status bar's words and which actions apply."""
-        available = self.adapter is not None
+        available = self.drafter is not None
         for action in (self.reset_action, self.export_action):
             action.setEnabled(available)
         if self.window.session is not None and not available:
@@ -192,6 +207,6 @@ class AdaptController(QObject):
         elif self.worker is not None:
             self.label.setText("adapting the draft…")
         else:
-            tokens = self.adapter.tokens
+            tokens = self.adapter.tokens if self.adapter is not None else 0
             state = f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet"
             self.label.setText(state + ("" if self.enabled else " (adaptation off)"))
