@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -31,8 +32,6 @@ def grouped_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
                  **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' SDPA attention, except that with a mask on CPU tensors the kernel reads the grouped
     heads itself. query [B, heads, q, d], key and value [B, kv_heads, kv, d]; returns ([B, q, heads, d], None)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     grouped = getattr(module, "num_key_value_groups", 1) > 1  # an attention layer's attribute, when it groups heads
     plain = kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None \
         or kwargs.get("output_attentions", False)
