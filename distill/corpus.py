@@ -38,7 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from distill.corpus_prompts import corpus_prompts
-from distill.data import save_atomic
+from distill.data import cut_after_eos, left_padded, save_atomic
 from specdec_core.text.chat import build_prompt
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
@@ -100,19 +100,13 @@ def greedy_replies(verifier, encoded: list[list[int]], *, batch_size: int, max_n
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
-        width = max(len(encoded[i]) for i in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, i in enumerate(batch):
-            input_ids[row, width - len(encoded[i]):] = torch.tensor(encoded[i])
-            mask[row, width - len(encoded[i]):] = 1
+        input_ids, mask = left_padded([encoded[i] for i in batch], pad)
+        width = input_ids.shape[1]
         out = verifier.model.generate(input_ids=input_ids.to(verifier.device), attention_mask=mask.to(verifier.device),
                                       max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_k=None,
                                       top_p=None, eos_token_id=eos, pad_token_id=pad, repetition_penalty=None)
         for row, i in enumerate(batch):
-            reply = out[row, width:].tolist()
-            cut = next((j + 1 for j, t in enumerate(reply) if t in verifier.eos_token_ids), len(reply))
-            replies[i] = reply[:cut]
+            replies[i] = cut_after_eos(out[row, width:].tolist(), verifier.eos_token_ids)
     return replies
 
 

@@ -98,6 +98,24 @@ class StateRecorder:
 
 
 @torch.inference_mode()
+def left_padded(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id rows as one batch padded on the left (generation continues every row at the right edge),
+    and its attention mask."""
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return input_ids, mask
+
+
+def cut_after_eos(reply: list[int], eos_ids) -> list[int]:
+    """A generated row up to and including its first end-of-sequence token (the rest is padding)."""
+    cut = next((j + 1 for j, t in enumerate(reply) if t in eos_ids), len(reply))
+    return reply[:cut]
+
+
 def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: list[str], shard_size: int = 256,
                      batch_size: int = 32, max_new_tokens: int = 256, seed: int = 0,
                      max_minutes: float = 0.0, top_k: int = 16, set_name: str = "") -> None:
@@ -131,12 +149,8 @@ def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: li
         tokens = 0
         for start in range(0, len(order), batch_size):
             batch = order[start:start + batch_size]
-            width = max(len(encoded[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                input_ids[row, width - len(encoded[i]):] = torch.tensor(encoded[i])
-                mask[row, width - len(encoded[i]):] = 1
+            input_ids, mask = left_padded([encoded[i] for i in batch], pad)
+            width = input_ids.shape[1]
             # Temperature 1 for transformers: the recorder, which must see raw logits, applies the real one.
             recorder = TopKRecorder(top_k, temperature)
             state_recorder = StateRecorder(model.base_model)
@@ -147,9 +161,8 @@ def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: li
                                  repetition_penalty=None, logits_processor=[recorder], **sampling)
             state_recorder.handle.remove()
             for row, i in enumerate(batch):
-                reply = out[row, width:].tolist()
-                cut = next((j + 1 for j, t in enumerate(reply) if t in verifier.eos_token_ids), len(reply))
-                replies[i] = reply[:cut]
+                replies[i] = cut_after_eos(out[row, width:].tolist(), verifier.eos_token_ids)
+                cut = len(replies[i])
                 labels[i] = recorder.rows(row, cut) if cut else None
                 states[i] = state_recorder.row(row, len(encoded[i]), cut)
                 tokens += cut
