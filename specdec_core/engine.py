@@ -161,12 +161,17 @@ class Engine:
         self.generator = torch.Generator(device=verifier.device)
         self._token_texts: dict[int, str] = {}
         self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
-        self.chain_record = PositionRecord()  # how often each chain position was accepted lately
+        self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
+        self.priced_out = 0  # tree rounds in a row that drafted nothing because no drafting could pay
         self.drafter: Drafter | None = None
+        self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
         self.set_drafter(drafter)
 
     def set_drafter(self, drafter: Drafter | None) -> None:
         self.drafter = drafter
+        if drafter is not None and drafter is not self._measured:  # another draft: learn its cost and worth afresh
+            self.sizer.forget_draft()
+            self.chain_record, self.priced_out, self._measured = PositionRecord(), 0, drafter
         # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
@@ -305,7 +310,7 @@ class Engine:
         # 5. Roll back: the verifier's cache keeps the accepted path's rows and drops every other node.
         if len(tree):
             self.verifier_forward.keep_path(acceptance.path)
-        self._record_tree(tree, acceptance)
+        self._record_tree(tree, acceptance, len(line.token_ids))
         timing = self._timing(round_start, tree.draft_s, verify_s, rows)
         reply.stats.add_round(drafted=len(tree), accepted=line.n_accepted, emitted=len(line.committed),
                               draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
@@ -379,11 +384,14 @@ class Engine:
         """A tree of at most tree_nodes(config) nodes, γ deep and within the reply's budget, cut to the nodes
         that pay here. Every size is weighed against a plain step: while that has fewer than a few recent
         timings (cost.VerifyCost.stale), the round is a plain step that times it. The first round feeds
-        nothing for one (the prefill gave its distribution), so it never probes."""
+        nothing for one (the prefill gave its distribution), so it never probes. Where not even the root's
+        children can pay, nothing is drafted (_tree_pays)."""
         if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
             return DraftTree.empty(DraftStop.PROBE)
+        if config.cost_aware and not self._tree_pays(reply):
+            return DraftTree.empty(DraftStop.COST)
         assert self.drafter is not None
-        worth = self.sizer.least_value if config.cost_aware else None
+        worth = self.sizer if config.cost_aware else None
         tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
                                          self.vocab_size, self.verifier.eos_token_ids, worth=worth)
         self.sizer.observe_draft(tree.expansions, tree.draft_s)
@@ -391,6 +399,25 @@ class Engine:
             size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
         return tree
+
+    # Tree rounds priced out in a row before one drafts anyway: the draft's time per expansion is learned only
+    # by drafting, and a slow first round (a cold draft: ~1 s in the app's first reply) would otherwise price
+    # the draft out for good. About every 16 rounds, as the position record's aging retries a chain.
+    PROBE_AFTER = 16
+
+    def _tree_pays(self, reply: _Reply) -> bool:
+        """Whether this round should grow a tree at all. Growing even the root's children costs a draft
+        step whatever is kept afterwards (a draft with another tokenizer also re-reads the text), so when the
+        main lines' recent acceptance (the position record) cannot pay for one drafting step and its row as a
+        chain would (cost.TreeSizer.best_length), the round is a plain step, and the record ages back towards
+        its prior; every PROBE_AFTER such rounds, one drafts anyway and measures the draft afresh."""
+        if (not self.sizer.draft_settled or self.priced_out >= self.PROBE_AFTER
+                or self.sizer.best_length(self.chain_record.rates(), reply.gamma)):
+            self.priced_out = 0
+            return True
+        self.priced_out += 1
+        self.chain_record.age()
+        return False
 
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward pass over the last committed token and the k drafts: logits and processed target_probs,
@@ -436,12 +463,23 @@ class Engine:
             tuple(acceptance.accept_probs[i] or 0.0 for i in line), len(acceptance.path), committed,
             (0, *(node + 1 for node in line)), tree.stop, gamma, tuple(tree.source(node) for node in line))
 
-    def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance) -> None:
-        """Calibrate the draft's own values (a copy's rates are learned apart); a round that checked none of
-        them only ages the evidence. Then tell the drafter."""
+    def _record_tree(self, tree: DraftTree, acceptance: TreeAcceptance, main_line: int) -> None:
+        """Calibrate the draft's own values (a copy's rates are learned apart): the map of its confidence from
+        every node whose parent was accepted, and the factor over the tree; a round that checked none of them
+        only ages the evidence. Record how far the main line (`main_line` tokens) was accepted, as a chain's
+        round would be: the record decides whether the next round drafts at all (_tree_pays). Then tell the
+        drafter."""
         drafted = [node for node in range(len(tree)) if not tree.is_copy(node)] if tree.stop is DraftStop.TREE else []
         self.sizer.observe([tree.values[node] for node in drafted],
                            sum(not tree.is_copy(node) for node in acceptance.path) if drafted else 0)
+        on_path = {-1, *acceptance.path}
+        trials = [node for node in drafted if tree.parents[node] in on_path]
+        self.sizer.confidence.observe([tree.display_probs[node] for node in trials],
+                                      [node in on_path for node in trials])
+        if tree.stop is DraftStop.TREE:
+            self.chain_record.observe(main_line, len(acceptance.path))
+        elif tree.stop is DraftStop.COST and tree.expansions:
+            self.chain_record.observe(1, 0)  # drafted, and no node was worth its row: nothing gained
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
 

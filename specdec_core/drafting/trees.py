@@ -15,6 +15,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -44,7 +45,7 @@ class DraftTree:
 
     token_ids: tuple[int, ...]
     parents: tuple[int, ...]
-    values: tuple[float, ...]  # the draft's probability that the whole path to the node is right
+    values: tuple[float, ...]  # the chance that the whole path to the node is right (see Candidate.value)
     display_probs: tuple[float, ...]  # draft(x) given the path above it, as people read it
     stop: DraftStop
     draft_s: float
@@ -138,9 +139,19 @@ class CopyRecord(PositionRecord):
 # (paths, their tokens) -> the draft's scores [n, m] after each path, and the verifier id of each of the m
 # columns (None: column i is id i). See TreeGrowth.
 LevelLogits = Callable[[list[list[int]], list[list[int]]], tuple[torch.Tensor, torch.Tensor | None]]
-# (values of the best nodes so far, expansions made, further expansions) -> the least value the next node must
-# have to pay for its checking and those expansions (cost.TreeSizer.least_value). See TreeGrowth.
-Worth = Callable[[Sequence[float], int, int], float]
+
+
+class Worth(Protocol):
+    """What a node is worth on this machine and to this verifier (cost.TreeSizer). See TreeGrowth."""
+
+    def least_value(self, values: Sequence[float], expansions: int = 0, more: int = 0) -> float:
+        """The least value the next node must have to pay for its checking and `more` further expansions,
+        given the values of the best nodes so far and the `expansions` made."""
+        ...
+
+    def calibrated(self, prob: float) -> float:
+        """The measured chance that a token the draft gives `prob` is right, given its path was."""
+        ...
 
 
 @dataclass
@@ -149,7 +160,7 @@ class Candidate:
 
     token: int
     parent: int  # candidate index, -1: the root
-    value: float  # the draft's probability that the whole path to it is right
+    value: float  # the chance that the whole path to it is right: the product of its tokens' (calibrated) probs
     shown: float  # the draft's probability of the token given its path, as people read it
     depth: int  # 0: a child of the root
     copied: bool = False  # proposed by prompt lookup's copy (and not by the draft)
@@ -163,7 +174,9 @@ class TreeGrowth:
     logits after each path of candidate indices ([[]] for the root's), [n, vocab] over the verifier's ids or
     [n, m] over the m ids it also returns (a head scores only its own ids; the others have no draft mass). A
     draft that can score several paths at once (the head) pays for a level about what one path costs.
-    A candidate's value is the draft's probability that its whole path is right (the product down the path).
+    A candidate's value is the chance that its whole path is right: the product down the path of the draft's
+    probabilities, each read through `worth.calibrated` (what such a probability has meant for this verifier
+    lately, cost.Calibration), or at face value without `worth`.
 
     Rerank: the tree checked is the `max_nodes` candidates with the highest values; a child's value never
     exceeds its parent's, so they form a tree, parents first.
@@ -171,9 +184,9 @@ class TreeGrowth:
     `copied`: a continuation prompt lookup found; it joins the tree whole, as one more branch valued with its
     acceptance rates, so the verifier can take the copy, the draft's guess, or whichever is right.
 
-    `worth(values, expansions, more)`: the least value the next node must have to pay for its checking and
-    `more` further expansions, given the values of the best nodes so far and the `expansions` made
-    (cost.TreeSizer.least_value). A candidate below it is not checked, and one whose own value could not pay
+    `worth.least_value(values, expansions, more)`: the least value the next node must have to pay for its
+    checking and `more` further expansions, given the values of the best nodes so far and the `expansions`
+    made (cost.TreeSizer.least_value). A candidate below it is not checked, and one whose own value could not pay
     for another level is not expanded (its children are worth less): an unsure draft costs one look at the
     root's distribution and nothing more."""
 
@@ -226,8 +239,8 @@ class TreeGrowth:
         without `worth`); and whether one was priced out."""
         chosen: list[int] = []
         for i in self.rank(self.max_nodes):
-            if self.worth is not None and self.candidates[i].value < self.worth(self._values(chosen),
-                                                                                self.expansions, 0):
+            if self.worth is not None and self.candidates[i].value < self.worth.least_value(self._values(chosen),
+                                                                                            self.expansions, 0):
                 return chosen, True
             chosen.append(i)
         return chosen, False
@@ -247,7 +260,8 @@ class TreeGrowth:
             value = self.candidates[parent].value if parent >= 0 else 1.0
             for prob, token in zip(top.values[row].tolist(), tokens[row].tolist()):
                 if prob > 0:
-                    self.offer(parent, token, value * prob, prob, len(path_tokens))
+                    trust = self.worth.calibrated(prob) if self.worth is not None else prob
+                    self.offer(parent, token, value * trust, prob, len(path_tokens))
 
     def join_copy(self) -> None:
         """Offer the copy whole under the root: it costs no drafting (shown as lookup proposes it: p = 1)."""
@@ -261,7 +275,7 @@ class TreeGrowth:
         end of sequence, can pay for another level, and whose parent was expanded (a node is scored with its
         ancestors' states, so a copied node deep in the copy waits until the copy above it was expanded)."""
         chosen, _ = self.rerank()
-        least = 0.0 if self.worth is None else self.worth(self._values(chosen), self.expansions, 1)
+        least = 0.0 if self.worth is None else self.worth.least_value(self._values(chosen), self.expansions, 1)
         return [i for i in chosen if self.candidates[i].depth == depth
                 and self.candidates[i].token not in self.eos_token_ids
                 and (self.candidates[i].parent < 0 or self.candidates[i].parent in self._expanded)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 # Until a row count is measured its cost is guessed from the nearest measured one below it, rising by this
 # fraction per extra row. Optimistic on purpose: a size that is never tried is never measured.
 _GUESSED_SLOPE = 0.08
-_SMOOTHING = 0.25  # weight of a new drafting time in its running mean
 
 
 class VerifyCost:
@@ -116,22 +115,88 @@ def _non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[f
     return [mean for mean, _, count in blocks for _ in range(int(count))]
 
 
+class Calibration:
+    """How often a drafted token turned out right, given that the path above it was, by the probability the
+    draft gave it: the draft's confidence mapped to the verifier's measured agreement.
+
+    EAGLE-2 (Li et al. 2024) grows trees by the draft's confidence because it tracks acceptance. It tracks
+    it, but rarely at face value, and not the same way in every pair or text: a 0.5B draft of a 1.5B coder
+    gives tokens 0.7 that its verifier takes 9 times in 10, a head outside its training text is sure and
+    wrong. A single factor over a whole tree cannot fix a slope (its siblings, at 0.2, are taken as rarely
+    as they say), so the map is learned per band of confidence (BANDS), from every checked node whose parent
+    was accepted: a fair trial of "given the path, is this token the verifier's". Recent rounds decide (each
+    older one counts DECAY times less); each band starts at its own midpoint with PRIOR_WEIGHT trials, so an
+    untried draft is taken at its word; the map is made non-decreasing (a surer token is never worth less).
+    Between band midpoints it interpolates linearly, from 0 at confidence 0."""
+
+    BANDS = 10  # equal bands of the draft's probability
+    PRIOR_WEIGHT = 4.0
+    DECAY = 0.98  # per round: the last ~50 rounds weigh most
+
+    def __init__(self) -> None:
+        self.tried = [0.0] * self.BANDS
+        self.right = [0.0] * self.BANDS
+        self._table: list[float] | None = None
+
+    @classmethod
+    def _band(cls, prob: float) -> int:
+        return min(cls.BANDS - 1, max(0, int(prob * cls.BANDS)))
+
+    @classmethod
+    def _midpoint(cls, band: int) -> float:
+        return (band + 0.5) / cls.BANDS
+
+    def observe(self, probs: Sequence[float], accepted: Sequence[bool]) -> None:
+        """One round's fair trials: the draft's probability of each token, and whether the verifier took it."""
+        self.tried = [n * self.DECAY for n in self.tried]
+        self.right = [n * self.DECAY for n in self.right]
+        for prob, taken in zip(probs, accepted):
+            band = self._band(prob)
+            self.tried[band] += 1
+            self.right[band] += taken
+        self._table = None
+
+    @property
+    def table(self) -> list[float]:
+        """The agreement at each band's midpoint."""
+        if self._table is None:
+            rates = [(right + self._midpoint(b) * self.PRIOR_WEIGHT) / (tried + self.PRIOR_WEIGHT)
+                     for b, (tried, right) in enumerate(zip(self.tried, self.right))]
+            self._table = _non_decreasing(rates, [tried + self.PRIOR_WEIGHT for tried in self.tried])
+        return self._table
+
+    def __call__(self, prob: float) -> float:
+        """The measured chance that a token the draft gives `prob` is right, given its path was."""
+        table = self.table
+        position = prob * self.BANDS - 0.5  # in band-midpoint units: band b's midpoint sits at b
+        if position <= 0:
+            return table[0] * max(0.0, prob) / self._midpoint(0)
+        if position >= self.BANDS - 1:
+            return min(1.0, table[-1] + (prob - self._midpoint(self.BANDS - 1)))
+        low = int(position)
+        share = position - low
+        return table[low] + share * (table[low + 1] - table[low])
+
+
 @dataclass
 class TreeSizer:
     """Chooses how far a best-first tree grows and how many of its nodes the verifier checks, to maximise
     expected tokens per second: (1 + sum of the kept nodes' values x calibration) / (verify cost of those
     rows + drafting time).
 
-    A node's value is the draft's probability that its whole path is right, so the sum is the draft's
-    expectation of accepted tokens. Drafts are rarely calibrated; `calibration` scales that expectation
-    by how many tokens the kept trees really yielded against what the draft expected.
+    A node's value is the chance that its whole path is right: the draft's probabilities down the path, each
+    read through `confidence` (what such a probability has meant for this verifier lately, Calibration), so
+    the sum is the expected number of accepted tokens. `calibration` scales that sum by how many tokens the
+    kept trees really yielded against what was expected (what the map by bands leaves over).
 
     Drafting is paid per expansion (one draft step that scores all of a node's children), not per node: a
     sibling of a node already in the tree costs only its verifier row. Once a tree is grown, its drafting
     is spent whatever is kept, so pruning it weighs the rows alone."""
 
     cost: VerifyCost = field(default_factory=VerifyCost)
-    draft_per_expansion: float = 0.0  # running mean of the drafting time per expansion
+    draft_per_expansion: float = 0.0  # the drafting time per expansion (observe_draft)
+    draft_timings: deque[float] = field(default_factory=lambda: deque(maxlen=VerifyCost.WINDOW))
+    confidence: Calibration = field(default_factory=Calibration)
     expected: float = 0.0  # sums over recent rounds, each older round counting DECAY times less: what the
     accepted: float = 0.0  # draft expected to be accepted in the trees checked, and what was
 
@@ -144,6 +209,16 @@ class TreeSizer:
     def calibration(self) -> float:
         # Start trusting the draft; a few rounds of evidence then dominate the prior of 4 expected tokens.
         return (self.accepted + 4.0) / (self.expected + 4.0)
+
+    def calibrated(self, prob: float) -> float:
+        """The chance that a token the draft gives `prob` is right, given its path was (Calibration)."""
+        return self.confidence(prob)
+
+    def forget_draft(self) -> None:
+        """Another draft: its time per expansion and its calibration are learned afresh."""
+        self.draft_per_expansion, self.expected, self.accepted = 0.0, 0.0, 0.0
+        self.draft_timings.clear()
+        self.confidence = Calibration()
 
     def best_size(self, values: Sequence[float], spent_s: float = 0.0, extra_rows: int = 1) -> int:
         """How many of the nodes (best first) to check, drafting having taken `spent_s` seconds.
@@ -205,10 +280,19 @@ class TreeSizer:
         return best
 
     def observe_draft(self, expansions: int, draft_s: float) -> None:
+        """A round's drafting time. The cost per expansion is the median of the last few rounds', as a
+        verifier pass's is (VerifyCost), and while fewer than SETTLED rounds are timed, the fastest of them:
+        a draft's first steps are slow (caches and kernels warming; ~1 s in the app's first reply) and must
+        not price it out before it has been timed warm."""
         if expansions:
-            per_expansion = draft_s / expansions
-            self.draft_per_expansion = per_expansion if not self.draft_per_expansion else \
-                self.draft_per_expansion + _SMOOTHING * (per_expansion - self.draft_per_expansion)
+            self.draft_timings.append(draft_s / expansions)
+            timings = self.draft_timings
+            self.draft_per_expansion = statistics.median(timings) if self.draft_settled else min(timings)
+
+    @property
+    def draft_settled(self) -> bool:
+        """Whether the draft has been timed often enough for its cost to price it out."""
+        return len(self.draft_timings) >= VerifyCost.SETTLED
 
     def observe(self, values: Sequence[float], accepted: int) -> None:
         """The verifier's verdict on a round's checked tree whose nodes had these values (none checked: a

@@ -30,3 +30,42 @@ def test_embedded_default_chats_and_races(qtbot, tmp_path, monkeypatch):
         w.racer.race()
     assert "identical" in raced.args[0]  # greedy: speculation changed nothing
     w.close()
+
+
+@pytest.mark.slow
+def test_a_slow_first_draft_in_the_app_does_not_pause_speculation_for_the_reply(qtbot, tmp_path, monkeypatch):
+    """The app's first reply on the embedded default: the draft's first step is slow (warming up; ~1 s measured
+    in the window). The cost model must not price the draft out on that one timing and decode the rest of the
+    reply alone (it once did: 1.08 tokens per call against 2.24)."""
+    import dataclasses
+    import time
+
+    monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))
+    from app.store import ConversationStore, Settings
+    from app.window import MainWindow
+
+    w = MainWindow(Settings(max_new_tokens=60, calibrate=False), ConversationStore(tmp_path), persist_settings=False)
+    qtbot.addWidget(w)
+    w.show()
+    with qtbot.waitSignal(w.models_loaded, timeout=300_000) as loaded:
+        w.loader.load()
+    drafter = loaded.args[0].drafter
+    grow, calls = drafter.propose_tree, []
+
+    def slow_the_first_time(*args, **kwargs):
+        calls.append(1)
+        tree = grow(*args, **kwargs)
+        if len(calls) > 1:
+            return tree
+        time.sleep(1.0)
+        return dataclasses.replace(tree, draft_s=tree.draft_s + 1.0)  # as the drafter would have timed it
+
+    monkeypatch.setattr(drafter, "propose_tree", slow_the_first_time)
+    qtbot.waitUntil(lambda: w.busy == "", timeout=10_000)
+    with qtbot.waitSignal(w.reply_finished, timeout=300_000) as done:
+        w.send("Write a Python function that reverses a string.")
+    trace = done.args[0]
+    assert trace.error is None and len(calls) > 1
+    late = trace.rounds[len(trace.rounds) // 2:]
+    assert sum(r.drafted > 0 for r in late) >= len(late) * 0.8  # still drafting in the reply's second half
+    w.close()

@@ -5,7 +5,8 @@ import pytest
 import tiny
 
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.drafters import DrafterBase, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.trees import DraftTree
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
@@ -109,3 +110,57 @@ def test_estimates_never_fall_as_rows_grow_even_with_one_slow_unsettled_timing()
     estimates = [cost.estimate(rows) for rows in range(1, 7)]
     assert estimates == sorted(estimates)
     assert cost.estimate(4) <= cost.estimate(5) < 0.621
+
+
+class ScriptedTreeDrafter(DrafterBase):
+    """Grows a one-node tree: the verifier's next greedy token (right) or that token + 1 (wrong), valued 0.95,
+    reporting a drafting time of `cost(call)` plain steps as the engine has measured them."""
+
+    name = "scripted"
+    grows_trees = True
+
+    def __init__(self, prompt_length: int, reference: tuple[int, ...], vocab: int, right: bool, cost):
+        self.prompt_length, self.reference, self.vocab, self.right, self.cost = \
+            prompt_length, reference, vocab, right, cost
+        self.engine: Engine | None = None
+        self.calls = 0
+
+    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
+        raise AssertionError("a tree drafter is asked for trees")
+
+    def propose_tree(self, ids, max_nodes, max_depth, config, vocab_size, eos_token_ids, copied=None, worth=None):
+        self.calls += 1
+        token = self.reference[len(ids) - self.prompt_length] + (0 if self.right else 1)
+        plain = self.engine.sizer.cost.estimate(1) or 0.01
+        return DraftTree((token % self.vocab,), (-1,), (0.95,), (0.95,), DraftStop.TREE,
+                         draft_s=self.cost(self.calls) * plain, expansions=1)
+
+
+def scripted(pair, tiny_tokenizer, right: bool, cost, tokens: int = 40):
+    verifier, _ = pair
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=tokens)
+    drafter = ScriptedTreeDrafter(len(prompt), plain.token_ids, len(tiny_tokenizer), right, cost)
+    drafter.engine = Engine(verifier, drafter)
+    rounds, finished = rounds_of(drafter.engine, prompt, max_new_tokens=tokens, tree_nodes=TREE_AUTO)
+    assert finished.token_ids == plain.token_ids
+    return drafter, rounds
+
+
+def test_a_tree_drafter_that_is_never_right_and_costs_time_ends_paused_and_the_text_is_the_same(
+        pair, tiny_tokenizer):
+    # Drafting costs 30 % of a plain step: worth it only if right more than 30 % of the time; never here.
+    drafter, rounds = scripted(pair, tiny_tokenizer, right=False, cost=lambda call: 0.3)
+    # A few trees to learn that none pays, then plain steps, with a tree now and then to try again.
+    assert drafter.calls <= len(rounds) / 4
+    assert sum(r.stop is DraftStop.COST and not r.tree for r in rounds[-20:]) >= 15
+
+
+def test_a_draft_slow_in_its_first_rounds_is_not_priced_out_for_good(pair, tiny_tokenizer):
+    # The app's first reply: the draft's first steps take 40 plain steps (warming up), then 5 % of one.
+    drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=lambda call: 40.0 if call <= 2 else 0.05,
+                               tokens=60)
+    # Priced out by its slow start (the median of its first timings), it drafts again after a probe or two ...
+    assert any(r.stop is DraftStop.COST for r in rounds)
+    late = rounds[-8:]
+    assert all(r.tree and r.n_accepted == 1 for r in late)  # ... every round, its tokens accepted

@@ -13,7 +13,7 @@ from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDraf
 from specdec_core.drafting.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, grow_tree
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
-from specdec_core.verification.cost import TreeSizer, VerifyCost
+from specdec_core.verification.cost import Calibration, TreeSizer, VerifyCost
 from specdec_core.verification.kv import CachedForward
 from specdec_core.verification.sampling import accept_tree
 
@@ -433,3 +433,40 @@ def test_a_tree_reply_times_a_plain_step_when_it_has_none_lately_and_stays_exact
     assert all(not r.drafted and not r.tree and r.rows == 1 for r in probes)
     assert not engine.sizer.cost.stale(1)
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 24)
+
+
+def test_the_drafts_confidence_is_read_as_the_verifier_measured_it_band_by_band():
+    confidence = Calibration()
+    assert confidence(0.7) == pytest.approx(0.7) and confidence(0.05) == pytest.approx(0.05)  # untried: at its word
+    for _ in range(40):  # a 0.5B coder for its 1.5B verifier: its 0.7s are taken 9 times in 10, its 0.2s rarely
+        confidence.observe([0.72, 0.21], [True, False])
+    assert confidence(0.72) > 0.85 and confidence(0.21) < 0.1
+    probs = [i / 100 for i in range(101)]
+    assert [confidence(p) for p in probs] == sorted(confidence(p) for p in probs)  # surer is never worth less
+    for _ in range(300):  # then a text where the same 0.7s are wrong: the recent rounds decide
+        confidence.observe([0.72], [False])
+    assert confidence(0.72) < 0.2  # (pooled with the untried bands below it, which must not read higher)
+
+
+def chain_logits(prob: float, vocab: int = 8):
+    """A draft that is `prob` sure of token 1 after any path (its other mass spread over the rest)."""
+    def logits_for(paths, paths_tokens):
+        row = torch.full((vocab,), (1 - prob) / (vocab - 1))
+        row[1] = prob
+        return row.log().expand(len(paths), vocab).clone(), None
+    return logits_for
+
+
+def test_an_underconfident_draft_grows_deeper_once_its_confidence_is_measured():
+    # Rows cost little and each level 20 % of a plain step: by its own 0.6s, a third level does not pay.
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.052, 3: 0.054, 4: 0.056, 5: 0.058}), draft_per_expansion=0.010)
+    config = GenerationConfig()
+    before = grow_tree(chain_logits(0.6), 0.0, max_nodes=4, max_depth=4, config=config,
+                       eos_token_ids=frozenset(), worth=sizer)
+    for _ in range(60):  # ... but the verifier takes them 19 times in 20
+        sizer.confidence.observe([0.6], [True])
+    after = grow_tree(chain_logits(0.6), 0.0, max_nodes=4, max_depth=4, config=config,
+                      eos_token_ids=frozenset(), worth=sizer)
+    depth = lambda tree: max(len(tree.path_to(n)) for n in range(len(tree)))  # noqa: E731
+    assert depth(before) < depth(after) and after.expansions > before.expansions
+    assert after.display_probs[0] == pytest.approx(0.6)  # people still read the draft's own probability
