@@ -8,7 +8,7 @@ runs every setting in turn, the order rotating from one prompt to the next, afte
 replies are checked against speculation off, token for token.
 
     .venv/bin/python -m bench.real_pair [--verifier SPEC] [--draft SPEC] [--prompts code-heldout] [--limit N]
-        [--gammas 4] [--max-new-tokens 48] [--json OUT]
+        [--gammas 4] [--max-new-tokens 48] [--skip transformers,prompt] [--json OUT]
 
 Defaults: the installed Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft (`specdec models install ...`).
 Prints a table (decode and end-to-end tokens/s, speedup over speculation off, tokens per verifier call,
@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gammas", default="4", help="chain lengths to run, comma-separated (default 4)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--skip", default="", help="settings to leave out, comma-separated name prefixes "
+                        "(e.g. 'transformers' for ours only); speculation off always runs")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     from specdec_core.pairs.pairing import LoadOptions, load_pair
@@ -109,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [build_prompt(verifier.tokenizer, list(c.messages), system=c.system,
                             context_length=verifier.context_length, reserve_new_tokens=args.max_new_tokens).ids
                for c in cases]
-    settings = settings_for(verifier, draft, [int(g) for g in args.gammas.split(",")])
+    skipped = tuple(prefix.strip() for prefix in args.skip.split(",") if prefix.strip())
+    settings = [s for s in settings_for(verifier, draft, [int(g) for g in args.gammas.split(",")])
+                if s.name == "off" or not s.name.startswith(skipped)]
     say("warming up")
     for setting in settings:
         setting.run(prompts[0], config.with_(max_new_tokens=8))
