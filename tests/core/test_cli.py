@@ -127,6 +127,21 @@ def test_generate_with_a_draft_of_another_tokenizer_equals_the_verifier_alone(ca
     assert spec["token_ids"] == alone["token_ids"] and spec["stats"]["drafted"] > 0
 
 
+def test_the_json_names_the_draft_token_each_mapped_token_and_tree_node_came_from(capsys, folders):
+    common = ["The capital of France is", "--verifier", folders["verifier"], "--max-new-tokens", "16"]
+    _, (chain,) = run_json(capsys, *common, "--draft", folders["stranger"], "--tree-nodes", "0")
+    _, (tree,) = run_json(capsys, *common, "--draft", folders["stranger"], "--tree-nodes", "6")
+    _, (same,) = run_json(capsys, *common, "--draft", folders["draft"], "--tree-nodes", "6")
+    drafted = [r for r in chain["rounds"] if r["drafted"]]
+    assert drafted and all(len(r["draft_sources"]) == len(r["drafted"]) for r in drafted)
+    assert all(source.endswith(")") and "(id " in source for r in drafted for source in r["draft_sources"])
+    nodes = [n for r in tree["rounds"] for n in r["tree"]]
+    assert nodes and all("(id " in n["draft_source"] for n in nodes)
+    # the same tokenizer maps nothing: no source on a round or a node
+    assert not any("draft_sources" in r or any("draft_source" in n for n in r["tree"]) for r in same["rounds"])
+    assert any(r["tree"] for r in same["rounds"])
+
+
 def bad_inputs(folders, tmp_path):
     truncated = tmp_path / "broken.gguf"
     truncated.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 5)
