@@ -257,7 +257,7 @@ def cmd_doctor(args) -> int:
                 progress=progress_bar())
     verifier = load_model(args.verifier, **load)
     draft = load_model(args.draft, **load)
-    verdict = check_models(verifier, draft)
+    verdict = check_models(verifier, draft, weigh_mass=True)  # another tokenizer: weigh the verifier's probability
     print(verdict.report())
     return 0 if verdict.compatible else 1
 

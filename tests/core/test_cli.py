@@ -114,6 +114,7 @@ def test_doctor_accepts_a_draft_with_another_tokenizer_and_reports_the_overlap_a
     assert out.startswith("Compatible: verifier and draft\n  ok      different vocabularies (token ")
     assert "of the verifier's ids and" in out and "of its tokens in sample text; strategy: token-level intersection" \
         in out
+    assert "of its next-token probability in sample text on tokens the draft can propose" in out  # measured
 
 
 @pytest.mark.parametrize("drafter", [None, "tli", "slem", "hybrid"])
