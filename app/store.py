@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-from app.trace import ReplyTrace, RoundRecord, TokenRecord
+from app.trace import MAPPED_MARK, MAPPED_NOTE, ReplyTrace, RoundRecord, TokenRecord, draft_figure
 from app.validate import InvalidData, checked_fields, valid_text
 from specdec_core import defaults
 from specdec_core.events import TokenState
@@ -1047,12 +1047,21 @@ _HTML_STYLE = {
 }
 
 
+_HTML_MAPPED = "border-bottom:1px dotted currentColor"  # a token a draft with another tokenizer proposed
+
+
 def _token_title(t) -> str:
     def p(x):
         return "-" if x is None else f"{x:.3f}"
     alts = ", ".join(f"{a!r} {b:.3f}" for a, b in t.alternatives)
-    return (f"{t.state} · round {t.round + 1}, position {t.position + 1} · draft p {p(t.draft_prob)} · "
-            f"verifier p {p(t.target_prob)} · accept p {p(t.accept_prob)}" + (f" · top: {alts}" if alts else ""))
+    drafted = t.state in (TokenState.ACCEPTED.value, TokenState.REJECTED.value)
+    draft_p = draft_figure(t.draft_prob, drafted) if drafted else "-"  # "string match": drafted with no probability
+    # As the chat tooltip: the draft's own token(s), and the verifier token they became
+    mapped = (f" · {MAPPED_MARK} draft's own token(s): {t.draft_source} → verifier token {t.text!r} "
+              f"(id {t.token_id})" if t.draft_source else "")
+    return (f"{t.state} · round {t.round + 1}, position {t.position + 1} · draft p {draft_p} · "
+            f"verifier p {p(t.target_prob)} · accept p {p(t.accept_prob)}{mapped}"
+            + (f" · top: {alts}" if alts else ""))
 
 
 def to_html(conv: Conversation) -> str:
@@ -1073,6 +1082,9 @@ def to_html(conv: Conversation) -> str:
         "<div class='legend'>" + "".join(f"<span style='{st}'>{name}</span>"
                                           for name, st in _HTML_STYLE.items() if st) + "</div>",
     ]
+    if any(t.draft_source for m in conv.messages if m.trace is not None for t in m.trace.tokens):
+        out.append(f"<div class='legend'><span style='{_HTML_MAPPED}'>{html.escape(MAPPED_NOTE)}</span> "
+                   "(hover a token for them)</div>")
     if conv.system:
         out.append(f"<p><i>System prompt:</i> {html.escape(conv.system)}</p>")
     for m in conv.messages:
@@ -1081,7 +1093,8 @@ def to_html(conv: Conversation) -> str:
         if m.trace is not None and m.trace.tokens:
             for t in m.trace.tokens:
                 text = t.text.replace("\n", "↵") if t.state == "rejected" else t.text
-                style = _HTML_STYLE.get(t.state, "")
+                style = ";".join(filter(None, (_HTML_STYLE.get(t.state, ""),
+                                               _HTML_MAPPED if t.draft_source else "")))
                 out.append(f"<span style='{style}' title='{html.escape(_token_title(t), quote=True)}'>"
                            f"{html.escape(text)}</span>" if style else html.escape(text))
         else:

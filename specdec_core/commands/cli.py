@@ -24,7 +24,7 @@ from specdec_core.commands.cli_options import (
 )
 from specdec_core.config import GenerationConfig
 from specdec_core.errors import ConfigError, IncompatiblePairError, SpecdecError
-from specdec_core.events import Event, Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState
+from specdec_core.events import Event, Finished, RoundVerified, TokenCommitted, TokenRejected, TokenState, Verdict
 
 ANSI = {
     TokenState.ACCEPTED: "\x1b[32m",  # green
@@ -94,11 +94,19 @@ def reply_json(events: list[Event]) -> dict:
                            "draft_s": event.draft_s, "verify_s": event.verify_s,
                            "verify_rows": event.rows,  # positions the verifier's pass fed (0: none ran)
                            # a draft tree: every node checked in the round's one pass (empty for a chain)
-                           "tree": [{"parent": n.parent, "token_id": n.token_id, "draft_prob": n.draft_prob,
-                                     "target_prob": n.target_prob, "accept_prob": n.accept_prob,
-                                     "accepted": n.accepted} for n in event.tree]})
+                           "tree": [_node_json(n) for n in event.tree]})
+            if any(v.draft_source for v in event.drafted):  # a draft with another tokenizer: its own token(s)
+                rounds[-1]["draft_sources"] = [v.draft_source for v in event.drafted]
     return {"text": finished.text, "token_ids": list(finished.token_ids), "stop_reason": finished.stop_reason.value,
             "error": finished.error, "rounds": rounds, "stats": finished.stats.to_dict()}
+
+
+def _node_json(node: Verdict) -> dict:
+    out = {"parent": node.parent, "token_id": node.token_id, "draft_prob": node.draft_prob,
+           "target_prob": node.target_prob, "accept_prob": node.accept_prob, "accepted": node.accepted}
+    if node.draft_source:  # a draft with another tokenizer: the draft's own token(s) this node was mapped from
+        out["draft_source"] = node.draft_source
+    return out
 
 
 def _checked_text(text: str, where: str) -> str:
@@ -249,7 +257,7 @@ def cmd_doctor(args) -> int:
                 progress=progress_bar())
     verifier = load_model(args.verifier, **load)
     draft = load_model(args.draft, **load)
-    verdict = check_models(verifier, draft)
+    verdict = check_models(verifier, draft, weigh_mass=True)  # another tokenizer: weigh the verifier's probability
     print(verdict.report())
     return 0 if verdict.compatible else 1
 

@@ -177,6 +177,24 @@ def text_share(vocab_map: VocabMap, verifier_tokenizer, texts: Sequence[str] = S
     return sum(t in shared for t in ids) / len(ids) if ids else 0.0
 
 
+@torch.inference_mode()
+def probability_share(verifier: LoadedModel, vocab_map: VocabMap, texts: Sequence[str] = SAMPLE_TEXTS) -> float:
+    """The share of the verifier's next-token probability that falls on tokens the draft can propose, averaged
+    over every position of some everyday text: a bound on TLI's acceptance there (a draft token is accepted
+    with probability at most the verifier's, and TLI drafts only shared tokens). One verifier pass per text."""
+    shared = vocab_map.verifier_ids.to(verifier.device)
+    total = positions = 0.0
+    for text in texts:
+        ids = verifier.tokenizer(text, add_special_tokens=False).input_ids
+        if not ids:
+            continue
+        logits = verifier.model(input_ids=torch.tensor([ids], device=verifier.device), use_cache=False).logits[0]
+        probs = torch.softmax(logits[:, :vocab_map.verifier_size].float(), dim=-1)  # padding rows cut off
+        total += float(probs[:, shared].sum())
+        positions += len(ids)
+    return total / positions if positions else 0.0
+
+
 # --------------------------------------------------------------------------- reading the verifier's text
 
 

@@ -6,7 +6,8 @@ module checks first, id by id. When they do not (another tokenizer), the pair st
 text (cross_vocab.py): the draft reads the verifier's text in its own tokens and proposes the verifier's
 ids of the tokens both vocabularies hold. The verdict then names the first id that differs, how much the
 vocabularies overlap (the share of the verifier's ids, and of its tokens in everyday text, that the draft
-can propose), the strategy, and warns when the overlap is too low to pay.
+can propose; `specdec doctor` also weighs the share of the verifier's next-token probability there), the
+strategy, and warns when the overlap is too low to pay.
 
 Things that do not break exactness are findings of a lower level:
 - padded output layers (151,936 vs 152,064 logit rows with one tokenizer): the padding is cut off;
@@ -22,12 +23,15 @@ Things that do not break exactness are findings of a lower level:
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specdec_core.errors import IncompatiblePairError
 
 if TYPE_CHECKING:
+    from specdec_core.drafting.cross_vocab import VocabMap
     from specdec_core.loading.models import LoadedModel
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class Verdict:
     cross_vocabulary: bool = False
     id_share: float | None = None  # of the verifier's ids, the share the draft can propose
     text_share: float | None = None  # of the verifier's tokens in sample text, the share the draft can propose
+    # Of the verifier's next-token probability over sample text, the share on tokens the draft can propose (a bound
+    # on TLI's acceptance); None: not measured (it costs a verifier pass per text: `specdec doctor` measures it).
+    mass_share: float | None = None
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -88,11 +95,17 @@ class Verdict:
         return self
 
 
-def check_models(verifier: LoadedModel, draft: LoadedModel) -> Verdict:
+def check_models(verifier: LoadedModel, draft: LoadedModel, *, weigh_mass: bool = False) -> Verdict:
     """check_pair on two loaded models, with the row counts of their output layers (and, for a draft
-    head, whether it can read this verifier's hidden states)."""
+    head, whether it can read this verifier's hidden states). `weigh_mass`: for another tokenizer, also run
+    the verifier over sample text for the share of its probability the draft can propose (Verdict.mass_share)."""
+    share_of_mass = None
+    if weigh_mass:
+        from specdec_core.drafting.cross_vocab import probability_share
+
+        share_of_mass = functools.partial(probability_share, verifier)
     verdict = check_pair(verifier.tokenizer, draft.tokenizer, verifier_logits=_output_rows(verifier.model),
-                         draft_logits=_output_rows(draft.model))
+                         draft_logits=_output_rows(draft.model), share_of_mass=share_of_mass)
     findings = _head_findings(verifier, draft)
     if not findings:
         return verdict
@@ -131,8 +144,9 @@ def _output_rows(model) -> int | None:
 
 
 def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | None = None,
-               draft_logits: int | None = None) -> Verdict:
-    """Compare two tokenizers (and optionally the row counts of the models' output layers)."""
+               draft_logits: int | None = None, share_of_mass: Callable[[VocabMap], float] | None = None) -> Verdict:
+    """Compare two tokenizers (and optionally the row counts of the models' output layers). For different
+    vocabularies `share_of_mass`, given their map, weighs the verifier's probability the draft can propose."""
     findings: list[Finding] = []
     v_size, d_size = len(verifier_tokenizer), len(draft_tokenizer)
     shared = min(v_size, d_size)
@@ -142,7 +156,7 @@ def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | No
     difference = _first_difference(verifier_tokenizer, draft_tokenizer, v_tokens, d_tokens, shared)
     if difference is not None:
         return _cross_vocabulary(verifier_tokenizer, draft_tokenizer, difference, shared, verifier_logits,
-                                 draft_logits)
+                                 draft_logits, share_of_mass)
     if v_size == d_size:
         findings.append(Finding("ok", f"same tokenizer ({v_size:,} tokens)"))
     elif v_size > d_size:
@@ -176,13 +190,14 @@ def check_pair(verifier_tokenizer, draft_tokenizer, *, verifier_logits: int | No
                    verifier_vocab_size=verifier_vocab)
 
 
-# Below this share of the verifier's tokens in everyday text, token-level intersection can rarely propose the
-# token the verifier writes: acceptance, and with it any speedup, is capped by it.
+# Below this share of the verifier's tokens (or of its probability) in everyday text, token-level intersection can
+# rarely propose the token the verifier writes: acceptance, and with it any speedup, is capped by it.
 LOW_OVERLAP = 0.5
 
 
 def _cross_vocabulary(verifier_tokenizer, draft_tokenizer, difference: tuple[int, str, str, int], shared_ids: int,
-                      verifier_logits: int | None, draft_logits: int | None) -> Verdict:
+                      verifier_logits: int | None, draft_logits: int | None,
+                      share_of_mass: Callable[[VocabMap], float] | None) -> Verdict:
     """Different vocabularies: the pair drafts through the text (cross_vocab.py); how much they overlap."""
     from specdec_core.drafting.cross_vocab import STRATEGIES, TLI, map_vocabularies, text_share
 
@@ -196,14 +211,20 @@ def _cross_vocabulary(verifier_tokenizer, draft_tokenizer, difference: tuple[int
                               f"in the draft{more}): the draft proposes through the {vocab_map.shared:,} token "
                               f"texts both hold, {vocab_map.id_share:.0%} of the verifier's ids and {in_text:.0%} "
                               f"of its tokens in sample text; strategy: {STRATEGIES[TLI]}")]
-    if in_text < LOW_OVERLAP:
-        findings.append(Finding("warning", f"the draft can propose only {in_text:.0%} of the verifier's tokens in "
+    mass = share_of_mass(vocab_map) if share_of_mass is not None else None
+    if mass is not None:
+        findings.append(Finding("ok", f"the verifier puts {mass:.0%} of its next-token probability in sample text on "
+                                      "tokens the draft can propose: at most that share of drafts can be accepted"))
+    # The warning weighs the probability where it was measured (the closer bound), else the tokens
+    share, of_what = (mass, "next-token probability") if mass is not None else (in_text, "tokens")
+    if share < LOW_OVERLAP:
+        findings.append(Finding("warning", f"the draft can propose only {share:.0%} of the verifier's {of_what} in "
                                            "sample text: few drafts will be accepted, so speculation will rarely "
                                            "pay (--drafter slem proposes any token, from the draft's text)"))
     findings += _chat_templates(verifier_tokenizer, draft_tokenizer)
     return Verdict(compatible=True, findings=tuple(findings), shared_vocab_size=vocab_map.shared,
                    verifier_vocab_size=v_size, cross_vocabulary=True, id_share=vocab_map.id_share,
-                   text_share=in_text)
+                   text_share=in_text, mass_share=mass)
 
 
 def _tokens_by_id(tokenizer, size: int) -> list[str | None]:

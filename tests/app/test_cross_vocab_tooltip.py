@@ -44,6 +44,30 @@ def test_a_drafted_tokens_tooltip_shows_the_draft_token_it_came_from_and_survive
     assert [t.draft_source for t in again.tokens] == [t.draft_source for t in trace.tokens]
 
 
+def test_the_html_export_marks_each_mapped_token_with_the_draft_token_it_came_from_and_a_legend_line(pair):
+    import html
+
+    from app.store import Conversation, Message, to_html
+    from app.trace import MAPPED_MARK, MAPPED_NOTE, STRING_MATCH
+
+    def page(kind):
+        trace = traced(pair, kind, tree_nodes=0)
+        return trace, to_html(Conversation(messages=[Message("user", "Hi"), Message("assistant", trace.text, trace)]))
+
+    trace, tli = page(TokenIntersectionDrafter)
+    drafted = [t for t in trace.tokens if t.draft_source]
+    assert drafted and html.escape(MAPPED_NOTE) in tli
+    for tok in drafted:  # the tooltip's figures: the draft's own token(s), and the verifier token they became
+        title = (f"{MAPPED_MARK} draft's own token(s): {tok.draft_source} → verifier token {tok.text!r} "
+                 f"(id {tok.token_id})")
+        assert html.escape(title, quote=True) in tli
+    assert tli.count("dotted") == len(drafted) + 1  # each mapped token underlined, and the legend's sample
+    _, slem = page(StringMatchDrafter)
+    assert f"draft p {STRING_MATCH} ·" in slem and "draft p 1.000" not in slem
+    plain = traced(pair, TokenIntersectionDrafter, tree_nodes=0, speculate=False)
+    assert MAPPED_NOTE not in to_html(Conversation(messages=[Message("assistant", plain.text, plain)]))
+
+
 def test_a_tree_rounds_mapped_nodes_are_marked_with_the_draft_token_in_the_tree_its_tooltip_and_legend(pair):
     from app.trace import MAPPED_MARK, MAPPED_NOTE
     from app.tree_view import layout_tree, legend_notes, node_tooltip, tree_html

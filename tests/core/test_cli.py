@@ -114,6 +114,7 @@ def test_doctor_accepts_a_draft_with_another_tokenizer_and_reports_the_overlap_a
     assert out.startswith("Compatible: verifier and draft\n  ok      different vocabularies (token ")
     assert "of the verifier's ids and" in out and "of its tokens in sample text; strategy: token-level intersection" \
         in out
+    assert "of its next-token probability in sample text on tokens the draft can propose" in out  # measured
 
 
 @pytest.mark.parametrize("drafter", [None, "tli", "slem", "hybrid"])
@@ -125,6 +126,21 @@ def test_generate_with_a_draft_of_another_tokenizer_equals_the_verifier_alone(ca
                                   folders["stranger"], *chosen, "--max-new-tokens", "16", "--tree-nodes", "0")
     assert code == code_spec == 0
     assert spec["token_ids"] == alone["token_ids"] and spec["stats"]["drafted"] > 0
+
+
+def test_the_json_names_the_draft_token_each_mapped_token_and_tree_node_came_from(capsys, folders):
+    common = ["The capital of France is", "--verifier", folders["verifier"], "--max-new-tokens", "16"]
+    _, (chain,) = run_json(capsys, *common, "--draft", folders["stranger"], "--tree-nodes", "0")
+    _, (tree,) = run_json(capsys, *common, "--draft", folders["stranger"], "--tree-nodes", "6")
+    _, (same,) = run_json(capsys, *common, "--draft", folders["draft"], "--tree-nodes", "6")
+    drafted = [r for r in chain["rounds"] if r["drafted"]]
+    assert drafted and all(len(r["draft_sources"]) == len(r["drafted"]) for r in drafted)
+    assert all(source.endswith(")") and "(id " in source for r in drafted for source in r["draft_sources"])
+    nodes = [n for r in tree["rounds"] for n in r["tree"]]
+    assert nodes and all("(id " in n["draft_source"] for n in nodes)
+    # the same tokenizer maps nothing: no source on a round or a node
+    assert not any("draft_sources" in r or any("draft_source" in n for n in r["tree"]) for r in same["rounds"])
+    assert any(r["tree"] for r in same["rounds"])
 
 
 def bad_inputs(folders, tmp_path):

@@ -93,6 +93,43 @@ def test_different_vocabularies_report_their_overlap_and_warn_when_it_is_low(tin
                                                   "verifier's tokens in sample text")
 
 
+def test_the_doctor_weighs_the_verifiers_probability_the_draft_can_propose_and_warns_when_it_is_low(tiny_tokenizer):
+    import torch
+
+    from specdec_core.drafting.cross_vocab import SAMPLE_TEXTS
+
+    verifier = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1, logit_scale=8.0), tiny_tokenizer)
+
+    def draft(tokenizer):
+        return tiny.as_loaded(tiny.make_model("llama", tokenizer, seed=2), tokenizer, "draft")
+
+    def mass_off(proposable: set[int]) -> float:  # what is left for the tokens the draft cannot propose
+        off = [i for i in range(len(tiny_tokenizer)) if i not in proposable]
+        left, n = 0.0, 0
+        with torch.no_grad():
+            for text in SAMPLE_TEXTS:
+                ids = tiny_tokenizer(text, add_special_tokens=False).input_ids
+                left += float(torch.softmax(verifier.model(torch.tensor([ids])).logits[0], -1)[:, off].sum())
+                n += len(ids)
+        return left / n
+
+    look_alike = tiny.renumbered_tokenizer(tiny_tokenizer, drop_merges=20)
+    verdict = check_models(verifier, draft(look_alike), weigh_mass=True)
+    proposable = {i for i, text in enumerate(tiny_tokenizer.convert_ids_to_tokens(range(320)))
+                  if text in look_alike.get_vocab()}
+    assert verdict.mass_share == pytest.approx(1 - mass_off(proposable), abs=1e-4)
+    assert not verdict.warnings and (f"the verifier puts {verdict.mass_share:.0%} of its next-token probability in "
+                                     "sample text on tokens the draft can propose") in verdict.report()
+
+    letters = tiny.hand_tokenizer(tiny.SPECIALS + list("abcdef"), [])
+    verdict = check_models(verifier, draft(letters), weigh_mass=True)
+    assert verdict.compatible and verdict.mass_share < 0.5
+    assert verdict.warnings[0].message.startswith(f"the draft can propose only {verdict.mass_share:.0%} of the "
+                                                  "verifier's next-token probability in sample text: few drafts")
+    assert len(verdict.warnings) == 1  # one warning: the probability, not the tokens as well
+    assert check_models(verifier, draft(letters)).mass_share is None  # loading a pair runs no verifier pass
+
+
 def test_extra_tokens_in_the_verifier_shrink_only_what_the_draft_can_propose(tiny_tokenizer):
     verifier = rebuild(tiny_tokenizer)
     verifier.add_tokens(["<|tool_call|>", "<|tool_result|>"], special_tokens=True)
