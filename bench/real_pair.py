@@ -28,10 +28,10 @@ from specdec_core.commands.threads import prefer_passive_waiting
 
 prefer_passive_waiting()
 
-from specdec_core import catalog  # noqa: E402
 from specdec_core.config import TREE_AUTO, GenerationConfig  # noqa: E402
 from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
 from specdec_core.engine import Engine  # noqa: E402
+from specdec_core.loading import catalog  # noqa: E402
 from specdec_core.loading.resources import peak_rss_bytes, weight_bytes  # noqa: E402
 from specdec_core.measuring.bench import Reply, hf_reference, machine_description, time_reply  # noqa: E402
 from specdec_core.measuring.prompt_sets import load_prompts  # noqa: E402

@@ -34,9 +34,10 @@ prefer_passive_waiting()  # before torch loads: 1 thread on 2 cores (threads.py)
 import torch  # noqa: E402
 from transformers import DynamicCache  # noqa: E402
 
-from specdec_core import cpu_attention, cpu_speed, kv  # noqa: E402
+from specdec_core.loading import cpu_attention, cpu_speed  # noqa: E402
 from specdec_core.loading.gguf_cache import default_cache_dir  # noqa: E402
 from specdec_core.loading.models import load_model  # noqa: E402
+from specdec_core.verification import kv  # noqa: E402
 
 SETUPS = ("before", "+ columns form", "+ packed form", "+ GQA in SDPA", "+ growing cache")
 
