@@ -275,11 +275,22 @@ class TreeGrowth:
         end of sequence, can pay for another level, and whose parent was expanded (a node is scored with its
         ancestors' states, so a copied node deep in the copy waits until the copy above it was expanded)."""
         chosen, _ = self.rerank()
-        least = 0.0 if self.worth is None else self.worth.least_value(self._values(chosen), self.expansions, 1)
         return [i for i in chosen if self.candidates[i].depth == depth
                 and self.candidates[i].token not in self.eos_token_ids
                 and (self.candidates[i].parent < 0 or self.candidates[i].parent in self._expanded)
-                and self.candidates[i].value >= least][:TREE_WIDTH]
+                and self._pays_to_expand(i, chosen)][:TREE_WIDTH]
+
+    def _pays_to_expand(self, node: int, chosen: list[int]) -> bool:
+        """Whether `node`'s likeliest child could pay for its row and the expansion that scores it. The child
+        is worth at most `node`'s value, and it would be checked before every node worth less: those weigh
+        nothing against it (a sibling worth 0.01, checked because its row was nearly free, must not make a
+        child worth 0.9 look as if it needed a dearer row; ranking puts the child first, rerank then drops
+        the sibling if its row no longer pays)."""
+        if self.worth is None:
+            return True
+        value = self.candidates[node].value
+        ahead = [v for v in self._values(chosen) if v >= value]
+        return value >= self.worth.least_value(ahead, self.expansions, 1)
 
     def tree(self, start: float) -> DraftTree:
         """The candidates checked now, as a DraftTree (its nodes renumbered best first)."""

@@ -470,3 +470,12 @@ def test_an_underconfident_draft_grows_deeper_once_its_confidence_is_measured():
     depth = lambda tree: max(len(tree.path_to(n)) for n in range(len(tree)))  # noqa: E731
     assert depth(before) < depth(after) and after.expansions > before.expansions
     assert after.display_probs[0] == pytest.approx(0.6)  # people still read the draft's own probability
+
+
+def test_a_nearly_free_row_for_an_unlikely_sibling_does_not_stop_the_likely_path_growing():
+    # Rows 2-3 timed as cheap as one (noise pooled them), the 4th dear: a sibling worth 0.007 takes the cheap
+    # row; the 0.95-sure path's next token must still get it, and the sibling none.
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.050, 3: 0.050, 4: 0.090, 5: 0.095}), draft_per_expansion=0.015)
+    tree = grow_tree(chain_logits(0.95), 0.0, max_nodes=4, max_depth=3, config=GenerationConfig(),
+                     eos_token_ids=frozenset(), worth=sizer)
+    assert tree.expansions >= 2 and tree.parents[:2] == (-1, 0)  # the path, not the sibling
