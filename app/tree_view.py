@@ -85,7 +85,9 @@ def layout_tree(rnd: RoundRecord, emitted_text: str | None = None, before: str =
         if index == emitted:
             bonus = rnd.emitted_state == TokenState.BONUS.value
             state = TokenState.BONUS.value if bonus else TokenState.CORRECTED.value
-            placed.append(PlacedNode(index, visible(emitted_text or "?"), state, column, row, parent, None, None))
+            # an end of text decodes to nothing: "∅" as for a drafted one ("?" only where the text is unknown)
+            label = visible(emitted_text) if emitted_text is not None else "?"
+            placed.append(PlacedNode(index, label, state, column, row, parent, None, None))
             return
         node = nodes[index]
         if node.get("accepted"):

@@ -213,3 +213,10 @@ def test_the_root_shows_the_text_before_the_round_and_unchecked_nodes_show_no_ve
         assert image.height() >= boxes_bottom + view._legend_height() - 1
         legend_row = int(boxes_bottom + 18 * scale + QFontMetricsF(view._font(0.85)).height() / 2)
         assert len({image.pixel(x, legend_row) for x in range(image.width())}) > 2  # something is drawn
+
+
+def test_a_verifier_token_that_decodes_to_nothing_reads_as_empty_not_as_a_question_mark():
+    rnd = _hand_round()
+    placed = {n.index: n for n in layout_tree(rnd, "")}  # e.g. the end of sequence, decoded without specials
+    assert placed[len(rnd.tree)].text == "∅"
+    assert {n.index: n for n in layout_tree(rnd, None)}[len(rnd.tree)].text == "?"  # the text is not known
