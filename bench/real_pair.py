@@ -79,6 +79,9 @@ def summarise(name: str, replies: list[Reply], baseline: list[Reply]) -> dict:
         "tokens_per_call": stats.mean_accepted_length if stats else tokens / max(1, calls - len(replies)),
         "acceptance_rate": stats.acceptance_rate if stats and stats.drafted else None,
         "identical": all(r.token_ids == b.token_ids for r, b in zip(replies, baseline)),
+        # where a round's time goes: drafting and checking, per verifier call (ours only)
+        "draft_ms_per_call": 1000 * stats.draft_s / stats.rounds if stats else None,
+        "verify_ms_per_call": 1000 * stats.verify_s / stats.rounds if stats else None,
     }
 
 
@@ -140,12 +143,14 @@ def table(result: dict) -> str:
     lines = [f"{result['verifier']} + {result['draft']}, {result['n_prompts']} prompts of {result['prompts']}, "
              f"{result['max_new_tokens']} new tokens, greedy, {result['dtype']}, {result['machine']}", "",
              "| setting | decode tok/s | speedup | end-to-end tok/s | end-to-end speedup | tokens/call | acceptance "
-             "| identical |", "|---|---|---|---|---|---|---|---|"]
+             "| draft ms/call | verify ms/call | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         acceptance = f"{row['acceptance_rate']:.0%}" if row["acceptance_rate"] is not None else "–"
+        split = " | ".join(f"{row[k]:.0f}" if row.get(k) is not None else "–"
+                           for k in ("draft_ms_per_call", "verify_ms_per_call"))
         lines.append(f"| {row['setting']} | {row['decode_tokens_per_s']:.2f} | {row['speedup']:.2f}x | "
                      f"{row['end_to_end_tokens_per_s']:.2f} | {row['end_to_end_speedup']:.2f}x | "
-                     f"{row['tokens_per_call']:.2f} | {acceptance} | {'yes' if row['identical'] else 'NO'} |")
+                     f"{row['tokens_per_call']:.2f} | {acceptance} | {split} | {'yes' if row['identical'] else 'NO'} |")
     peak, weights = result["peak_rss_bytes"], result["weights_bytes"]
     if peak:
         lines += ["", f"peak RSS {peak / 1e9:.2f} GB for weights of {weights['verifier'] / 1e9:.2f} GB (verifier) + "
