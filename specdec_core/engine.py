@@ -39,7 +39,7 @@ from specdec_core.events import (
 )
 from specdec_core.stats import StatsAccumulator
 from specdec_core.text.textstream import TextStream
-from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
+from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost, WayRecord
 from specdec_core.verification.kv import CachedForward, supports_trees
 from specdec_core.verification.sampling import (
     TreeAcceptance,
@@ -152,6 +152,10 @@ def adapted_gamma(gamma: int, verified: RoundVerified, gamma_max: int) -> int:
     return max(1, gamma - 1)
 
 
+TREE, CHAIN = "tree", "chain"  # the ways a round drafts
+WAYS = (TREE, CHAIN)
+
+
 class Engine:
     """A verifier, an optional drafter, and the KV caches they keep between replies."""
 
@@ -163,6 +167,7 @@ class Engine:
         self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
         self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
         self.priced_out = 0  # tree rounds in a row that drafted nothing because no drafting could pay
+        self.ways = WayRecord(WAYS)  # greedy `auto` with a drafter that grows trees: which way has been faster
         self.drafter: Drafter | None = None
         self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
         self.set_drafter(drafter)
@@ -172,6 +177,7 @@ class Engine:
         if drafter is not None and drafter is not self._measured:  # another draft: learn its cost and worth afresh
             self.sizer.forget_draft()
             self.chain_record, self.priced_out, self._measured = PositionRecord(), 0, drafter
+            self.ways = WayRecord(WAYS)
         # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
@@ -267,12 +273,32 @@ class Engine:
         return wanted and self.drafter is not None
 
     def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls) -> RoundResult:
-        """One verifier call over a chain: draft, verify, accept, roll back (implicit, see step 5), emit.
-        A drafter that grows trees takes the same steps over a tree (_tree_round)."""
+        """One verifier call: over a tree (_tree_round) or a chain (_chain_round), whichever this drafter and
+        configuration draft (_way); greedy `auto` learns which is faster here (cost.WayRecord)."""
         round_start = time.perf_counter()
         speculating = self._speculating(config, controls)
-        if speculating and self.grows_trees and self.tree_nodes(config):
-            return self._tree_round(reply, remaining, config, round_start)
+        way = self._way(config) if speculating else CHAIN
+        if way == TREE:
+            result = self._tree_round(reply, remaining, config, round_start)
+        else:
+            result = self._chain_round(reply, remaining, config, round_start, speculating)
+        if speculating and self._chooses_way(config) and result.verified.stop is not DraftStop.PROBE:
+            self.ways.observe(way, len(result.committed), time.perf_counter() - round_start)
+        return result
+
+    def _chooses_way(self, config: GenerationConfig) -> bool:
+        """Whether the way of drafting is chosen by measurement: greedy `auto` (sizes that follow timings
+        would decide a sampled reply's random draws, see _sizes_chains) with a drafter that can grow trees."""
+        return self._sizes_chains(config) and self.grows_trees
+
+    def _way(self, config: GenerationConfig) -> str:
+        if not (self.grows_trees and self.tree_nodes(config)):
+            return CHAIN
+        return self.ways.choose() if self._chooses_way(config) else TREE
+
+    def _chain_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float,
+                     speculating: bool) -> RoundResult:
+        """One verifier call over a chain: draft, verify, accept, roll back (implicit, see step 5), emit."""
         # 2. Draft: up to gamma tokens (greedy `auto`: as many as pay here), leaving room in the budget for the
         #    correction or bonus token.
         length, why = self._chain_length(reply, config) if speculating else (0, DraftStop.OFF)
@@ -351,8 +377,8 @@ class Engine:
             return reply.gamma, None
         if reply.round_index and self.sizer.cost.stale(1):  # see cost.VerifyCost.stale
             return 0, DraftStop.PROBE
-        length = self.sizer.best_length(self.chain_record.rates(), reply.gamma)
-        return length, None if length else DraftStop.COST
+        length = self._paying_length(reply)
+        return (max(1, length), None) if self._pays(length > 0) else (0, DraftStop.COST)
 
     def _record_chain(self, draft: Draft, n_accepted: int, config: GenerationConfig) -> None:
         if not self._sizes_chains(config):
@@ -360,8 +386,6 @@ class Engine:
         if draft.token_ids:
             self.chain_record.observe(len(draft.token_ids), n_accepted)
             self.sizer.observe_draft(len(draft.token_ids), draft.draft_s)
-        elif draft.stop is DraftStop.COST:
-            self.chain_record.age()  # priced out: drift back to the prior, and try again in a while
 
     def tree_nodes(self, config: GenerationConfig) -> int:
         """The most tree nodes a round may check (0: a chain); for `auto` see defaults.tree_nodes_for."""
@@ -400,19 +424,28 @@ class Engine:
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
         return tree
 
-    # Tree rounds priced out in a row before one drafts anyway: the draft's time per expansion is learned only
-    # by drafting, and a slow first round (a cold draft: ~1 s in the app's first reply) would otherwise price
-    # the draft out for good. About every 16 rounds, as the position record's aging retries a chain.
+    # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
+    # slow first round (a cold draft: ~1 s in the app's first reply) would otherwise price it out for good.
     PROBE_AFTER = 16
 
     def _tree_pays(self, reply: _Reply) -> bool:
         """Whether this round should grow a tree at all. Growing even the root's children costs a draft
-        step whatever is kept afterwards (a draft with another tokenizer also re-reads the text), so when the
-        main lines' recent acceptance (the position record) cannot pay for one drafting step and its row as a
-        chain would (cost.TreeSizer.best_length), the round is a plain step, and the record ages back towards
-        its prior; every PROBE_AFTER such rounds, one drafts anyway and measures the draft afresh."""
-        if (not self.sizer.draft_settled or self.priced_out >= self.PROBE_AFTER
-                or self.sizer.best_length(self.chain_record.rates(), reply.gamma)):
+        step whatever is kept afterwards (a draft with another tokenizer also re-reads the text), so it is
+        weighed as a chain would be (_pays)."""
+        return self._pays(self._paying_length(reply) > 0)
+
+    def _paying_length(self, reply: _Reply) -> int:
+        """How many tokens a chain drafted now would pay for (cost.TreeSizer.best_length): from the main lines'
+        recent acceptance (the position record), the draft's time per step and the cost of checking. Until
+        the draft's time is settled (a few timings) drafting is taken as free: its first steps are slow."""
+        per_token = None if self.sizer.draft_settled else 0.0
+        return self.sizer.best_length(self.chain_record.rates(), reply.gamma, per_token_s=per_token)
+
+    def _pays(self, worth_it: bool) -> bool:
+        """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
+        plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row, one
+        drafts anyway and measures the draft afresh."""
+        if worth_it or self.priced_out >= self.PROBE_AFTER:
             self.priced_out = 0
             return True
         self.priced_out += 1

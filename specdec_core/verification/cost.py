@@ -261,11 +261,13 @@ class TreeSizer:
         assert seconds is not None
         return seconds
 
-    def best_length(self, rates: Sequence[float], gamma: int, extra_rows: int = 1) -> int:
+    def best_length(self, rates: Sequence[float], gamma: int, extra_rows: int = 1,
+                    per_token_s: float | None = None) -> int:
         """How many tokens a chain should draft this round (0 to `gamma`), to maximise expected tokens per
         second: (1 + sum over k of rates[0] x ... x rates[k-1]) / (verify cost of k + extra rows + k drafting
         steps). `rates[i]`: the chance that the token at position i is accepted when all before it were
-        (PositionRecord). Nothing measured yet: `gamma`, so that the sizes get timed."""
+        (PositionRecord). Nothing measured yet: `gamma`, so that the sizes get timed. `per_token_s`: the
+        drafting time per token to assume (default: draft_per_expansion as measured)."""
         plain = self.cost.estimate(max(1, extra_rows))
         if plain is None:
             return gamma
@@ -274,7 +276,8 @@ class TreeSizer:
         for k in range(1, gamma + 1):
             chance *= rates[min(k - 1, len(rates) - 1)]
             expected += chance
-            rate = expected / (self._verify_s(extra_rows, k) + k * self.draft_per_expansion)
+            per_token = self.draft_per_expansion if per_token_s is None else per_token_s
+            rate = expected / (self._verify_s(extra_rows, k) + k * per_token)
             if rate > best_rate:
                 best, best_rate = k, rate
         return best
@@ -340,3 +343,42 @@ class PositionRecord:
             self.tried[slot] += 1
             if position < accepted:
                 self.right[slot] += 1
+
+
+class WayRecord:
+    """Tokens per second that each way of drafting (a tree, or a chain sized by the cost model) has given in
+    this conversation lately, so that greedy `auto` drafts the way that is fastest for this pair here.
+
+    The two are priced by the same cost model, but each prices its own shape from estimates (a tree's level
+    re-reads its path in the draft, a chain's tokens stay in the draft's cache; a verify over k rows shaped as
+    a tree or a chain), and the estimates err differently from pair to pair: on Qwen2.5-Coder 1.5B with its
+    0.5B the trees gave 1.32x where a 2-token chain gave 1.54x, with the head of the embedded pair the trees
+    win. So each way's real rate is measured (committed tokens over the round's whole time, each older round
+    counting DECAY times less), the faster one drafts, and the other is tried again every EXPLORE rounds, so
+    that a change of text or load can change the choice. A way never tried is tried first."""
+
+    DECAY = 0.85
+    EXPLORE = 12
+
+    def __init__(self, ways: Sequence[str]):
+        self.ways = tuple(ways)
+        self.tokens = dict.fromkeys(self.ways, 0.0)
+        self.seconds = dict.fromkeys(self.ways, 0.0)
+        self.since = dict.fromkeys(self.ways, 0)  # rounds since each way last drafted
+
+    def rate(self, way: str) -> float | None:
+        return self.tokens[way] / self.seconds[way] if self.seconds[way] else None
+
+    def choose(self) -> str:
+        untried = [way for way in self.ways if self.rate(way) is None]
+        if untried:
+            return untried[0]
+        due = [way for way in self.ways if self.since[way] >= self.EXPLORE]
+        return due[0] if due else max(self.ways, key=lambda way: self.rate(way) or 0.0)
+
+    def observe(self, way: str, tokens: int, seconds: float) -> None:
+        """A round drafted `way`'s way and committed `tokens` in `seconds` (drafting, checking and the rest)."""
+        self.tokens[way] = self.tokens[way] * self.DECAY + tokens
+        self.seconds[way] = self.seconds[way] * self.DECAY + seconds
+        for other in self.ways:
+            self.since[other] = 0 if other == way else self.since[other] + 1

@@ -3,9 +3,10 @@ drafter priced out is tried again; the output never changes."""
 
 import pytest
 import tiny
+import torch
 
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.drafting.drafters import DrafterBase, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.drafters import Draft, DrafterBase, ModelDrafter, PromptLookupDrafter
 from specdec_core.drafting.trees import DraftTree
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
@@ -113,8 +114,9 @@ def test_estimates_never_fall_as_rows_grow_even_with_one_slow_unsettled_timing()
 
 
 class ScriptedTreeDrafter(DrafterBase):
-    """Grows a one-node tree: the verifier's next greedy token (right) or that token + 1 (wrong), valued 0.95,
-    reporting a drafting time of `cost(call)` plain steps as the engine has measured them."""
+    """Grows a one-node tree (or drafts a one-token chain, when the engine tries that way): the verifier's next
+    greedy token (right) or that token + 1 (wrong), valued 0.95, reporting a drafting time of `cost(call)`
+    plain steps as the engine has measured them."""
 
     name = "scripted"
     grows_trees = True
@@ -125,15 +127,23 @@ class ScriptedTreeDrafter(DrafterBase):
         self.engine: Engine | None = None
         self.calls = 0
 
-    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
-        raise AssertionError("a tree drafter is asked for trees")
-
-    def propose_tree(self, ids, max_nodes, max_depth, config, vocab_size, eos_token_ids, copied=None, worth=None):
+    def _next(self, ids) -> tuple[int, float]:
         self.calls += 1
         token = self.reference[len(ids) - self.prompt_length] + (0 if self.right else 1)
-        plain = self.engine.sizer.cost.estimate(1) or 0.01
-        return DraftTree((token % self.vocab,), (-1,), (0.95,), (0.95,), DraftStop.TREE,
-                         draft_s=self.cost(self.calls) * plain, expansions=1)
+        return token % self.vocab, self.cost(self.calls) * (self.engine.sizer.cost.estimate(1) or 0.01)
+
+    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
+        if max_tokens <= 0:
+            return Draft.empty(DraftStop.MAX_TOKENS, vocab_size)
+        token, draft_s = self._next(ids)
+        return Draft((token,), torch.nn.functional.one_hot(torch.tensor([token]), vocab_size).float(), (0.95,),
+                     DraftStop.GAMMA, draft_s)
+
+    def propose_tree(self, ids, max_nodes, max_depth, config, vocab_size, eos_token_ids, copied=None, worth=None):
+        if max_depth <= 0:
+            return DraftTree.empty(DraftStop.MAX_TOKENS)
+        token, draft_s = self._next(ids)
+        return DraftTree((token,), (-1,), (0.95,), (0.95,), DraftStop.TREE, draft_s=draft_s, expansions=1)
 
 
 class FixedCost(VerifyCost):
@@ -159,7 +169,7 @@ def test_a_tree_drafter_that_is_never_right_and_costs_time_ends_paused_and_the_t
         pair, tiny_tokenizer):
     # Drafting costs 30 % of a plain step: worth it only if right more than 30 % of the time; never here.
     drafter, rounds = scripted(pair, tiny_tokenizer, right=False, cost=lambda call: 0.3)
-    # A few trees to learn that none pays, then plain steps, with a tree now and then to try again.
+    # A few drafts to learn that none pays, then plain steps, with a draft now and then to try again.
     assert drafter.calls <= len(rounds) / 4
     assert sum(r.stop is DraftStop.COST and not r.tree for r in rounds[-20:]) >= 15
 
@@ -171,4 +181,4 @@ def test_a_draft_slow_in_its_first_rounds_is_not_priced_out_for_good(pair, tiny_
     # Priced out by its slow start (the median of its first timings), it drafts again after a probe or two ...
     assert any(r.stop is DraftStop.COST for r in rounds)
     late = rounds[-8:]
-    assert all(r.tree and r.n_accepted == 1 for r in late)  # ... every round, its tokens accepted
+    assert all(len(r.drafted) == r.n_accepted == 1 for r in late)  # ... every round, its tokens accepted
