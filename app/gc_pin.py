@@ -76,6 +76,7 @@ class GuiThreadCollector(QObject):
         """Collect again, and never walk the objects alive now (the conversation just read among them)."""
         gc.freeze()
         self.paused = False
+        self._long_lived = 0  # the old generation is now only what comes after: full collections are cheap again
 
     def collect(self) -> int | None:
         """Collect the oldest generation whose count passed its threshold; which one, or None (also while
