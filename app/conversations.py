@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
-from app import branches
+from app import branches, gc_pin
 from app.chat_view import MessageBubble, Notice
 from app.ports import WindowPort
 from app.session import Busy
@@ -97,6 +97,7 @@ class ConversationController:
             w.say("Stop the reply before switching conversations")
             return
         self.opening = (conv_id, w.conv, len(w.conv.messages))
+        gc_pin.collector().pause()  # until it has arrived (app/gc_pin.py: its records are not walked)
         w.say("Opening…")
         future = w.store.load_in_background(conv_id)
         future.add_done_callback(lambda f: self._load_done(conv_id, f))
@@ -110,6 +111,7 @@ class ConversationController:
 
     def _loaded(self, conv_id: str, future) -> None:
         w = self.window
+        gc_pin.collector().freeze()
         if self.opening != (conv_id, w.conv, len(w.conv.messages)) or w.busy in GENERATING or w.closing:
             return  # the user moved on while it loaded
         self.opening = None

@@ -10,6 +10,15 @@ thread waited for the GIL.
 So while a window is open, automatic collection is off, and a timer on the GUI thread collects
 instead, by the collector's own rules. pyqtgraph, calibre and novelWriter do the same for the same
 reason. The GUI waits no longer than before: a collection holds the GIL on whichever thread runs it.
+
+A conversation read from the store is hundreds of thousands of tracked objects for 200 replies (every
+token's record and its alternatives). Each young collection that found them walked them all, and so did the
+next older one: 0.3-0.7 s stalls on the GUI thread (bench/open_chat.py) for records that live as long as the
+chat is shown. So while one is read nothing is collected (`pause`), and once it has arrived every object
+alive is frozen (`freeze`, gc.freeze): no collection walks them again. Reference counting still frees them (a
+record refers to no record, so a closed chat's records go when the chat does); only cyclic garbage among the
+frozen objects waits, until the next conversation is opened (`pause` thaws them) and a full collection runs,
+or the window closes. (Switching between two chats eight times left none.)
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ class GuiThreadCollector(QObject):
         self.users = 0
         self._restore = True  # whether automatic collection was on before the first user
         self._long_lived = 0  # objects in the oldest generation after the last full collection
+        self.paused = False  # a conversation is being read: collect nothing until it has arrived
         self._timer = QTimer(self)
         self._timer.setInterval(INTERVAL_MS)
         self._timer.timeout.connect(self.collect)
@@ -50,19 +60,34 @@ class GuiThreadCollector(QObject):
         self.users -= 1
         if self.users == 0:
             self._timer.stop()
+            self.paused = False
+            gc.unfreeze()
             gc.collect()  # here, on the GUI thread, before any other thread may collect again
             if self._restore:
                 gc.enable()
 
+    def pause(self) -> None:
+        """Collect nothing until `freeze`: long-lived records are being made (a conversation is read). Thaws
+        what the last freeze kept, so that the collector sees the previous chat's objects again."""
+        gc.unfreeze()
+        self.paused = True
+
+    def freeze(self) -> None:
+        """Collect again, and never walk the objects alive now (the conversation just read among them)."""
+        gc.freeze()
+        self.paused = False
+        self._long_lived = 0  # the old generation is now only what comes after: full collections are cheap again
+
     def collect(self) -> int | None:
-        """Collect the oldest generation whose count passed its threshold; which one, or None.
+        """Collect the oldest generation whose count passed its threshold; which one, or None (also while
+        paused).
 
         gc.get_count() counts allocations since the last young collection, and for the older
         generations the collections of the next younger one: the counts CPython itself compares with
         gc.get_threshold() to choose what to collect.
         """
         counts, thresholds = gc.get_count(), gc.get_threshold()
-        if counts[0] <= thresholds[0]:
+        if self.paused or counts[0] <= thresholds[0]:
             return None
         generation = 0
         for older in (1, 2):

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store import Settings
+from app.store import TEMPERATURE_MAX, Settings
 from specdec_core.defaults import GAMMA_CEILING, HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT
 from specdec_core.defaults import VERIFIER as DEFAULT_VERIFIER
 
@@ -224,7 +224,7 @@ class SettingsPanel(QScrollArea):
         self.cutoff.setToolTip("Stop drafting when the draft's top probability falls below this (0: off)")
         g.addRow("Confidence cutoff", self.cutoff)
         self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 2.0)
+        self.temperature.setRange(0.0, TEMPERATURE_MAX)
         self.temperature.setSingleStep(0.1)
         self.temperature.setDecimals(2)
         self.temperature.setSpecialValueText("0 (greedy)")

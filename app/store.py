@@ -925,6 +925,9 @@ _CHOICES = {"drafter": defaults.DRAFTER_KINDS, "dtype": ("auto", "float32", "bfl
 # Fields GenerationConfig checks (ranges, finite floats): one rule for the CLI, the engine and the app.
 _GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens", "gamma", "confidence_cutoff",
                       "tree_nodes", "repetition_penalty")
+# The settings panel's temperatures. A higher one in settings.json is refused at load: the panel would show it
+# as 2.00 while replies sampled at it, then silently write 2.0 back at the next edit. (The CLI takes any.)
+TEMPERATURE_MAX = 2.0
 
 
 @dataclass
@@ -1006,6 +1009,8 @@ def _setting_problem(name: str, value: object) -> str | None:
         return f"{value!r} is not one of {', '.join(_CHOICES[name])}"
     if name == "draft_tokens" and isinstance(value, int) and not 0 <= value <= 128:
         return f"{value} is outside 0..128"
+    if name == "temperature" and isinstance(value, float) and value > TEMPERATURE_MAX:
+        return f"{value:g} is above {TEMPERATURE_MAX:g}, the highest the settings panel offers"
     if name in _GENERATION_FIELDS:
         from specdec_core.config import GenerationConfig
         from specdec_core.errors import ConfigError

@@ -443,7 +443,7 @@ def test_the_gui_thread_collector_makes_a_full_collection_only_when_the_old_gene
         assert c.collect() is None  # nothing allocated since
         c._long_lived = 10**9  # as if the last full collection had left a huge old generation
         while gc.get_count()[2] <= gc.get_threshold()[2]:  # young collections until both older ones pass
-            keep.append([[i] for i in range(gen0 + 1)])
+            keep.append([[i] for i in range(2 * gen0)])  # well past the threshold (frees may lower the count)
             assert c.collect() in (0, 1)
         c._long_lived = 0  # now it has grown by more than a quarter
         keep.append([[i] for i in range(2 * gen0)])
@@ -451,6 +451,34 @@ def test_the_gui_thread_collector_makes_a_full_collection_only_when_the_old_gene
     finally:
         c.release()
     assert gc.isenabled()
+
+
+def test_the_gui_thread_collector_collects_nothing_while_paused_and_thaws_at_the_next_pause():
+    import gc
+
+    from app.gc_pin import GuiThreadCollector
+
+    class Cyclic:
+        def __init__(self) -> None:
+            self.me = self
+
+    c = GuiThreadCollector()
+    c.acquire()
+    try:
+        c.pause()
+        ghost = Cyclic()
+        keep = [[i] for i in range(2 * gc.get_threshold()[0])]
+        assert c.collect() is None
+        c.freeze()  # a conversation arrived: everything alive now is out of the collector's sight
+        alive = {id(o) for generation in range(3) for o in gc.get_objects(generation)}
+        assert id(ghost) not in alive and id(keep) not in alive and gc.get_freeze_count() > 0
+        c.pause()  # the next one is opened: the last one's objects are the collector's again
+        alive = {id(o) for generation in range(3) for o in gc.get_objects(generation)}
+        assert id(ghost) in alive and gc.get_freeze_count() == 0
+        c.freeze()
+    finally:
+        c.release()
+    assert gc.get_freeze_count() == 0 and not c.paused and gc.isenabled()
 
 
 def test_graphs_and_bubbles_fit_the_default_window_after_a_reply(make_window, qtbot, send_and_wait):

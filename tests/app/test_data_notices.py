@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_bad_files_are_reported_in_the_window_never_fatal(qtbot, data_dir, monkeypatch):
     from app.store import ConversationStore, Settings
@@ -32,3 +34,24 @@ def test_bad_files_are_reported_in_the_window_never_fatal(qtbot, data_dir, monke
     assert w.conv.read_only and any("read-only" in t for t in shown)
     w.conversations.save()  # a reply in it would save: refused, the stored document stays as it was
     assert ConversationStore().load("from-the-future").messages[0].extra == {"mood": "curious"}
+
+
+@pytest.mark.parametrize("temperature", [1e39, 3.0])
+def test_a_temperature_the_settings_panel_cannot_show_is_refused_with_a_notice(qtbot, data_dir, monkeypatch,
+                                                                               temperature):
+    """Issue 25: settings.json's temperature 1e39 sampled the replies while the panel showed 2.00, and the next
+    edit of any setting silently made it 2.0."""
+    from app.store import ConversationStore, Settings
+    from app.window import MainWindow
+
+    data_dir.mkdir(parents=True)
+    (data_dir / "settings.json").write_text(json.dumps({"temperature": temperature, "seed": 4}))
+    shown: list[str] = []
+    monkeypatch.setattr(MainWindow, "show_info", lambda self, text: shown.append(text))
+    store = ConversationStore()
+    w = MainWindow(Settings.load(store.root), store, persist_settings=False)
+    qtbot.addWidget(w)
+    assert w.settings.temperature == 0.0 == w.settings_panel.temperature.value() and w.settings.seed == 4
+    assert any("temperature" in t and "settings panel" in t for t in shown), shown
+    w.settings_panel.seed.setValue(5)  # an edit writes every field back from the panel
+    assert w.settings.temperature == 0.0

@@ -211,6 +211,30 @@ def test_a_long_chat_is_read_off_the_gui_thread_and_drawn_from_its_end(make_wind
     assert [b.text() for b in w.chat.bubbles] == [m.content for m in conv.messages]
 
 
+def test_a_loaded_chat_is_not_walked_by_the_gui_threads_garbage_collector(make_window, qtbot, data_dir):
+    """Issue 25: after a 200-reply chat arrived, the GUI thread's collector walked its ~400k records in one young
+    collection after another (322-662 ms stalls, the longest of the open). Nothing is collected while it is
+    read, and once it has arrived its records are frozen: no collection walks them; closing thaws them."""
+    import gc
+
+    from app import gc_pin
+    from app.store import ConversationStore
+
+    conv = long_chat(3)
+    ConversationStore(data_dir).save(conv)
+    w = make_window(load=False)
+    w.store._writer.submit(lambda: __import__("time").sleep(0.3))  # the store's thread is busy a moment
+    w.conversations.open(conv.id)
+    assert gc_pin.collector().collect() is None  # while it is read: no collection
+    qtbot.waitUntil(lambda: w.conv.id == conv.id, timeout=10_000)
+    records = [t for m in w.conv.messages if m.trace for t in m.trace.tokens]
+    walked = {id(o) for generation in range(3) for o in gc.get_objects(generation)}
+    assert records and not any(id(r) in walked for r in records)
+    assert not gc_pin.collector().paused
+    w.close()
+    assert gc.get_freeze_count() == 0
+
+
 def test_a_chat_still_loading_is_not_shown_over_the_one_the_user_moved_to(make_window, qtbot, data_dir):
     from app.store import ConversationStore
 

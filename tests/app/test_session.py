@@ -51,8 +51,19 @@ def test_a_cancel_takes_effect_after_the_verifier_loads(request_):
     assert "draft" not in {s.what for s in steps}
 
 
-@pytest.mark.parametrize("temperature", [1e-300, 1e-40])
-def test_a_tiny_temperature_in_settings_json_replies_as_greedy(request_, tmp_path, temperature):
+@pytest.fixture(scope="module")
+def loud_pair(tmp_path_factory, tiny_tokenizer):
+    """A verifier whose logits reach ~100, as real models' do (logits / 1e-38 leaves float32), and its draft."""
+    import tiny
+
+    root = tmp_path_factory.mktemp("loud_pair")
+    return (tiny.save_model(root / "verifier", "llama", tiny_tokenizer, seed=1, logit_scale=100.0),
+            tiny.save_model(root / "draft", "llama", tiny_tokenizer, seed=1, logit_scale=100.0, noise=0.3,
+                            noise_seed=7))
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-40, 1e-38])
+def test_a_tiny_temperature_in_settings_json_replies_as_greedy(request_, loud_pair, tmp_path, temperature):
     """Issue 25: settings.json's temperature 1e-300 gave a NaN distribution and a reply of one id repeated."""
     import json
 
@@ -60,7 +71,8 @@ def test_a_tiny_temperature_in_settings_json_replies_as_greedy(request_, tmp_pat
     from app.store import Settings
     from specdec_core.events import Finished
 
-    session = load_session(request_, lambda step: None, lambda: False)
+    loud = replace(request_, verifier=str(loud_pair[0]), draft=str(loud_pair[1]))
+    session = load_session(loud, lambda step: None, lambda: False)
     messages = [{"role": "user", "content": "The capital of France is"}]
 
     def reply(settings_json: dict) -> list[int]:

@@ -144,21 +144,47 @@ def test_the_cli_refuses_non_finite_floats(capsys, folders, flag, value):
     assert code == 2 and "finite" in one_error_line(err)
 
 
-def cli_reply(capsys, folders, *args) -> dict:
+def cli_reply(capsys, folders, *args, draft: str = "draft") -> dict:
     code = main(["generate", "The capital of France is", "--verifier", folders["verifier"], "--draft",
-                 folders["draft"], "--device", "cpu", "--max-new-tokens", "12", "--json", *args])
+                 folders[draft], "--device", "cpu", "--max-new-tokens", "12", "--json", *args])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     return json.loads(captured.out.splitlines()[0])
 
 
+@pytest.fixture(scope="module")
+def loud(tmp_path_factory, tiny_tokenizer):
+    """A verifier whose logits reach ~100, as real models' do (logits / 1e-38 then leaves float32), a draft
+    with its tokenizer, and one with another tokenizer (its logits are -inf outside the ids it maps to)."""
+    root = tmp_path_factory.mktemp("loud_models")
+    other = tiny.make_tokenizer(corpus=[line.upper() for line in tiny.CORPUS])
+    return {"verifier": str(tiny.save_model(root / "verifier", "llama", tiny_tokenizer, seed=1, logit_scale=100.0)),
+            "draft": str(tiny.save_model(root / "draft", "llama", tiny_tokenizer, seed=1, logit_scale=100.0,
+                                         noise=0.3, noise_seed=7)),
+            "stranger": str(tiny.save_model(root / "stranger", "llama", other, seed=2))}
+
+
 @pytest.mark.parametrize("speculation", [[], ["--no-speculation"]])
-@pytest.mark.parametrize("temperature", ["1e-300", "1e-40"])
-def test_a_temperature_too_small_for_float32_replies_as_greedy(capsys, folders, speculation, temperature):
+@pytest.mark.parametrize("temperature", ["1e-300", "1e-40", "1e-38"])
+def test_a_temperature_too_small_for_float32_replies_as_greedy(capsys, loud, speculation, temperature):
     """Issue 25: logits / 1e-300 overflowed to NaN and the reply was one id repeated at acceptance 1.0."""
-    greedy = cli_reply(capsys, folders, "--temperature", "0", *speculation)
-    tiny_t = cli_reply(capsys, folders, "--temperature", temperature, "--seed", "3", *speculation)
-    assert tiny_t["token_ids"] == greedy["token_ids"]
+    greedy = cli_reply(capsys, loud, "--temperature", "0", "--max-new-tokens", "24", *speculation)
+    tiny_t = cli_reply(capsys, loud, "--temperature", temperature, "--seed", "3", "--max-new-tokens", "24",
+                       *speculation)
+    assert tiny_t["token_ids"] == greedy["token_ids"] and len(greedy["token_ids"]) == 24
+
+
+def test_a_temperature_too_large_for_float32_samples_uniformly(capsys, loud):
+    """Issue 25: 1e39 is inf in float32, and a draft's -inf logit over inf is NaN (here a draft with another
+    tokenizer: -inf outside the ids it maps to). Verifier-only, logits / inf are all 0: uniform already."""
+    reply = cli_reply(capsys, loud, "--temperature", "1e39", "--seed", "3", "--max-new-tokens", "48",
+                      draft="stranger")
+    ids = reply["token_ids"]
+    assert len(ids) == 48 and reply["error"] is None and reply["stats"]["drafted"] > 0
+    # 48 draws from the uniform distribution over 320 ids: ~3.5 repeats expected (greedy here: 24 distinct).
+    assert len(set(ids)) >= 40 and max(ids.count(i) for i in ids) <= 3, ids
+    numbers = [v for v in reply["stats"].values() if isinstance(v, float)]
+    assert numbers and all(math.isfinite(v) for v in numbers), reply["stats"]
 
 
 # --------------------------------------------------------------------------- 8. one error line, exit 2
