@@ -85,6 +85,14 @@ def cmd_features(args) -> None:
     compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens)
 
 
+def _head_folder(work: Path, name: str) -> str:
+    """--init-from: a training run's head (<work>/runs/<name>/model), or a head's folder (an exported one)."""
+    folder = Path(name)
+    if (folder / "config.json").is_file():
+        return str(folder)
+    return str(work / "runs" / name / "model")
+
+
 def cmd_train_head(args) -> None:
     from distill.head import HeadSettings, train_head
 
@@ -92,8 +100,8 @@ def cmd_train_head(args) -> None:
                             max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
                             cls_weight=args.cls_weight, noise=args.noise, seed=args.seed, warmup=args.warmup,
                             chain_steps=args.chain_steps, depth_decay=args.depth_decay,
-                            validation_shards=args.validation_shards,
-                            init_from=str(args.work / "runs" / args.init_from / "model") if args.init_from else "")
+                            validation_shards=args.validation_shards, head_ids=args.head_ids,
+                            init_from=_head_folder(args.work, args.init_from) if args.init_from else "")
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
     print(json.dumps({k: v for k, v in figures.items() if k != "history"}, indent=2))
@@ -126,7 +134,8 @@ def cmd_export(args) -> None:
     stems = [path.stem.split("-") for path in (args.work / "replies").glob("*.pt")]
     facts = {"verifier": args.verifier, "exported": time.strftime("%Y-%m-%d %H:%M:%S"), "run": args.run,
              "reply_modes": sorted({parts[0] for parts in stems}),
-             "prompt_sets": sorted({parts[1] if len(parts) > 2 else "train" for parts in stems})}
+             "prompt_sets": sorted({parts[1] if len(parts) > 2 else "corpus" if parts[0].startswith("corpus")
+                                    else "train" for parts in stems})}
     dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts)
     size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     print(f"exported to {dest} ({size / 1e6:.1f} MB)")
@@ -181,6 +190,8 @@ def cmd_card(args) -> None:
 
     card = build_card(figures, quick, QUICK_CHECK, size,
                       command="python -m distill " + shlex.join(sys.argv[1:]))
+    if args.compare:  # figures measured elsewhere (before and after this head), shown as the card's table
+        card["comparison"] = json.loads(Path(args.compare).read_text())
     (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
 
     (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
@@ -234,11 +245,15 @@ def main(argv: list[str] | None = None) -> None:
 
     p = steps.add_parser("train-head", help="train (or resume) a draft head on the verifier's hidden states")
     p.add_argument("--run", default="head", help="name of this training run (its folder under <work>/runs)")
-    p.add_argument("--init-from", metavar="RUN", help="start from the head trained by this earlier run (when the "
+    p.add_argument("--init-from", metavar="RUN|FOLDER", help="start from the head trained by this earlier run, "
+                   "or from a head's folder such as assets/smollm2-135m-draft (when the "
                    "data has grown: its weights, with token ids, optimizer and schedule anew)")
     p.add_argument("--validation-shards", default="", metavar="STEMS",
                    help="comma-separated replies shards to validate on (default: a random 3%% of sequences)")
     p.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
+    p.add_argument("--head-ids", choices=["data", "merge"], default="data",
+                   help="the token ids the head can propose: those this data puts most probability on (data), or "
+                        "--init-from's, its rarest replaced by this data's top-1 tokens it lacks (merge)")
     p.add_argument("--chain-steps", "--ttt-depth", type=int, default=3, help="drafting steps trained per position, "
                    "each on the head's own previous prediction (EAGLE-3's training-time test; 1: teacher forcing only)")
     p.add_argument("--depth-decay", type=float, default=1.0,
@@ -284,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sampled-gamma", type=int, default=3)
     p.add_argument("--hybrid-gamma", type=int, default=4, help="gamma of the shipped hybrid (prompt lookup + draft)")
     p.add_argument("--hybrid-draft-tokens", type=int, default=1, help="the draft's tokens per round in the hybrid")
+    p.add_argument("--compare", default="", metavar="JSON", help="a before/after table to show in the card: "
+                   '{"title", "before", "after", "rows": [{"set", "figure", "before", "after", "command"}], "note"}')
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.set_defaults(run_step=cmd_card)
 

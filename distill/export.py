@@ -19,6 +19,14 @@ def _earlier_runs(history: dict) -> list[dict]:
     folder = history.get("settings", {}).get("init_from")
     while folder and folder not in seen:
         seen.add(folder)
+        exported = Path(folder) / "distill.json"
+        if exported.is_file():  # an exported head (assets/<name>): its own run and the runs behind it
+            head = json.loads(exported.read_text())
+            last = (head.get("history") or [{}])[-1]
+            chain.extend([{"run": head.get("run", "head"), "settings": head.get("settings", {}), "last": last,
+                           "best_val_agreement": head.get("best_val_agreement")},
+                          *head.get("earlier_runs", [])[::-1]])
+            break
         run = Path(folder).parent  # init_from names <run>/model
         try:
             earlier = json.loads((run / "train.json").read_text())

@@ -62,6 +62,10 @@ class HeadSettings:
     # Comma-separated replies shards (stems) to validate on instead of a random share of sequences. A run
     # that starts from an earlier head needs shards that head never trained on, or its figures flatter it.
     validation_shards: str = ""
+    # The head's token ids: "data", the ids this run's data puts most probability on; "merge" (with
+    # init_from), the earlier head's ids, its last-ranked ones replaced by the tokens that are the verifier's
+    # top-1 somewhere in this data and that it lacks (merged_head_ids).
+    head_ids: str = "data"
 
 
 # --------------------------------------------------------------------------- features
@@ -125,14 +129,39 @@ def load_examples(work: Path, max_length: int, eos_ids: set[int], shards: set[st
     return examples
 
 
-def label_mass(work: Path, vocab_size: int) -> torch.Tensor:
-    """How much probability the verifier put on each token id over all recorded reply positions (top-k)."""
+def _label_files(work: Path, skip: frozenset[str]) -> list[Path]:
+    return [path for path in sorted((work / "labels").glob("*.pt")) if path.stem not in skip]
+
+
+def label_mass(work: Path, vocab_size: int, skip: frozenset[str] = frozenset()) -> torch.Tensor:
+    """How much probability the verifier put on each token id over all recorded reply positions (top-k),
+    the shards named in `skip` (validation shards) left out."""
     counts = torch.zeros(vocab_size, dtype=torch.float64)
-    for path in sorted((work / "labels").glob("*.pt")):
+    for path in _label_files(work, skip):
         labels = torch.load(path)
         for ids, logp in zip(labels["top_ids"], labels["top_logp"]):
             counts.index_add_(0, ids.reshape(-1).long(), logp.float().exp().reshape(-1).double())
     return counts
+
+
+def top1_counts(work: Path, vocab_size: int, skip: frozenset[str] = frozenset()) -> torch.Tensor:
+    """How often each token id is the verifier's top-1 over all recorded reply positions (but `skip`'s)."""
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for path in _label_files(work, skip):
+        for ids in torch.load(path)["top_ids"]:
+            counts.index_add_(0, ids[:, 0].long(), torch.ones(len(ids), dtype=torch.float64))
+    return counts
+
+
+def merged_head_ids(earlier: torch.Tensor, mass: torch.Tensor, top1: torch.Tensor) -> torch.Tensor:
+    """An earlier head's ids (most probable first, as set_head_ids stores them) with the ids that are the
+    verifier's top-1 somewhere in the new data and that it lacks, most probable first, in place of its
+    last-ranked ones (at most a quarter of them): a head moved to new kinds of text keeps proposing what it
+    did, and can propose the new text's tokens at all."""
+    have = set(earlier.tolist())
+    new = [i for i in torch.argsort(-mass, stable=True).tolist() if top1[i] > 0 and i not in have]
+    new = new[:len(earlier) // 4]
+    return torch.cat([earlier[:len(earlier) - len(new)], torch.tensor(new, dtype=earlier.dtype)])
 
 
 # --------------------------------------------------------------------------- training
@@ -271,12 +300,20 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
             vocab_size=output.shape[0], head_size=min(settings.head_size, output.shape[0]),  # a small vocabulary: all
             verifier_name=verifier.name, verifier_fingerprint=embedding_fingerprint(embed.weight))
     head = SpecdecHeadModel(config)
-    mass = label_mass(work, output.shape[0])
+    # The token ids are chosen without the named validation shards: their tokens would flatter the head there.
+    held = frozenset(settings.validation_shards.split(",")) if settings.validation_shards else frozenset()
+    mass = label_mass(work, output.shape[0], held)
     if checkpoint is None:
         if settings.init_from:
             _start_from(head, Path(settings.init_from))
-        # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
-        head.set_head_ids(ranking_from_counts(mass, special_ids)[:config.head_size])
+        if settings.head_ids == "merge":
+            if not settings.init_from:
+                raise SystemExit("--head-ids merge needs --init-from (the head whose ids it keeps)")
+            earlier = SpecdecHeadModel.from_pretrained(settings.init_from).head_ids
+            head.set_head_ids(merged_head_ids(earlier, mass, top1_counts(work, output.shape[0], held)))
+        else:
+            # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
+            head.set_head_ids(ranking_from_counts(mass, special_ids)[:config.head_size])
     else:
         head.load_state_dict(checkpoint["model"])
     output_rows, subset_index = _subset(head, output)
