@@ -158,10 +158,12 @@ def _train_command(run: str, settings: dict) -> str:
                                ("--steps", "steps", None),
                                ("--warmup", "warmup", 100), ("--lr", "lr", 1e-3),
                                ("--batch-tokens", "batch_tokens", None), ("--noise", "noise", 0.2),
+                               ("--validate-every", "validate_every", 100), ("--fp32", "bf16", True),
                                ("--validation-shards", "validation_shards", "")):
         value = settings.get(key)
         if value is not None and value != default:
-            parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+            parts.append(flag if isinstance(value, bool) else f"{flag} {value:g}" if isinstance(value, float)
+                         else f"{flag} {value}")
     return "python -m distill train-head " + " ".join(parts)
 
 
@@ -272,7 +274,7 @@ states up to the last verified token and its own predictions after that.
 - loss: smooth L1 between predicted and true hidden state + {settings.get('cls_weight')} x cross-entropy
   from the verifier's top-16 distribution (restricted to the subset) to the head's, at each drafting
   step, the later steps reading the head's own predictions; input states get uniform noise of width
-  {settings.get('noise')} standard deviations; bf16 autocast on the CPU.
+  {settings.get('noise')} standard deviations; {'bf16 autocast' if settings.get('bf16', True) else 'fp32'} on the CPU.
 - training, {minutes:.0f} minutes on the CPU in all, each run continuing the previous one as the data grew
   (the best validation checkpoint of the last run is the one exported; {validation}):
 {run_lines}
