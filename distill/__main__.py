@@ -137,7 +137,8 @@ def cmd_export(args) -> None:
              "reply_modes": sorted({parts[0] for parts in stems}),
              "prompt_sets": sorted({parts[1] if len(parts) > 2 else "corpus" if parts[0].startswith("corpus")
                                     else "train" for parts in stems})}
-    dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts)
+    dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts,
+                        (Path(args.average_with), args.share) if args.average_with else None)
     size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     print(f"exported to {dest} ({size / 1e6:.1f} MB)")
 
@@ -282,6 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     p = steps.add_parser("export", help="write the trained draft to assets/")
     p.add_argument("--run", default="main")
     p.add_argument("--dest", type=Path, default=ASSETS / DEFAULT_NAME)
+    p.add_argument("--average-with", metavar="FOLDER", help="the head the run started from: export the average "
+                   "of its weights and the run's (keeps more of what it knew; see --share)")
+    p.add_argument("--share", type=float, default=0.5, help="with --average-with: the run's share of the average")
     p.set_defaults(run_step=cmd_export)
 
     p = steps.add_parser("measure", help="acceptance and speed on held-out prompts")

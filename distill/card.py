@@ -228,6 +228,12 @@ def render_head_card(card: dict, distill: dict) -> str:
         f"minutes; validation agreement (step 1) {r['last'].get('val_agreement1', 0):.3f}"
         + (f", starting from `{runs[i - 1]['run']}`" if i else "") for i, r in enumerate(runs))
     corpus_line, corpus_commands = _corpus_data(distill)
+    averaged = distill.get("averaged_with")
+    averaged_flags = f" --average-with {averaged['head']} --share {averaged['share']:g}" if averaged else ""
+    if averaged:
+        corpus_line += (f"\n- exported as the average of the last run's weights ({averaged['share']:.0%}) and those of "
+                        f"the head it started from (`{averaged['head']}`), which keeps more of what that head knew "
+                        "(WiSE-FT, Wortsman et al. 2022).")
     commands = "\n".join(_train_command(r["run"], r["settings"]) for r in runs[:-1])
     commands += "\n" + corpus_commands + _train_command(runs[-1]["run"], runs[-1]["settings"])
     validation = ("validation replies are held back from each run, but earlier runs may have trained on them, "
@@ -287,7 +293,7 @@ python -m distill prompts
 python -m distill generate --modes greedy --shard-size 32 --batch-size 32
 python -m distill generate --modes t07 --skip 3000 --shard-size 32 --batch-size 32
 {extra_command}{commands}
-python -m distill export --run {runs[-1]['run']}
+python -m distill export --run {runs[-1]['run']}{averaged_flags}
 python -m distill card --gammas 1,2,3 --sampled-gamma 1
 ```
 

@@ -78,10 +78,12 @@ def test_a_run_from_an_exported_head_proposes_the_new_datas_tokens_and_its_expor
 
     generate_replies(verifier, prompts[8:16], second, modes=["t07"], shard_size=8, batch_size=8,
                      max_new_tokens=16, seed=3)
-    more = replace(settings, init_from=_head_folder(second, str(shipped)), head_ids="merge", chain_steps=2)
+    more = replace(settings, init_from=_head_folder(second, str(shipped)), head_ids="merge", chain_steps=2,
+                   bf16=False)
     train_head(verifier, second, second / "runs" / "h2", more, special)
     dest = export_draft(second / "runs" / "h2", verifier.tokenizer, tmp_path / "next",
-                        {"verifier": "tiny", "run": "h2", "reply_modes": ["corpustf"], "prompt_sets": ["corpus"]})
+                        {"verifier": "tiny", "run": "h2", "reply_modes": ["corpustf"], "prompt_sets": ["corpus"]},
+                        average_with=(shipped, 0.25))
 
     from specdec_core.drafting.draft_head import SpecdecHeadModel
 
@@ -93,6 +95,14 @@ def test_a_run_from_an_exported_head_proposes_the_new_datas_tokens_and_its_expor
     added = min(len(lacking), len(before) // 4)
     assert set(after) - set(before) <= lacking and len(set(after) - set(before)) == added
     assert after[:len(before) - added] == before[:len(before) - added]
+
+    # The exported weights are the average asked for: a quarter the run's, three quarters the start's.
+    run = SpecdecHeadModel.from_pretrained(second / "runs" / "h2" / "model").state_dict()
+    start = SpecdecHeadModel.from_pretrained(shipped).float().state_dict()
+    exported = SpecdecHeadModel.from_pretrained(dest).float().state_dict()
+    weight = "layer.down_proj.weight"
+    assert not torch.equal(run[weight], start[weight])
+    torch.testing.assert_close(exported[weight], 0.75 * start[weight] + 0.25 * run[weight], atol=2e-3, rtol=1e-2)
 
     distill = json.loads((dest / "distill.json").read_text())
     assert [r["run"] for r in distill["earlier_runs"]] == ["h"]
@@ -108,6 +118,8 @@ def test_a_run_from_an_exported_head_proposes_the_new_datas_tokens_and_its_expor
                                      "after": "0.35", "command": "specdec bench --prompts independent-heldout"}]}}
     text = render_card(card, distill)
     assert f"train-head --run h2 --init-from {shipped} --head-ids merge --chain-steps 2" in text
+    assert "--fp32" in text and "fp32 on the CPU" in text
+    assert f"export --run h2 --average-with {shipped} --share 0.25" in text and "(25%)" in text
     # Its data: the corpus with teacher-forced prompt text, and the commands that make it; the table as given.
     assert "corpus-replies --teacher-forced" in text and "teacher-forced positions too" in text
     assert "| independent-heldout | acceptance | 0.30 | 0.35 | `specdec bench --prompts independent-heldout` |" in text
