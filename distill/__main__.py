@@ -172,6 +172,16 @@ QUICK_CHECK = {"prompts": 4, "max_new_tokens": 48, "gamma": 1, "hybrid_gamma": 4
 
 def cmd_card(args) -> None:
     """Measure the shipped draft and write the figures its model card states (card.json)."""
+    from distill.card import render_card
+
+    folder = Path(args.draft)
+    if args.rerender:  # the measured figures as they are, the before/after table from --compare
+        card = json.loads((folder / "card.json").read_text())
+        if args.compare:
+            card["comparison"] = json.loads(Path(args.compare).read_text())
+        (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+        (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
+        return
     from distill.measure import measure_pair
     from distill.prompts import read_jsonl
     from specdec_core.loading.models import load_model
@@ -186,9 +196,8 @@ def cmd_card(args) -> None:
     quick = measure_pair(verifier, draft, held_out[:QUICK_CHECK["prompts"]], gammas=(QUICK_CHECK["gamma"],),
                          max_new_tokens=QUICK_CHECK["max_new_tokens"], sampled_gamma=QUICK_CHECK["gamma"],
                          hybrid=(QUICK_CHECK["hybrid_gamma"], QUICK_CHECK["draft_tokens"]))
-    folder = Path(args.draft)
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name != "card.json")
-    from distill.card import build_card, render_card
+    from distill.card import build_card
 
     card = build_card(figures, quick, QUICK_CHECK, size,
                       command="python -m distill " + shlex.join(sys.argv[1:]))
@@ -307,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sampled-gamma", type=int, default=3)
     p.add_argument("--hybrid-gamma", type=int, default=4, help="gamma of the shipped hybrid (prompt lookup + draft)")
     p.add_argument("--hybrid-draft-tokens", type=int, default=1, help="the draft's tokens per round in the hybrid")
+    p.add_argument("--rerender", action="store_true",
+                   help="measure nothing: write README.md again from card.json (and --compare's table)")
     p.add_argument("--compare", default="", metavar="JSON", help="a before/after table to show in the card: "
                    '{"title", "before", "after", "rows": [{"set", "figure", "before", "after", "command"}], "note"}')
     p.add_argument("--max-new-tokens", type=int, default=128)

@@ -92,8 +92,10 @@ def _reply_modes(distill: dict, joiner: str) -> str:
     names = {"greedy": "greedy", "t07": "sampled at temperature 0.7", "t10": "sampled at temperature 1",
              "corpus": "greedy, over the lasting corpus", "corpustf": "greedy, over the lasting corpus, with the "
              "prompts' own text as teacher-forced positions"}
-    if any(m.startswith("corpus") for m in distill.get("reply_modes", [])):
-        return joiner.join(sorted(names[m] for m in distill["reply_modes"] if m in names))
+    if "corpustf" in distill.get("reply_modes", []):
+        return names["corpustf"]
+    if "corpus" in distill.get("reply_modes", []):
+        return names["corpus"]
     return joiner.join(sorted({names.get("greedy" if m.startswith("greedy") else m.rstrip("b"), m)
                                for m in distill.get("reply_modes", [])}))
 
@@ -148,7 +150,7 @@ Command: `{m['command']}`.
 """
 
 
-def _train_command(run: str, settings: dict) -> str:
+def _train_command(run: str, settings: dict, work: str = "") -> str:
     parts = [f"--run {run}"]
     init = settings.get("init_from")
     if init:  # a run's <work>/runs/<run>/model is named by its run, a head's folder by its path
@@ -164,7 +166,7 @@ def _train_command(run: str, settings: dict) -> str:
         if value is not None and value != default:
             parts.append(flag if isinstance(value, bool) else f"{flag} {value:g}" if isinstance(value, float)
                          else f"{flag} {value}")
-    return "python -m distill train-head " + " ".join(parts)
+    return f"python -m distill {work}train-head " + " ".join(parts)
 
 
 def _runs(distill: dict) -> list[dict]:
@@ -204,10 +206,13 @@ def _corpus_data(distill: dict) -> tuple[str, str]:
             "many shapes from `distill/corpus_prompts.py`, not templates x topics, and the verifier's greedy replies"
             + (", the prompts' own text counting as teacher-forced positions too" if teacher_forced else "")
             + f"; validated on {settings.get('validation_shards', 'a random share').replace(',', ', ')}, never "
-            "trained on).")
+            f"trained on; seed {settings.get('seed', 0)}).")
     work = "--work .distill/tf " if teacher_forced else "--work .distill/c "
     commands = (f"python -m distill {work}corpus-replies" + (" --teacher-forced" if teacher_forced else "")
                 + f"\npython -m distill {work}features\npython -m distill {work}label\n")
+    if teacher_forced and "corpus" in distill.get("reply_modes", []):
+        commands += ("# validation shards as plain replies (reply positions only): corpus-replies without "
+                     "--teacher-forced,\n# their files in place of the corpustf ones of the same index\n")
     return line, commands
 
 
@@ -228,6 +233,8 @@ def render_head_card(card: dict, distill: dict) -> str:
         f"minutes; validation agreement (step 1) {r['last'].get('val_agreement1', 0):.3f}"
         + (f", starting from `{runs[i - 1]['run']}`" if i else "") for i, r in enumerate(runs))
     corpus_line, corpus_commands = _corpus_data(distill)
+    recorded = ("recomputed by a batched forward pass of the verifier" if corpus_line
+                else "all recorded while generating")
     averaged = distill.get("averaged_with")
     averaged_flags = f" --average-with {averaged['head']} --share {averaged['share']:g}" if averaged else ""
     if averaged:
@@ -235,7 +242,11 @@ def render_head_card(card: dict, distill: dict) -> str:
                         f"the head it started from (`{averaged['head']}`), which keeps more of what that head knew "
                         "(WiSE-FT, Wortsman et al. 2022).")
     commands = "\n".join(_train_command(r["run"], r["settings"]) for r in runs[:-1])
-    commands += "\n" + corpus_commands + _train_command(runs[-1]["run"], runs[-1]["settings"])
+    work = corpus_commands.split("corpus-replies")[0].removeprefix("python -m distill ") if corpus_commands else ""
+    init = str(runs[-1]["settings"].get("init_from") or "")
+    if len(runs) > 1 and init and not init.endswith("/model"):  # started from an exported head's folder
+        corpus_commands += f"# {init}: the exported head of run {runs[-2]['run']} (the head shipped before this one)\n"
+    commands += "\n" + corpus_commands + _train_command(runs[-1]["run"], runs[-1]["settings"], work)
     validation = ("validation replies are held back from each run, but earlier runs may have trained on them, "
                   "so these agreements run high: the held-out figures above are the ones to trust")
     if runs[-1]["settings"].get("validation_shards"):
@@ -274,7 +285,7 @@ states up to the last verified token and its own predictions after that.
 - prompts: {prompt_files}, composed from templates x topics
   (`distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
 - data: the verifier's own replies ({modes}), its final hidden state at every position of prompt +
-  reply and its top-16 next-token probabilities, all recorded while generating:
+  reply and its top-16 next-token probabilities, {recorded}:
   {last.get('train_sequences', 0):,} replies, {last.get('train_positions', 0):,} reply positions in the last run.\
 {corpus_line}
 - loss: smooth L1 between predicted and true hidden state + {settings.get('cls_weight')} x cross-entropy
@@ -293,8 +304,8 @@ python -m distill prompts
 python -m distill generate --modes greedy --shard-size 32 --batch-size 32
 python -m distill generate --modes t07 --skip 3000 --shard-size 32 --batch-size 32
 {extra_command}{commands}
-python -m distill export --run {runs[-1]['run']}{averaged_flags}
-python -m distill card --gammas 1,2,3 --sampled-gamma 1
+python -m distill {work}export --run {runs[-1]['run']}{averaged_flags}
+{card['measurement']['command']}
 ```
 
 On a lent CUDA machine `scripts/distill_gpu.sh` runs generate, train-head and export in one go.

@@ -107,7 +107,19 @@ def test_a_run_from_an_exported_head_proposes_the_new_datas_tokens_and_its_expor
     distill = json.loads((dest / "distill.json").read_text())
     assert [r["run"] for r in distill["earlier_runs"]] == ["h"]
     assert distill["settings"]["head_ids"] == "merge"
-    card = {"greedy_acceptance_rate": 0.5, "sampled_acceptance_rate_t0.7": 0.4, "speedup": 1.2, "best_gamma": 1,
+    card = _card()
+    text = render_card(card, distill)
+    assert f"train-head --run h2 --init-from {shipped} --head-ids merge --chain-steps 2" in text
+    assert "--fp32" in text and "fp32 on the CPU" in text
+    assert f"export --run h2 --average-with {shipped} --share 0.25" in text and "(25%)" in text
+    # Its data: the corpus with teacher-forced prompt text, and the commands that make it; the table as given.
+    assert "corpus-replies --teacher-forced" in text and "teacher-forced positions too" in text
+    assert "| independent-heldout | acceptance | 0.30 | 0.35 | `specdec bench --prompts independent-heldout` |" in text
+
+
+def _card() -> dict:
+    """card.json as `python -m distill card` writes it, figures made up, with a before/after table."""
+    return {"greedy_acceptance_rate": 0.5, "sampled_acceptance_rate_t0.7": 0.4, "speedup": 1.2, "best_gamma": 1,
             "identical_greedy_output": True, "draft_ms_per_token": 1.0, "verifier_ms_per_token": 10.0, "c": 0.1,
             "folder_bytes": 1000,
             "measurement": {"speculative": {}, "verifier_alone": {"tokens_per_s": 10.0}, "prompts": 1,
@@ -116,10 +128,17 @@ def test_a_run_from_an_exported_head_proposes_the_new_datas_tokens_and_its_expor
             "comparison": {"title": "h against h2", "before": "h", "after": "h2", "note": "load 9",
                            "rows": [{"set": "independent-heldout", "figure": "acceptance", "before": "0.30",
                                      "after": "0.35", "command": "specdec bench --prompts independent-heldout"}]}}
-    text = render_card(card, distill)
-    assert f"train-head --run h2 --init-from {shipped} --head-ids merge --chain-steps 2" in text
-    assert "--fp32" in text and "fp32 on the CPU" in text
-    assert f"export --run h2 --average-with {shipped} --share 0.25" in text and "(25%)" in text
-    # Its data: the corpus with teacher-forced prompt text, and the commands that make it; the table as given.
-    assert "corpus-replies --teacher-forced" in text and "teacher-forced positions too" in text
-    assert "| independent-heldout | acceptance | 0.30 | 0.35 | `specdec bench --prompts independent-heldout` |" in text
+
+
+def test_the_card_step_can_redraw_the_card_with_a_new_before_and_after_table_measuring_nothing(tmp_path):
+    from distill.__main__ import main
+
+    card = _card()
+    del card["comparison"]
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    (tmp_path / "distill.json").write_text(json.dumps({"kind": "head", "run": "h", "settings": {}}))
+    (tmp_path / "compare.json").write_text(json.dumps(_card()["comparison"]))
+    main(["card", "--draft", str(tmp_path), "--rerender", "--compare", str(tmp_path / "compare.json")])
+    text = (tmp_path / "README.md").read_text()
+    assert "## Before and after: h against h2" in text and "| independent-heldout | acceptance | 0.30 | 0.35 |" in text
+    assert json.loads((tmp_path / "card.json").read_text())["comparison"]["after"] == "h2"
