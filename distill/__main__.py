@@ -85,6 +85,14 @@ def cmd_features(args) -> None:
     compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens)
 
 
+def _head_folder(work: Path, name: str) -> str:
+    """--init-from: a training run's head (<work>/runs/<name>/model), or a head's folder (an exported one)."""
+    folder = Path(name)
+    if (folder / "config.json").is_file():
+        return str(folder)
+    return str(work / "runs" / name / "model")
+
+
 def cmd_train_head(args) -> None:
     from distill.head import HeadSettings, train_head
 
@@ -92,8 +100,9 @@ def cmd_train_head(args) -> None:
                             max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
                             cls_weight=args.cls_weight, noise=args.noise, seed=args.seed, warmup=args.warmup,
                             chain_steps=args.chain_steps, depth_decay=args.depth_decay,
-                            validation_shards=args.validation_shards,
-                            init_from=str(args.work / "runs" / args.init_from / "model") if args.init_from else "")
+                            validation_shards=args.validation_shards, head_ids=args.head_ids,
+                            validate_every=args.validate_every, bf16=not args.fp32,
+                            init_from=_head_folder(args.work, args.init_from) if args.init_from else "")
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
     print(json.dumps({k: v for k, v in figures.items() if k != "history"}, indent=2))
@@ -105,14 +114,14 @@ def cmd_agreement(args) -> None:
 
     verifier = _load_verifier(args)
     folder = args.work / "runs" / args.run / "model" if args.run else Path(args.draft)
-    head = SpecdecHeadModel.from_pretrained(folder).eval()
+    head = SpecdecHeadModel.from_pretrained(folder).float().eval()  # as the engine loads it on the CPU
     shards = set(args.shards.split(",")) if args.shards else None
     examples = load_examples(args.work, HeadSettings.max_length, set(verifier.eos_token_ids), shards)
     if not examples:
         raise SystemExit(f"no replies with features and labels under {args.work} ({args.shards or 'all shards'})")
     model = verifier.model
     figures = agreement_by_step(head, model.get_input_embeddings(), model.get_output_embeddings().weight.detach(),
-                                examples, args.steps)
+                                examples, args.steps, bf16=not args.fp32)
     print(json.dumps({"head": str(folder), "shards": args.shards or "all", "replies": len(examples),
                       "positions": sum(e.end - e.first for e in examples),
                       **{f"agreement{s}": round(v, 4) for s, v in figures.items()}}, indent=2))
@@ -126,8 +135,10 @@ def cmd_export(args) -> None:
     stems = [path.stem.split("-") for path in (args.work / "replies").glob("*.pt")]
     facts = {"verifier": args.verifier, "exported": time.strftime("%Y-%m-%d %H:%M:%S"), "run": args.run,
              "reply_modes": sorted({parts[0] for parts in stems}),
-             "prompt_sets": sorted({parts[1] if len(parts) > 2 else "train" for parts in stems})}
-    dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts)
+             "prompt_sets": sorted({parts[1] if len(parts) > 2 else "corpus" if parts[0].startswith("corpus")
+                                    else "train" for parts in stems})}
+    dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts,
+                        (Path(args.average_with), args.share) if args.average_with else None)
     size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     print(f"exported to {dest} ({size / 1e6:.1f} MB)")
 
@@ -161,6 +172,16 @@ QUICK_CHECK = {"prompts": 4, "max_new_tokens": 48, "gamma": 1, "hybrid_gamma": 4
 
 def cmd_card(args) -> None:
     """Measure the shipped draft and write the figures its model card states (card.json)."""
+    from distill.card import render_card
+
+    folder = Path(args.draft)
+    if args.rerender:  # the measured figures as they are, the before/after table from --compare
+        card = json.loads((folder / "card.json").read_text())
+        if args.compare:
+            card["comparison"] = json.loads(Path(args.compare).read_text())
+        (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+        (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
+        return
     from distill.measure import measure_pair
     from distill.prompts import read_jsonl
     from specdec_core.loading.models import load_model
@@ -175,12 +196,13 @@ def cmd_card(args) -> None:
     quick = measure_pair(verifier, draft, held_out[:QUICK_CHECK["prompts"]], gammas=(QUICK_CHECK["gamma"],),
                          max_new_tokens=QUICK_CHECK["max_new_tokens"], sampled_gamma=QUICK_CHECK["gamma"],
                          hybrid=(QUICK_CHECK["hybrid_gamma"], QUICK_CHECK["draft_tokens"]))
-    folder = Path(args.draft)
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file() and p.name != "card.json")
-    from distill.card import build_card, render_card
+    from distill.card import build_card
 
     card = build_card(figures, quick, QUICK_CHECK, size,
                       command="python -m distill " + shlex.join(sys.argv[1:]))
+    if args.compare:  # figures measured elsewhere (before and after this head), shown as the card's table
+        card["comparison"] = json.loads(Path(args.compare).read_text())
     (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
 
     (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
@@ -234,11 +256,17 @@ def main(argv: list[str] | None = None) -> None:
 
     p = steps.add_parser("train-head", help="train (or resume) a draft head on the verifier's hidden states")
     p.add_argument("--run", default="head", help="name of this training run (its folder under <work>/runs)")
-    p.add_argument("--init-from", metavar="RUN", help="start from the head trained by this earlier run (when the "
+    p.add_argument("--init-from", metavar="RUN|FOLDER", help="start from the head trained by this earlier run, "
+                   "or from a head's folder such as assets/smollm2-135m-draft (when the "
                    "data has grown: its weights, with token ids, optimizer and schedule anew)")
     p.add_argument("--validation-shards", default="", metavar="STEMS",
                    help="comma-separated replies shards to validate on (default: a random 3%% of sequences)")
     p.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
+    p.add_argument("--validate-every", type=int, default=100, help="steps between validations (the best is kept)")
+    p.add_argument("--fp32", action="store_true", help="no bfloat16 autocast on the CPU (faster without native bf16)")
+    p.add_argument("--head-ids", choices=["data", "merge"], default="data",
+                   help="the token ids the head can propose: those this data puts most probability on (data), or "
+                        "--init-from's, its rarest replaced by this data's top-1 tokens it lacks (merge)")
     p.add_argument("--chain-steps", "--ttt-depth", type=int, default=3, help="drafting steps trained per position, "
                    "each on the head's own previous prediction (EAGLE-3's training-time test; 1: teacher forcing only)")
     p.add_argument("--depth-decay", type=float, default=1.0,
@@ -258,11 +286,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="a head's folder")
     p.add_argument("--shards", default="", metavar="STEMS", help="comma-separated replies shards (default: all)")
     p.add_argument("--steps", type=int, default=3, help="drafting steps")
+    p.add_argument("--fp32", action="store_true", help="no bfloat16 autocast on the CPU (faster without native bf16)")
     p.set_defaults(run_step=cmd_agreement)
 
     p = steps.add_parser("export", help="write the trained draft to assets/")
     p.add_argument("--run", default="main")
     p.add_argument("--dest", type=Path, default=ASSETS / DEFAULT_NAME)
+    p.add_argument("--average-with", metavar="FOLDER", help="the head the run started from: export the average "
+                   "of its weights and the run's (keeps more of what it knew; see --share)")
+    p.add_argument("--share", type=float, default=0.5, help="with --average-with: the run's share of the average")
     p.set_defaults(run_step=cmd_export)
 
     p = steps.add_parser("measure", help="acceptance and speed on held-out prompts")
@@ -284,6 +316,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sampled-gamma", type=int, default=3)
     p.add_argument("--hybrid-gamma", type=int, default=4, help="gamma of the shipped hybrid (prompt lookup + draft)")
     p.add_argument("--hybrid-draft-tokens", type=int, default=1, help="the draft's tokens per round in the hybrid")
+    p.add_argument("--rerender", action="store_true",
+                   help="measure nothing: write README.md again from card.json (and --compare's table)")
+    p.add_argument("--compare", default="", metavar="JSON", help="a before/after table to show in the card: "
+                   '{"title", "before", "after", "rows": [{"set", "figure", "before", "after", "command"}], "note"}')
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.set_defaults(run_step=cmd_card)
 

@@ -89,7 +89,13 @@ python -m distill card
 
 def _reply_modes(distill: dict, joiner: str) -> str:
     """The reply modes of the data in words ("greedy0" and "t07b" are more shards of greedy and t07)."""
-    names = {"greedy": "greedy", "t07": "sampled at temperature 0.7", "t10": "sampled at temperature 1"}
+    names = {"greedy": "greedy", "t07": "sampled at temperature 0.7", "t10": "sampled at temperature 1",
+             "corpus": "greedy, over the lasting corpus", "corpustf": "greedy, over the lasting corpus, with the "
+             "prompts' own text as teacher-forced positions"}
+    if "corpustf" in distill.get("reply_modes", []):
+        return names["corpustf"]
+    if "corpus" in distill.get("reply_modes", []):
+        return names["corpus"]
     return joiner.join(sorted({names.get("greedy" if m.startswith("greedy") else m.rstrip("b"), m)
                                for m in distill.get("reply_modes", [])}))
 
@@ -144,20 +150,23 @@ Command: `{m['command']}`.
 """
 
 
-def _train_command(run: str, settings: dict) -> str:
+def _train_command(run: str, settings: dict, work: str = "") -> str:
     parts = [f"--run {run}"]
     init = settings.get("init_from")
-    if init:
-        parts.append(f"--init-from {init.rstrip('/').split('/')[-2]}")
-    for flag, key, default in (("--chain-steps", "chain_steps", 3), ("--depth-decay", "depth_decay", 1.0),
+    if init:  # a run's <work>/runs/<run>/model is named by its run, a head's folder by its path
+        parts.append(f"--init-from {init.rstrip('/').split('/')[-2] if init.endswith('/model') else init}")
+    for flag, key, default in (("--head-ids", "head_ids", "data"), ("--chain-steps", "chain_steps", 3),
+                               ("--depth-decay", "depth_decay", 1.0),
                                ("--steps", "steps", None),
                                ("--warmup", "warmup", 100), ("--lr", "lr", 1e-3),
                                ("--batch-tokens", "batch_tokens", None), ("--noise", "noise", 0.2),
+                               ("--validate-every", "validate_every", 100), ("--fp32", "bf16", True),
                                ("--validation-shards", "validation_shards", "")):
         value = settings.get(key)
         if value is not None and value != default:
-            parts.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
-    return "python -m distill train-head " + " ".join(parts)
+            parts.append(flag if isinstance(value, bool) else f"{flag} {value:g}" if isinstance(value, float)
+                         else f"{flag} {value}")
+    return f"python -m distill {work}train-head " + " ".join(parts)
 
 
 def _runs(distill: dict) -> list[dict]:
@@ -166,6 +175,45 @@ def _runs(distill: dict) -> list[dict]:
     return [*distill.get("earlier_runs", []),
             {"run": distill.get("run", "head"), "settings": distill.get("settings", {}), "last": last,
              "best_val_agreement": distill.get("best_val_agreement")}]
+
+
+def _comparison(card: dict) -> str:
+    """The before/after table `card --compare FILE` copied into card.json: each row a held-out set, a figure,
+    the earlier head's value and this head's, and the command that measured both."""
+    comparison = card.get("comparison")
+    if not comparison:
+        return ""
+    rows = "\n".join(f"| {r['set']} | {r['figure']} | {r['before']} | {r['after']} | `{r['command']}` |"
+                     for r in comparison["rows"])
+    return f"""## Before and after: {comparison['title']}
+
+| prompts | figure | {comparison['before']} | {comparison['after']} | measured by |
+| --- | --- | --- | --- | --- |
+{rows}
+
+{comparison.get('note', '')}
+
+"""
+
+
+def _corpus_data(distill: dict) -> tuple[str, str]:
+    """The card's data line and reproduce commands for a last run over the lasting corpus ("" when not)."""
+    settings = distill.get("settings", {})
+    if "corpus" not in distill.get("prompt_sets", []):
+        return "", ""
+    teacher_forced = "corpustf" in distill.get("reply_modes", [])
+    line = (f"\n- the last run (`{distill.get('run')}`) continued on the lasting corpus (`distill/corpus/`: prompts of "
+            "many shapes from `distill/corpus_prompts.py`, not templates x topics, and the verifier's greedy replies"
+            + (", the prompts' own text counting as teacher-forced positions too" if teacher_forced else "")
+            + f"; validated on {settings.get('validation_shards', 'a random share').replace(',', ', ')}, never "
+            f"trained on; seed {settings.get('seed', 0)}).")
+    work = "--work .distill/tf " if teacher_forced else "--work .distill/c "
+    commands = (f"python -m distill {work}corpus-replies" + (" --teacher-forced" if teacher_forced else "")
+                + f"\npython -m distill {work}features\npython -m distill {work}label\n")
+    if teacher_forced and "corpus" in distill.get("reply_modes", []):
+        commands += ("# validation shards as plain replies (reply positions only): corpus-replies without "
+                     "--teacher-forced,\n# their files in place of the corpustf ones of the same index\n")
+    return line, commands
 
 
 def render_head_card(card: dict, distill: dict) -> str:
@@ -184,14 +232,29 @@ def render_head_card(card: dict, distill: dict) -> str:
         f"on {r['last'].get('train_positions', 0):,} reply positions, {r['last'].get('train_minutes', 0):.0f} "
         f"minutes; validation agreement (step 1) {r['last'].get('val_agreement1', 0):.3f}"
         + (f", starting from `{runs[i - 1]['run']}`" if i else "") for i, r in enumerate(runs))
-    commands = "\n".join(_train_command(r["run"], r["settings"]) for r in runs)
+    corpus_line, corpus_commands = _corpus_data(distill)
+    recorded = ("recomputed by a batched forward pass of the verifier" if corpus_line
+                else "all recorded while generating")
+    averaged = distill.get("averaged_with")
+    averaged_flags = f" --average-with {averaged['head']} --share {averaged['share']:g}" if averaged else ""
+    if averaged:
+        corpus_line += (f"\n- exported as the average of the last run's weights ({averaged['share']:.0%}) and those of "
+                        f"the head it started from (`{averaged['head']}`), which keeps more of what that head knew "
+                        "(WiSE-FT, Wortsman et al. 2022).")
+    commands = "\n".join(_train_command(r["run"], r["settings"]) for r in runs[:-1])
+    work = corpus_commands.split("corpus-replies")[0].removeprefix("python -m distill ") if corpus_commands else ""
+    init = str(runs[-1]["settings"].get("init_from") or "")
+    if len(runs) > 1 and init and not init.endswith("/model"):  # started from an exported head's folder
+        corpus_commands += f"# {init}: the exported head of run {runs[-2]['run']} (the head shipped before this one)\n"
+    commands += "\n" + corpus_commands + _train_command(runs[-1]["run"], runs[-1]["settings"], work)
     validation = ("validation replies are held back from each run, but earlier runs may have trained on them, "
                   "so these agreements run high: the held-out figures above are the ones to trust")
     if runs[-1]["settings"].get("validation_shards"):
         validation = (f"the last run validated on shards no earlier run saw "
                       f"({runs[-1]['settings']['validation_shards'].replace(',', ', ')}); the earlier runs' "
                       "validation replies may have been trained on by the runs before them")
-    extra = "extra" in distill.get("prompt_sets", [])
+    extra = "extra" in distill.get("prompt_sets", []) or any("extra" in r["settings"].get("validation_shards", "")
+                                                            for r in runs)
     prompt_files = "`assets/prompts/distill-train.jsonl`" + (
         " and `distill-train-extra.jsonl` (more topics)" if extra else "")
     extra_command = ("python -m distill generate --set extra --modes greedy --shard-size 32 "
@@ -204,7 +267,7 @@ verifier's own replies and hidden states. Load it as `smollm2-135m-draft`; it us
 tokenizer (files included here), and the compatibility doctor checks that it reads this verifier.
 {status}
 {_figures(card)}
-## Architecture
+{_comparison(card)}## Architecture
 
 `SpecdecHeadModel` (`specdec_core/drafting/draft_head.py`), after EAGLE (Li et al. 2024): one Llama decoder layer
 (width {settings.get('hidden', 576)}, {settings.get('heads')} heads, {settings.get('kv_heads')} KV heads,
@@ -222,12 +285,13 @@ states up to the last verified token and its own predictions after that.
 - prompts: {prompt_files}, composed from templates x topics
   (`distill/prompts.py`); held-out prompts use topics, code and passages never trained on.
 - data: the verifier's own replies ({modes}), its final hidden state at every position of prompt +
-  reply and its top-16 next-token probabilities, all recorded while generating:
-  {last.get('train_sequences', 0):,} replies, {last.get('train_positions', 0):,} reply positions.
+  reply and its top-16 next-token probabilities, {recorded}:
+  {last.get('train_sequences', 0):,} replies, {last.get('train_positions', 0):,} reply positions in the last run.\
+{corpus_line}
 - loss: smooth L1 between predicted and true hidden state + {settings.get('cls_weight')} x cross-entropy
   from the verifier's top-16 distribution (restricted to the subset) to the head's, at each drafting
   step, the later steps reading the head's own predictions; input states get uniform noise of width
-  {settings.get('noise')} standard deviations; bf16 autocast on the CPU.
+  {settings.get('noise')} standard deviations; {'bf16 autocast' if settings.get('bf16', True) else 'fp32'} on the CPU.
 - training, {minutes:.0f} minutes on the CPU in all, each run continuing the previous one as the data grew
   (the best validation checkpoint of the last run is the one exported; {validation}):
 {run_lines}
@@ -240,8 +304,8 @@ python -m distill prompts
 python -m distill generate --modes greedy --shard-size 32 --batch-size 32
 python -m distill generate --modes t07 --skip 3000 --shard-size 32 --batch-size 32
 {extra_command}{commands}
-python -m distill export --run {runs[-1]['run']}
-python -m distill card --gammas 1,2,3 --sampled-gamma 1
+python -m distill {work}export --run {runs[-1]['run']}{averaged_flags}
+{card['measurement']['command']}
 ```
 
 On a lent CUDA machine `scripts/distill_gpu.sh` runs generate, train-head and export in one go.

@@ -62,6 +62,11 @@ class HeadSettings:
     # Comma-separated replies shards (stems) to validate on instead of a random share of sequences. A run
     # that starts from an earlier head needs shards that head never trained on, or its figures flatter it.
     validation_shards: str = ""
+    # The head's token ids: "data", the ids this run's data puts most probability on; "merge" (with
+    # init_from), the earlier head's ids, its last-ranked ones replaced by the tokens that are the verifier's
+    # top-1 somewhere in this data and that it lacks (merged_head_ids).
+    head_ids: str = "data"
+    bf16: bool = True  # bfloat16 autocast on the CPU (off: fp32, faster on a CPU without native bfloat16)
 
 
 # --------------------------------------------------------------------------- features
@@ -125,14 +130,39 @@ def load_examples(work: Path, max_length: int, eos_ids: set[int], shards: set[st
     return examples
 
 
-def label_mass(work: Path, vocab_size: int) -> torch.Tensor:
-    """How much probability the verifier put on each token id over all recorded reply positions (top-k)."""
+def _label_files(work: Path, skip: frozenset[str]) -> list[Path]:
+    return [path for path in sorted((work / "labels").glob("*.pt")) if path.stem not in skip]
+
+
+def label_mass(work: Path, vocab_size: int, skip: frozenset[str] = frozenset()) -> torch.Tensor:
+    """How much probability the verifier put on each token id over all recorded reply positions (top-k),
+    the shards named in `skip` (validation shards) left out."""
     counts = torch.zeros(vocab_size, dtype=torch.float64)
-    for path in sorted((work / "labels").glob("*.pt")):
+    for path in _label_files(work, skip):
         labels = torch.load(path)
         for ids, logp in zip(labels["top_ids"], labels["top_logp"]):
             counts.index_add_(0, ids.reshape(-1).long(), logp.float().exp().reshape(-1).double())
     return counts
+
+
+def top1_counts(work: Path, vocab_size: int, skip: frozenset[str] = frozenset()) -> torch.Tensor:
+    """How often each token id is the verifier's top-1 over all recorded reply positions (but `skip`'s)."""
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for path in _label_files(work, skip):
+        for ids in torch.load(path)["top_ids"]:
+            counts.index_add_(0, ids[:, 0].long(), torch.ones(len(ids), dtype=torch.float64))
+    return counts
+
+
+def merged_head_ids(earlier: torch.Tensor, mass: torch.Tensor, top1: torch.Tensor) -> torch.Tensor:
+    """An earlier head's ids (most probable first, as set_head_ids stores them) with the ids that are the
+    verifier's top-1 somewhere in the new data and that it lacks, most probable first, in place of its
+    last-ranked ones (at most a quarter of them): a head moved to new kinds of text keeps proposing what it
+    did, and can propose the new text's tokens at all."""
+    have = set(earlier.tolist())
+    new = [i for i in torch.argsort(-mass, stable=True).tolist() if top1[i] > 0 and i not in have]
+    new = new[:len(earlier) // 4]
+    return torch.cat([earlier[:len(earlier) - len(new)], torch.tensor(new, dtype=earlier.dtype)])
 
 
 # --------------------------------------------------------------------------- training
@@ -156,13 +186,14 @@ def _collate(batch: list[Example], width_d: int, subset_index: torch.Tensor):
 
 def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: torch.Tensor, batch, *,
                 steps: int = 1, noise: float = 0.0, state_std: float = 1.0,
-                depth_decay: float = 1.0) -> dict[str, torch.Tensor]:
+                depth_decay: float = 1.0, bf16: bool = True) -> dict[str, torch.Tensor]:
     """Over the positions that count, for each of `steps` drafting steps s (SpecdecHeadModel.forward_chain:
     step s > 1 reads the head's own prediction from step s - 1, the training-time test): the state
     regression ("regression<s>"), the cross-entropy from the verifier's top-k distribution (restricted to
     the head's subset) to the head's ("classification<s>") and top-1 agreement with the verifier
     ("agreement<s>"; a top-1 token outside the subset counts as a disagreement, as it would when drafting).
-    "regression" and "classification" are the steps' means weighted by depth_decay ** (s - 1)."""
+    "regression" and "classification" are the steps' means weighted by depth_decay ** (s - 1). `bf16`: the
+    matrix products in bfloat16 on the CPU (a CPU without native bfloat16 runs them ~3x slower than fp32)."""
     ids, states, mask, columns, probs = batch
     inputs = states[:, :-1]
     if noise:
@@ -175,13 +206,13 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     target = states[:, 1:]
     losses: dict[str, torch.Tensor] = {}
     weights_by_step = [depth_decay ** step for step in range(steps)]
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=inputs.device.type == "cpu"):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and inputs.device.type == "cpu"):
         chain = head.forward_chain(inputs, token_embeds, steps)
     for step, out in enumerate(chain):
         valid = mask.clone()
         valid[:, :step] = False  # position i of step s needs s earlier positions
         keep = valid[mask]  # which of the mask-ordered label rows this step scores
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=inputs.device.type == "cpu"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and inputs.device.type == "cpu"):
             scores = out[valid] @ output_rows.T
         logp = torch.log_softmax(scores.float(), -1)
         picked = logp.gather(-1, columns[keep].clamp_min(0))
@@ -209,7 +240,7 @@ def _subset(head: SpecdecHeadModel, output: torch.Tensor) -> tuple[torch.Tensor,
 
 @torch.no_grad()
 def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: torch.Tensor,
-                      examples: list[Example], steps: int) -> dict[int, float]:
+                      examples: list[Example], steps: int, bf16: bool = True) -> dict[int, float]:
     """Teacher-forced agreement with the verifier's top-1 at drafting steps 1..steps over `examples`
     (head_losses; `output` is the verifier's full output matrix). Step 1 estimates greedy acceptance at
     gamma 1 through the engine, which drafts at only some of the same positions."""
@@ -218,7 +249,7 @@ def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: to
     for start in range(0, len(examples), 8):
         batch = _collate(examples[start:start + 8], output.shape[1], subset_index)
         n = int(batch[2].sum())
-        losses = head_losses(head, embed, output_rows, batch, steps=steps)
+        losses = head_losses(head, embed, output_rows, batch, steps=steps, bf16=bf16)
         for s in sums:
             sums[s] += float(losses[f"agreement{s}"]) * n
         count += n
@@ -271,12 +302,20 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
             vocab_size=output.shape[0], head_size=min(settings.head_size, output.shape[0]),  # a small vocabulary: all
             verifier_name=verifier.name, verifier_fingerprint=embedding_fingerprint(embed.weight))
     head = SpecdecHeadModel(config)
-    mass = label_mass(work, output.shape[0])
+    # The token ids are chosen without the named validation shards: their tokens would flatter the head there.
+    held = frozenset(settings.validation_shards.split(",")) if settings.validation_shards else frozenset()
+    mass = label_mass(work, output.shape[0], held)
     if checkpoint is None:
         if settings.init_from:
             _start_from(head, Path(settings.init_from))
-        # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
-        head.set_head_ids(ranking_from_counts(mass, special_ids)[:config.head_size])
+        if settings.head_ids == "merge":
+            if not settings.init_from:
+                raise SystemExit("--head-ids merge needs --init-from (the head whose ids it keeps)")
+            earlier = SpecdecHeadModel.from_pretrained(settings.init_from).head_ids
+            head.set_head_ids(merged_head_ids(earlier, mass, top1_counts(work, output.shape[0], held)))
+        else:
+            # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
+            head.set_head_ids(ranking_from_counts(mass, special_ids)[:config.head_size])
     else:
         head.load_state_dict(checkpoint["model"])
     output_rows, subset_index = _subset(head, output)
@@ -300,7 +339,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     def validate() -> dict[str, float]:
         """Agreement with the verifier's top-1 at each drafting step, on held-back replies."""
         head.eval()
-        figures = agreement_by_step(head, embed, output, val, settings.chain_steps)
+        figures = agreement_by_step(head, embed, output, val, settings.chain_steps, settings.bf16)
         head.train()
         return {f"val_agreement{s}": value for s, value in figures.items()}
 
@@ -323,7 +362,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
             group["lr"] = lr_at(step)
         losses = head_losses(head, embed, output_rows, _collate(next(batches), width, subset_index),
                              steps=settings.chain_steps, noise=settings.noise, state_std=state_std,
-                             depth_decay=settings.depth_decay)
+                             depth_decay=settings.depth_decay, bf16=settings.bf16)
         loss = losses["regression"] + settings.cls_weight * losses["classification"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
