@@ -140,4 +140,4 @@ def test_after_loading_the_window_offers_the_recent_models_as_drafts_with_their_
         w.loader.load()
     combo = w.settings_panel.draft
     qtbot.waitUntil(lambda: any(combo.itemText(i).startswith(f"{other}  ·  other tokenizer, ")
-                                for i in range(combo.count())), timeout=10_000)
+                                for i in range(combo.count())), timeout=30_000)  # computed in the background
