@@ -515,9 +515,10 @@ def test_a_narrow_bubble_grows_to_hold_its_wrapped_header_text_and_footer(qtbot)
     words = "Honey bees live in colonies of up to sixty thousand workers and a single queen. " * 4
     trace.tokens = [TokenRecord(0, word + " ", "plain", 0, 0, None, None, None) for word in words.split()]
     bubble = chat.add_assistant(trace, 1)
-    qtbot.wait(100)
-    assert bubble.meta.height() > bubble.meta.fontMetrics().height() * 1.5  # the header wrapped
     body, footer = bubble.body, bubble.footer
+    # the layout settles over a few event-loop turns (slower beside another test process)
+    qtbot.waitUntil(lambda: not footer.isVisible() or footer.y() >= body.geometry().bottom(), timeout=5000)
+    assert bubble.meta.height() > bubble.meta.fontMetrics().height() * 1.5  # the header wrapped
     assert body.height() >= body.document().size().height()
     if footer.isVisible():
         assert footer.y() >= body.geometry().bottom(), "the footer covers the reply's text"
