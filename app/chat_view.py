@@ -236,6 +236,9 @@ class TokenTextView(QTextBrowser):
             return 0
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
+        # One edit block per flush: the document tells its layout (and the bubble's height) once, at the end,
+        # instead of after every run of one state (each a relayout of the open paragraph on the GUI thread).
+        cursor.beginEditBlock()
         for i, tok in enumerate(new, start=self.rendered):
             rejected = tok.state == TokenState.REJECTED.value
             if rejected and not self.show_rejected:
@@ -258,6 +261,7 @@ class TokenTextView(QTextBrowser):
             if self._line:
                 self._draw_line(cursor, breaking=None)
         cursor.setCharFormat(QTextCharFormat())  # a selection-copy picks up no stale format
+        cursor.endEditBlock()
         return len(new)
     def _append_raw(self, cursor: QTextCursor) -> None:
         """The open line's new pieces as typed, each with its state's format (consecutive pieces of one

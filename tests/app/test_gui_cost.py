@@ -121,3 +121,23 @@ def test_the_theory_words_and_the_header_growing_and_shrinking_do_not_re_lay_out
         qtbot.wait(1)
     assert "Theory vs practice" in graphs.words.text()
     assert requests.count <= 1, requests.count
+
+
+def test_a_flush_of_many_differently_coloured_tokens_changes_the_document_once(qtbot):
+    from app.chat_view import TokenTextView
+    from app.trace import ReplyTrace, TokenRecord
+
+    view = TokenTextView()
+    qtbot.addWidget(view)
+    view.show()
+    trace = ReplyTrace()
+    view.set_trace(trace, colored=True)
+    changes = []
+    view.document().contentsChange.connect(lambda *args: changes.append(args))
+    states = ("accepted", "rejected", "corrected", "bonus", "accepted", "rejected", "corrected", "plain")
+    # A speculative round's tokens, one run of one state each, and a line that ends (drawn with its Markdown)
+    trace.tokens = [TokenRecord(i, f" w{i}" + ("\n" if i == 5 else ""), state, i, 0, 0.5, 0.5, 0.5)
+                    for i, state in enumerate(states)]
+    assert view.render_pending() == len(states)
+    assert "w0" in view.toPlainText() and "w7" in view.toPlainText()
+    assert len(changes) == 1, changes  # one layout of what changed, not one per run of a state
