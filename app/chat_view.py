@@ -573,6 +573,7 @@ class ChatView(QScrollArea):
         self.colored = True
         self.reading = False  # reading mode: rejected drafts hidden inline (tooltips, tree and replay keep them)
         self._streaming: MessageBubble | None = None
+        self._footer_stale = False  # tokens of the streaming reply arrived that its footer does not count yet
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
         self._earlier: list[Callable[[], object]] = []  # builders of bubbles still to draw above, oldest first
         self._earlier_timer = QTimer(self)
@@ -651,6 +652,7 @@ class ChatView(QScrollArea):
         self._add_bubble(b, (0, 30), above)
         if streaming:
             self._streaming = b
+            self._footer_stale = False
             self._stick = True
         return b
 
@@ -716,14 +718,19 @@ class ChatView(QScrollArea):
     def streaming_bubble(self) -> MessageBubble | None:
         return self._streaming
 
-    def flush(self) -> int:
-        """Render tokens that arrived since the last flush (called by the window's timer)."""
+    def flush(self, figures: bool = True) -> int:
+        """Render tokens that arrived since the last flush (called by the window's timer); with `figures`, also
+        the footer's figures, if tokens arrived since they were last shown (always once the reply has ended)."""
         b = self._streaming
         if b is None:
             return 0
         n = b.body.render_pending()
-        b.update_footer()
-        if b.trace is not None and b.trace.finished:
+        self._footer_stale = self._footer_stale or n > 0
+        finished = b.trace is not None and b.trace.finished
+        if finished or (figures and self._footer_stale):
+            b.update_footer()
+            self._footer_stale = False
+        if finished:
             b.set_streaming(False)
             self._streaming = None
         return n

@@ -209,6 +209,7 @@ class LiveGraphs(QWidget):
         self._bars_key: tuple = ()
         self._columns = 0
         self._panel_at = 0.0  # perf_counter of the last panel redrawn while a reply streamed
+        self._header_stale = False  # rounds arrived that the header does not show yet
         self._reset_buffers()
         fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
         pg.setConfigOptions(antialias=False, foreground=fg, background=None)
@@ -439,9 +440,10 @@ class LiveGraphs(QWidget):
         self._n = len(trace.rounds)
         return True
 
-    def flush(self, panels: bool = True) -> bool:
-        """Copy new rounds into the buffers and update the header; with `panels`, also redraw the next panel
-        that has new data (all of them once the reply has finished). True if anything was drawn."""
+    def flush(self, panels: bool = True, figures: bool = True) -> bool:
+        """Copy new rounds into the buffers; with `figures`, show them in the header (only if rounds arrived);
+        with `panels`, also redraw the next panel that has new data (all of them once the reply has finished).
+        True if anything was drawn."""
         trace = self.trace
         if trace is None:
             return False
@@ -452,9 +454,10 @@ class LiveGraphs(QWidget):
             return True
         if new:
             self._dirty = list(self.PANELS)
+            self._header_stale = True
         if not self.isVisible():
             return False
-        if new or self._dirty:
+        if self._header_stale and figures:
             self._draw_header()
         if self._dirty and panels and time.perf_counter() - self._panel_at >= PANEL_EVERY_S:
             self._panel_at = time.perf_counter()
@@ -558,6 +561,7 @@ class LiveGraphs(QWidget):
     _theory_top = 2.0
 
     def _draw_header(self) -> None:
+        self._header_stale = False
         trace = self.trace
         tps = self.current_tps
         sp = self.measured_speedup
@@ -819,7 +823,7 @@ class GraphsPanel(QWidget):
         row.addWidget(self.export_stats)
         lay.addLayout(row)
 
-    def flush(self, panels: bool = True) -> bool:
-        a = self.live.flush(panels)
+    def flush(self, panels: bool = True, figures: bool = True) -> bool:
+        a = self.live.flush(panels, figures)
         b = self.race.flush() if panels else False
         return a or b

@@ -141,3 +141,40 @@ def test_a_flush_of_many_differently_coloured_tokens_changes_the_document_once(q
     assert view.render_pending() == len(states)
     assert "w0" in view.toPlainText() and "w7" in view.toPlainText()
     assert len(changes) == 1, changes  # one layout of what changed, not one per run of a state
+
+
+def test_the_footer_and_the_graph_header_are_rewritten_only_on_figure_ticks_and_only_after_new_tokens(qtbot):
+    from app.chat_view import ChatView
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord, TokenRecord
+
+    chat, graphs = ChatView(), LiveGraphs()
+    qtbot.addWidget(chat)
+    qtbot.addWidget(graphs)
+    chat.show()
+    graphs.show()
+    trace = ReplyTrace()
+    bubble = chat.add_assistant(trace, 0, streaming=True)
+    graphs.set_trace(trace, 20.0)
+    footers, headers = [], []
+    bubble.update_footer = lambda real=bubble.update_footer: (footers.append(1), real())
+    graphs._draw_header = lambda real=graphs._draw_header: (headers.append(1), real())
+
+    def tick(i: int, figures: bool) -> None:
+        trace.tokens.append(TokenRecord(i, f" w{i}", "plain", i, 0, None, 0.5, None))
+        trace.rounds.append(RoundRecord(i, 0, 0, "plain", "off", 0, 0.0, 0.03, 0.0, 0.03 * (i + 1), i + 1))
+        chat.flush(figures=figures)
+        graphs.flush(panels=False, figures=figures)
+
+    for i in range(5):  # text-only ticks: the tokens stream, the figures wait
+        tick(i, figures=False)
+    assert "w4" in bubble.body.toPlainText() and not footers and not headers
+    tick(5, figures=True)
+    assert len(footers) == 1 and len(headers) == 1 and "6 tokens" in bubble.footer.text()
+    chat.flush(figures=True)  # a figure tick with nothing new rewrites nothing
+    graphs.flush(panels=False, figures=True)
+    assert len(footers) == 1 and len(headers) == 1
+    trace.stop_reason = "eos"  # the end: the final figures at once, whatever the tick
+    chat.flush(figures=False)
+    graphs.flush(panels=False, figures=False)
+    assert len(footers) == 2 and chat.streaming_bubble is None
