@@ -452,8 +452,8 @@ class LiveGraphs(QWidget):
             self._drew_final = True
             self._draw()
             return True
-        if new:
-            self._dirty = list(self.PANELS)
+        if new:  # every panel is due again, in turn: the one redrawn last goes to the back of the queue
+            self._dirty += [name for name in self.PANELS if name not in self._dirty]
             self._header_stale = True
         if not self.isVisible():
             return False

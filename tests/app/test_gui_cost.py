@@ -178,3 +178,22 @@ def test_the_footer_and_the_graph_header_are_rewritten_only_on_figure_ticks_and_
     chat.flush(figures=False)
     graphs.flush(panels=False, figures=False)
     assert len(footers) == 2 and chat.streaming_bubble is None
+
+
+def test_while_rounds_keep_arriving_every_panel_is_redrawn_in_turn(qtbot, monkeypatch):
+    import app.graphs as graphs_mod
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    monkeypatch.setattr(graphs_mod, "PANEL_EVERY_S", 0.0)  # a panel on every tick, to see which ones
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace)
+    drawn = []
+    graphs._draw_panel = lambda name, real=graphs._draw_panel: (drawn.append(name), real(name))
+    for i in range(len(graphs.PANELS)):  # a new round before every tick, as a streaming reply sends them
+        trace.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.03, 0.0, 0.05 * (i + 1), 2 * (i + 1)))
+        graphs.flush(panels=True)
+    assert sorted(drawn) == sorted(graphs.PANELS), drawn  # not the first panel over and over
