@@ -61,6 +61,7 @@ GAMMA_AXIS = np.arange(1, 17, dtype=float)
 # Measured with bench/ui_latency.py --cli-ab: redrawing one panel every other 40 ms tick cost a tiny model's
 # replies about a third of their tokens/s. Every panel is drawn once the reply has finished.
 PANEL_EVERY_S = 0.5
+HEADER_LINES = 3  # a streaming reply's header: its figures (wrapped once in a narrow dock) and the baseline's line
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
 PAUSED_ROUNDS = 8  # rounds in a row without a draft (the cost model's call) before the header says so
 
@@ -150,17 +151,25 @@ class _LabelBox(QWidget):
     graphs shown against hidden). In this box, with no layout of its own, the label's text changes touch nothing
     else; the box changes height (one re-layout) only when the text's line count does."""
 
-    def __init__(self, label: QLabel, parent: QWidget | None = None) -> None:
+    def __init__(self, label: QLabel, parent: QWidget | None = None, lines: int = 0) -> None:
         super().__init__(parent)
         self.label = label
+        self.lines = lines  # with text, at least this many lines tall
         label.setParent(self)
         self.setFixedHeight(0)
 
     def fit(self, shrink: bool = False) -> None:
         """Tall enough for the text. It grows, but shrinks only when its width changes (`shrink`): a reply's
         header goes from empty to four lines and back to one, and each change of height re-lays out (and
-        repaints) every plot under it."""
-        height = max(0, self.label.heightForWidth(self.width())) if self.label.text() else 0
+        repaints) every plot under it. With text it is at least `lines` lines tall from the start, so that a
+        streaming reply's header, which gains a line or two as its figures arrive, does not re-lay out (and
+        repaint) the seven plots each time (in a tiny model's reply those repaints cost the decoding
+        thread more than all the rest of the window)."""
+        text = self.label.text()
+        height = max(0, self.label.heightForWidth(self.width())) if text else 0
+        if text and self.lines:
+            height = max(height, self.lines * self.label.fontMetrics().lineSpacing()
+                         + self.label.contentsMargins().top() + self.label.contentsMargins().bottom())
         if height > self.height() or (shrink and height != self.height()):
             self.setFixedHeight(height)
         self.label.setGeometry(0, 0, self.width(), max(height, self.height()))
@@ -221,7 +230,7 @@ class LiveGraphs(QWidget):
         self.header.setObjectName("graphs_header")
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
-        self.header_box = _LabelBox(self.header)
+        self.header_box = _LabelBox(self.header, lines=HEADER_LINES)
         outer.addWidget(self.header_box)
         self.grid = QGridLayout()
         self.grid.setContentsMargins(0, 0, 0, 0)

@@ -197,3 +197,30 @@ def test_while_rounds_keep_arriving_every_panel_is_redrawn_in_turn(qtbot, monkey
         trace.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.03, 0.0, 0.05 * (i + 1), 2 * (i + 1)))
         graphs.flush(panels=True)
     assert sorted(drawn) == sorted(graphs.PANELS), drawn  # not the first panel over and over
+
+
+def test_a_streaming_reply_s_header_gaining_lines_keeps_its_height_so_the_plots_are_not_re_laid_out(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.resize(520, 900)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace)  # no baseline yet: the window picks one when the prompt is built
+    needed, boxes = [], []
+    for i in range(12):  # one line of figures, then the speedup with its ± and the baseline's line below
+        trace.rounds.append(RoundRecord(i, 3, i % 3, "corrected", "gamma", 3, 0.01, 0.03 + 0.002 * i, 0.001,
+                                        0.05 * (i + 1), 3 * (i + 1)))
+        if i == 3:
+            graphs.set_baseline(40.0, "median of 3 speculation-off replies at a similar prompt length")
+        graphs.flush(panels=False)
+        needed.append(graphs.header.heightForWidth(graphs.header_box.width()))
+        boxes.append(graphs.header_box.height())
+        qtbot.wait(1)
+    assert needed[-1] > needed[0], needed  # the header did gain lines
+    assert boxes[-1] >= needed[-1]  # never cut off
+    # The box (in the layout above the plots) kept the height it took for the first line: a change of it
+    # re-lays out and repaints all seven plots
+    assert len(set(boxes)) == 1, boxes
