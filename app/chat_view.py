@@ -13,7 +13,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -161,6 +161,7 @@ class TokenTextView(QTextBrowser):
         self.setFont(font)
         self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).families()
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.viewport().installEventFilter(_TokenTips(self))
         self.trace: ReplyTrace | None = None
         self.colored = True
         self.show_rejected = True  # rejected drafts inline (off in reading mode and without colours)
@@ -368,16 +369,30 @@ class TokenTextView(QTextBrowser):
             return None
         return self.trace.tokens[self._token_index[k]]
 
-    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.ToolTip:
-            tok = self.token_at(QPointF(event.pos()))
-            if tok is not None:
-                QToolTip.showText(event.globalPos(), token_tooltip(tok, self.trace), self.viewport())
-            else:
-                QToolTip.hideText()
-                event.ignore()
-            return True
-        return super().viewportEvent(event)
+
+class _TokenTips(QObject):
+    """A token view's tooltips, as an event filter on its viewport.
+
+    Not an override of `viewportEvent`: every event of the viewport, each paint of the text included, would
+    then run inside a Python call, and PySide holds the GIL across the C++ call it makes from there, so the
+    decoding thread would wait for every repaint of a streaming reply. The filter returns at once for all but
+    tooltip events, and the text is painted with the GIL released."""
+
+    def __init__(self, view: TokenTextView) -> None:
+        super().__init__(view)
+        self.view = view
+
+    def eventFilter(self, _obj, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() != QEvent.Type.ToolTip:
+            return False
+        view = self.view
+        tok = view.token_at(QPointF(event.pos()))
+        if tok is not None:
+            QToolTip.showText(event.globalPos(), token_tooltip(tok, view.trace), view.viewport())
+        else:
+            QToolTip.hideText()
+            event.ignore()
+        return True
 
 
 

@@ -224,3 +224,31 @@ def test_a_streaming_reply_s_header_gaining_lines_keeps_its_height_so_the_plots_
     # The box (in the layout above the plots) kept the height it took for the first line: a change of it
     # re-lays out and repaints all seven plots
     assert len(set(boxes)) == 1, boxes
+
+
+def test_a_token_view_paints_its_text_without_a_python_override_in_the_way_and_still_shows_token_tips(qtbot):
+    from PySide6.QtCore import QPoint
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QTextBrowser, QToolTip
+
+    from app.chat_view import TokenTextView
+    from app.trace import ReplyTrace, TokenRecord
+
+    # PySide holds the GIL across a C++ call made from Python: an override of viewportEvent (or paintEvent)
+    # would paint every frame of a streaming reply inside one, and the decoding thread would wait for it.
+    for name in ("viewportEvent", "paintEvent", "event"):
+        assert getattr(TokenTextView, name) is getattr(QTextBrowser, name), name
+    view = TokenTextView()
+    qtbot.addWidget(view)
+    view.resize(400, 100)
+    view.show()
+    trace = ReplyTrace(stop_reason="eos")
+    trace.tokens = [TokenRecord(0, "Paris", "accepted", 0, 0, 0.4, 0.9, 1.0)]
+    view.set_trace(trace, colored=True)
+    pos = view.cursorRect(view.textCursor()).center() + QPoint(4, 0)
+    pos.setX(5)
+    assert view.token_at(pos.toPointF()) is trace.tokens[0]
+    QApplication.sendEvent(view.viewport(), QHelpEvent(QEvent.Type.ToolTip, pos, view.viewport().mapToGlobal(pos)))
+    qtbot.waitUntil(QToolTip.isVisible, timeout=2000)
+    assert "Paris" in QToolTip.text()
+    QToolTip.hideText()
