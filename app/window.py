@@ -585,7 +585,7 @@ class MainWindow(QMainWindow):
         controls = self._controls
         system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
         worker = EventWorker(lambda: session_mod.reply_events(s, messages, system, config, controls),
-                             on_abort=controls.cancel, name="reply")
+                             on_abort=controls.cancel, name="reply", polled=True)  # flush() delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_gen_error)
         worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
@@ -677,6 +677,8 @@ class MainWindow(QMainWindow):
 
     def flush(self, final: bool = True) -> None:
         """New tokens into the chat and new rounds into the graphs (the timer's tick; final: every panel)."""
+        if self._gen_worker is not None:
+            self._gen_worker.deliver()  # the reply's events since the last tick
         self._ticks += 1
         figures = final or self._ticks % FIGURES_EVERY == 0  # the header's and the footer's, at the same tick
         self.chat.flush(figures=figures)

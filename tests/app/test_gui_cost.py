@@ -252,3 +252,26 @@ def test_a_token_view_paints_its_text_without_a_python_override_in_the_way_and_s
     qtbot.waitUntil(QToolTip.isVisible, timeout=2000)
     assert "Paris" in QToolTip.text()
     QToolTip.hideText()
+
+
+def test_a_polled_worker_wakes_the_gui_thread_only_to_start_and_to_end_and_its_owner_gets_every_event(qtbot):
+    from PySide6.QtCore import QTimer
+
+    counter = _MetaCallCounter()
+    app = QCoreApplication.instance()
+    seen, ends = [], []
+    worker = EventWorker(lambda: _slow_events(300), polled=True)
+    worker.event.connect(seen.append)
+    worker.finished.connect(lambda: ends.append(len(seen)))
+    tick = QTimer()  # the owner's own timer (the window's flush) takes the events
+    tick.timeout.connect(worker.deliver)
+    tick.start(40)
+    app.installEventFilter(counter)
+    try:
+        with qtbot.waitSignal(worker.finished, timeout=10_000):
+            worker.start()
+    finally:
+        app.removeEventFilter(counter)
+        tick.stop()
+    assert seen == list(range(300)) and ends == [300]  # in order, and the end after the last event
+    assert counter.calls <= 3, counter.calls  # started, the end, finished: no wake-up for events
