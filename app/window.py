@@ -677,8 +677,9 @@ class MainWindow(QMainWindow):
 
     def flush(self, final: bool = True) -> None:
         """New tokens into the chat and new rounds into the graphs (the timer's tick; final: every panel)."""
-        if self._gen_worker is not None:
-            self._gen_worker.deliver()  # the reply's events since the last tick
+        for worker in (self._gen_worker, self.racer.worker):
+            if worker is not None:
+                worker.deliver()  # the reply's (or the race's) events since the last tick
         self._ticks += 1
         figures = final or self._ticks % FIGURES_EVERY == 0  # the header's and the footer's, at the same tick
         self.chat.flush(figures=figures)
