@@ -13,7 +13,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -161,6 +161,7 @@ class TokenTextView(QTextBrowser):
         self.setFont(font)
         self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).families()
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.viewport().installEventFilter(_TokenTips(self))
         self.trace: ReplyTrace | None = None
         self.colored = True
         self.show_rejected = True  # rejected drafts inline (off in reading mode and without colours)
@@ -236,6 +237,9 @@ class TokenTextView(QTextBrowser):
             return 0
         cursor = QTextCursor(self.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
+        # One edit block per flush: the document tells its layout (and the bubble's height) once, at the end,
+        # instead of after every run of one state (each a relayout of the open paragraph on the GUI thread).
+        cursor.beginEditBlock()
         for i, tok in enumerate(new, start=self.rendered):
             rejected = tok.state == TokenState.REJECTED.value
             if rejected and not self.show_rejected:
@@ -258,6 +262,7 @@ class TokenTextView(QTextBrowser):
             if self._line:
                 self._draw_line(cursor, breaking=None)
         cursor.setCharFormat(QTextCharFormat())  # a selection-copy picks up no stale format
+        cursor.endEditBlock()
         return len(new)
     def _append_raw(self, cursor: QTextCursor) -> None:
         """The open line's new pieces as typed, each with its state's format (consecutive pieces of one
@@ -364,16 +369,30 @@ class TokenTextView(QTextBrowser):
             return None
         return self.trace.tokens[self._token_index[k]]
 
-    def viewportEvent(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.ToolTip:
-            tok = self.token_at(QPointF(event.pos()))
-            if tok is not None:
-                QToolTip.showText(event.globalPos(), token_tooltip(tok, self.trace), self.viewport())
-            else:
-                QToolTip.hideText()
-                event.ignore()
-            return True
-        return super().viewportEvent(event)
+
+class _TokenTips(QObject):
+    """A token view's tooltips, as an event filter on its viewport.
+
+    Not an override of `viewportEvent`: every event of the viewport, each paint of the text included, would
+    then run inside a Python call, and PySide holds the GIL across the C++ call it makes from there, so the
+    decoding thread would wait for every repaint of a streaming reply. The filter returns at once for all but
+    tooltip events, and the text is painted with the GIL released."""
+
+    def __init__(self, view: TokenTextView) -> None:
+        super().__init__(view)
+        self.view = view
+
+    def eventFilter(self, _obj, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() != QEvent.Type.ToolTip:
+            return False
+        view = self.view
+        tok = view.token_at(QPointF(event.pos()))
+        if tok is not None:
+            QToolTip.showText(event.globalPos(), token_tooltip(tok, view.trace), view.viewport())
+        else:
+            QToolTip.hideText()
+            event.ignore()
+        return True
 
 
 
@@ -569,6 +588,7 @@ class ChatView(QScrollArea):
         self.colored = True
         self.reading = False  # reading mode: rejected drafts hidden inline (tooltips, tree and replay keep them)
         self._streaming: MessageBubble | None = None
+        self._footer_stale = False  # tokens of the streaming reply arrived that its footer does not count yet
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
         self._earlier: list[Callable[[], object]] = []  # builders of bubbles still to draw above, oldest first
         self._earlier_timer = QTimer(self)
@@ -647,6 +667,7 @@ class ChatView(QScrollArea):
         self._add_bubble(b, (0, 30), above)
         if streaming:
             self._streaming = b
+            self._footer_stale = False
             self._stick = True
         return b
 
@@ -712,14 +733,19 @@ class ChatView(QScrollArea):
     def streaming_bubble(self) -> MessageBubble | None:
         return self._streaming
 
-    def flush(self) -> int:
-        """Render tokens that arrived since the last flush (called by the window's timer)."""
+    def flush(self, figures: bool = True) -> int:
+        """Render tokens that arrived since the last flush (called by the window's timer); with `figures`, also
+        the footer's figures, if tokens arrived since they were last shown (always once the reply has ended)."""
         b = self._streaming
         if b is None:
             return 0
         n = b.body.render_pending()
-        b.update_footer()
-        if b.trace is not None and b.trace.finished:
+        self._footer_stale = self._footer_stale or n > 0
+        finished = b.trace is not None and b.trace.finished
+        if finished or (figures and self._footer_stale):
+            b.update_footer()
+            self._footer_stale = False
+        if finished:
             b.set_streaming(False)
             self._streaming = None
         return n

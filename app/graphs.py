@@ -61,6 +61,7 @@ GAMMA_AXIS = np.arange(1, 17, dtype=float)
 # Measured with bench/ui_latency.py --cli-ab: redrawing one panel every other 40 ms tick cost a tiny model's
 # replies about a third of their tokens/s. Every panel is drawn once the reply has finished.
 PANEL_EVERY_S = 0.5
+HEADER_LINES = 3  # a streaming reply's header: its figures (wrapped once in a narrow dock) and the baseline's line
 _MIN_RATE_S = 0.02  # engine seconds before a running tokens/s is drawn
 PAUSED_ROUNDS = 8  # rounds in a row without a draft (the cost model's call) before the header says so
 
@@ -150,17 +151,25 @@ class _LabelBox(QWidget):
     graphs shown against hidden). In this box, with no layout of its own, the label's text changes touch nothing
     else; the box changes height (one re-layout) only when the text's line count does."""
 
-    def __init__(self, label: QLabel, parent: QWidget | None = None) -> None:
+    def __init__(self, label: QLabel, parent: QWidget | None = None, lines: int = 0) -> None:
         super().__init__(parent)
         self.label = label
+        self.lines = lines  # with text, at least this many lines tall
         label.setParent(self)
         self.setFixedHeight(0)
 
     def fit(self, shrink: bool = False) -> None:
         """Tall enough for the text. It grows, but shrinks only when its width changes (`shrink`): a reply's
         header goes from empty to four lines and back to one, and each change of height re-lays out (and
-        repaints) every plot under it."""
-        height = max(0, self.label.heightForWidth(self.width())) if self.label.text() else 0
+        repaints) every plot under it. With text it is at least `lines` lines tall from the start, so that a
+        streaming reply's header, which gains a line or two as its figures arrive, does not re-lay out (and
+        repaint) the seven plots each time (in a tiny model's reply those repaints cost the decoding
+        thread more than all the rest of the window)."""
+        text = self.label.text()
+        height = max(0, self.label.heightForWidth(self.width())) if text else 0
+        if text and self.lines:
+            height = max(height, self.lines * self.label.fontMetrics().lineSpacing()
+                         + self.label.contentsMargins().top() + self.label.contentsMargins().bottom())
         if height > self.height() or (shrink and height != self.height()):
             self.setFixedHeight(height)
         self.label.setGeometry(0, 0, self.width(), max(height, self.height()))
@@ -209,6 +218,7 @@ class LiveGraphs(QWidget):
         self._bars_key: tuple = ()
         self._columns = 0
         self._panel_at = 0.0  # perf_counter of the last panel redrawn while a reply streamed
+        self._header_stale = False  # rounds arrived that the header does not show yet
         self._reset_buffers()
         fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
         pg.setConfigOptions(antialias=False, foreground=fg, background=None)
@@ -220,7 +230,7 @@ class LiveGraphs(QWidget):
         self.header.setObjectName("graphs_header")
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.TextFormat.RichText)
-        self.header_box = _LabelBox(self.header)
+        self.header_box = _LabelBox(self.header, lines=HEADER_LINES)
         outer.addWidget(self.header_box)
         self.grid = QGridLayout()
         self.grid.setContentsMargins(0, 0, 0, 0)
@@ -439,9 +449,10 @@ class LiveGraphs(QWidget):
         self._n = len(trace.rounds)
         return True
 
-    def flush(self, panels: bool = True) -> bool:
-        """Copy new rounds into the buffers and update the header; with `panels`, also redraw the next panel
-        that has new data (all of them once the reply has finished). True if anything was drawn."""
+    def flush(self, panels: bool = True, figures: bool = True) -> bool:
+        """Copy new rounds into the buffers; with `figures`, show them in the header (only if rounds arrived);
+        with `panels`, also redraw the next panel that has new data (all of them once the reply has finished).
+        True if anything was drawn."""
         trace = self.trace
         if trace is None:
             return False
@@ -450,11 +461,12 @@ class LiveGraphs(QWidget):
             self._drew_final = True
             self._draw()
             return True
-        if new:
-            self._dirty = list(self.PANELS)
+        if new:  # every panel is due again, in turn: the one redrawn last goes to the back of the queue
+            self._dirty += [name for name in self.PANELS if name not in self._dirty]
+            self._header_stale = True
         if not self.isVisible():
             return False
-        if new or self._dirty:
+        if self._header_stale and figures:
             self._draw_header()
         if self._dirty and panels and time.perf_counter() - self._panel_at >= PANEL_EVERY_S:
             self._panel_at = time.perf_counter()
@@ -558,6 +570,7 @@ class LiveGraphs(QWidget):
     _theory_top = 2.0
 
     def _draw_header(self) -> None:
+        self._header_stale = False
         trace = self.trace
         tps = self.current_tps
         sp = self.measured_speedup
@@ -819,7 +832,7 @@ class GraphsPanel(QWidget):
         row.addWidget(self.export_stats)
         lay.addLayout(row)
 
-    def flush(self, panels: bool = True) -> bool:
-        a = self.live.flush(panels)
+    def flush(self, panels: bool = True, figures: bool = True) -> bool:
+        a = self.live.flush(panels, figures)
         b = self.race.flush() if panels else False
         return a or b

@@ -80,7 +80,8 @@ class RaceController(QObject):
         w.graphs.race.start([lane.key for lane in lanes])
         w.show_graphs(1)
         ctx = TalkContext(s, messages, w.conv.system, config)
-        worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race")
+        worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race",
+                             polled=True)  # the window's flush tick delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(lambda exc: w.show_error(f"Race failed: {error_text(exc)}"))
         worker.finished.connect(lambda wk=worker: self._on_finished(wk))

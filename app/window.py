@@ -62,6 +62,11 @@ FLUSH_MS = 40
 # of the six repaints about twice a second: plots cost tens of milliseconds to paint on a 2-core CPU
 # (and hold the GIL the decoding thread needs), text does not. The last flush draws everything.
 GRAPH_EVERY = 2
+# The figures (the graphs' header, the bubble's footer) are rewritten on every FIGURES_EVERY-th tick, about four
+# times a second, and only when tokens arrived: each rewrite is a label's text and size (a millisecond or
+# more on the GUI thread, holding the GIL the decoding thread needs), and on every 40 ms tick it cost a slow
+# verifier's replies a few percent of their tokens/s. The text itself streams on every tick.
+FIGURES_EVERY = 6
 CLOSE_WAIT_S = 0.3  # how long closing waits for a reply to end its round (its text is saved before)
 DEFAULT_SIZE = QSize(1480, 900)
 
@@ -580,7 +585,7 @@ class MainWindow(QMainWindow):
         controls = self._controls
         system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
         worker = EventWorker(lambda: session_mod.reply_events(s, messages, system, config, controls),
-                             on_abort=controls.cancel, name="reply")
+                             on_abort=controls.cancel, name="reply", polled=True)  # flush() delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_gen_error)
         worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
@@ -672,10 +677,13 @@ class MainWindow(QMainWindow):
 
     def flush(self, final: bool = True) -> None:
         """New tokens into the chat and new rounds into the graphs (the timer's tick; final: every panel)."""
-        self.chat.flush()
+        for worker in (self._gen_worker, self.racer.worker):
+            if worker is not None:
+                worker.deliver()  # the reply's (or the race's) events since the last tick
         self._ticks += 1
-        # The header's figures every tick (they match the bubble's footer); one panel every GRAPH_EVERY-th.
-        self.graphs.flush(panels=final or self._ticks % GRAPH_EVERY == 0)
+        figures = final or self._ticks % FIGURES_EVERY == 0  # the header's and the footer's, at the same tick
+        self.chat.flush(figures=figures)
+        self.graphs.flush(panels=final or self._ticks % GRAPH_EVERY == 0, figures=figures)
 
     def stop(self) -> None:
         """Stop the reply or the race that is running."""

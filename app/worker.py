@@ -119,6 +119,11 @@ class EventWorker(BaseWorker):
     BATCH_MS, so events pile up, and emits them all in order. A queued signal per event would wake the GUI
     thread (and make the two threads trade the GIL) for every token. `errored` and `finished` go through the
     same queue, so they always arrive after the last event.
+
+    `polled=True`: the worker never wakes the GUI thread for events; its owner calls `deliver()` from a timer
+    it runs anyway (the window's flush), so a reply costs the decoding thread one GIL hand-over per tick
+    instead of three (a wake-up, the batch timer, the tick). Every hand-over, on a busy machine, can leave the
+    decoding thread waiting for a core. The end still arrives on its own, at once.
     """
 
     BATCH_MS = 25  # under the window's 40 ms flush, so a batch is ready for every flush
@@ -128,12 +133,13 @@ class EventWorker(BaseWorker):
     _ended = Signal()  # worker thread -> GUI thread: the work has ended; deliver what is queued now
 
     def __init__(self, make_events: Callable[[], Iterator[Any]], *, on_abort: Callable[[], None] | None = None,
-                 name: str = "generate") -> None:
+                 name: str = "generate", polled: bool = False) -> None:
         from PySide6.QtCore import QTimer
 
         super().__init__(name)
         self._make_events = make_events
         self._on_abort = on_abort
+        self._polled = polled
         self._queue: list[Any] = []
         self._queue_lock = threading.Lock()
         self._batch = QTimer(self)
@@ -147,13 +153,22 @@ class EventWorker(BaseWorker):
         with self._queue_lock:
             first = not self._queue
             self._queue.extend(items)
-        if first:
+        if first and not self._polled:
             self._posted.emit()
 
     def _end(self, error: BaseException | None) -> None:
         with self._queue_lock:
             self._queue.extend((_END, error))
         self._ended.emit()  # delivered at once (not after a batch's wait), after every event, by _deliver
+
+    def deliver(self) -> None:
+        """On the GUI thread: emit the events queued so far, in order (a polled worker's owner calls this on
+        its timer; the end, which follows the last event, is left for the worker to deliver at once)."""
+        with self._queue_lock:
+            end = next((i for i, item in enumerate(self._queue) if item is _END), len(self._queue))
+            items, self._queue = self._queue[:end], self._queue[end:]
+        for item in items:
+            self.event.emit(item)
 
     def _deliver(self) -> None:
         """On the GUI thread: emit every queued event in order, then the end if it has come."""

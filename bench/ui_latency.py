@@ -9,7 +9,8 @@ Reports p50 / p99 / max lateness and the reply's tokens/s, for speculation on an
 With --cli-ab N it measures instead what the window costs the worker per token: for each lane (speculation
 off and on), N pairs of the same reply sent in the window (a new chat each time, graphs shown) and run as the
 CLI runs it (the same session's engine consuming the events with no window: `cli_reply_tps`), in alternating
-order; it prints each lane's median tokens/s both ways and the window's cost, 1 - window / CLI.
+order; it prints each lane's median tokens/s both ways and the window's cost, 1 - window / CLI, from the medians
+and per pair (median and range), with the load average at the lane's start and end.
 """
 
 from __future__ import annotations
@@ -52,16 +53,26 @@ def gui_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
 
 def cli_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
     """The same reply as `specdec generate` runs it: the window's session and engine, the events consumed on
-    this thread with no window involved."""
+    this thread with no window involved, and Python's collector on, as in the CLI. (The window turns automatic
+    collection off and collects on a GUI-thread timer, app/gc_pin.py, which cannot fire while this loop holds
+    the GUI thread: without this, the garbage of the CLI's replies was collected during the window's.)"""
+    import gc
+
     from app.session import config_from_settings, reply_events
     from specdec_core.engine import Controls
     from specdec_core.events import Finished
 
     config = config_from_settings(window.settings)
-    for ev in reply_events(window.session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
-                           config, Controls(speculate=speculate)):
-        if isinstance(ev, Finished):
-            return ev.stats.tokens_per_s, ev.stats.new_tokens
+    automatic = gc.isenabled()
+    gc.enable()  # safe here: this is the GUI thread
+    try:
+        for ev in reply_events(window.session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
+                               config, Controls(speculate=speculate)):
+            if isinstance(ev, Finished):
+                return ev.stats.tokens_per_s, ev.stats.new_tokens
+    finally:
+        if not automatic:
+            gc.disable()
     return 0.0, 0
 
 
@@ -70,22 +81,30 @@ def window_cost(window, prompt: str, pairs: int) -> dict[str, dict[str, list[flo
     CLI, then CLI then window, ...), so a machine that warms up or gets busier hits both alike."""
     out: dict[str, dict[str, list[float]]] = {}
     for lane, speculate in (("off", False), ("on", True)):
-        out[lane] = {"window": [], "cli": []}
+        out[lane] = {"window": [], "cli": [], "load": [os.getloadavg()[0]]}
         for i in range(pairs):
             order = (("window", gui_reply_tps), ("cli", cli_reply_tps))
             for where, run in order if i % 2 == 0 else order[::-1]:
                 out[lane][where].append(run(window, prompt, speculate)[0])
+        out[lane]["load"].append(os.getloadavg()[0])
     return out
 
 
 def print_window_cost(results: dict[str, dict[str, list[float]]]) -> None:
     import statistics
 
-    print(f"{'lane':<17}{'window tok/s':>14}{'CLI tok/s':>12}{'window cost':>13}   runs (window | CLI)")
+    print(f"{'lane':<17}{'window tok/s':>14}{'CLI tok/s':>12}{'window cost':>13}{'per pair':>22}   "
+          "load   runs (window | CLI)")
     for lane, runs in results.items():
         gui, cli = statistics.median(runs["window"]), statistics.median(runs["cli"])
-        print(f"{'speculation ' + lane:<17}{gui:>14.1f}{cli:>12.1f}{(1 - gui / cli) * 100:>12.1f}%   "
-              + " ".join(f"{x:.1f}" for x in runs["window"]) + " | " + " ".join(f"{x:.1f}" for x in runs["cli"]))
+        # Each pair's own cost (its two runs are taken back to back), their median and range: machine noise that
+        # drifts over minutes moves both runs of a pair alike.
+        paired = sorted((1 - w / c) * 100 for w, c in zip(runs["window"], runs["cli"]) if c)
+        per_pair = f"{statistics.median(paired):.1f}% [{paired[0]:.0f}, {paired[-1]:.0f}]" if paired else "-"
+        load = "-".join(f"{x:.1f}" for x in runs.get("load", []))
+        print(f"{'speculation ' + lane:<17}{gui:>14.1f}{cli:>12.1f}{(1 - gui / cli) * 100:>12.1f}%{per_pair:>22}   "
+              f"{load}   " + " ".join(f"{x:.1f}" for x in runs["window"]) + " | "
+              + " ".join(f"{x:.1f}" for x in runs["cli"]))
 
 
 def main() -> int:

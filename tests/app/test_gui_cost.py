@@ -121,3 +121,157 @@ def test_the_theory_words_and_the_header_growing_and_shrinking_do_not_re_lay_out
         qtbot.wait(1)
     assert "Theory vs practice" in graphs.words.text()
     assert requests.count <= 1, requests.count
+
+
+def test_a_flush_of_many_differently_coloured_tokens_changes_the_document_once(qtbot):
+    from app.chat_view import TokenTextView
+    from app.trace import ReplyTrace, TokenRecord
+
+    view = TokenTextView()
+    qtbot.addWidget(view)
+    view.show()
+    trace = ReplyTrace()
+    view.set_trace(trace, colored=True)
+    changes = []
+    view.document().contentsChange.connect(lambda *args: changes.append(args))
+    states = ("accepted", "rejected", "corrected", "bonus", "accepted", "rejected", "corrected", "plain")
+    # A speculative round's tokens, one run of one state each, and a line that ends (drawn with its Markdown)
+    trace.tokens = [TokenRecord(i, f" w{i}" + ("\n" if i == 5 else ""), state, i, 0, 0.5, 0.5, 0.5)
+                    for i, state in enumerate(states)]
+    assert view.render_pending() == len(states)
+    assert "w0" in view.toPlainText() and "w7" in view.toPlainText()
+    assert len(changes) == 1, changes  # one layout of what changed, not one per run of a state
+
+
+def test_the_footer_and_the_graph_header_are_rewritten_only_on_figure_ticks_and_only_after_new_tokens(qtbot):
+    from app.chat_view import ChatView
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord, TokenRecord
+
+    chat, graphs = ChatView(), LiveGraphs()
+    qtbot.addWidget(chat)
+    qtbot.addWidget(graphs)
+    chat.show()
+    graphs.show()
+    trace = ReplyTrace()
+    bubble = chat.add_assistant(trace, 0, streaming=True)
+    graphs.set_trace(trace, 20.0)
+    footers, headers = [], []
+    bubble.update_footer = lambda real=bubble.update_footer: (footers.append(1), real())
+    graphs._draw_header = lambda real=graphs._draw_header: (headers.append(1), real())
+
+    def tick(i: int, figures: bool) -> None:
+        trace.tokens.append(TokenRecord(i, f" w{i}", "plain", i, 0, None, 0.5, None))
+        trace.rounds.append(RoundRecord(i, 0, 0, "plain", "off", 0, 0.0, 0.03, 0.0, 0.03 * (i + 1), i + 1))
+        chat.flush(figures=figures)
+        graphs.flush(panels=False, figures=figures)
+
+    for i in range(5):  # text-only ticks: the tokens stream, the figures wait
+        tick(i, figures=False)
+    assert "w4" in bubble.body.toPlainText() and not footers and not headers
+    tick(5, figures=True)
+    assert len(footers) == 1 and len(headers) == 1 and "6 tokens" in bubble.footer.text()
+    chat.flush(figures=True)  # a figure tick with nothing new rewrites nothing
+    graphs.flush(panels=False, figures=True)
+    assert len(footers) == 1 and len(headers) == 1
+    trace.stop_reason = "eos"  # the end: the final figures at once, whatever the tick
+    chat.flush(figures=False)
+    graphs.flush(panels=False, figures=False)
+    assert len(footers) == 2 and chat.streaming_bubble is None
+
+
+def test_while_rounds_keep_arriving_every_panel_is_redrawn_in_turn(qtbot, monkeypatch):
+    import app.graphs as graphs_mod
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    monkeypatch.setattr(graphs_mod, "PANEL_EVERY_S", 0.0)  # a panel on every tick, to see which ones
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace)
+    drawn = []
+    graphs._draw_panel = lambda name, real=graphs._draw_panel: (drawn.append(name), real(name))
+    for i in range(len(graphs.PANELS)):  # a new round before every tick, as a streaming reply sends them
+        trace.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.03, 0.0, 0.05 * (i + 1), 2 * (i + 1)))
+        graphs.flush(panels=True)
+    assert sorted(drawn) == sorted(graphs.PANELS), drawn  # not the first panel over and over
+
+
+def test_a_streaming_reply_s_header_gaining_lines_keeps_its_height_so_the_plots_are_not_re_laid_out(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.resize(520, 900)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace)  # no baseline yet: the window picks one when the prompt is built
+    needed, boxes = [], []
+    for i in range(12):  # one line of figures, then the speedup with its ± and the baseline's line below
+        trace.rounds.append(RoundRecord(i, 3, i % 3, "corrected", "gamma", 3, 0.01, 0.03 + 0.002 * i, 0.001,
+                                        0.05 * (i + 1), 3 * (i + 1)))
+        if i == 3:
+            graphs.set_baseline(40.0, "median of 3 speculation-off replies at a similar prompt length")
+        graphs.flush(panels=False)
+        needed.append(graphs.header.heightForWidth(graphs.header_box.width()))
+        boxes.append(graphs.header_box.height())
+        qtbot.wait(1)
+    assert needed[-1] > needed[0], needed  # the header did gain lines
+    assert boxes[-1] >= needed[-1]  # never cut off
+    # The box (in the layout above the plots) kept the height it took for the first line: a change of it
+    # re-lays out and repaints all seven plots
+    assert len(set(boxes)) == 1, boxes
+
+
+def test_a_token_view_paints_its_text_without_a_python_override_in_the_way_and_still_shows_token_tips(qtbot):
+    from PySide6.QtCore import QPoint
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QTextBrowser, QToolTip
+
+    from app.chat_view import TokenTextView
+    from app.trace import ReplyTrace, TokenRecord
+
+    # PySide holds the GIL across a C++ call made from Python: an override of viewportEvent (or paintEvent)
+    # would paint every frame of a streaming reply inside one, and the decoding thread would wait for it.
+    for name in ("viewportEvent", "paintEvent", "event"):
+        assert getattr(TokenTextView, name) is getattr(QTextBrowser, name), name
+    view = TokenTextView()
+    qtbot.addWidget(view)
+    view.resize(400, 100)
+    view.show()
+    trace = ReplyTrace(stop_reason="eos")
+    trace.tokens = [TokenRecord(0, "Paris", "accepted", 0, 0, 0.4, 0.9, 1.0)]
+    view.set_trace(trace, colored=True)
+    pos = view.cursorRect(view.textCursor()).center() + QPoint(4, 0)
+    pos.setX(5)
+    assert view.token_at(pos.toPointF()) is trace.tokens[0]
+    QApplication.sendEvent(view.viewport(), QHelpEvent(QEvent.Type.ToolTip, pos, view.viewport().mapToGlobal(pos)))
+    qtbot.waitUntil(QToolTip.isVisible, timeout=2000)
+    assert "Paris" in QToolTip.text()
+    QToolTip.hideText()
+
+
+def test_a_polled_worker_wakes_the_gui_thread_only_to_start_and_to_end_and_its_owner_gets_every_event(qtbot):
+    from PySide6.QtCore import QTimer
+
+    counter = _MetaCallCounter()
+    app = QCoreApplication.instance()
+    seen, ends = [], []
+    worker = EventWorker(lambda: _slow_events(300), polled=True)
+    worker.event.connect(seen.append)
+    worker.finished.connect(lambda: ends.append(len(seen)))
+    tick = QTimer()  # the owner's own timer (the window's flush) takes the events
+    tick.timeout.connect(worker.deliver)
+    tick.start(40)
+    app.installEventFilter(counter)
+    try:
+        with qtbot.waitSignal(worker.finished, timeout=10_000):
+            worker.start()
+    finally:
+        app.removeEventFilter(counter)
+        tick.stop()
+    assert seen == list(range(300)) and ends == [300]  # in order, and the end after the last event
+    assert counter.calls <= 3, counter.calls  # started, the end, finished: no wake-up for events

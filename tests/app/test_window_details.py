@@ -47,7 +47,7 @@ def test_the_token_tooltip_is_readable_in_the_light_theme(make_window, qtbot, se
         cursor.setPosition(view._starts[0] + 1)
         pos = view.cursorRect(cursor).center()
         assert view.token_at(QPointF(pos)) is not None
-        view.viewportEvent(QHelpEvent(QEvent.Type.ToolTip, pos, view.viewport().mapToGlobal(pos)))
+        QApplication.sendEvent(view.viewport(), QHelpEvent(QEvent.Type.ToolTip, pos, view.viewport().mapToGlobal(pos)))
         qtbot.waitUntil(QToolTip.isVisible, timeout=2000)
         tip = next(t for t in QApplication.topLevelWidgets() if t.inherits("QTipLabel") and t.isVisible())
         # Rendered over black and over white, as a screen without a compositor shows whatever the
