@@ -166,7 +166,9 @@ class Engine:
         self._token_texts: dict[int, str] = {}
         self.sizer = TreeSizer()  # measured verify cost on this machine, and the tree size that pays
         self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
-        self.priced_out = 0  # tree rounds in a row that drafted nothing because no drafting could pay
+        self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
+        self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
+        self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self.ways = WayRecord(WAYS)  # greedy `auto` with a drafter that grows trees: which way has been faster
         self.drafter: Drafter | None = None
         self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
@@ -176,7 +178,7 @@ class Engine:
         self.drafter = drafter
         if drafter is not None and drafter is not self._measured:  # another draft: learn its cost and worth afresh
             self.sizer.forget_draft()
-            self.chain_record, self.priced_out, self._measured = PositionRecord(), 0, drafter
+            self.chain_record, self.priced_out, self.probe_left, self._measured = PositionRecord(), 0, 0, drafter
             self.ways = WayRecord(WAYS)
         # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
@@ -385,7 +387,7 @@ class Engine:
             return
         if draft.token_ids:
             self.chain_record.observe(len(draft.token_ids), n_accepted)
-            self.sizer.observe_draft(len(draft.token_ids), draft.draft_s)
+            self._observe_draft(len(draft.token_ids), draft.draft_s)
 
     def tree_nodes(self, config: GenerationConfig) -> int:
         """The most tree nodes a round may check (0: a chain); for `auto` see defaults.tree_nodes_for."""
@@ -418,7 +420,7 @@ class Engine:
         worth = self.sizer if config.cost_aware else None
         tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
                                          self.vocab_size, self.verifier.eos_token_ids, worth=worth)
-        self.sizer.observe_draft(tree.expansions, tree.draft_s)
+        self._observe_draft(tree.expansions, tree.draft_s)
         if config.cost_aware and tree.stop is DraftStop.TREE:
             size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
@@ -443,14 +445,27 @@ class Engine:
 
     def _pays(self, worth_it: bool) -> bool:
         """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
-        plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row, one
-        drafts anyway and measures the draft afresh."""
-        if worth_it or self.priced_out >= self.PROBE_AFTER:
-            self.priced_out = 0
+        plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row, two
+        rounds draft anyway: the first catches the draft up on the tokens it sat out (its time is not the
+        draft's cost, _observe_draft), the second measures it afresh."""
+        if self.priced_out >= self.PROBE_AFTER:
+            self.priced_out, self.probe_left = 0, 2
+        if worth_it or self.probe_left:
+            self.priced_out, self.probe_left = 0, max(0, self.probe_left - 1)
             return True
         self.priced_out += 1
+        self.draft_behind = True
         self.chain_record.age()
         return False
+
+    def _observe_draft(self, steps: int, draft_s: float) -> None:
+        """A drafting round's time, for the cost model, unless the draft first had to read the tokens of
+        the rounds it sat out: 16 plain steps are 16 tokens to read, and timed as the draft's cost they
+        would keep it priced out."""
+        if self.draft_behind:
+            self.draft_behind = False
+            return
+        self.sizer.observe_draft(steps, draft_s)
 
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward pass over the last committed token and the k drafts: logits and processed target_probs,

@@ -126,11 +126,15 @@ class ScriptedTreeDrafter(DrafterBase):
             prompt_length, reference, vocab, right, cost
         self.engine: Engine | None = None
         self.calls = 0
+        self.read = 0  # how far into the sequence the draft has read (a draft reads what it missed first)
 
     def _next(self, ids) -> tuple[int, float]:
         self.calls += 1
+        behind, self.read = (len(ids) - self.read if self.read else 1), len(ids)
         token = self.reference[len(ids) - self.prompt_length] + (0 if self.right else 1)
-        return token % self.vocab, self.cost(self.calls) * (self.engine.sizer.cost.estimate(1) or 0.01)
+        steps = self.cost(self.calls) if not callable(getattr(self, "per_token", None)) else \
+            self.per_token(self.calls) * behind
+        return token % self.vocab, steps * (self.engine.sizer.cost.estimate(1) or 0.01)
 
     def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
         if max_tokens <= 0:
@@ -153,11 +157,12 @@ class FixedCost(VerifyCost):
         pass
 
 
-def scripted(pair, tiny_tokenizer, right: bool, cost, tokens: int = 40):
+def scripted(pair, tiny_tokenizer, right: bool, cost, tokens: int = 40, per_token=None):
     verifier, _ = pair
     prompt = tiny_tokenizer("The capital of France is").input_ids
     _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=tokens)
     drafter = ScriptedTreeDrafter(len(prompt), plain.token_ids, len(tiny_tokenizer), right, cost)
+    drafter.per_token = per_token
     drafter.engine = Engine(verifier, drafter)
     drafter.engine.sizer.cost = FixedCost({1: 0.050, 2: 0.052, 3: 0.054})
     rounds, finished = rounds_of(drafter.engine, prompt, max_new_tokens=tokens, tree_nodes=TREE_AUTO)
@@ -182,3 +187,15 @@ def test_a_draft_slow_in_its_first_rounds_is_not_priced_out_for_good(pair, tiny_
     assert any(r.stop is DraftStop.COST for r in rounds)
     late = rounds[-8:]
     assert all(len(r.drafted) == r.n_accepted == 1 for r in late)  # ... every round, its tokens accepted
+
+
+def test_a_draft_priced_out_is_not_kept_out_by_the_tokens_it_must_read_when_it_comes_back(pair, tiny_tokenizer):
+    # Each token the draft reads costs 5 % of a plain step; its first two steps take 40 plain steps (warming
+    # up), which price it out. Its first round back must read every token it sat out (17 of them: 85 % of a
+    # plain step): timed as its cost, that would price it out again at every probe.
+    def per_token(call):
+        return 40.0 if call <= 2 else 0.05
+
+    drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=None, tokens=80, per_token=per_token)
+    assert any(r.stop is DraftStop.COST for r in rounds)
+    assert all(len(r.drafted) == r.n_accepted == 1 for r in rounds[-8:])
