@@ -30,13 +30,12 @@ prefer_passive_waiting()
 
 from specdec_core.config import TREE_AUTO, GenerationConfig  # noqa: E402
 from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
-from specdec_core.engine import TREE, Engine  # noqa: E402
+from specdec_core.engine import Engine  # noqa: E402
 from specdec_core.loading import catalog  # noqa: E402
 from specdec_core.loading.resources import peak_rss_bytes, weight_bytes  # noqa: E402
 from specdec_core.measuring.bench import Reply, hf_reference, machine_description, time_reply  # noqa: E402
 from specdec_core.measuring.prompt_sets import load_prompts  # noqa: E402
 from specdec_core.text.chat import build_prompt  # noqa: E402
-from specdec_core.verification.cost import WayRecord  # noqa: E402
 
 
 @dataclass
@@ -53,9 +52,6 @@ def settings_for(verifier, draft, gammas: list[int]) -> list[Setting]:
     out += [Setting(f"chain γ={g}", ours(Engine(verifier, ModelDrafter(draft)), tree_nodes=0, gamma=g))
             for g in gammas]
     out.append(Setting("auto (default)", ours(Engine(verifier, ModelDrafter(draft)), tree_nodes=TREE_AUTO)))
-    trees_only = Engine(verifier, ModelDrafter(draft))
-    trees_only.ways = WayRecord((TREE,))  # the default without its measured choice of a chain instead
-    out.append(Setting("auto, trees only", ours(trees_only, tree_nodes=TREE_AUTO)))
     out.append(Setting("prompt lookup", ours(Engine(verifier, PromptLookupDrafter()), tree_nodes=TREE_AUTO)))
     gamma = gammas[0]
     out.append(Setting(f"transformers assisted γ={gamma}",

@@ -39,7 +39,7 @@ from specdec_core.events import (
 )
 from specdec_core.stats import StatsAccumulator
 from specdec_core.text.textstream import TextStream
-from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost, WayRecord
+from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
 from specdec_core.verification.kv import CachedForward, supports_trees
 from specdec_core.verification.sampling import (
     TreeAcceptance,
@@ -152,10 +152,6 @@ def adapted_gamma(gamma: int, verified: RoundVerified, gamma_max: int) -> int:
     return max(1, gamma - 1)
 
 
-TREE, CHAIN = "tree", "chain"  # the ways a round drafts
-WAYS = (TREE, CHAIN)
-
-
 class Engine:
     """A verifier, an optional drafter, and the KV caches they keep between replies."""
 
@@ -169,7 +165,6 @@ class Engine:
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
-        self.ways = WayRecord(WAYS)  # greedy `auto` with a drafter that grows trees: which way has been faster
         self.drafter: Drafter | None = None
         self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
         self.set_drafter(drafter)
@@ -179,7 +174,6 @@ class Engine:
         if drafter is not None and drafter is not self._measured:  # another draft: learn its cost and worth afresh
             self.sizer.forget_draft()
             self.chain_record, self.priced_out, self.probe_left, self._measured = PositionRecord(), 0, 0, drafter
-            self.ways = WayRecord(WAYS)
         # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
@@ -275,28 +269,13 @@ class Engine:
         return wanted and self.drafter is not None
 
     def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls) -> RoundResult:
-        """One verifier call: over a tree (_tree_round) or a chain (_chain_round), whichever this drafter and
-        configuration draft (_way); greedy `auto` learns which is faster here (cost.WayRecord)."""
+        """One verifier call: over a tree (_tree_round) when the drafter grows trees and the configuration
+        asks for them, else over a chain (_chain_round)."""
         round_start = time.perf_counter()
         speculating = self._speculating(config, controls)
-        way = self._way(config) if speculating else CHAIN
-        if way == TREE:
-            result = self._tree_round(reply, remaining, config, round_start)
-        else:
-            result = self._chain_round(reply, remaining, config, round_start, speculating)
-        if speculating and self._chooses_way(config) and result.verified.stop is not DraftStop.PROBE:
-            self.ways.observe(way, len(result.committed), time.perf_counter() - round_start)
-        return result
-
-    def _chooses_way(self, config: GenerationConfig) -> bool:
-        """Whether the way of drafting is chosen by measurement: greedy `auto` (sizes that follow timings
-        would decide a sampled reply's random draws, see _sizes_chains) with a drafter that can grow trees."""
-        return self._sizes_chains(config) and self.grows_trees
-
-    def _way(self, config: GenerationConfig) -> str:
-        if not (self.grows_trees and self.tree_nodes(config)):
-            return CHAIN
-        return self.ways.choose() if self._chooses_way(config) else TREE
+        if speculating and self.grows_trees and self.tree_nodes(config):
+            return self._tree_round(reply, remaining, config, round_start)
+        return self._chain_round(reply, remaining, config, round_start, speculating)
 
     def _chain_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float,
                      speculating: bool) -> RoundResult:
