@@ -48,6 +48,21 @@ def test_events_arrive_in_order_and_in_batches_with_the_end_after_the_last(qtbot
 
 
 
+def _shown_graphs(qtbot, size=None, baseline_tps=None):
+    """Live graphs shown (at `size`), following an empty reply's trace."""
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    if size is not None:
+        graphs.resize(*size)
+    graphs.show()
+    trace = ReplyTrace()
+    graphs.set_trace(trace, baseline_tps)
+    return graphs, trace
+
+
 class _LayoutRequests(QObject):
     def __init__(self) -> None:
         super().__init__()
@@ -60,15 +75,9 @@ class _LayoutRequests(QObject):
 
 
 def test_the_graph_header_changing_every_tick_does_not_re_lay_out_the_plots(qtbot):
-    from app.graphs import LiveGraphs
-    from app.trace import ReplyTrace, RoundRecord
+    from app.trace import RoundRecord
 
-    graphs = LiveGraphs()
-    qtbot.addWidget(graphs)
-    graphs.resize(700, 900)
-    graphs.show()
-    trace = ReplyTrace()
-    graphs.set_trace(trace)
+    graphs, trace = _shown_graphs(qtbot, size=(700, 900))
     requests = _LayoutRequests()
     graphs.installEventFilter(requests)
     for i in range(20):  # a streaming reply: the header's tok/s changes on every flush
@@ -82,14 +91,10 @@ def test_the_graph_header_changing_every_tick_does_not_re_lay_out_the_plots(qtbo
 
 
 def test_while_a_reply_streams_the_panels_are_redrawn_at_most_twice_a_second(qtbot):
-    from app.graphs import PANEL_EVERY_S, LiveGraphs
-    from app.trace import ReplyTrace, RoundRecord
+    from app.graphs import PANEL_EVERY_S
+    from app.trace import RoundRecord
 
-    graphs = LiveGraphs()
-    qtbot.addWidget(graphs)
-    graphs.show()
-    trace = ReplyTrace()
-    graphs.set_trace(trace)
+    graphs, trace = _shown_graphs(qtbot)
     before = graphs.updates
     for i in range(10):  # ten window ticks within a few milliseconds, each with a new round
         trace.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.03, 0.0, 0.05 * (i + 1), 2 * (i + 1)))
@@ -101,15 +106,9 @@ def test_while_a_reply_streams_the_panels_are_redrawn_at_most_twice_a_second(qtb
 
 
 def test_the_theory_words_and_the_header_growing_and_shrinking_do_not_re_lay_out_the_plots(qtbot):
-    from app.graphs import LiveGraphs
-    from app.trace import ReplyTrace, RoundRecord
+    from app.trace import RoundRecord
 
-    graphs = LiveGraphs()
-    qtbot.addWidget(graphs)
-    graphs.resize(700, 900)
-    graphs.show()
-    trace = ReplyTrace()
-    graphs.set_trace(trace, 40.0)
+    graphs, trace = _shown_graphs(qtbot, size=(700, 900), baseline_tps=40.0)
     requests = _LayoutRequests()
     for i in range(12):  # the theory panel's sentence carries the running figures: it changes every redraw
         trace.rounds.append(RoundRecord(i, 3, i % 3, "corrected", "gamma", 3, 0.01, 0.03 + 0.002 * i, 0.001,
@@ -182,15 +181,10 @@ def test_the_footer_and_the_graph_header_are_rewritten_only_on_figure_ticks_and_
 
 def test_while_rounds_keep_arriving_every_panel_is_redrawn_in_turn(qtbot, monkeypatch):
     import app.graphs as graphs_mod
-    from app.graphs import LiveGraphs
-    from app.trace import ReplyTrace, RoundRecord
+    from app.trace import RoundRecord
 
     monkeypatch.setattr(graphs_mod, "PANEL_EVERY_S", 0.0)  # a panel on every tick, to see which ones
-    graphs = LiveGraphs()
-    qtbot.addWidget(graphs)
-    graphs.show()
-    trace = ReplyTrace()
-    graphs.set_trace(trace)
+    graphs, trace = _shown_graphs(qtbot)
     drawn = []
     graphs._draw_panel = lambda name, real=graphs._draw_panel: (drawn.append(name), real(name))
     for i in range(len(graphs.PANELS)):  # a new round before every tick, as a streaming reply sends them
@@ -200,15 +194,10 @@ def test_while_rounds_keep_arriving_every_panel_is_redrawn_in_turn(qtbot, monkey
 
 
 def test_a_streaming_reply_s_header_gaining_lines_keeps_its_height_so_the_plots_are_not_re_laid_out(qtbot):
-    from app.graphs import LiveGraphs
-    from app.trace import ReplyTrace, RoundRecord
+    from app.trace import RoundRecord
 
-    graphs = LiveGraphs()
-    qtbot.addWidget(graphs)
-    graphs.resize(520, 900)
-    graphs.show()
-    trace = ReplyTrace()
-    graphs.set_trace(trace)  # no baseline yet: the window picks one when the prompt is built
+    # no baseline yet: the window picks one when the prompt is built
+    graphs, trace = _shown_graphs(qtbot, size=(520, 900))
     needed, boxes = [], []
     for i in range(12):  # one line of figures, then the speedup with its ± and the baseline's line below
         trace.rounds.append(RoundRecord(i, 3, i % 3, "corrected", "gamma", 3, 0.01, 0.03 + 0.002 * i, 0.001,
