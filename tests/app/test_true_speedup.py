@@ -84,7 +84,9 @@ def test_mid_reply_the_graph_header_and_the_bubble_footer_show_the_same_speed(ma
     w.generation_event.connect(check)
     with qtbot.waitSignal(w.reply_finished, timeout=60_000):
         w.send("Tell me a long story")
-    assert seen and all(h == f and h for h, f in seen), seen[:5]
+    # The figures are rewritten every FIGURES_EVERY-th tick (app/window.py), header and footer on the same one.
+    shown = [(h, f) for h, f in seen if h or f]
+    assert shown and all(h == f for h, f in shown), shown[:5]
 
 
 def test_a_reply_says_how_its_baseline_was_measured(make_window, send_and_wait):
