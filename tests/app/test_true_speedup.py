@@ -74,11 +74,12 @@ def test_mid_reply_the_graph_header_and_the_bubble_footer_show_the_same_speed(ma
     seen = []
 
     def check(_ev) -> None:
-        trace = w.graphs.live.trace
-        if trace is None or trace.finished or len(trace.rounds) < 3:
+        trace, bubble = w.graphs.live.trace, w.chat.streaming_bubble
+        # events arrive in batches on the window's tick: the last ones may come after the reply's bubble closed
+        if trace is None or trace.finished or len(trace.rounds) < 3 or bubble is None:
             return
         w.flush(final=False)  # the timer's tick: text and graphs together
-        footer, header = w.chat.streaming_bubble.footer.text(), w.graphs.live.header.text()
+        footer, header = bubble.footer.text(), w.graphs.live.header.text()
         seen.append((_numbers(header)[:1], _numbers(footer)[:1]))
 
     w.generation_event.connect(check)
