@@ -114,9 +114,9 @@ def test_estimates_never_fall_as_rows_grow_even_with_one_slow_unsettled_timing()
 
 
 class ScriptedTreeDrafter(DrafterBase):
-    """Grows a one-node tree (or drafts a one-token chain, when the engine tries that way): the verifier's next
-    greedy token (right) or that token + 1 (wrong), valued 0.95, reporting a drafting time of `cost(call)`
-    plain steps as the engine has measured them."""
+    """Grows a one-node tree (or drafts a one-token chain, when asked for one): the verifier's next
+    greedy token (right) or that token + 1 (wrong), valued 0.95, reporting a drafting time of `cost(call, behind)`
+    plain steps as the engine has measured them (`behind`: the tokens it reads first, that it had not seen)."""
 
     name = "scripted"
     grows_trees = True
@@ -132,8 +132,7 @@ class ScriptedTreeDrafter(DrafterBase):
         self.calls += 1
         behind, self.read = (len(ids) - self.read if self.read else 1), len(ids)
         token = self.reference[len(ids) - self.prompt_length] + (0 if self.right else 1)
-        steps = self.cost(self.calls) if not callable(getattr(self, "per_token", None)) else \
-            self.per_token(self.calls) * behind
+        steps = self.cost(self.calls, behind)
         return token % self.vocab, steps * (self.engine.sizer.cost.estimate(1) or 0.01)
 
     def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
@@ -157,12 +156,11 @@ class FixedCost(VerifyCost):
         pass
 
 
-def scripted(pair, tiny_tokenizer, right: bool, cost, tokens: int = 40, per_token=None):
+def scripted(pair, tiny_tokenizer, right: bool, cost, tokens: int = 40):
     verifier, _ = pair
     prompt = tiny_tokenizer("The capital of France is").input_ids
     _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=tokens)
     drafter = ScriptedTreeDrafter(len(prompt), plain.token_ids, len(tiny_tokenizer), right, cost)
-    drafter.per_token = per_token
     drafter.engine = Engine(verifier, drafter)
     drafter.engine.sizer.cost = FixedCost({1: 0.050, 2: 0.052, 3: 0.054})
     rounds, finished = rounds_of(drafter.engine, prompt, max_new_tokens=tokens, tree_nodes=TREE_AUTO)
@@ -173,7 +171,7 @@ def scripted(pair, tiny_tokenizer, right: bool, cost, tokens: int = 40, per_toke
 def test_a_tree_drafter_that_is_never_right_and_costs_time_ends_paused_and_the_text_is_the_same(
         pair, tiny_tokenizer):
     # Drafting costs 30 % of a plain step: worth it only if right more than 30 % of the time; never here.
-    drafter, rounds = scripted(pair, tiny_tokenizer, right=False, cost=lambda call: 0.3)
+    drafter, rounds = scripted(pair, tiny_tokenizer, right=False, cost=lambda call, behind: 0.3)
     # A few drafts to learn that none pays, then plain steps, with a draft now and then to try again.
     assert drafter.calls <= len(rounds) / 4
     assert sum(r.stop is DraftStop.COST and not r.tree for r in rounds[-20:]) >= 15
@@ -181,7 +179,7 @@ def test_a_tree_drafter_that_is_never_right_and_costs_time_ends_paused_and_the_t
 
 def test_a_draft_slow_in_its_first_rounds_is_not_priced_out_for_good(pair, tiny_tokenizer):
     # The app's first reply: the draft's first steps take 40 plain steps (warming up), then 5 % of one.
-    drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=lambda call: 40.0 if call <= 2 else 0.05,
+    drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=lambda call, behind: 40.0 if call <= 2 else 0.05,
                                tokens=60)
     # Priced out by its slow start (the median of its first timings), it drafts again after a probe or two ...
     assert any(r.stop is DraftStop.COST for r in rounds)
@@ -193,9 +191,9 @@ def test_a_draft_priced_out_is_not_kept_out_by_the_tokens_it_must_read_when_it_c
     # Each token the draft reads costs 5 % of a plain step; its first two steps take 40 plain steps (warming
     # up), which price it out. Its first round back must read every token it sat out (17 of them: 85 % of a
     # plain step): timed as its cost, that would price it out again at every probe.
-    def per_token(call):
-        return 40.0 if call <= 2 else 0.05
+    def per_token(call, behind):
+        return (40.0 if call <= 2 else 0.05) * behind
 
-    drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=None, tokens=80, per_token=per_token)
+    drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=per_token, tokens=80)
     assert any(r.stop is DraftStop.COST for r in rounds)
     assert all(len(r.drafted) == r.n_accepted == 1 for r in rounds[-8:])
