@@ -20,7 +20,8 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.draft_head import HeadCache
-from specdec_core.drafting.trees import NO_COPY, Copy, CopyRecord, DraftTree, Worth, grow_tree, level_as_tree
+from specdec_core.drafting.trees import (NO_COPY, Copy, CopyRecord, DraftTree, Worth, grow_tree, level_as_tree,
+                                    shared_ancestors)
 from specdec_core.events import DraftStop
 from specdec_core.verification.kv import CachedForward, common_prefix_length, supports_trees
 from specdec_core.verification.sampling import processed_probs, sample, seen_tokens, shown_probs
@@ -230,10 +231,11 @@ class ModelDrafter(DrafterBase):
                      worth: Worth | None = None) -> DraftTree:
         """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see trees.TreeGrowth).
 
-        A level costs one draft forward pass, whatever its width: the level's paths, with their ancestors,
-        run as a tree after the committed tokens, each node attending only to its own ancestors (kv.py's
-        tree attention, as the verifier checks trees), and the pass's nodes are dropped from the draft's
-        cache at once (rolled back to the committed tokens). A draft whose cache cannot hold a tree
+        A level costs one draft forward pass, whatever its width: the level's paths run as a tree after the
+        committed tokens and the ancestors all of them share, each node attending only to its own ancestors
+        (kv.py's tree attention, as the verifier checks trees). The shared ancestors stay in the draft's cache
+        and the branches are dropped at once, so a tree that grows along one path drafts as cheaply as a chain:
+        each level feeds only its new tokens, and the next round keeps whatever of the path was accepted. A draft whose cache cannot hold a tree
         (sliding-window layers) runs each path in turn, moving between branches by the cache's prefix rule."""
         start = time.perf_counter()
         context = self._readable(ids)
@@ -244,15 +246,16 @@ class ModelDrafter(DrafterBase):
             return in_verifier_ids(row, self.known_ids, vocab_size)
 
         def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, None]:
-            if paths == [[]]:
-                return in_ids(self.forward.logits_for(context)[-1])[None], None
-            tree = self._level_tree(paths, paths_tokens)
+            if len(paths) == 1:  # one path: a chain step, its tokens kept in the cache as a chain's are
+                return in_ids(self.forward.logits_for(context + self._readable(paths_tokens[0]))[-1])[None], None
+            shared = shared_ancestors(paths)
+            tree = self._level_tree([path[shared:] for path in paths], [tokens[shared:] for tokens in paths_tokens])
             if tree is None:
                 return torch.stack([in_ids(self.forward.logits_for(context + self._readable(path_tokens))[-1])
                                     for path_tokens in paths_tokens]), None
             tokens, parents, rows = tree
-            logits = self.forward.logits_for_tree(context, tokens, parents)
-            self.forward.keep_path([])  # roll back: the cache holds the committed tokens only, as before
+            logits = self.forward.logits_for_tree(context + self._readable(paths_tokens[0][:shared]), tokens, parents)
+            self.forward.keep_path([])  # roll back the branches: the cache keeps the ancestors they share
             return torch.stack([in_ids(logits[row]) for row in rows]), None
 
         return grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)

@@ -314,6 +314,16 @@ def grow_tree(logits_for: LevelLogits, start: float, max_nodes: int, max_depth: 
     return TreeGrowth(logits_for, config, eos_token_ids, max_nodes, max_depth, copied, worth).grown(start)
 
 
+def shared_ancestors(paths: Sequence[Sequence[int]]) -> int:
+    """How many leading candidates every path of a level shares, leaving each path at least its last one
+    (a level's pass runs those after the shared ones: the draft keeps the shared ones in its cache)."""
+    most = min(len(path) for path in paths) - 1
+    shared = 0
+    while shared < most and all(path[shared] == paths[0][shared] for path in paths):
+        shared += 1
+    return shared
+
+
 def level_as_tree(paths: list[list[int]], paths_tokens: list[list[int]], readable: Callable[[int], int | None]
                   ) -> tuple[list[int], list[int], list[int]] | None:
     """A tree level's paths (candidate indices, root's child first) as one tree a draft model can run in one

@@ -11,6 +11,7 @@ import torch
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
 from specdec_core.drafting.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, grow_tree
+from specdec_core.drafting import trees
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.verification.cost import Calibration, TreeSizer, VerifyCost
@@ -135,7 +136,34 @@ def test_a_draft_model_pays_one_forward_pass_per_level_whatever_its_width(pairs,
     widest = max(sum(len(tree.path_to(n)) == depth for n in range(len(tree))) for depth in range(1, 5))
     assert widest > 1 and tree.expansions >= 3
     assert drafter.forward.forward_calls - calls <= tree.expansions
-    assert drafter.forward.cached_ids == prompt  # the levels' nodes are rolled back
+    # the levels' branches are rolled back: the cache holds the committed tokens and ancestors all branches shared
+    cached = drafter.forward.cached_ids
+    assert cached[:len(prompt)] == prompt
+    assert any(cached[len(prompt):] == [tree.token_ids[n] for n in tree.path_to(node)][:len(cached) - len(prompt)]
+               for node in range(len(tree)))
+
+
+def test_a_tree_that_grows_along_one_path_drafts_as_cheaply_as_a_chain(pairs, tiny_tokenizer, monkeypatch):
+    """Each level feeds the draft only its new token (its ancestors stay cached), and the next round, after
+    the verifier took the path, feeds only what the draft has not read: no level re-reads its path."""
+    monkeypatch.setattr(trees, "TREE_WIDTH", 1)  # one child per node, one node per level: a path
+    verifier, draft = pairs["llama"]
+    drafter = ModelDrafter(draft)
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    drafter.prefill(prompt)
+    fed: list[int] = []
+    run = drafter.forward._run
+    monkeypatch.setattr(drafter.forward, "_run", lambda new_ids, *a, **k: fed.append(len(new_ids)) or run(new_ids, *a, **k))
+
+    tree = drafter.propose_tree(prompt, 8, 4, GenerationConfig(), verifier.producible_ids, frozenset())
+
+    path = [tree.token_ids[n] for n in tree.path_to(len(tree) - 1)]
+    assert len(path) == len(tree) == 4 and tree.expansions == 4
+    assert fed == [1, 1, 1]  # the root's row was kept from the prefill; then one token per level
+    assert drafter.forward.cached_ids == prompt + path[:-1]
+    fed.clear()
+    drafter.propose_tree(prompt + path + [5], 8, 4, GenerationConfig(), verifier.producible_ids, frozenset())
+    assert fed[0] == 2  # the path's last token and the verifier's bonus token; the rest was cached
 
 
 def test_tree_nodes_zero_is_the_chain_of_before(pairs, tiny_tokenizer):
