@@ -40,6 +40,9 @@ class AdaptController(QObject):
         self._verifier = None
         self.worker: FunctionWorker | None = None
         self.swap_due = False  # adapted weights wait for the window to be idle
+        # Reply tokens the live head's weights learnt from (0: as loaded): what the next reply drafts with. The
+        # window records it with each reply (ReplyTrace.adapted_tokens) for the chat's acceptance plot.
+        self.head_tokens = 0
         self.enabled = self._read_switch()
         self.label = QLabel("")
         window.statusBar().addPermanentWidget(self.label)
@@ -81,6 +84,7 @@ class AdaptController(QObject):
         if self.drafter is not None and self.drafter is drafter:
             return  # the same head (a reload that kept it): what it learnt stays
         self.adapter = self.drafter = None
+        self.head_tokens = 0
         if is_adaptable(head):
             self.drafter, self._verifier = drafter, session.verifier.model
             if self.enabled:
@@ -97,6 +101,7 @@ class AdaptController(QObject):
                 try:
                     self.adapter.load(self._folder())
                     self.adapter.swap_into(self.drafter)
+                    self.head_tokens = self.adapter.tokens
                 except (OSError, ValueError) as error:
                     self.window.show_info(f"The adapted draft in {self._folder()} could not be read ({error}); "
                                           "starting from the shipped one")
@@ -152,6 +157,7 @@ class AdaptController(QObject):
         if self.swap_due and self.adapter is not None:
             self.swap_due = False
             self.adapter.swap_into(self.drafter)
+            self.head_tokens = self.adapter.tokens
             if self.adapter.tokens:
                 try:
                     self.adapter.save(self._folder(), tokenizer=self.drafter.draft.tokenizer)

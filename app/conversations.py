@@ -40,6 +40,7 @@ class ConversationWindow(WindowPort, Protocol):
     settings_panel: SettingsPanel  # shows the open chat's system prompt
     sidebar: ConversationSidebar
     save_failed: SignalInstance  # a background save's error, emitted from the store's writer thread
+    reply_finished: SignalInstance  # a reply ended (its ReplyTrace)
 
     def new_chat(self) -> None: ...
     def setWindowTitle(self, title: str) -> None: ...  # noqa: N802 - Qt's name
@@ -72,6 +73,7 @@ class ConversationController:
         self.undo_notice: Notice | None = None  # the chat's notice with the Undo button
         # Conversations that at close could be neither saved nor kept in a recovery file: id -> what was said.
         self.lost: dict[str, str] = {}
+        window.reply_finished.connect(lambda _trace: self.show_history())
 
     # -- switching ----------------------------------------------------------------------------------------
     def new(self) -> None:
@@ -83,6 +85,7 @@ class ConversationController:
         w.settings_panel.show_system(w.conv.system)
         w.chat.clear()
         w.graphs.live.set_trace(None, w.session.baseline_tps if w.session else None)
+        self.show_history()
         w.setWindowTitle("specdec")
         if w.busy != Busy.LOAD:  # a load's progress stays on the status line
             w.say("New chat")
@@ -155,6 +158,12 @@ class ConversationController:
             self._draw(i, messages[i])
         chat.draw_earlier([lambda i=i, m=messages[i]: self._draw(i, m, above=True) for i in range(first)])
         chat.scroll_to_end()
+        self.show_history()
+
+    def show_history(self) -> None:
+        """The graphs' acceptance over the open chat: one point per finished reply (graphs.ChatAcceptance)."""
+        w = self.window
+        w.graphs.live.history.show([m.trace for m in w.conv.messages if m.role == "assistant"])
 
     def _draw(self, i: int, m: Message, above: bool = False) -> None:
         chat = self.window.chat

@@ -119,6 +119,9 @@ class ReplyTrace:
     baseline_source: str = ""
     baseline_note: str = ""  # a few words on how comparable the baseline is (app/speedup.py Baseline.short)
     seed: int = 0
+    # Reply tokens the draft head had learnt from this user's chats when it drafted this reply (0: the head as
+    # loaded; app/adapt_controller.py). A trace saved before this was kept reads 0.
+    adapted_tokens: int = 0
 
     # ---- building from events -------------------------------------------------------------------
     def apply(self, event: object) -> None:

@@ -570,7 +570,8 @@ class MainWindow(QMainWindow):
         s = self.session
         messages = self.conv.chat_messages()
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
-                           baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed)
+                           baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed,
+                           adapted_tokens=self.adaptation.head_tokens)  # which head drafts it (the chat's plot)
         self._pick_baseline(trace, self._last_prompt_tokens)  # refined when the prompt is built
         message = Message("assistant", "", trace)
         branches.attach(message, self._earlier_versions)
