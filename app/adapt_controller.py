@@ -45,6 +45,8 @@ class AdaptController(QObject):
         self.head_tokens = 0
         self.enabled = self._read_switch()
         self.label = QLabel("")
+        self.label.setToolTip("Whether the draft got better over this chat: the graphs' last plot, Acceptance "
+                              "over this chat (a diamond: a reply drafted by the adapted draft)")
         window.statusBar().addPermanentWidget(self.label)
         self._add_menu_actions()
         window.models_loaded.connect(self.attach)

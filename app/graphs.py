@@ -257,6 +257,10 @@ class ChatAcceptance:
         self.title = ""
         self.plot = _plot(self.TITLE, "acceptance rate", "reply", count_bottom=True)
         pi = self.plot.getPlotItem()
+        # The title spans the axes' columns too: with an axis on each side, over the plot alone it would widen a
+        # narrow plot past its column (a label's minimum width is its text's).
+        pi.layout.removeItem(pi.titleLabel)
+        pi.layout.addItem(pi.titleLabel, 0, 0, 1, 3)
         rate_color, calls_color = STATE_SOLID["accepted"], ACCENT
         pi.setLabel("left", "acceptance rate", color=rate_color.name())
         self.rate_line = pi.plot(pen=pg.mkPen(rate_color, width=2))
@@ -283,12 +287,15 @@ class ChatAcceptance:
         pi.vb.sigResized.connect(lambda: self.calls_vb.setGeometry(pi.vb.sceneBoundingRect()))
         self._colors = (rate_color, calls_color)
         self.reset_lines: list[pg.InfiniteLine] = []
+        self._small = QFont()
+        self._small.setPointSize(7)
         self.plot.setToolTip(
             "Each finished reply of this chat, in order: its acceptance rate (accepted draft tokens / draft tokens "
             "checked, solid, left axis) and tokens per verifier call (dashed, right axis), the figures under its "
             "bubble. A reply that drafted nothing (speculation off) is a gap. A diamond: the reply was drafted by "
             "the draft head adapted to your chats (Generation ▸ Adapt the draft to my chats); a vertical line: "
-            "the adapted draft was reset.")
+            "the adapted draft was reset. The title says what the draft had learnt when it drafted the chat's "
+            "latest diamond; the status bar, what it knows now.")
         self._draw()
 
     @staticmethod
@@ -329,18 +336,23 @@ class ChatAcceptance:
         for i in resets(points):
             line = pg.InfiniteLine(pos=i + 0.5, angle=90, movable=False, label="reset",
                                    pen=pg.mkPen(STATE_SOLID["plain"], width=1.2, style=Qt.PenStyle.DotLine),
-                                   labelOpts={"position": 0.92, "color": STATE_SOLID["plain"]})
+                                   # the label's top at the view's top, beside the line: inside the plot
+                                   labelOpts={"position": 1.0, "anchors": [(0, 0), (1, 0)],
+                                              "color": STATE_SOLID["plain"]})
+            line.label.setFont(self._small)
+            line.setZValue(-10)  # the points are drawn over its label
             pi.addItem(line)
             self.reset_lines.append(line)
+        # Headroom above the points (a tenth of the height at least) for the reset lines' label.
         top = max([v for v in calls if v is not None], default=1.0)
-        pi.setRange(xRange=(0.5, max(len(points), 5) + 0.5), yRange=(0.0, 1.02), padding=0)
+        pi.setRange(xRange=(0.5, max(len(points), 5) + 0.5), yRange=(0.0, 1.1), padding=0)
         self.calls_vb.setYRange(0.0, nice_ceiling(max(top, 2.0) * 1.1), padding=0)
         self._set_title()
 
     def _set_title(self) -> None:
         adapted = [p.adapted_tokens for p in self.points if p.adapted_tokens]
         title = f"<span style='font-size:10pt'>{self.TITLE}</span>"
-        if adapted:  # short: a title wider than its plot widens the plot past the panel's column
+        if adapted:
             title += f"<br><span style='font-size:8pt'>◆ draft adapted on {adapted[-1]:,} tokens</span>"
         if title != self.title:
             self.title = title
