@@ -40,10 +40,13 @@ def test_two_replies_give_two_points_with_the_figures_of_their_footers(make_wind
     traces = [send_and_wait(w, "Once upon a time"), send_and_wait(w, "And then what?")]
     points = drawn(w)
     assert len(points) == 2
-    for (rate, calls), trace, bubble in zip(points, traces, [b for b in w.chat.bubbles if b.trace is not None]):
+    tips = [s.data() for s in w.graphs.live.history.rate_dots.points()]  # what hovering a point says
+    for i, ((rate, calls), trace, bubble) in enumerate(zip(points, traces,
+                                                           [b for b in w.chat.bubbles if b.trace is not None])):
         stats = trace.get_stats()
         assert stats.drafted and (rate, calls) == (stats.acceptance_rate, stats.mean_accepted_length)
-        assert f"acceptance {rate:.0%} · {calls:.2f} tokens/call" in bubble.footer.text()
+        figures = f"acceptance {rate:.0%} · {calls:.2f} tokens/call"
+        assert figures in bubble.footer.text() and figures in tips[i]
     assert symbols(w) == {1: LOADED_SYMBOL, 2: LOADED_SYMBOL}  # a draft model does not adapt
 
 
@@ -117,3 +120,24 @@ def test_the_chat_plot_is_not_redrawn_while_a_reply_streams(make_window, send_an
     assert len(seen) > 10 and set(seen) == {before}  # not once while its tokens arrived
     assert history.updates == before + 1  # once, when it finished
     assert np.isfinite(drawn(w)[0]).all()
+
+
+def test_the_chat_plot_keeps_both_axes_inside_it_at_the_narrowest_panel_width(qtbot):
+    from app.graphs import PLOT_MIN_WIDTH, LiveGraphs
+    from app.trace import ReplyTrace
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    stats = {"drafted": 10, "accepted": 6, "acceptance_rate": 0.6, "mean_accepted_length": 2.4}
+    graphs.history.show([ReplyTrace(stats=stats, stop_reason="eos", drafter="d", adapted_tokens=123_456)])
+    plot = graphs.history.plot
+    plot.setParent(None)  # alone, at the width of the panel's narrowest column
+    qtbot.addWidget(plot)
+    plot.resize(PLOT_MIN_WIDTH, 150)
+    plot.show()
+    qtbot.waitExposed(plot)
+    item = plot.getPlotItem()
+    assert "draft adapted on 123,456 tokens" in graphs.history.title
+    # A two-line title over the plot's middle column alone made the plot wider than the widget: the right
+    # axis (tokens per call) was drawn past its edge, out of sight.
+    assert item.getAxis("right").geometry().right() <= PLOT_MIN_WIDTH + 0.5
