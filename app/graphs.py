@@ -238,6 +238,11 @@ def resets(points: list[ReplyPoint]) -> list[int]:
             and points[i].adapted_tokens < points[i - 1].adapted_tokens]
 
 
+def _gaps(values: list[float | None]) -> np.ndarray:
+    """None as NaN: a line drawn with connect="finite" leaves a gap there."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
 ADAPTED_SYMBOL, LOADED_SYMBOL = "d", "o"  # a diamond: drafted by the adapted head
 
 
@@ -324,9 +329,8 @@ class ChatAcceptance:
         x = np.arange(1, len(points) + 1, dtype=float)
         rate = [p.acceptance for p in points]
         calls = [p.tokens_per_call for p in points]
-        as_array = lambda values: np.array([np.nan if v is None else v for v in values], dtype=float)  # noqa: E731
-        self.rate_line.setData(x, as_array(rate), connect="finite")
-        self.calls_line.setData(x, as_array(calls), connect="finite")
+        self.rate_line.setData(x, _gaps(rate), connect="finite")
+        self.calls_line.setData(x, _gaps(calls), connect="finite")
         self.rate_dots.setData(spots=self._spots(rate, self._colors[0]))
         self.calls_dots.setData(spots=self._spots(calls, self._colors[1]))
         pi = self.plot.getPlotItem()
@@ -360,7 +364,7 @@ class ChatAcceptance:
 
 
 class LiveGraphs(QWidget):
-    """Seven panels bound to one reply trace at a time.
+    """Seven panels bound to one reply trace at a time (and under them the open chat's `ChatAcceptance`).
 
     Cost: the window's timer calls `flush()`; new rounds go into buffers (cheap), then while a reply
     streams only the next panel with new data is redrawn (one per tick, so each panel repaints a few
