@@ -158,6 +158,11 @@ class AdaptController(QObject):
             return
         if self.swap_due and self.adapter is not None:
             self.swap_due = False
+            if not self.enabled:  # switched off: the head as loaded drafts; what was learnt waits on disk
+                self.adapter.swap_original_into(self.drafter)
+                self.head_tokens = 0
+                self.show_state()
+                return
             self.adapter.swap_into(self.drafter)
             self.head_tokens = self.adapter.tokens
             if self.adapter.tokens:
@@ -175,8 +180,11 @@ class AdaptController(QObject):
             (self.root / "settings.json").write_text(json.dumps({"enabled": self.enabled}) + "\n")
         except OSError as error:
             self.window.show_info(f"The adaptation switch could not be saved in {self.root}: {error}")
+        if self.adapter is not None:  # the other weights draft from the next reply on (see _swap_when_idle)
+            self.swap_due = True
         if self.enabled:
             self._ensure_adapter()
+        self._swap_when_idle()
         self.show_state()
 
     def reset(self) -> None:
@@ -216,5 +224,8 @@ class AdaptController(QObject):
             self.label.setText("adapting the draft…")
         else:
             tokens = self.adapter.tokens if self.adapter is not None else 0
-            state = f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet"
-            self.label.setText(state + ("" if self.enabled else " (adaptation off)"))
+            if not self.enabled:  # the head as loaded drafts; what was learnt is kept for when it is on again
+                kept = f", what it learnt from {tokens:,} tokens kept" if tokens else ""
+                self.label.setText(f"draft as loaded{kept} (adaptation off)")
+                return
+            self.label.setText(f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet")

@@ -165,6 +165,12 @@ class HeadAdapter:
         copy_weights(self.head, drafter.model)
         drafter.reset_cache()
 
+    def swap_original_into(self, drafter: Any) -> None:
+        """Put the head as loaded back into the drafter's live head, keeping what this copy learnt (adaptation
+        switched off: the shipped draft drafts until it is switched on again). Call between replies only."""
+        copy_state(self.original, drafter.model)
+        drafter.reset_cache()
+
     def save(self, folder: Path, tokenizer: Any = None) -> None:
         """Write the adapted head as a head folder (loads as a draft spec when it has a tokenizer)."""
         folder = Path(folder)
@@ -243,7 +249,12 @@ def copy_weights(source: SpecdecHeadModel, target: SpecdecHeadModel) -> None:
 
     In place on purpose: a CPU-tuned head (cpu_speed.py) keeps packed copies of its weights, keyed by each
     weight's storage and version counter; `copy_` bumps the counter, so the next draft packs them again."""
-    weights = source.state_dict()
+    copy_state(source.state_dict(), target)
+
+
+@torch.no_grad()
+def copy_state(weights: dict[str, torch.Tensor], target: SpecdecHeadModel) -> None:
+    """copy_weights from a state dict."""
     for name, value in target.state_dict().items():
         if name != "head_ids":
             value.copy_(weights[name])

@@ -68,3 +68,22 @@ def test_a_draft_model_cannot_adapt_and_the_window_says_so(make_window):
     w = make_window()  # the tiny pair's draft is a small language model, not a head
     assert w.adaptation.adapter is None and "only a draft head adapts" in w.adaptation.label.text()
     assert not w.adaptation.reset_action.isEnabled()
+
+
+def test_switched_off_the_draft_as_loaded_drafts_and_switched_on_again_the_adapted_one(
+        make_window, send_and_wait, qtbot, tmp_path, tiny_models_dir, tiny_tokenizer):
+    w = make_window(draft=str(head_folder(tmp_path, tiny_models_dir["llama-verifier"], tiny_tokenizer)))
+    loaded = live_head(w).fc.weight.clone()
+    w.adaptation.switch.setChecked(True)
+    send_and_wait(w, "Once upon a time")
+    qtbot.waitUntil(lambda: "draft adapted on" in w.adaptation.label.text(), timeout=30_000)
+    adapted = live_head(w).fc.weight.clone()
+    assert not torch.equal(adapted, loaded)
+
+    w.adaptation.switch.setChecked(False)
+    assert torch.equal(live_head(w).fc.weight, loaded) and w.adaptation.head_tokens == 0
+    assert "draft as loaded" in w.adaptation.label.text() and "(adaptation off)" in w.adaptation.label.text()
+    assert send_and_wait(w, "Once upon a time").adapted_tokens == 0  # the chat's plot marks it as the loaded draft
+
+    w.adaptation.switch.setChecked(True)
+    assert torch.equal(live_head(w).fc.weight, adapted) and w.adaptation.head_tokens > 0
