@@ -116,6 +116,18 @@ def make_pair(arch: str, tokenizer, *, noise: float = 0.3, **kwargs):
     return verifier, draft
 
 
+def save_head_folder(tmp_path: Path, verifier_folder: Path, tokenizer) -> Path:
+    """A tiny draft head for the tiny verifier saved in `verifier_folder`, saved as a draft spec (a head adapts
+    to the user's chats; a draft model cannot)."""
+    from specdec_core.loading.models import load_model
+
+    head = make_head(load_model(str(verifier_folder), device="cpu"), scale=0.5)
+    folder = tmp_path / "tiny-head"
+    head.model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, scale: float = 1.0):
     """A random draft head (draft_head.py) for an in-memory verifier, wrapped like a loaded model.
 

@@ -8,13 +8,7 @@ import torch
 
 from specdec_core.loading.models import load_model
 
-
-def head_folder(tmp_path, verifier_folder, tokenizer):
-    head = tiny.make_head(load_model(str(verifier_folder), device="cpu"), scale=0.5)
-    folder = tmp_path / "tiny-head"
-    head.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+head_folder = tiny.save_head_folder
 
 
 def live_head(window):

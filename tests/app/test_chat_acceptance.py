@@ -11,16 +11,8 @@ import tiny
 
 from app.graphs import ADAPTED_SYMBOL, LOADED_SYMBOL
 from app.store import ConversationStore, trace_from_dict
-from specdec_core.loading.models import load_model
 
-
-def head_folder(tmp_path, verifier_folder, tokenizer):
-    """A tiny draft head for the tiny verifier, saved as a draft spec (it can adapt; a draft model cannot)."""
-    head = tiny.make_head(load_model(str(verifier_folder), device="cpu"), scale=0.5)
-    folder = tmp_path / "tiny-head"
-    head.model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+head_folder = tiny.save_head_folder
 
 
 def drawn(w):
