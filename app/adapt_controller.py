@@ -132,7 +132,7 @@ class AdaptController(QObject):
         self.worker.errored.connect(lambda error: self.window.show_info(
             f"The draft could not adapt to this reply: {error_text(error)}"))
         self.worker.finished.connect(self._worker_done)
-        self.label.setText("adapting the draft…")
+        self.show_state()
         self.worker.start()
 
     def _adapted(self, report) -> None:
@@ -196,17 +196,28 @@ class AdaptController(QObject):
                 self.window.show_info(f"The adapted draft could not be exported to {folder}: {error}")
 
     def show_state(self) -> None:
-        """The status bar's words and which actions apply."""
+        """The status bar's words (a few, beside the window's messages; the sentence is their tooltip) and
+        which actions apply."""
         available = self.drafter is not None
         for action in (self.reset_action, self.export_action):
             action.setEnabled(available)
+        menu = "Generation ▸ Adapt the draft to my chats"
+        tokens = self.adapter.tokens if self.adapter is not None else 0
         if self.window.session is not None and not available:
-            self.label.setText("draft adaptation: only a draft head adapts")
+            text, tip = "draft does not adapt", ("Draft adaptation: only a draft head adapts to your chats, and "
+                                                 "this drafter has none.")
         elif not available:
-            self.label.setText("")
+            text, tip = "", ""
         elif self.worker is not None:
-            self.label.setText("adapting the draft…")
+            text, tip = "adapting the draft…", ("The draft head is learning the last reply; the verifier's text "
+                                                "never changes.")
+        elif not self.enabled:
+            text, tip = "adaptation off", (f"The draft was adapted on {tokens:,} tokens; adapting it to your chats is "
+                                           f"off ({menu})." if tokens else
+                                           f"The draft is not adapted to your chats: {menu} turns it on.")
         else:
-            tokens = self.adapter.tokens if self.adapter is not None else 0
-            state = f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet"
-            self.label.setText(state + ("" if self.enabled else " (adaptation off)"))
+            text = f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet"
+            tip = (f"{text[0].upper()}{text[1:]}: after each reply the draft head learns it while the app is idle; "
+                   f"the verifier's text never changes ({menu}).")
+        self.label.setText(text)
+        self.label.setToolTip(tip)

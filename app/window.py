@@ -40,7 +40,7 @@ from app.adapt_controller import AdaptController
 from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
 from app.conversations import ConversationController
 from app.export import ExportController
-from app.fit import fit_to_screen
+from app.fit import ElidedLabel, fit_to_screen
 from app.graphs import GraphsPanel
 from app.loading import LoadController
 from app.race_controller import RaceController
@@ -252,7 +252,9 @@ class MainWindow(QMainWindow):
         self.cancel_load_button.setText("Cancel")
         self.cancel_load_button.setVisible(False)
         self.cancel_load_button.clicked.connect(self.loader.cancel)
-        self.status_label = QLabel("")
+        # The message line gives way to the permanent widgets on the right (the progress bar, the draft's
+        # adaptation): what does not fit a narrow window ends in "…" and the whole message is its tooltip.
+        self.status_label = ElidedLabel("")
         sb.addWidget(self.status_label, 1)
         sb.addPermanentWidget(self.progress)
         sb.addPermanentWidget(self.cancel_load_button)

@@ -107,3 +107,26 @@ def test_presenter_mode_twice_gives_the_layout_back_exactly(qtbot, make_window, 
     w.talk.presenter.toggle()
     qtbot.wait(200)
     assert layout() == before
+
+
+def test_at_1024_px_the_status_message_keeps_the_status_bar_and_shows_its_whole_text_on_hover(qtbot, make_window):
+    w = make_window()
+    w.fit_to(QRect(QPoint(0, 0), SCREENS["1024x700"]))
+    # A reply's summary as the embedded pair writes it (seen cut off at 1024 px by the words on the right)
+    summary = ("48 tokens · 6.8 tok/s · acceptance 19% · 1.85 tokens/call · 0.66× ±0.23 vs verifier alone (only the "
+               "calibration at load so far: race for a like-for-like figure) · stopped at max tokens")
+    w.say(summary)
+    qtbot.wait(50)
+    QApplication.processEvents()
+    line, side, bar = w.status_label, w.adaptation.label, w.statusBar()
+    assert side.text() == "draft does not adapt" and "only a draft head adapts" in side.toolTip()
+    # The permanent words on the right are a few: the message keeps most of the bar, and is never under them.
+    assert line.width() >= 0.8 * bar.width(), (line.width(), bar.width())
+    assert line.geometry().right() < side.geometry().left()
+    # Longer than its room: it ends in "…" and the whole of it is the tooltip.
+    assert line.text() == summary and line.fontMetrics().horizontalAdvance(summary) > line.width()
+    shown = line.shown_text()
+    assert shown.endswith("…") and summary.startswith(shown[:-1]) and line.toolTip() == summary
+    # A message that fits is shown whole, with no tooltip to hover for.
+    w.say("Ready")
+    assert line.shown_text() == "Ready" and not line.is_elided() and line.toolTip() == ""
