@@ -109,7 +109,8 @@ def test_presenter_mode_twice_gives_the_layout_back_exactly(qtbot, make_window, 
     assert layout() == before
 
 
-def test_at_1024_px_the_status_message_keeps_the_status_bar_and_shows_its_whole_text_on_hover(qtbot, make_window):
+def test_at_1024_px_the_status_message_keeps_the_status_bar_and_shows_its_whole_text_on_hover(qtbot,
+                                                                                            make_window):
     w = make_window()
     w.fit_to(QRect(QPoint(0, 0), SCREENS["1024x700"]))
     # A reply's summary as the embedded pair writes it (seen cut off at 1024 px by the words on the right)
