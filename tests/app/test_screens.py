@@ -109,13 +109,12 @@ def test_presenter_mode_twice_gives_the_layout_back_exactly(qtbot, make_window, 
     assert layout() == before
 
 
-def test_at_1024_px_the_status_message_keeps_the_status_bar_and_shows_its_whole_text_on_hover(qtbot,
-                                                                                            make_window):
+def test_at_1024_px_the_status_message_keeps_the_status_bar_and_shows_its_whole_text_on_hover(qtbot, make_window):
     w = make_window()
     w.fit_to(QRect(QPoint(0, 0), SCREENS["1024x700"]))
     # A reply's summary as the embedded pair writes it (seen cut off at 1024 px by the words on the right)
-    summary = ("48 tokens · 6.8 tok/s · acceptance 19% · 1.85 tokens/call · 0.66× ±0.23 vs verifier alone (only the "
-               "calibration at load so far: race for a like-for-like figure) · stopped at max tokens")
+    summary = ("48 tokens · 6.8 tok/s · acceptance 19% · 1.85 tokens/call · 0.66× ±0.23 vs verifier alone "
+               "(only the calibration at load so far: race for a like-for-like figure) · stopped at max tokens")
     w.say(summary)
     qtbot.wait(50)
     QApplication.processEvents()
