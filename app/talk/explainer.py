@@ -173,15 +173,16 @@ class Explainer(QWidget):
         e = expected_tokens_per_call(a, g)
         sp = predicted_speedup(a, g, c)
         color = ts.ACCEPTED if sp >= 1 else ts.REJECTED
-        # A formula never breaks across lines (a narrow window wraps the row's name instead): "(1 − α)" split
-        # after its "−" reads as two formulas.
+        # A formula never breaks across lines ("(1 − α)" split after its "−" reads as two formulas); each is
+        # filled in on the line under it, so that a 1024-pixel window holds them at this size.
         verdict = f"<b style='color:{color.name()}'>{sp:.2f}×</b>"
-        rows = (("tokens per verifier call&nbsp;", "E = (1 − α<sup>γ+1</sup>) / (1 − α)",
-                 f"&nbsp;= (1 − {a:.2f}<sup>{g + 1}</sup>) / (1 − {a:.2f})", f"&nbsp;= <b>{e:.2f}</b>"),
-                ("speedup", "S = E / (γ·c + 1)", f"&nbsp;= {e:.2f} / ({g} × {c:.2f} + 1)", f"&nbsp;= {verdict}"))
-        self.formulas.setText("<table cellspacing=6>" + "".join(
-            f"<tr><td>{name}</td>" + "".join(f"<td style='white-space:nowrap'>{cell}</td>" for cell in cells) + "</tr>"
-            for name, *cells in rows) + "</table>")
+        rows = (("tokens per verifier call&nbsp;", "E = (1 − α<sup>γ+1</sup>) / (1 − α)"),
+                ("", f"&nbsp;&nbsp;= (1 − {a:.2f}<sup>{g + 1}</sup>) / (1 − {a:.2f}) = <b>{e:.2f}</b>"),
+                ("speedup", "S = E / (γ·c + 1)"),
+                ("", f"&nbsp;&nbsp;= {e:.2f} / ({g} × {c:.2f} + 1) = {verdict}"))
+        self.formulas.setText("<table cellspacing=4>" + "".join(
+            f"<tr><td>{name}</td><td style='white-space:nowrap'>{formula}</td></tr>" for name, formula in rows)
+            + "</table>")
         be = break_even_alpha(g, c)
         best = int(GAMMAS[int(np.argmax([predicted_speedup(a, x, c) for x in GAMMAS]))])
         if be is None:

@@ -36,6 +36,7 @@ def test_at_1024_px_each_of_the_explainers_formulas_stays_on_one_line(qtbot):
     dlg.resize(1016, 668)  # a 1024×700 screen
     dlg.show()
     qtbot.wait(50)
+    assert view.minimumSizeHint().width() + 24 <= 1024  # and the view does not scroll sideways for them
     label = view.formulas
     doc = QTextDocument()
     doc.setDocumentMargin(0)
