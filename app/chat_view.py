@@ -13,7 +13,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QObject, QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -857,6 +857,14 @@ class Legend(QWidget):
         for widget, full, short in self._texts:
             widget.setText(short if narrow else full)
         self.layout().setSpacing(6 if narrow else 10)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """The row with its shorter texts: a narrow window may give it less than the full row (resizeEvent)."""
+        narrow = self.check.text() != self._texts[0][1]
+        self._set_narrow(True)
+        hint = self.layout().minimumSize()
+        self._set_narrow(narrow)
+        return hint
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Shorter texts where the full row does not fit (presenter mode's large type on a small screen)."""

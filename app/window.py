@@ -376,8 +376,11 @@ class MainWindow(QMainWindow):
         out: on a narrow screen the sidebar narrows and the graphs go to one scrolling column."""
         size = fit_to_screen(self, DEFAULT_SIZE, area)
         width = size.width()
-        left = 350 if width >= 1400 else max(180, int(width * 0.19))
-        right = 560 if width >= 1400 else max(300, int(width * 0.34))
+        # Narrow: the sidebar as wide as its Settings tab needs (no sideways scrolling), the graphs what the chat
+        # column's narrowest leaves of a third of the width.
+        left = 350 if width >= 1400 else max(180, int(width * 0.19), self.left_tabs.minimumSizeHint().width())
+        room = width - left - self.centralWidget().minimumSizeHint().width() - 12  # the separators
+        right = 560 if width >= 1400 else max(300, min(int(width * 0.34), room))
         self.resizeDocks([self.left_dock, self.right_dock], [left, right], Qt.Orientation.Horizontal)
 
     # ------------------------------------------------------------------------------------ status --

@@ -130,3 +130,17 @@ def test_at_1024_px_the_status_message_keeps_the_status_bar_and_shows_its_whole_
     # A message that fits is shown whole, with no tooltip to hover for.
     w.say("Ready")
     assert line.shown_text() == "Ready" and not line.is_elided() and line.toolTip() == ""
+
+
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_the_settings_tab_fits_the_sidebar_without_scrolling_sideways(screen, qtbot, make_window):
+    w = make_window()
+    w.fit_to(QRect(QPoint(0, 0), SCREENS[screen]))
+    w.left_tabs.setCurrentIndex(1)
+    qtbot.wait(50)
+    QApplication.processEvents()
+    panel = w.settings_panel
+    assert panel.widget().width() <= panel.viewport().width() and not panel.horizontalScrollBar().isVisible()
+    tabs = w.left_tabs.tabBar()
+    assert tabs.sizeHint().width() <= tabs.width()  # "Chats" and "Settings" both in view, no scroll arrows
+    assert w.chat.width() >= 400  # the chat column keeps the most room
