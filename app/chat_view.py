@@ -852,6 +852,7 @@ class Legend(QWidget):
             lay.addWidget(lbl)
             self.swatches.append(lbl)
         lay.addStretch(1)
+        self._narrow_hint: tuple[str, QSize] | None = None  # (font, the row's minimum with its short texts)
 
     def _set_narrow(self, narrow: bool) -> None:
         for widget, full, short in self._texts:
@@ -859,12 +860,16 @@ class Legend(QWidget):
         self.layout().setSpacing(6 if narrow else 10)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
-        """The row with its shorter texts: a narrow window may give it less than the full row (resizeEvent)."""
-        narrow = self.check.text() != self._texts[0][1]
-        self._set_narrow(True)
-        hint = self.layout().minimumSize()
-        self._set_narrow(narrow)
-        return hint
+        """The row with its shorter texts: a narrow window may give it less than the full row (resizeEvent).
+        Measured once per font: measuring changes the texts, and a changed text asks for a new layout, which
+        asks for this hint again."""
+        key = self.check.font().key()
+        if self._narrow_hint is None or self._narrow_hint[0] != key:
+            narrow = self.check.text() != self._texts[0][1]
+            self._set_narrow(True)
+            self._narrow_hint = (key, self.layout().minimumSize())
+            self._set_narrow(narrow)
+        return self._narrow_hint[1]
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Shorter texts where the full row does not fit (presenter mode's large type on a small screen)."""
