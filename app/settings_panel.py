@@ -48,6 +48,10 @@ class SpecCombo(QComboBox):
         self.setMinimumContentsLength(18)
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
 
+    def setEditText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setEditText(text)
+        self.lineEdit().setCursorPosition(0)  # a narrow field shows the name's start, not its end
+
     def spec(self) -> str:
         text = self.currentText().strip()
         if text.endswith(EMBEDDED_LABEL):
@@ -76,7 +80,6 @@ class SpecCombo(QComboBox):
         items += [r for r in recents if r and r != embedded]
         self.addItems(items)
         self.setEditText(spec + EMBEDDED_LABEL if embedded and spec == embedded else spec)
-        self.lineEdit().setCursorPosition(0)  # a narrow field shows the name's start, not its end
         self.blockSignals(False)
 
 

@@ -144,3 +144,6 @@ def test_the_settings_tab_fits_the_sidebar_without_scrolling_sideways(screen, qt
     tabs = w.left_tabs.tabBar()
     assert tabs.sizeHint().width() <= tabs.width()  # "Chats" and "Settings" both in view, no scroll arrows
     assert w.chat.width() >= 400  # the chat column keeps the most room
+    panel.draft.offer([("another-draft", "same tokenizer")])  # after a load: the drafts that pair, offered
+    for combo in (panel.verifier, panel.draft):  # a model's name too long for its field shows its start
+        assert combo.currentText() and combo.lineEdit().cursorPosition() == 0
