@@ -172,13 +172,16 @@ class Explainer(QWidget):
         a, g, c = self.alpha, self.gamma, self.c
         e = expected_tokens_per_call(a, g)
         sp = predicted_speedup(a, g, c)
-        color = ts.ACCEPTED if sp >= 1 else ts.REJECTED
+        # A reply that drafted trees is predicted from its trees (the words below): the chain's figures are only
+        # for comparison, named so and not coloured as a verdict.
+        chain = "a chain's " if self.tree is not None else ""
+        color = ts.MUTED if chain else ts.ACCEPTED if sp >= 1 else ts.REJECTED
         # A formula never breaks across lines ("(1 − α)" split after its "−" reads as two formulas); each is
         # filled in on the line under it, so that a 1024-pixel window holds them at this size.
         verdict = f"<b style='color:{color.name()}'>{sp:.2f}×</b>"
-        rows = (("tokens per verifier call&nbsp;", "E = (1 − α<sup>γ+1</sup>) / (1 − α)"),
+        rows = ((f"{chain}tokens per verifier call&nbsp;", "E = (1 − α<sup>γ+1</sup>) / (1 − α)"),
                 ("", f"&nbsp;&nbsp;= (1 − {a:.2f}<sup>{g + 1}</sup>) / (1 − {a:.2f}) = <b>{e:.2f}</b>"),
-                ("speedup", "S = E / (γ·c + 1)"),
+                (f"{chain}speedup", "S = E / (γ·c + 1)"),
                 ("", f"&nbsp;&nbsp;= {e:.2f} / ({g} × {c:.2f} + 1) = {verdict}"))
         self.formulas.setText("<table cellspacing=4>" + "".join(
             f"<tr><td>{name}</td><td style='white-space:nowrap'>{formula}</td></tr>" for name, formula in rows)
