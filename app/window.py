@@ -376,11 +376,12 @@ class MainWindow(QMainWindow):
         out: on a narrow screen the sidebar narrows and the graphs go to one scrolling column."""
         size = fit_to_screen(self, DEFAULT_SIZE, area)
         width = size.width()
-        # Narrow: the sidebar as wide as its Settings tab needs (no sideways scrolling), the graphs what the chat
-        # column's narrowest leaves of a third of the width.
+        # The sidebar as wide as its Settings tab needs (no sideways scrolling); the graphs what the chat column
+        # leaves with its legend's full row, and at least 300 px (the legend then takes its short texts).
         left = 350 if width >= 1400 else max(180, int(width * 0.19), self.left_tabs.minimumSizeHint().width())
-        room = width - left - self.centralWidget().minimumSizeHint().width() - 12  # the separators
-        right = 560 if width >= 1400 else max(300, min(int(width * 0.34), room))
+        margins = self.centralWidget().layout().contentsMargins()
+        room = width - left - self.legend.full_width() - margins.left() - margins.right() - 12  # the separators
+        right = max(300, min(560 if width >= 1400 else int(width * 0.34), room))
         self.resizeDocks([self.left_dock, self.right_dock], [left, right], Qt.Orientation.Horizontal)
 
     # ------------------------------------------------------------------------------------ status --

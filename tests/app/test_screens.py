@@ -147,3 +147,13 @@ def test_the_settings_tab_fits_the_sidebar_without_scrolling_sideways(screen, qt
     panel.draft.offer([("another-draft", "same tokenizer")])  # after a load: the drafts that pair, offered
     for combo in (panel.verifier, panel.draft):  # a model's name too long for its field shows its start
         assert combo.currentText() and combo.lineEdit().cursorPosition() == 0
+
+
+def test_from_1280_px_the_chat_keeps_its_legends_full_row_and_at_1024_it_takes_the_short_one(qtbot, make_window):
+    w = make_window(load=False)
+    for area, texts in ((QSize(1280, 800), ("Colour tokens", "Reading mode")),
+                        (QSize(1024, 700), ("Colours", "Reading"))):
+        w.fit_to(QRect(QPoint(0, 0), area))
+        qtbot.wait(50)
+        QApplication.processEvents()
+        assert (w.legend.check.text(), w.legend.reading.text()) == texts, area
