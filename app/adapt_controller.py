@@ -139,7 +139,7 @@ class AdaptController(QObject):
         self.worker.errored.connect(lambda error: self.window.show_info(
             f"The draft could not adapt to this reply: {error_text(error)}"))
         self.worker.finished.connect(self._worker_done)
-        self.label.setText("adapting the draft…")
+        self.show_state()
         self.worker.start()
 
     def _adapted(self, report) -> None:
@@ -212,20 +212,28 @@ class AdaptController(QObject):
                 self.window.show_info(f"The adapted draft could not be exported to {folder}: {error}")
 
     def show_state(self) -> None:
-        """The status bar's words and which actions apply."""
+        """The status bar's words (a few, beside the window's messages; the sentence is their tooltip) and
+        which actions apply."""
         available = self.drafter is not None
         for action in (self.reset_action, self.export_action):
             action.setEnabled(available)
+        menu = "Generation ▸ Adapt the draft to my chats"
+        tokens = self.adapter.tokens if self.adapter is not None else 0
         if self.window.session is not None and not available:
-            self.label.setText("draft adaptation: only a draft head adapts")
+            text, tip = "draft does not adapt", ("Draft adaptation: only a draft head adapts to your chats, and "
+                                                 "this drafter has none.")
         elif not available:
-            self.label.setText("")
+            text, tip = "", ""
         elif self.worker is not None:
-            self.label.setText("adapting the draft…")
+            text, tip = "adapting the draft…", ("The draft head is learning the last reply; the verifier's text "
+                                                "never changes.")
+        elif not self.enabled:  # the head as loaded drafts; what was learnt is kept for when it is on again
+            text, tip = "adaptation off", (f"Adaptation is off: the draft as loaded drafts; what it learnt from "
+                                            f"{tokens:,} tokens is kept and drafts again when {menu} is on." if tokens
+                                            else f"The draft is not adapted to your chats: {menu} turns it on.")
         else:
-            tokens = self.adapter.tokens if self.adapter is not None else 0
-            if not self.enabled:  # the head as loaded drafts; what was learnt is kept for when it is on again
-                kept = f", what it learnt from {tokens:,} tokens kept" if tokens else ""
-                self.label.setText(f"draft as loaded{kept} (adaptation off)")
-                return
-            self.label.setText(f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet")
+            text = f"draft adapted on {tokens:,} tokens" if tokens else "draft not adapted yet"
+            tip = (f"{text[0].upper()}{text[1:]}: after each reply the draft head learns it while the app is idle; "
+                   f"the verifier's text never changes ({menu}).")
+        self.label.setText(text)
+        self.label.setToolTip(tip)

@@ -13,7 +13,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QObject, QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -852,11 +852,34 @@ class Legend(QWidget):
             lay.addWidget(lbl)
             self.swatches.append(lbl)
         lay.addStretch(1)
+        self._hints: tuple[str, QSize, int] | None = None  # (font, the row's minimum with its short texts, full width)
 
     def _set_narrow(self, narrow: bool) -> None:
         for widget, full, short in self._texts:
             widget.setText(short if narrow else full)
         self.layout().setSpacing(6 if narrow else 10)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """The row with its shorter texts: a narrow window may give it less than the full row (resizeEvent)."""
+        return self._measure()[0]
+
+    def full_width(self) -> int:
+        """How wide the row is with its full texts."""
+        return self._measure()[1]
+
+    def _measure(self) -> tuple[QSize, int]:
+        """Measured once per font: measuring changes the texts, and a changed text asks for a new layout, which
+        asks for the minimum size again."""
+        key = self.check.font().key()
+        if self._hints is None or self._hints[0] != key:
+            narrow = self.check.text() != self._texts[0][1]
+            self._set_narrow(True)
+            short = self.layout().minimumSize()
+            self._set_narrow(False)
+            full = self.layout().sizeHint().width()
+            self._set_narrow(narrow)
+            self._hints = (key, short, full)
+        return self._hints[1], self._hints[2]
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         """Shorter texts where the full row does not fit (presenter mode's large type on a small screen)."""

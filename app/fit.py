@@ -4,12 +4,14 @@
 scale factor: 2560×1600 at QT_SCALE_FACTOR=2 is 1280×800). `fit_to_screen` sizes a top-level widget
 to its preferred size or the available area, whichever is smaller, and keeps it on that area. Views
 whose content cannot shrink that far go in a `scrolling` area instead of widening the window.
+A line of text that must share its row (the status bar's) is an `ElidedLabel`.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QRect, QSize, Qt
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QWidget
+from PySide6.QtGui import QPainter
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QWidget
 
 # Window decorations (title bar, frame) a window manager adds outside a top-level widget's geometry,
 # before the window has been shown once and Qt knows them.
@@ -60,3 +62,41 @@ def wrap_labels(root: QWidget) -> None:
     for label in root.findChildren(QLabel):
         if label.pixmap().isNull() and not label.wordWrap():
             label.setWordWrap(True)
+
+
+class ElidedLabel(QLabel):
+    """One line of plain text that fits whatever width its row leaves it: what does not fit ends in "…",
+    and then the whole text is the tooltip. `text()` is always the whole text. It asks for its text's
+    width but can shrink to a few characters, so in a row with fixed neighbours it gives way first."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt override
+        super().setText(text)
+        self._update_tip()
+
+    def shown_text(self) -> str:
+        """The text as it is drawn at the current width."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+
+    def is_elided(self) -> bool:
+        return self.shown_text() != self.text()
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(self.fontMetrics().horizontalAdvance("Xxxx…"), super().minimumSizeHint().height())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._update_tip()
+
+    def _update_tip(self) -> None:
+        self.setToolTip(self.text() if self.is_elided() else "")
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
+        painter = QPainter(self)
+        self.style().drawItemText(painter, self.contentsRect(), int(self.alignment()), self.palette(),
+                                  self.isEnabled(), self.shown_text(), self.foregroundRole())

@@ -7,7 +7,7 @@ next reply). The doctor's verdict sits right under the draft selector, in words.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -48,6 +48,10 @@ class SpecCombo(QComboBox):
         self.setMinimumContentsLength(18)
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
 
+    def setEditText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setEditText(text)
+        self.lineEdit().setCursorPosition(0)  # a narrow field shows the name's start, not its end
+
     def spec(self) -> str:
         text = self.currentText().strip()
         if text.endswith(EMBEDDED_LABEL):
@@ -85,7 +89,7 @@ def _browse_row(combo: SpecCombo, parent: QWidget) -> QWidget:
     lay = QHBoxLayout(w)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.setSpacing(4)
-    combo.setMinimumContentsLength(12)
+    combo.setMinimumContentsLength(6)
     combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
     lay.addWidget(combo, 1)
     browse = QToolButton()
@@ -139,6 +143,7 @@ class SettingsPanel(QScrollArea):
         models = QGroupBox("Models")
         form = QFormLayout(models)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # a narrow dock: fields under their labels
         self.verifier = SpecCombo("embedded name, folder, .gguf or hub id")
         form.addRow("Verifier", _browse_row(self.verifier, self))
         drafter_row = QWidget()
@@ -149,7 +154,7 @@ class SettingsPanel(QScrollArea):
         self.use_lookup.setToolTip("Draft by copying earlier text of the conversation (no draft model)")
         self.use_model = QRadioButton("Draft model")
         self.use_model.setToolTip("A small model drafts; it must share the verifier's tokenizer")
-        self.use_hybrid = QRadioButton("Both: lookup, else the draft")
+        self.use_hybrid = QRadioButton("Both (lookup first)")
         self.use_hybrid.setToolTip("Prompt lookup where the conversation has a match, the draft model elsewhere")
         group = QButtonGroup(self)
         for button in (self.use_lookup, self.use_model, self.use_hybrid):
@@ -174,13 +179,8 @@ class SettingsPanel(QScrollArea):
         self.device.addItems(["auto", "cpu", "cuda", "mps"])
         self.dtype = QComboBox()
         self.dtype.addItems(["auto", "float32", "bfloat16", "float16"])
-        dd = QWidget()
-        ddl = QHBoxLayout(dd)
-        ddl.setContentsMargins(0, 0, 0, 0)
-        ddl.addWidget(self.device, 1)
-        ddl.addWidget(QLabel("dtype"))
-        ddl.addWidget(self.dtype, 1)
-        form.addRow("Device", dd)
+        form.addRow("Device", self.device)
+        form.addRow("dtype", self.dtype)
         self.load_button = QPushButton("Load models")
         self.load_button.setToolTip("Load the models above in the background (Ctrl+L)")
         self.load_button.clicked.connect(self.load_requested)
@@ -197,6 +197,7 @@ class SettingsPanel(QScrollArea):
         gen = QGroupBox("Generation")
         g = QFormLayout(gen)
         g.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        g.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         self.gamma = QSpinBox()
         self.gamma.setRange(1, GAMMA_CEILING)
         self.gamma.setToolTip("Tokens drafted per round (the starting length when adaptive)")
@@ -373,6 +374,13 @@ class SettingsPanel(QScrollArea):
         self.verdict.setToolTip(details)
         self.verdict.style().unpolish(self.verdict)
         self.verdict.style().polish(self.verdict)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """As narrow as the settings can be without scrolling sideways (its vertical scroll bar included): the
+        sidebar that holds the panel is never narrower, so no setting is cut off at its right edge."""
+        bar = self.verticalScrollBar().sizeHint().width()
+        return QSize(self.widget().minimumSizeHint().width() + bar + 2 * self.frameWidth(),
+                     super().minimumSizeHint().height())
 
     def set_dirty(self, dirty: bool) -> None:
         """Whether the model settings differ from the pair loaded (the next message loads them first)."""

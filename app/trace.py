@@ -38,6 +38,10 @@ def draft_figure(draft_prob: float | None, drafted: bool, digits: int = 3) -> st
     return f"{draft_prob:.{digits}f}"
 
 
+# After PROBE_AFTER (16) rounds priced out, the engine drafts two rounds anyway (Engine._pays): drafting
+# rounds that few, after at least TRIED_AFTER rounds priced out, do not end a pause.
+TRY_ROUNDS = 2
+TRIED_AFTER = 8
 MIN_SPEEDUP_TOKENS = 24  # below this a reply's speedup is not shown: a few rounds' timing noise swamps it
 
 
@@ -239,12 +243,19 @@ class ReplyTrace:
 
     def paused_rounds(self) -> int:
         """Rounds at the end of the reply in which the cost model drafted nothing (it found no draft that pays
-        on this machine; its plain-step probes included), while speculation was on."""
-        n = 0
-        for r in reversed(self.rounds):
-            if r.drafted or r.stop not in ("cost", "probe"):
-                break
-            n += 1
+        on this machine; its plain-step probes included), while speculation was on. A pause goes on through
+        the engine's tries (after a long run priced out it drafts TRY_ROUNDS rounds to see whether a draft
+        pays again: Engine._pays) and through a last round the reply's budget left no room to draft in."""
+        n = run = tries = 0  # rounds priced out in the pause going on; of them in a row; drafting rounds in a row
+        for r in self.rounds:
+            if not r.drafted and r.stop in ("cost", "probe"):
+                n, run, tries = n + 1, run + 1, 0
+            elif not r.drafted and r.stop == "max_tokens":
+                continue
+            elif r.drafted and n and tries < TRY_ROUNDS and (tries or run >= TRIED_AFTER):
+                tries, run = tries + 1, 0
+            else:
+                n = run = tries = 0
         return n
 
     def summary(self) -> str:

@@ -40,7 +40,7 @@ from app.adapt_controller import AdaptController
 from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
 from app.conversations import ConversationController
 from app.export import ExportController
-from app.fit import fit_to_screen
+from app.fit import ElidedLabel, fit_to_screen
 from app.graphs import GraphsPanel
 from app.loading import LoadController
 from app.race_controller import RaceController
@@ -252,7 +252,9 @@ class MainWindow(QMainWindow):
         self.cancel_load_button.setText("Cancel")
         self.cancel_load_button.setVisible(False)
         self.cancel_load_button.clicked.connect(self.loader.cancel)
-        self.status_label = QLabel("")
+        # The message line gives way to the permanent widgets on the right (the progress bar, the draft's
+        # adaptation): what does not fit a narrow window ends in "…" and the whole message is its tooltip.
+        self.status_label = ElidedLabel("")
         sb.addWidget(self.status_label, 1)
         sb.addPermanentWidget(self.progress)
         sb.addPermanentWidget(self.cancel_load_button)
@@ -374,8 +376,12 @@ class MainWindow(QMainWindow):
         out: on a narrow screen the sidebar narrows and the graphs go to one scrolling column."""
         size = fit_to_screen(self, DEFAULT_SIZE, area)
         width = size.width()
-        left = 350 if width >= 1400 else max(180, int(width * 0.19))
-        right = 560 if width >= 1400 else max(300, int(width * 0.34))
+        # The sidebar as wide as its Settings tab needs (no sideways scrolling); the graphs what the chat column
+        # leaves with its legend's full row, and at least 300 px (the legend then takes its short texts).
+        left = 350 if width >= 1400 else max(180, int(width * 0.19), self.left_tabs.minimumSizeHint().width())
+        margins = self.centralWidget().layout().contentsMargins()
+        room = width - left - self.legend.full_width() - margins.left() - margins.right() - 12  # the separators
+        right = max(300, min(560 if width >= 1400 else int(width * 0.34), room))
         self.resizeDocks([self.left_dock, self.right_dock], [left, right], Qt.Orientation.Horizontal)
 
     # ------------------------------------------------------------------------------------ status --

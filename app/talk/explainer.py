@@ -172,14 +172,20 @@ class Explainer(QWidget):
         a, g, c = self.alpha, self.gamma, self.c
         e = expected_tokens_per_call(a, g)
         sp = predicted_speedup(a, g, c)
-        color = ts.ACCEPTED if sp >= 1 else ts.REJECTED
-        self.formulas.setText(
-            "<table cellspacing=6>"
-            "<tr><td>tokens per verifier call&nbsp;</td><td>E = (1 − α<sup>γ+1</sup>) / (1 − α)</td>"
-            f"<td>&nbsp;= (1 − {a:.2f}<sup>{g + 1}</sup>) / (1 − {a:.2f})</td><td>&nbsp;= <b>{e:.2f}</b></td></tr>"
-            "<tr><td>speedup</td><td>S = E / (γ·c + 1)</td>"
-            f"<td>&nbsp;= {e:.2f} / ({g} × {c:.2f} + 1)</td>"
-            f"<td>&nbsp;= <b style='color:{color.name()}'>{sp:.2f}×</b></td></tr></table>")
+        # A reply that drafted trees is predicted from its trees (the words below): the chain's figures are only
+        # for comparison, named so and not coloured as a verdict.
+        chain = "a chain's " if self.tree is not None else ""
+        color = ts.MUTED if chain else ts.ACCEPTED if sp >= 1 else ts.REJECTED
+        # A formula never breaks across lines ("(1 − α)" split after its "−" reads as two formulas); each is
+        # filled in on the line under it, so that a 1024-pixel window holds them at this size.
+        verdict = f"<b style='color:{color.name()}'>{sp:.2f}×</b>"
+        rows = ((f"{chain}tokens per verifier call&nbsp;", "E = (1 − α<sup>γ+1</sup>) / (1 − α)"),
+                ("", f"&nbsp;&nbsp;= (1 − {a:.2f}<sup>{g + 1}</sup>) / (1 − {a:.2f}) = <b>{e:.2f}</b>"),
+                (f"{chain}speedup", "S = E / (γ·c + 1)"),
+                ("", f"&nbsp;&nbsp;= {e:.2f} / ({g} × {c:.2f} + 1) = {verdict}"))
+        self.formulas.setText("<table cellspacing=4>" + "".join(
+            f"<tr><td>{name}</td><td style='white-space:nowrap'>{formula}</td></tr>" for name, formula in rows)
+            + "</table>")
         be = break_even_alpha(g, c)
         best = int(GAMMAS[int(np.argmax([predicted_speedup(a, x, c) for x in GAMMAS]))])
         if be is None:

@@ -349,12 +349,14 @@ class NumbersTable(QTableWidget):
         rows = []
         for i, t in enumerate(story.drafted[:shown_n]):
             judged = beat is not Beat.DRAFT
+            # After the first rejection the rule checks nothing more: no p, no min(1, p/q), as in the tree view.
+            checked = story.first_rejected is None or i <= story.first_rejected
             verdict = ""
             if beat is Beat.RESOLVE:
                 verdict = "accepted" if t.state == TokenState.ACCEPTED.value else (
                     "rejected" if i == story.first_rejected else "discarded")
-            rows.append((str(i + 1), chip_label(t), draft_q(t),
-                         ts.fmt_p(t.target_prob) if judged else "?", ts.fmt_p(t.accept_prob) if judged else "?",
+            p, rule = (ts.fmt_p(t.target_prob), ts.fmt_p(t.accept_prob)) if checked else ("not checked", "–")
+            rows.append((str(i + 1), chip_label(t), draft_q(t), p if judged else "?", rule if judged else "?",
                          verdict, t.state if beat is Beat.RESOLVE else None))
         em = story.emitted
         if beat is Beat.RESOLVE and em is not None:

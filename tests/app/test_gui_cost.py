@@ -264,3 +264,31 @@ def test_a_polled_worker_wakes_the_gui_thread_only_to_start_and_to_end_and_its_o
         tick.stop()
     assert seen == list(range(300)) and ends == [300]  # in order, and the end after the last event
     assert counter.calls <= 3, counter.calls  # started, the end, finished: no wake-up for events
+
+
+class _LayoutCounter(QObject):
+    """Counts layout requests the GUI thread handles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.requests += 1
+        return False
+
+
+def test_an_idle_window_at_1024_px_lays_nothing_out_again(qtbot, make_window):
+    from PySide6.QtCore import QRect
+
+    w = make_window(load=False)
+    w.fit_to(QRect(0, 0, 1024, 700))  # narrow: the colour legend may take its short texts
+    qtbot.wait(300)
+    counter = _LayoutCounter()
+    QCoreApplication.instance().installEventFilter(counter)
+    try:
+        qtbot.wait(500)
+    finally:
+        QCoreApplication.instance().removeEventFilter(counter)
+    assert counter.requests == 0  # a layout that asks for itself again keeps the GUI thread (and the GIL) busy

@@ -3,6 +3,10 @@ the cost model paused, and no speedup figure on replies too short to measure one
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from app.chat_view import Notice
 from app.graphs import PAUSED_ROUNDS, LiveGraphs
 from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace, RoundRecord
@@ -65,14 +69,43 @@ def test_the_header_says_when_the_cost_model_paused_speculation(qtbot):
         graphs.set_trace(trace, 20.0)
         assert ("speculation paused: not paying here" in graphs.header.text()) is said
         assert "speculation off" not in graphs.header.text()
-    trace.rounds += rounds([(4, "tree")])  # drafting again: no longer paused
+    trace.rounds += rounds([(1, "tree")] * 2 + [(0, "cost")])  # the engine's two tries: still paused
     graphs.set_trace(trace, 20.0)
+    assert "speculation paused: not paying here" in graphs.header.text()
+    trace.rounds += rounds([(4, "tree")] * 3)  # drafting again for longer than a try: no longer paused
+    graphs.set_trace(trace, 20.0)
+    assert "paused" not in graphs.header.text()
+    # Drafting two rounds in three is not a pause, however long it goes on.
+    mixed = ReplyTrace(baseline_tps=20.0)
+    mixed.rounds = rounds([(0, "cost"), (2, "tree"), (2, "tree")] * 10)
+    graphs.set_trace(mixed, 20.0)
     assert "paused" not in graphs.header.text()
     # Speculation switched off is not a pause.
     off = ReplyTrace(baseline_tps=20.0)
     off.rounds = rounds([(0, "off")] * 20)
     graphs.set_trace(off, 20.0)
     assert "paused" not in graphs.header.text()
+
+
+@pytest.mark.parametrize("shape", ["tree", "chain"])
+def test_a_reply_whose_draft_never_pays_ends_with_the_header_saying_speculation_paused(
+        shape, make_window, send_and_wait, monkeypatch):
+    w = make_window(max_new_tokens=60, tree_nodes=-1)  # auto: the cost model sizes (and may skip) every draft
+    drafter = w.session.engine.drafter
+    grow, propose = drafter.propose_tree, drafter.propose
+    # Each draft takes a second, as the engine measures it: against a plain step of a millisecond none pays.
+    monkeypatch.setattr(drafter, "propose_tree", lambda *a, **k: dataclasses.replace(grow(*a, **k), draft_s=1.0))
+    monkeypatch.setattr(drafter, "propose", lambda *a, **k: dataclasses.replace(propose(*a, **k), draft_s=1.0))
+    if shape == "chain":
+        monkeypatch.setattr(drafter, "grows_trees", False)  # as prompt lookup: the cost model sizes chains
+    w.session.engine.set_drafter(drafter)
+    assert w.spec_button.text() == "Speculation ON"
+    trace = send_and_wait(w, "Once upon a time")
+    assert {"tree" if shape == "tree" else "gamma"} <= {r.stop for r in trace.rounds if r.drafted}
+    # The engine drafts a round or two now and then to see whether a draft pays again, and the reply's last
+    # round has no room for one: the pause goes on through both.
+    assert trace.rounds[-1].stop == "max_tokens" and any(r.drafted for r in trace.rounds[-20:])
+    assert "speculation paused: not paying here" in w.graphs.live.header.text()
 
 
 def test_a_short_reply_gets_no_speedup_and_a_long_one_gets_its_spread(qtbot):

@@ -107,3 +107,53 @@ def test_presenter_mode_twice_gives_the_layout_back_exactly(qtbot, make_window, 
     w.talk.presenter.toggle()
     qtbot.wait(200)
     assert layout() == before
+
+
+def test_at_1024_px_the_status_message_keeps_the_status_bar_and_shows_its_whole_text_on_hover(qtbot, make_window):
+    w = make_window()
+    w.fit_to(QRect(QPoint(0, 0), SCREENS["1024x700"]))
+    # A reply's summary as the embedded pair writes it (seen cut off at 1024 px by the words on the right)
+    summary = ("48 tokens · 6.8 tok/s · acceptance 19% · 1.85 tokens/call · 0.66× ±0.23 vs verifier alone "
+               "(only the calibration at load so far: race for a like-for-like figure) · stopped at max tokens")
+    w.say(summary)
+    qtbot.wait(50)
+    QApplication.processEvents()
+    line, side, bar = w.status_label, w.adaptation.label, w.statusBar()
+    assert side.text() == "draft does not adapt" and "only a draft head adapts" in side.toolTip()
+    # The permanent words on the right are a few: the message keeps most of the bar, and is never under them.
+    assert line.width() >= 0.8 * bar.width(), (line.width(), bar.width())
+    assert line.geometry().right() < side.geometry().left()
+    # Longer than its room: it ends in "…" and the whole of it is the tooltip.
+    assert line.text() == summary and line.fontMetrics().horizontalAdvance(summary) > line.width()
+    shown = line.shown_text()
+    assert shown.endswith("…") and summary.startswith(shown[:-1]) and line.toolTip() == summary
+    # A message that fits is shown whole, with no tooltip to hover for.
+    w.say("Ready")
+    assert line.shown_text() == "Ready" and not line.is_elided() and line.toolTip() == ""
+
+
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_the_settings_tab_fits_the_sidebar_without_scrolling_sideways(screen, qtbot, make_window):
+    w = make_window()
+    w.fit_to(QRect(QPoint(0, 0), SCREENS[screen]))
+    w.left_tabs.setCurrentIndex(1)
+    qtbot.wait(50)
+    QApplication.processEvents()
+    panel = w.settings_panel
+    assert panel.widget().width() <= panel.viewport().width() and not panel.horizontalScrollBar().isVisible()
+    tabs = w.left_tabs.tabBar()
+    assert tabs.sizeHint().width() <= tabs.width()  # "Chats" and "Settings" both in view, no scroll arrows
+    assert w.chat.width() >= 400  # the chat column keeps the most room
+    panel.draft.offer([("another-draft", "same tokenizer")])  # after a load: the drafts that pair, offered
+    for combo in (panel.verifier, panel.draft):  # a model's name too long for its field shows its start
+        assert combo.currentText() and combo.lineEdit().cursorPosition() == 0
+
+
+def test_from_1280_px_the_chat_keeps_its_legends_full_row_and_at_1024_it_takes_the_short_one(qtbot, make_window):
+    w = make_window(load=False)
+    for area, texts in ((QSize(1280, 800), ("Colour tokens", "Reading mode")),
+                        (QSize(1024, 700), ("Colours", "Reading"))):
+        w.fit_to(QRect(QPoint(0, 0), area))
+        qtbot.wait(50)
+        QApplication.processEvents()
+        assert (w.legend.check.text(), w.legend.reading.text()) == texts, area

@@ -186,6 +186,7 @@ def _tree_reply():
 def test_a_reply_with_trees_is_predicted_from_its_trees_not_the_chain_formula(qtbot):
     from app.graphs import LiveGraphs
     from app.speedup import tree_path_mass, tree_prediction
+    from app.talk import style as ts
     from app.talk.explainer import Explainer
 
     trace = _tree_reply()
@@ -204,6 +205,8 @@ def test_a_reply_with_trees_is_predicted_from_its_trees_not_the_chain_formula(qt
     assert explainer.gamma == 2  # the trees' main line, not their 3 candidates
     text = explainer.verdict.text()
     assert "drafted <b>trees</b>" in text and f"predicts {pred.speedup:.2f}×" in text and "Best γ" not in text
+    formulas = explainer.formulas.text()  # the chain's figures: named so, and no green or red verdict
+    assert "a chain's speedup" in formulas and ts.ACCEPTED.name() not in formulas and ts.REJECTED.name() not in formulas
 
     graphs = LiveGraphs()
     qtbot.addWidget(graphs)

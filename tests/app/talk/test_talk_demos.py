@@ -23,6 +23,34 @@ def test_explainer_fills_the_formulas_and_the_slider_moves_the_point(qtbot):
     assert break_even_alpha(4, 0.5) is not None and break_even_alpha(16, 1.0) is None
 
 
+def test_at_1024_px_each_of_the_explainers_formulas_stays_on_one_line(qtbot):
+    from PySide6.QtGui import QTextDocument, QTextTable
+
+    from app.talk import TalkDialog
+    from app.talk.explainer import Explainer
+
+    view = Explainer()
+    view.set_values(0.24, 2, 0.08)
+    dlg = TalkDialog(view, "The speedup, explained", None, False)  # its labels wrap, as in the Talk menu
+    qtbot.addWidget(dlg)
+    dlg.resize(1016, 668)  # a 1024×700 screen
+    dlg.show()
+    qtbot.wait(50)
+    assert view.minimumSizeHint().width() + 24 <= 1024  # and the view does not scroll sideways for them
+    label = view.formulas
+    doc = QTextDocument()
+    doc.setDocumentMargin(0)
+    doc.setDefaultFont(label.font())
+    doc.setHtml(label.text())
+    doc.setTextWidth(label.contentsRect().width())
+    assert doc.size().width() <= label.contentsRect().width()  # laid out, and as wide as the label at most
+    table = next(f for f in doc.rootFrame().childFrames() if isinstance(f, QTextTable))
+    for row in range(table.rows()):
+        for col in range(1, table.columns()):
+            block = table.cellAt(row, col).firstCursorPosition().block()
+            assert block.layout().lineCount() == 1, block.text()
+
+
 def test_explainer_takes_live_values_from_a_trace(qtbot, saved_trace):
     from app.talk.explainer import Explainer
 

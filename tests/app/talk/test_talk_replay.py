@@ -140,6 +140,23 @@ def test_replay_words_name_no_identifiers_and_count_one_draft_and_trees_in_words
     assert "a tree of 3 candidates, main line of 2" in words
 
 
+def test_the_numbers_show_no_verifier_figures_for_drafts_after_the_first_rejection(qtbot, saved_trace):
+    from app.talk.replay import NumbersTable
+
+    state = ReplayState(saved_trace)
+    k, story = next((k, s) for k, s in enumerate(state.rounds)
+                    if s.first_rejected is not None and len(s.drafted) > s.first_rejected + 1)
+    table = NumbersTable()
+    qtbot.addWidget(table)
+    for beat in (Beat.VERIFY, Beat.RESOLVE):
+        table.show_beat(story, next(s for s in state.steps if s.round == k and s.beat is beat), greedy=True)
+        rejected = story.first_rejected
+        rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(len(story.drafted))]
+        assert rows[rejected][3] == f"{story.drafted[rejected].target_prob:.3f}"  # checked, and refused
+        for row in rows[rejected + 1:]:  # never reached by the acceptance rule
+            assert row[3:5] == ["not checked", "–"] and row[5] == ("discarded" if beat is Beat.RESOLVE else "")
+
+
 def test_the_replay_controls_stay_in_view_at_1024x700_and_fit_half_that_width(qtbot, saved_trace):
     from PySide6.QtCore import QPoint
     from PySide6.QtWidgets import QScrollArea
