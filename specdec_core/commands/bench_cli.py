@@ -275,6 +275,8 @@ def cmd_bench(args) -> int:
     cases = load_prompts(args.prompts)
     if args.system:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
+    if (args.proxy or args.replies) and not args.adapt:
+        raise BenchError("--proxy and --replies measure online adaptation: add --adapt")
     pair = load_from_args(args)
     if args.adapt:
         return _cmd_adapt(args, config, cases, pair)
@@ -311,10 +313,37 @@ def _cmd_adapt(args, config, cases, pair) -> int:
 
     chosen = {"steps": args.adapt_steps, "max_seconds": args.adapt_seconds}
     settings = AdaptSettings(**{name: value for name, value in chosen.items() if value is not None})
+    if args.proxy:
+        return _cmd_adapt_proxy(args, config, cases, pair, settings)
     result = run_adapt_bench(pair.engine, pair.verifier, cases, config, settings, history=args.history,
                              progress=_say)
     result["setup"]["prompt_file"] = args.prompts
     print(format_adapt_bench(result), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+    _write_json(result, args.json)
+    return 0
+
+
+def _cmd_adapt_proxy(args, config, cases, pair, settings) -> int:
+    """`bench --adapt --proxy`: teacher-forced agreement before and after adaptation (adapt_proxy.py)."""
+    from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, model_drafter_of
+    from specdec_core.measuring.adapt_proxy import ChainRounds, format_proxy, record_turns, run_proxy
+
+    head_drafter = model_drafter_of(pair.engine.drafter)
+    if not isinstance(head_drafter, HeadDrafter):
+        raise BenchError("--adapt needs a draft head (only a head adapts): use the embedded default or pass "
+                         "--draft with a head's folder")
+    if len(cases) < 2:
+        raise BenchError("--adapt replays a conversation: the prompt set needs at least two turns")
+    cache = Path(args.replies).expanduser() if args.replies else None
+    turns = record_turns(pair.engine, pair.verifier.tokenizer, pair.verifier.context_length, cases,
+                         config.max_new_tokens, args.history, cache, progress=_say)
+    # The chain's rounds can be replayed for the embedded default's drafter only: lookup, else one head token.
+    one_token = isinstance(pair.engine.drafter, HybridDrafter) and pair.engine.drafter.model_tokens == 1
+    rounds = ChainRounds(config.gamma, config.max_new_tokens, pair.verifier.eos_token_ids,
+                         pair.engine.vocab_size) if one_token else None
+    result = run_proxy(head_drafter.model, pair.verifier.model, turns, settings, rounds, progress=_say)
+    result["setup"] = {"prompt_file": args.prompts, "history": args.history, "max_new_tokens": config.max_new_tokens}
+    print(format_proxy(result), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
     _write_json(result, args.json)
     return 0
 
@@ -373,6 +402,11 @@ def add_parser(subparsers) -> None:
     adapt.add_argument("--adapt-steps", type=int, metavar="N", help="--adapt: optimiser steps after each reply")
     adapt.add_argument("--adapt-seconds", type=finite_float, metavar="S",
                        help="--adapt: at most this long after each reply")
+    adapt.add_argument("--proxy", action="store_true",
+                       help="--adapt without drafting: the head's teacher-forced agreement with the verifier's "
+                            "replies on each turn, before and after adapting on the earlier turns (fast)")
+    adapt.add_argument("--replies", metavar="FILE",
+                       help="--proxy: keep the verifier's recorded replies in FILE and reuse them next time")
     add_threads_option(bench)
     add_model_options(bench)
     add_generation_options(bench)
