@@ -84,16 +84,17 @@ class ChainRounds:
 @torch.no_grad()
 def head_predictions(head: SpecdecHeadModel, embed: torch.nn.Module, rows: torch.Tensor, turn: Turn,
                      states: torch.Tensor, steps: int) -> list[torch.Tensor]:
-    """The head's top-1 token (among its tokens) for reply tokens 1.. at drafting steps 1..steps.
+    """The head's top-1 token (among its tokens) for each reply token at drafting steps 1..steps.
 
     states [n, d]: the verifier's final hidden states over prompt + reply; rows [K, d] its output rows for
     the head's tokens. Head position i reads (state i, token i + 1) and predicts the state that scores
-    token i + 2; the reply's first token comes from the prefill, so the positions are len(prompt) - 1 ..
-    n - 3, and entry j of each step's tensor stands for reply token j + 1. Step s > 1 reads the head's own
-    predicted states (teacher-forced tokens: the figure is the chance it is right given the steps before)."""
+    token i + 2 (the prefill reads the prompt but its last token, whose state the first round computes), so
+    the positions are len(prompt) - 2 .. n - 3, and entry j of each step's tensor stands for reply token j.
+    Step s > 1 reads the head's own predicted states (teacher-forced tokens: the figure is the chance it is
+    right given the steps before)."""
     ids = torch.tensor(turn.prompt_ids + turn.reply_ids)
-    first, n = len(turn.prompt_ids) - 1, len(ids)
-    if n - 3 < first:
+    first, n = len(turn.prompt_ids) - 2, len(ids)
+    if n - 3 < first or first < 0:
         return [torch.zeros(0, dtype=torch.long)] * steps
     was_training = head.training
     head.eval()
@@ -105,8 +106,8 @@ def head_predictions(head: SpecdecHeadModel, embed: torch.nn.Module, rows: torch
 
 
 def agreement(predictions: list[torch.Tensor], turn: Turn) -> list[float]:
-    """Top-1 agreement with the verifier's reply at each drafting step (nan: a reply under 2 tokens)."""
-    target = torch.tensor(turn.reply_ids[1:])
+    """Top-1 agreement with the verifier's reply at each drafting step (nan: an empty reply)."""
+    target = torch.tensor(turn.reply_ids)
     return [float((picked == target).float().mean()) if len(target) else float("nan") for picked in predictions]
 
 
@@ -118,14 +119,14 @@ def chain_rounds(turn: Turn, first_step: torch.Tensor, rounds: ChainRounds) -> d
     from specdec_core.drafting.drafters import PromptLookupDrafter
 
     lookup, config = PromptLookupDrafter(), GenerationConfig(max_new_tokens=rounds.max_new_tokens)
-    reply, done = turn.reply_ids, 1  # the prefill commits the first token
+    reply, done = turn.reply_ids, 0
     drafted = accepted = calls = 0
     while done < len(reply):
         room = min(rounds.gamma, rounds.max_new_tokens - done - 1)
         draft = list(lookup.propose(turn.prompt_ids + reply[:done], room, config, rounds.vocab_size,
                                     rounds.eos_token_ids).token_ids) if room > 0 else []
         if not draft and room > 0:
-            draft = [int(first_step[done - 1])]
+            draft = [int(first_step[done])]
         agreed = 0
         while agreed < len(draft) and done + agreed < len(reply) and draft[agreed] == reply[done + agreed]:
             agreed += 1
@@ -147,7 +148,7 @@ def run_proxy(head: SpecdecHeadModel, verifier: torch.nn.Module, turns: Sequence
     for number, turn in enumerate(turns, 1):
         progress(f"turn {number}/{len(turns)}")
         (states,) = verifier_states(verifier, [turn.prompt_ids + turn.reply_ids])
-        row: dict = {"turn": number, "positions": max(0, len(turn.reply_ids) - 1)}
+        row: dict = {"turn": number, "positions": len(turn.reply_ids)}
         for label, model in (("before", original), ("after", adapter.head)):
             predicted = head_predictions(model, embed, adapter.rows, turn, states, steps)
             row[label] = agreement(predicted, turn)
