@@ -115,24 +115,28 @@ def chain_rounds(turn: Turn, first_step: torch.Tensor, rounds: ChainRounds) -> d
     """The greedy reply's rounds replayed without a model: each round drafts prompt lookup's copy, or else
     the head's step-1 token (`first_step`, head_predictions' first tensor: exact for one head token, which
     reads only the verifier's true states), keeps the prefix the reply agrees with, and commits one more
-    token. -> drafted, accepted, rounds and tokens, as the engine's tally counts them."""
+    token. -> drafted, accepted, rounds and tokens, as the engine's tally counts them, and the head's own
+    share: head_drafted, head_accepted."""
     from specdec_core.drafting.drafters import PromptLookupDrafter
 
     lookup, config = PromptLookupDrafter(), GenerationConfig(max_new_tokens=rounds.max_new_tokens)
     reply, done = turn.reply_ids, 0
-    drafted = accepted = calls = 0
+    drafted = accepted = calls = head_drafted = head_accepted = 0
     while done < len(reply):
         room = min(rounds.gamma, rounds.max_new_tokens - done - 1)
         draft = list(lookup.propose(turn.prompt_ids + reply[:done], room, config, rounds.vocab_size,
                                     rounds.eos_token_ids).token_ids) if room > 0 else []
-        if not draft and room > 0:
+        from_head = not draft and room > 0
+        if from_head:
             draft = [int(first_step[done])]
         agreed = 0
         while agreed < len(draft) and done + agreed < len(reply) and draft[agreed] == reply[done + agreed]:
             agreed += 1
         drafted, accepted, calls = drafted + len(draft), accepted + agreed, calls + 1
+        head_drafted, head_accepted = head_drafted + from_head, head_accepted + (from_head and agreed)
         done = min(len(reply), done + agreed + 1)
-    return {"drafted": drafted, "accepted": accepted, "rounds": calls, "tokens": len(reply)}
+    return {"drafted": drafted, "accepted": accepted, "rounds": calls, "tokens": len(reply),
+            "head_drafted": head_drafted, "head_accepted": int(head_accepted)}
 
 
 def run_proxy(head: SpecdecHeadModel, verifier: torch.nn.Module, turns: Sequence[Turn], settings: AdaptSettings,
@@ -175,9 +179,12 @@ def proxy_result(rows: list[dict], settings: AdaptSettings, steps: int) -> dict:
     def chain(key: str) -> dict | None:
         if not later or key not in later[0]:
             return None
-        totals = {name: sum(row[key][name] for row in later) for name in ("drafted", "accepted", "rounds", "tokens")}
+        names = ("drafted", "accepted", "rounds", "tokens", "head_drafted", "head_accepted")
+        totals = {name: sum(row[key][name] for row in later) for name in names}
         return {"acceptance_rate": totals["accepted"] / totals["drafted"] if totals["drafted"] else float("nan"),
-                "tokens_per_call": totals["tokens"] / totals["rounds"] if totals["rounds"] else float("nan")}
+                "tokens_per_call": totals["tokens"] / totals["rounds"] if totals["rounds"] else float("nan"),
+                "head_acceptance": totals["head_accepted"] / totals["head_drafted"] if totals["head_drafted"]
+                else float("nan"), "head_drafted": totals["head_drafted"], "drafted": totals["drafted"]}
 
     before = [mean("before", s) for s in range(steps)]
     after = [mean("after", s) for s in range(steps)]
@@ -208,6 +215,8 @@ def format_proxy(result: dict) -> str:
         return "\n".join(lines)
     lines.append(f"the chain's rounds replayed, turns 2..: acceptance {before['acceptance_rate']:.3f} → "
                  f"{after['acceptance_rate']:.3f} ({result['chain_ratio']:.2f}x), tokens per call "
-                 f"{before['tokens_per_call']:.2f} → {after['tokens_per_call']:.2f}; "
+                 f"{before['tokens_per_call']:.2f} → {after['tokens_per_call']:.2f}, the head's own tokens "
+                 f"{before['head_acceptance']:.3f} → {after['head_acceptance']:.3f} "
+                 f"({before['head_drafted']} → {after['head_drafted']} of them); "
                  f"{result['adapt_steps']} adaptation steps, {result['adapt_s_per_turn']:.1f} s per turn")
     return "\n".join(lines)

@@ -65,6 +65,9 @@ def test_the_chains_rounds_replayed_from_the_heads_first_step_match_the_engines(
     assert tally.accepted > 0 and tally.drafted > tally.accepted  # a mix of acceptances and rejections
     assert (replayed["drafted"], replayed["accepted"], replayed["rounds"]) == \
            (tally.drafted, tally.accepted, tally.rounds)
+    # Rounds without a lookup match draft one head token each; the first round's copy (the prompt repeats
+    # itself) was the lookup's.
+    assert 0 < replayed["head_drafted"] < replayed["rounds"] and replayed["head_accepted"] <= replayed["head_drafted"]
 
 
 def test_bench_adapt_proxy_prints_each_turn_and_reuses_the_recorded_replies(capsys, tiny_tokenizer, tmp_path,
