@@ -311,7 +311,7 @@ def _cmd_adapt(args, config, cases, pair) -> int:
     from specdec_core.drafting.adapt import AdaptSettings
     from specdec_core.measuring.adapt_bench import format_adapt_bench, run_adapt_bench
 
-    chosen = {"steps": args.adapt_steps, "max_seconds": args.adapt_seconds}
+    chosen = {"steps": args.adapt_steps, "max_seconds": args.adapt_seconds, **adapt_options(args.adapt_option)}
     settings = AdaptSettings(**{name: value for name, value in chosen.items() if value is not None})
     if args.proxy:
         return _cmd_adapt_proxy(args, config, cases, pair, settings)
@@ -321,6 +321,29 @@ def _cmd_adapt(args, config, cases, pair) -> int:
     print(format_adapt_bench(result), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
     _write_json(result, args.json)
     return 0
+
+
+def adapt_options(options: list[str]) -> dict:
+    """`--adapt-option NAME=VALUE` -> AdaptSettings fields, each VALUE read as its field's type (a tuple
+    field: comma-separated)."""
+    import dataclasses
+
+    from specdec_core.drafting.adapt import AdaptSettings
+
+    fields = {field.name: type(field.default) for field in dataclasses.fields(AdaptSettings)}
+    chosen = {}
+    for option in options or []:
+        name, _, value = option.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in fields or not value:
+            raise BenchError(f"--adapt-option expects NAME=VALUE with NAME one of {', '.join(fields)} (got {option!r})")
+        kind = fields[name]
+        try:
+            chosen[name] = (tuple(v for v in value.split(",") if v) if kind is tuple else
+                            value.lower() in ("1", "true", "yes", "on") if kind is bool else kind(value))
+        except ValueError:
+            raise BenchError(f"--adapt-option {name}: {value!r} is not a {kind.__name__}") from None
+    return chosen
 
 
 def _cmd_adapt_proxy(args, config, cases, pair, settings) -> int:
@@ -402,6 +425,9 @@ def add_parser(subparsers) -> None:
     adapt.add_argument("--adapt-steps", type=int, metavar="N", help="--adapt: optimiser steps after each reply")
     adapt.add_argument("--adapt-seconds", type=finite_float, metavar="S",
                        help="--adapt: at most this long after each reply")
+    adapt.add_argument("--adapt-option", action="append", metavar="NAME=VALUE",
+                       help="--adapt: any other adaptation setting (specdec_core/drafting/adapt.py, AdaptSettings), "
+                            "e.g. lr=3e-4 or chain_steps=1; repeat for more")
     adapt.add_argument("--proxy", action="store_true",
                        help="--adapt without drafting: the head's teacher-forced agreement with the verifier's "
                             "replies on each turn, before and after adapting on the earlier turns (fast)")

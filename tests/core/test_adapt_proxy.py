@@ -83,11 +83,13 @@ def test_bench_adapt_proxy_prints_each_turn_and_reuses_the_recorded_replies(caps
     replies, out = tmp_path / "replies.json", tmp_path / "proxy.json"
     command = ["bench", "--adapt", "--proxy", "--prompts", str(prompts), "--verifier", str(verifier_folder),
                "--draft", str(tmp_path / "head"), "--device", "cpu", "--max-new-tokens", "8", "--adapt-steps", "2",
-               "--replies", str(replies), "--json", str(out)]
+               "--replies", str(replies), "--json", str(out), "--adapt-option", "lr=0.001",
+               "--adapt-option", "trained=fc.,norm."]
     assert main(command) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
     assert [row["turn"] for row in result["per_turn"]] == [1, 2, 3] and result["settings"]["steps"] == 2
+    assert result["settings"]["lr"] == 0.001 and result["settings"]["trained"] == ["fc.", "norm."]
     assert "teacher-forced agreement" in printed and len(json.loads(replies.read_text())["turns"]) == 3
 
     import specdec_core.measuring.adapt_bench as adapt_bench
@@ -101,3 +103,5 @@ def test_bench_adapt_proxy_prints_each_turn_and_reuses_the_recorded_replies(caps
     assert figures(json.loads(out.read_text())["per_turn"]) == figures(result["per_turn"])
     assert main(["bench", "--proxy", "--prompts", str(prompts), "--verifier", str(verifier_folder)]) == 2
     assert "add --adapt" in capsys.readouterr().err
+    assert main([*command, "--adapt-option", "lr=fast"]) == 2
+    assert "lr: 'fast' is not a float" in capsys.readouterr().err
