@@ -158,6 +158,8 @@ def run_proxy(head: SpecdecHeadModel, verifier: torch.nn.Module, turns: Sequence
             row[label] = agreement(predicted, turn)
             if rounds is not None:
                 row[f"chain_{label}"] = chain_rounds(turn, predicted[0], rounds)
+        if rounds is not None:  # the most adapting the head could bring: a head right at every position
+            row["chain_ceiling"] = chain_rounds(turn, torch.tensor(turn.reply_ids), rounds)
         start = time.perf_counter()  # then, and only then, the copy learns this turn
         adapter.observe(turn.prompt_ids, turn.reply_ids)
         report = adapter.adapt()
@@ -191,6 +193,7 @@ def proxy_result(rows: list[dict], settings: AdaptSettings, steps: int) -> dict:
     result = {"settings": dict(vars(settings)), "per_turn": rows, "before": before, "after": after,
               "ratio": [a / b if b else float("nan") for a, b in zip(after, before)],
               "chain_before": chain("chain_before"), "chain_after": chain("chain_after"),
+              "chain_ceiling": chain("chain_ceiling"),
               "adapt_s_per_turn": sum(row["adapt_s"] for row in rows) / max(1, len(rows)),
               "adapt_steps": sum(row["adapt_steps"] for row in rows)}
     if result["chain_before"] is not None:
@@ -217,6 +220,8 @@ def format_proxy(result: dict) -> str:
                  f"{after['acceptance_rate']:.3f} ({result['chain_ratio']:.2f}x), tokens per call "
                  f"{before['tokens_per_call']:.2f} → {after['tokens_per_call']:.2f}, the head's own tokens "
                  f"{before['head_acceptance']:.3f} → {after['head_acceptance']:.3f} "
-                 f"({before['head_drafted']} → {after['head_drafted']} of them); "
+                 f"({before['head_drafted']} → {after['head_drafted']} of them); a head right at every position: "
+                 f"acceptance {result['chain_ceiling']['acceptance_rate']:.3f}, "
+                 f"{result['chain_ceiling']['tokens_per_call']:.2f} tokens per call; "
                  f"{result['adapt_steps']} adaptation steps, {result['adapt_s_per_turn']:.1f} s per turn")
     return "\n".join(lines)

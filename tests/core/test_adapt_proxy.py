@@ -39,6 +39,7 @@ def test_each_turn_is_measured_before_the_head_learns_it_and_after_it_learnt_the
     seen = []
     result = run_proxy(head, verifier.model, [first, second, first, third], FAST, steps=2, on_turn=seen.append)
     rows = result["per_turn"]
+    assert "chain_ceiling" not in rows[0]  # no chain to replay without its rounds' settings
     assert seen == rows and [row["turn"] for row in rows] == [1, 2, 3, 4]
     assert all(row["positions"] == 24 and len(row["before"]) == len(row["after"]) == 2 for row in rows)
     assert rows[0]["after"] == rows[0]["before"]  # nothing learnt before the first turn
@@ -68,6 +69,12 @@ def test_the_chains_rounds_replayed_from_the_heads_first_step_match_the_engines(
     # Rounds without a lookup match draft one head token each; the first round's copy (the prompt repeats
     # itself) was the lookup's.
     assert 0 < replayed["head_drafted"] < replayed["rounds"] and replayed["head_accepted"] <= replayed["head_drafted"]
+    # The ceiling: the same rounds with a head right at every position.
+    result = run_proxy(head.model, verifier.model, [turn, turn], AdaptSettings(steps=1), ChainRounds(
+        config.gamma, config.max_new_tokens, verifier.eos_token_ids, engine.vocab_size))
+    ceiling, before = result["chain_ceiling"], result["chain_before"]
+    assert ceiling["head_acceptance"] == 1.0 and ceiling["acceptance_rate"] > before["acceptance_rate"]
+    assert before["acceptance_rate"] == replayed["accepted"] / replayed["drafted"]
 
 
 def test_bench_adapt_proxy_prints_each_turn_and_reuses_the_recorded_replies(capsys, tiny_tokenizer, tmp_path,
