@@ -399,23 +399,8 @@ def cmd_rank_drafts(args) -> int:
     return 0
 
 
-def add_parser(subparsers) -> None:
-    """Register `specdec bench` and `specdec rank-drafts` (called by cli.build_parser)."""
-    bench = subparsers.add_parser(
-        "bench", help="measure speculation against plain decoding (and transformers' assisted generation)",
-        description="Run each prompt with speculation off and on, alternating, after a warm-up, and report "
-                    "medians: tokens/s, speedup, acceptance, c, predicted speedup and efficiency.")
-    bench.add_argument("--prompts", default="all", metavar="FILE",
-                       help="one chat prompt per line (text or JSON), or a bundled set: "
-                            f"{', '.join(BUNDLED_SETS)}, all (default: all)")
-    bench.add_argument("--repeats", type=int, default=3, help="runs of each prompt in each mode (default 3)")
-    bench.add_argument("--hf-reference", action="store_true",
-                       help="also time transformers' generate(assistant_model=..., num_assistant_tokens=gamma) "
-                            "(with assistant_tokenizer for a draft with another tokenizer) or its prompt lookup, on "
-                            "the same prompts, pair and gamma")
-    bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
-    bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
-                                                     "predicted against measured speedup (needs matplotlib)")
+def _add_adapt_options(bench) -> None:
+    """`bench --adapt` and its settings (adapt_bench.py, adapt_proxy.py)."""
     adapt = bench.add_argument_group("online adaptation of a draft head")
     adapt.add_argument("--adapt", action="store_true",
                        help="replay the prompt set's turns in order as one conversation, with the original head "
@@ -433,6 +418,26 @@ def add_parser(subparsers) -> None:
                             "replies on each turn, before and after adapting on the earlier turns (fast)")
     adapt.add_argument("--replies", metavar="FILE",
                        help="--proxy: keep the verifier's recorded replies in FILE and reuse them next time")
+
+
+def add_parser(subparsers) -> None:
+    """Register `specdec bench` and `specdec rank-drafts` (called by cli.build_parser)."""
+    bench = subparsers.add_parser(
+        "bench", help="measure speculation against plain decoding (and transformers' assisted generation)",
+        description="Run each prompt with speculation off and on, alternating, after a warm-up, and report "
+                    "medians: tokens/s, speedup, acceptance, c, predicted speedup and efficiency.")
+    bench.add_argument("--prompts", default="all", metavar="FILE",
+                       help="one chat prompt per line (text or JSON), or a bundled set: "
+                            f"{', '.join(BUNDLED_SETS)}, all (default: all)")
+    bench.add_argument("--repeats", type=int, default=3, help="runs of each prompt in each mode (default 3)")
+    bench.add_argument("--hf-reference", action="store_true",
+                       help="also time transformers' generate(assistant_model=..., num_assistant_tokens=gamma) "
+                            "(with assistant_tokenizer for a draft with another tokenizer) or its prompt lookup, on "
+                            "the same prompts, pair and gamma")
+    bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
+    bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
+                                                     "predicted against measured speedup (needs matplotlib)")
+    _add_adapt_options(bench)
     add_threads_option(bench)
     add_model_options(bench)
     add_generation_options(bench)
