@@ -275,6 +275,8 @@ def cmd_bench(args) -> int:
     cases = load_prompts(args.prompts)
     if args.system:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
+    if (args.proxy or args.replies) and not args.adapt:
+        raise BenchError("--proxy and --replies measure online adaptation: add --adapt")
     pair = load_from_args(args)
     if args.adapt:
         return _cmd_adapt(args, config, cases, pair)
@@ -309,12 +311,62 @@ def _cmd_adapt(args, config, cases, pair) -> int:
     from specdec_core.drafting.adapt import AdaptSettings
     from specdec_core.measuring.adapt_bench import format_adapt_bench, run_adapt_bench
 
-    chosen = {"steps": args.adapt_steps, "max_seconds": args.adapt_seconds}
+    chosen = {"steps": args.adapt_steps, "max_seconds": args.adapt_seconds, **adapt_options(args.adapt_option)}
     settings = AdaptSettings(**{name: value for name, value in chosen.items() if value is not None})
+    if args.proxy:
+        return _cmd_adapt_proxy(args, config, cases, pair, settings)
     result = run_adapt_bench(pair.engine, pair.verifier, cases, config, settings, history=args.history,
                              progress=_say)
     result["setup"]["prompt_file"] = args.prompts
     print(format_adapt_bench(result), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
+    _write_json(result, args.json)
+    return 0
+
+
+def adapt_options(options: list[str]) -> dict:
+    """`--adapt-option NAME=VALUE` -> AdaptSettings fields, each VALUE read as its field's type (a tuple
+    field: comma-separated)."""
+    import dataclasses
+
+    from specdec_core.drafting.adapt import AdaptSettings
+
+    fields = {field.name: type(field.default) for field in dataclasses.fields(AdaptSettings)}
+    chosen = {}
+    for option in options or []:
+        name, _, value = option.partition("=")
+        name = name.strip().replace("-", "_")
+        if name not in fields or not value:
+            raise BenchError(f"--adapt-option expects NAME=VALUE with NAME one of {', '.join(fields)} (got {option!r})")
+        kind = fields[name]
+        try:
+            chosen[name] = (tuple(v for v in value.split(",") if v) if kind is tuple else
+                            value.lower() in ("1", "true", "yes", "on") if kind is bool else kind(value))
+        except ValueError:
+            raise BenchError(f"--adapt-option {name}: {value!r} is not a {kind.__name__}") from None
+    return chosen
+
+
+def _cmd_adapt_proxy(args, config, cases, pair, settings) -> int:
+    """`bench --adapt --proxy`: teacher-forced agreement before and after adaptation (adapt_proxy.py)."""
+    from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, model_drafter_of
+    from specdec_core.measuring.adapt_proxy import ChainRounds, format_proxy, record_turns, run_proxy
+
+    head_drafter = model_drafter_of(pair.engine.drafter)
+    if not isinstance(head_drafter, HeadDrafter):
+        raise BenchError("--adapt needs a draft head (only a head adapts): use the embedded default or pass "
+                         "--draft with a head's folder")
+    if len(cases) < 2:
+        raise BenchError("--adapt replays a conversation: the prompt set needs at least two turns")
+    cache = Path(args.replies).expanduser() if args.replies else None
+    turns = record_turns(pair.engine, pair.verifier.tokenizer, pair.verifier.context_length, cases,
+                         config.max_new_tokens, args.history, cache, progress=_say)
+    # The chain's rounds can be replayed for the embedded default's drafter only: lookup, else one head token.
+    one_token = isinstance(pair.engine.drafter, HybridDrafter) and pair.engine.drafter.model_tokens == 1
+    rounds = ChainRounds(config.gamma, config.max_new_tokens, pair.verifier.eos_token_ids,
+                         pair.engine.vocab_size) if one_token else None
+    result = run_proxy(head_drafter.model, pair.verifier.model, turns, settings, rounds, progress=_say)
+    result["setup"] = {"prompt_file": args.prompts, "history": args.history, "max_new_tokens": config.max_new_tokens}
+    print(format_proxy(result), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)
     _write_json(result, args.json)
     return 0
 
@@ -347,6 +399,27 @@ def cmd_rank_drafts(args) -> int:
     return 0
 
 
+def _add_adapt_options(bench) -> None:
+    """`bench --adapt` and its settings (adapt_bench.py, adapt_proxy.py)."""
+    adapt = bench.add_argument_group("online adaptation of a draft head")
+    adapt.add_argument("--adapt", action="store_true",
+                       help="replay the prompt set's turns in order as one conversation, with the original head "
+                            "and then adapting the head after each reply; report acceptance before and after")
+    adapt.add_argument("--history", type=int, default=4, help="--adapt: earlier exchanges each turn sees (default 4)")
+    # No defaults here: adapt.py (which imports torch) has them, and `specdec --help` stays fast.
+    adapt.add_argument("--adapt-steps", type=int, metavar="N", help="--adapt: optimiser steps after each reply")
+    adapt.add_argument("--adapt-seconds", type=finite_float, metavar="S",
+                       help="--adapt: at most this long after each reply")
+    adapt.add_argument("--adapt-option", action="append", metavar="NAME=VALUE",
+                       help="--adapt: any other adaptation setting (specdec_core/drafting/adapt.py, AdaptSettings), "
+                            "e.g. lr=3e-4 or chain_steps=1; repeat for more")
+    adapt.add_argument("--proxy", action="store_true",
+                       help="--adapt without drafting: the head's teacher-forced agreement with the verifier's "
+                            "replies on each turn, before and after adapting on the earlier turns (fast)")
+    adapt.add_argument("--replies", metavar="FILE",
+                       help="--proxy: keep the verifier's recorded replies in FILE and reuse them next time")
+
+
 def add_parser(subparsers) -> None:
     """Register `specdec bench` and `specdec rank-drafts` (called by cli.build_parser)."""
     bench = subparsers.add_parser(
@@ -364,15 +437,7 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
     bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
                                                      "predicted against measured speedup (needs matplotlib)")
-    adapt = bench.add_argument_group("online adaptation of a draft head")
-    adapt.add_argument("--adapt", action="store_true",
-                       help="replay the prompt set's turns in order as one conversation, with the original head "
-                            "and then adapting the head after each reply; report acceptance before and after")
-    adapt.add_argument("--history", type=int, default=4, help="--adapt: earlier exchanges each turn sees (default 4)")
-    # No defaults here: adapt.py (which imports torch) has them, and `specdec --help` stays fast.
-    adapt.add_argument("--adapt-steps", type=int, metavar="N", help="--adapt: optimiser steps after each reply")
-    adapt.add_argument("--adapt-seconds", type=finite_float, metavar="S",
-                       help="--adapt: at most this long after each reply")
+    _add_adapt_options(bench)
     add_threads_option(bench)
     add_model_options(bench)
     add_generation_options(bench)

@@ -46,11 +46,19 @@ class AdaptSettings:
     # An exchange keeps its last max_length positions: the reply and what came just before it (a step's
     # cost grows with every position the head reads, though only the reply's are scored).
     max_length: int = 256
+    # Score the head on every kept position, the user's message and the history too (the verifier's states
+    # there are as exact as over its reply), instead of on the reply's alone.
+    prompt_positions: bool = False
     # Fine-tuning a trained head: at 1e-3 (distill's peak, reached there after a warm-up) six Adam steps on
     # one reply cut the next turn's acceptance from 0.27 to 0.10 (docs/performance.md, online adaptation).
     lr: float = 1e-4
     chain_steps: int = 2  # drafting steps trained on the head's own predictions
     cls_weight: float = 1.0  # cross-entropy next to the state regression (distill's default)
+    # A pull towards the original weights: anchor x the sum of squared differences, added to the loss, so that
+    # a few replies cannot undo what the head learnt from many (0: none).
+    anchor: float = 0.0
+    # Only parameters whose names start with one of these train (empty: all), e.g. ("fc.",) or ("layer.mlp.",).
+    trained: tuple[str, ...] = ()
     seed: int = 0
 
 
@@ -99,7 +107,12 @@ class HeadAdapter:
         """Back to the original head: weights, optimiser, buffer and count."""
         self.head.load_state_dict(self.original)
         self.head.train()
-        self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=self.settings.lr, betas=(0.9, 0.95),
+        prefixes = tuple(self.settings.trained)
+        self.trained = {name: p for name, p in self.head.named_parameters()
+                        if not prefixes or name.startswith(prefixes)}
+        for name, parameter in self.head.named_parameters():
+            parameter.requires_grad_(name in self.trained)
+        self.optimizer = torch.optim.AdamW(self.trained.values(), lr=self.settings.lr, betas=(0.9, 0.95),
                                            weight_decay=0.0)
         self.pending: list[tuple[list[int], int]] = []
         self.buffer: deque[Lesson] = deque()
@@ -131,6 +144,7 @@ class HeadAdapter:
         for (ids, reply_start), state in zip(exchanges, states):
             cut = max(0, len(ids) - self.settings.max_length)
             first = max(reply_start - 2, cut) - cut  # head position i predicts the state scoring token i + 2
+            first = 0 if self.settings.prompt_positions else first
             self.buffer.append(Lesson(torch.tensor(ids[cut:]), state[cut:].to(self.rows.device), first))
             self.tokens += len(ids) - reply_start
         while sum(len(lesson.ids) for lesson in self.buffer) > self.settings.buffer_tokens and len(self.buffer) > 1:
@@ -153,9 +167,12 @@ class HeadAdapter:
         embed = self.verifier.get_input_embeddings()
         loss = head_loss(self.head, embed, self.rows, ids, states, mask, steps=self.settings.chain_steps,
                          cls_weight=self.settings.cls_weight)
+        if self.settings.anchor:
+            loss = loss + self.settings.anchor * sum(((p - self.original[name].to(p.device)) ** 2).sum()
+                                                     for name, p in self.trained.items())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(self.trained.values(), 1.0)
         self.optimizer.step()
         return float(loss.detach())
 

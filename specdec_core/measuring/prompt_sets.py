@@ -24,7 +24,8 @@ ALL_SETS = ("chat", "code", "rewrite", "multiturn")  # `--prompts all` runs thes
 # topics (everyday questions, other languages, translation, summary, rag, math, code, rewriting; the name of
 # each starts with its category). Never trained on: distill.prompts.read_training_jsonl refuses it.
 # `conversation-20`: one user's 20 turns, for `specdec bench --adapt` (online adaptation, adapt_bench.py).
-BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout", "independent-heldout", "conversation-20")
+# `photo-script-20`: a second one, a user writing their first Python script, each turn asking something new.
+BUNDLED_SETS = (*ALL_SETS, "tasks", "code-heldout", "independent-heldout", "conversation-20", "photo-script-20")
 
 
 class PromptSetError(SpecdecError):

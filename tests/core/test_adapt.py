@@ -156,3 +156,35 @@ def test_recomputing_states_leaves_the_engines_recorded_hidden_states_alone(veri
     with torch.no_grad():
         fresh = verifier.model.base_model(input_ids=torch.tensor([prompt])).last_hidden_state[0]
     torch.testing.assert_close(states.float(), fresh, atol=2e-3, rtol=1e-2)
+
+
+def test_only_the_chosen_parameters_adapt_and_the_anchor_keeps_them_nearer_the_original(verifier):
+    head = tiny.make_head(verifier).model
+    original = {k: v.clone() for k, v in head.state_dict().items()}
+
+    def adapted(**settings):
+        adapter = HeadAdapter(head, verifier.model, AdaptSettings(steps=5, lr=1e-2, **settings))
+        adapter.observe(list(range(10, 30)), list(range(50, 70)))
+        adapter.adapt()
+        return adapter.head.state_dict()
+
+    only_fc = adapted(trained=("fc.",))
+    assert not torch.equal(only_fc["fc.weight"], original["fc.weight"])
+    assert all(torch.equal(only_fc[k], v) for k, v in original.items() if not k.startswith("fc."))
+
+    def distance(weights):
+        return sum(float(((weights[k] - v) ** 2).sum()) for k, v in original.items() if k != "head_ids")
+
+    assert distance(adapted(anchor=100.0)) < 0.5 * distance(adapted())
+
+
+def test_with_prompt_positions_the_head_also_learns_the_conversation_before_the_reply(verifier):
+    head = tiny.make_head(verifier).model
+    prompt, reply_ids = list(range(10, 30)), list(range(50, 70))
+    firsts = {}
+    for prompt_positions in (False, True):
+        adapter = HeadAdapter(head, verifier.model, AdaptSettings(steps=1, prompt_positions=prompt_positions))
+        adapter.observe(prompt, reply_ids)
+        adapter.adapt()
+        firsts[prompt_positions] = adapter.buffer[0].first
+    assert firsts == {False: len(prompt) - 2, True: 0}

@@ -95,8 +95,13 @@ def test_bench_adapt_prints_before_and_after_and_writes_json(capsys, tiny_tokeni
     assert code == 2 and len(errors) == 1 and "draft head" in errors[0]
 
 
-def test_the_bundled_conversation_has_twenty_turns():
-    from specdec_core.measuring.prompt_sets import PROMPTS_DIR
+def test_the_bundled_conversations_have_twenty_turns():
+    from pathlib import Path
 
-    cases = load_prompts(str(PROMPTS_DIR / "conversation-20.jsonl"))
-    assert len(cases) == 20 and all(len(case.messages) == 1 for case in cases)
+    from specdec_core.measuring.prompt_sets import BUNDLED_SETS
+
+    for name in ("conversation-20", "photo-script-20"):
+        assert name in BUNDLED_SETS
+        cases = load_prompts(str(Path(__file__).parents[2] / "assets" / "prompts" / f"{name}.jsonl"))
+        assert len(cases) == 20 and all(len(case.messages) == 1 for case in cases)
+        assert len({case.messages[0]["content"] for case in cases}) == 20
