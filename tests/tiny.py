@@ -116,16 +116,25 @@ def make_pair(arch: str, tokenizer, *, noise: float = 0.3, **kwargs):
     return verifier, draft
 
 
-def save_head_folder(tmp_path: Path, verifier_folder: Path, tokenizer) -> Path:
+def save_head_folder(tmp_path: Path, verifier_folder: Path, tokenizer, *, scale: float = 0.5) -> Path:
     """A tiny draft head for the tiny verifier saved in `verifier_folder`, saved as a draft spec (a head adapts
     to the user's chats; a draft model cannot)."""
     from specdec_core.loading.models import load_model
 
-    head = make_head(load_model(str(verifier_folder), device="cpu"), scale=0.5)
+    head = make_head(load_model(str(verifier_folder), device="cpu"), scale=scale)
     folder = tmp_path / "tiny-head"
     head.model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def save_conversation_bench(tmp_path: Path, tokenizer) -> tuple[Path, Path, Path]:
+    """A saved tiny verifier, a draft head for it and a three-turn conversation file: what `specdec bench --adapt`
+    reads."""
+    verifier_folder = save_model(tmp_path / "verifier", "llama", tokenizer, seed=1, logit_scale=8.0)
+    prompts = tmp_path / "conversation.jsonl"
+    prompts.write_text("Hello!\nThe capital of France is\n1 2 3 4\n")
+    return verifier_folder, save_head_folder(tmp_path, verifier_folder, tokenizer, scale=1.0), prompts
 
 
 def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, scale: float = 1.0):

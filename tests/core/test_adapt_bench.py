@@ -71,17 +71,10 @@ def test_only_a_draft_head_and_greedy_replies_can_be_measured(verifier, tiny_tok
 
 
 def test_bench_adapt_prints_before_and_after_and_writes_json(capsys, tiny_tokenizer, tmp_path):
-    verifier_folder = tiny.save_model(tmp_path / "verifier", "llama", tiny_tokenizer, seed=1, logit_scale=8.0)
-    from specdec_core.loading.models import load_model
-
-    head = tiny.make_head(load_model(str(verifier_folder), device="cpu"))
-    head.model.save_pretrained(tmp_path / "head")
-    tiny_tokenizer.save_pretrained(tmp_path / "head")
-    prompts = tmp_path / "conversation.jsonl"
-    prompts.write_text("Hello!\nThe capital of France is\n1 2 3 4\n")
+    verifier_folder, head_folder, prompts = tiny.save_conversation_bench(tmp_path, tiny_tokenizer)
     out = tmp_path / "adapt.json"
     code = main(["bench", "--adapt", "--prompts", str(prompts), "--verifier", str(verifier_folder), "--draft",
-                 str(tmp_path / "head"), "--device", "cpu", "--max-new-tokens", "8", "--adapt-steps", "2",
+                 str(head_folder), "--device", "cpu", "--max-new-tokens", "8", "--adapt-steps", "2",
                  "--json", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -79,17 +79,10 @@ def test_the_chains_rounds_replayed_from_the_heads_first_step_match_the_engines(
 
 def test_bench_adapt_proxy_prints_each_turn_and_reuses_the_recorded_replies(capsys, tiny_tokenizer, tmp_path,
                                                                              monkeypatch):
-    verifier_folder = tiny.save_model(tmp_path / "verifier", "llama", tiny_tokenizer, seed=1, logit_scale=8.0)
-    from specdec_core.loading.models import load_model
-
-    head = tiny.make_head(load_model(str(verifier_folder), device="cpu"))
-    head.model.save_pretrained(tmp_path / "head")
-    tiny_tokenizer.save_pretrained(tmp_path / "head")
-    prompts = tmp_path / "conversation.jsonl"
-    prompts.write_text("Hello!\nThe capital of France is\n1 2 3 4\n")
+    verifier_folder, head_folder, prompts = tiny.save_conversation_bench(tmp_path, tiny_tokenizer)
     replies, out = tmp_path / "replies.json", tmp_path / "proxy.json"
     command = ["bench", "--adapt", "--proxy", "--prompts", str(prompts), "--verifier", str(verifier_folder),
-               "--draft", str(tmp_path / "head"), "--device", "cpu", "--max-new-tokens", "8", "--adapt-steps", "2",
+               "--draft", str(head_folder), "--device", "cpu", "--max-new-tokens", "8", "--adapt-steps", "2",
                "--replies", str(replies), "--json", str(out), "--adapt-option", "lr=0.001",
                "--adapt-option", "trained=fc.,norm."]
     assert main(command) == 0, capsys.readouterr().err
