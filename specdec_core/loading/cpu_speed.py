@@ -11,8 +11,12 @@ memory-bound product should do). Two other forms of the same product do better:
   matrix-vector path on some CPUs);
 - "packed": oneDNN's inner product on a copy of the weight reordered once, at load, into the blocked
   layout its kernels read. From 3 rows on it stays within about 1.3x of one row up to 9-16 rows, where
-  MKL takes 2-3x: this is what makes checking a tree of drafts cheap on a CPU. It costs a second copy
-  of each weight in memory, so it is used only when the machine has room for it.
+  MKL takes 2-3x: this is what makes checking a tree of drafts cheap on a CPU. A layer whose packed form
+  wins at every row count timed holds its weight only in that layout (`hold_packed`: the packed copy
+  replaces the weight, so memory does not grow; on that EPYC every large layer of the Qwen2.5 pair did, a
+  single row included, and a prefill's 48-300 rows ran in 0.41-0.45x of F.linear's time). Any other
+  layer may keep a packed copy beside its weight, which costs memory, so only while the machine and the
+  model's share allow it.
 
 Which form wins differs per CPU and BLAS, so `speed_up` times the forms on the model's own weights
 (a cold pass over them, as a forward pass makes) for row counts up to `MAX_ROWS`, and gives each
@@ -209,14 +213,15 @@ def applies_to(model: torch.nn.Module) -> bool:
 
 
 def speed_up(model: torch.nn.Module, cache_dir: Path | None = None,
-             on_measure: Callable[[], None] | None = None) -> list[RowPlan]:
+             on_measure: Callable[[], None] | None = None, *, hold_packed: bool = False) -> list[RowPlan]:
     """Give each nn.Linear of a CPU fp32 `model` the faster few-row forms measured here (no-op otherwise).
 
     Measuring takes about ten seconds for a 135M model; with `cache_dir` the plans are kept in a JSON
     file per CPU, thread count and torch version (<cache>/cpu-plans/; delete it to measure again, say
     after a measurement disturbed by other work), so later loads reuse them; `on_measure` is called
-    once before measuring, when the file does not have them. Returns the plans (one per weight shape)
-    as applied, so callers can report what was chosen.
+    once before measuring, when the file does not have them. `hold_packed`: see `apply_plans` (only for a
+    model whose weights nothing trains or reads directly). Returns the plans (one per weight shape) as
+    applied, so callers can report what was chosen.
     """
     if not applies_to(model):
         return []
@@ -228,13 +233,14 @@ def speed_up(model: torch.nn.Module, cache_dir: Path | None = None,
              for shape, modules in by_shape.items()]
     if any(plan.shape not in known for plan in plans):
         _write_plans(cache_dir, {**known, **{plan.shape: plan for plan in plans}})
-    return apply_plans(model, plans)
+    return apply_plans(model, plans, hold_packed=hold_packed)
 
 
 def _linears_by_shape(model: torch.nn.Module) -> dict[tuple[int, int], list[torch.nn.Linear]]:
     by_shape: dict[tuple[int, int], list[torch.nn.Linear]] = defaultdict(list)
     for module in model.modules():
-        if type(module) is torch.nn.Linear:  # subclasses (quantised layers...) keep their own forward
+        # Subclasses (quantised layers...) keep their own forward; a layer already held packed is done.
+        if type(module) is torch.nn.Linear and _HELD not in vars(module):
             by_shape[tuple(module.weight.shape)].append(module)
     return by_shape
 
@@ -270,16 +276,28 @@ def _packing_gain(plan: RowPlan) -> float:
                - plan.ms["packed"][rows] for rows, form in plan.forms.items() if form == "packed")
 
 
-def apply_plans(model: torch.nn.Module, plans: list[RowPlan]) -> list[RowPlan]:
+def apply_plans(model: torch.nn.Module, plans: list[RowPlan], *, hold_packed: bool = False) -> list[RowPlan]:
     """Route each nn.Linear whose shape has a plan through its chosen form per row count.
 
-    The packed copies are made now, so that the first verify is not slowed by them, within the model's
-    packing budget (`packing_budget`): the layers whose shapes gain most per byte get them first, and the
-    others take the better of the other forms at the packed row counts. Returns the plans as applied (a
-    shape with some layers packed and others not is listed with its packed plan).
+    With `hold_packed`, a layer whose plan is packed at every row count, and whose weight no other module
+    shares or reads (tied embeddings, the output layer a draft head borrows rows of), keeps its weight in
+    the packed layout only (`_hold_packed`). The other packed copies are made now, so that the first verify
+    is not slowed by them, within the model's packing budget (`packing_budget`): the layers whose shapes
+    gain most per byte get them first, and the others take the better of the other forms at the packed row
+    counts. Returns the plans as applied (a shape with some layers packed and others not is listed with its
+    packed plan).
     """
     by_shape = _linears_by_shape(model)
     budget = packing_budget(model) if packing_available() else 0
+    if hold_packed and packing_available():
+        shared = _shared_or_read_elsewhere(model)
+        for plan in plans:
+            if all(plan.forms.get(rows) == "packed" for rows in ROW_COUNTS):
+                for module in by_shape.pop(plan.shape, []):
+                    if module in shared:
+                        by_shape.setdefault(plan.shape, []).append(module)
+                    else:
+                        _hold_packed(module)
     packed: set[torch.nn.Linear] = set()
     ranked = sorted((plan for plan in plans if plan.uses("packed")),
                     key=lambda plan: -_packing_gain(plan) / (plan.shape[0] * plan.shape[1]))
@@ -303,6 +321,42 @@ def apply_plans(model: torch.nn.Module, plans: list[RowPlan]) -> list[RowPlan]:
             if chosen.uses("packed"):
                 _packed_weight(module, module.weight)
     return applied
+
+
+_HELD = "_specdec_held_packed"  # a layer's attribute: its weight, in the packed layout only
+
+
+def _shared_or_read_elsewhere(model: torch.nn.Module) -> set[torch.nn.Linear]:
+    """Linear layers whose weight must stay a plain tensor: one whose storage another parameter shares (tied
+    input and output embeddings), and a language model's output layer (a draft head reads rows of it)."""
+    owners: dict[int, int] = defaultdict(int)
+    for _, parameter in model.named_parameters(remove_duplicate=False):
+        owners[parameter.untyped_storage().data_ptr()] += 1
+    out = {m for m in model.modules() if type(m) is torch.nn.Linear
+           and owners[m.weight.untyped_storage().data_ptr()] > 1}
+    for module in model.modules():
+        output = getattr(module, "get_output_embeddings", None)
+        layer = output() if callable(output) else None
+        if isinstance(layer, torch.nn.Linear):
+            out.add(layer)
+    return out
+
+
+def _hold_packed(module: torch.nn.Linear) -> None:
+    """Keep `module`'s weight only as its packed copy: the plain weight is freed and `module.weight` becomes a
+    zero-strided stand-in of the same shape and dtype (4 bytes), so the model still reports its sizes but
+    holds each weight once. Every pass, a prefill's too, goes through the packed product."""
+    weight = module.weight
+    vars(module)[_HELD] = pack(weight)
+    module.weight = torch.nn.Parameter(torch.zeros((), dtype=weight.dtype).expand(weight.shape), requires_grad=False)
+    module.forward = types.MethodType(_held_packed_forward, module)
+
+
+def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
+        raise RuntimeError(f"this layer holds its weight packed for float32 on the CPU (a {x.dtype} input on "
+                           f"{x.device.type} cannot use it): load the model again for another dtype or device")
+    return packed_product(x, vars(self)[_HELD], self.bias)
 
 
 def _plan_file(cache_dir: Path | None) -> Path | None:

@@ -197,8 +197,9 @@ def _apply_cpu_backend(loaded: LoadedModel, report: Reporter) -> None:
     if not cpu_speed.applies_to(loaded.model):
         return
     layers = loaded.model if loaded.head_output is None else torch.nn.ModuleList([loaded.model, loaded.head_output])
-    cpu_speed.speed_up(layers, cache_dir=loaded.cache_dir, on_measure=lambda: report(
-        "tune", None, "Timing this CPU's matrix kernels for the model's shapes (first load only)"))
+    # A draft head trains (adaptation) and fills its output layer later: its weights stay plain tensors.
+    cpu_speed.speed_up(layers, cache_dir=loaded.cache_dir, hold_packed=loaded.head_output is None, on_measure=lambda:
+                       report("tune", None, "Timing this CPU's matrix kernels for the model's shapes (first load only)"))
     cpu_attention.keep_grouped_heads(loaded.model)
 
 

@@ -35,9 +35,13 @@ def peak_rss_bytes() -> int | None:
 
 
 def weight_bytes(model) -> int:
-    """Bytes of a torch module's parameters and buffers, each storage counted once (tied weights share one)."""
-    storages = {}
+    """Bytes of a torch module's parameters and buffers, each storage counted once (tied weights share one); a
+    weight the CPU backend holds packed (cpu_speed._hold_packed: a zero-strided stand-in) counts its full size,
+    which its packed copy takes."""
+    storages, held = {}, 0
     for tensor in [*model.parameters(), *model.buffers()]:
         storage = tensor.untyped_storage()
         storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
+        if tensor.dim() and not any(tensor.stride()):
+            held += tensor.numel() * tensor.element_size()
+    return sum(storages.values()) + held

@@ -11,17 +11,20 @@ from specdec_core.drafting.drafters import ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
 from specdec_core.loading import cpu_attention, cpu_speed, memory
+from specdec_core.loading.resources import weight_bytes
 from specdec_core.verification.kv import CachedForward, GrowingLayer
 
-FAST_FORMS = ["columns", pytest.param("packed", marks=pytest.mark.skipif(
-    not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product"))]
+needs_packing = pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN "
+                                   "inner product")
+FAST_FORMS = ["columns", pytest.param("packed", marks=needs_packing)]
 
 
-def force(model, form: str) -> list[cpu_speed.RowPlan]:
+def force(model, form: str, *, hold_packed: bool = False) -> list[cpu_speed.RowPlan]:
     """Send every row count of every nn.Linear through `form` (the machine may not choose it)."""
     shapes = {tuple(m.weight.shape) for m in model.modules() if type(m) is torch.nn.Linear}
     every_count = dict.fromkeys(cpu_speed.ROW_COUNTS, form)
-    return cpu_speed.apply_plans(model, [cpu_speed.RowPlan(s, every_count, {}) for s in shapes])
+    return cpu_speed.apply_plans(model, [cpu_speed.RowPlan(s, every_count, {}) for s in shapes],
+                                 hold_packed=hold_packed)
 
 
 @pytest.mark.parametrize("rows", range(1, 10))
@@ -34,7 +37,7 @@ def test_the_columns_form_computes_the_same_product_as_linear(rows):
     torch.testing.assert_close(got, torch.nn.functional.linear(x, weight), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+@needs_packing
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 17, 33])
 def test_the_packed_form_computes_the_same_product_as_linear(rows):
     generator = torch.Generator().manual_seed(rows)
@@ -115,7 +118,7 @@ def test_the_off_switch_and_non_fp32_models_keep_plain_linear(tiny_tokenizer, tm
     assert not (tmp_path / "cpu-plans").exists()
 
 
-@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+@needs_packing
 def test_without_room_for_packed_copies_the_packed_counts_take_the_better_other_form(monkeypatch):
     torch.manual_seed(0)
     layer = torch.nn.Linear(24, 48)
@@ -129,7 +132,7 @@ def test_without_room_for_packed_copies_the_packed_counts_take_the_better_other_
     assert "_specdec_packed" not in vars(layer)
 
 
-@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+@needs_packing
 def test_a_large_models_packed_copies_stay_within_a_share_of_its_weights_best_gain_first(monkeypatch):
     """Packed copies duplicate weights: a model gets them only up to a share of its own weights, for the
     layers that gain most per byte; the others keep the better unpacked form."""
@@ -180,7 +183,57 @@ def test_the_memory_left_under_a_containers_cgroup_limit_caps_what_is_available(
     assert memory.available_memory() == 20 * 2**30
 
 
-@pytest.mark.skipif(not cpu_speed.packing_available(), reason="this torch build has no oneDNN inner product")
+@needs_packing
+def test_a_layer_packed_at_every_row_count_holds_its_weight_once_and_computes_the_same():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 256)
+    expected_weight, model = layer.weight.detach().clone(), torch.nn.Sequential(layer)
+    before = weight_bytes(model)
+    force(model, "packed", hold_packed=True)
+    assert layer.weight.untyped_storage().nbytes() <= 4  # the plain weight is gone: the packed copy holds it
+    assert weight_bytes(model) >= before  # ... and the model still reports its size
+    with torch.no_grad():
+        for rows in (1, 5, cpu_speed.MAX_ROWS + 7):  # the last: a prefill, beyond the timed row counts
+            x = torch.randn(rows, 64)
+            torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, expected_weight, layer.bias),
+                                       rtol=1e-4, atol=1e-4)
+        with pytest.raises(RuntimeError, match="float32 on the CPU"):
+            layer(torch.randn(2, 64, dtype=torch.bfloat16))
+
+
+@needs_packing
+def test_shared_and_output_layers_keep_plain_weights_when_the_others_are_held_packed(tiny_tokenizer):
+    def held(model) -> list[str]:
+        return [name for name, m in model.named_modules() if type(m) is torch.nn.Linear
+                and m.weight.untyped_storage().nbytes() <= 4]
+
+    model = tiny.make_model("llama", tiny_tokenizer, seed=1)
+    output = model.get_output_embeddings().weight.detach().clone()
+    force(model, "packed", hold_packed=True)
+    assert held(model) and all(".layers." in name for name in held(model))  # every projection, never lm_head
+    assert torch.equal(model.get_output_embeddings().weight, output)  # a draft head reads rows of it
+    first, second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    second.weight = first.weight  # tied: the other user of the weight would read the stand-in
+    shared = torch.nn.Sequential(first, second)
+    force(shared, "packed", hold_packed=True)
+    assert held(shared) == []
+
+
+@needs_packing
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_greedy_speculation_is_unchanged_with_weights_held_packed(tiny_tokenizer, arch):
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    config = GenerationConfig(max_new_tokens=40, gamma=3)
+    reference, _ = tiny.make_pair(arch, tiny_tokenizer)
+    expected = list(Engine(reference, None).generate(prompt, config))[-1].token_ids
+    verifier, draft = tiny.make_pair(arch, tiny_tokenizer)
+    for loaded in (verifier, draft):
+        force(loaded.model, "packed", hold_packed=True)
+    events = list(Engine(verifier, ModelDrafter(draft)).generate(prompt, config))
+    assert events[-1].token_ids == expected and events[-1].stats.accepted > 0
+
+
+@needs_packing
 def test_a_packed_layer_follows_its_weight_when_it_changes_in_place():
     torch.manual_seed(0)
     layer = torch.nn.Linear(24, 48)
@@ -289,3 +342,23 @@ def test_a_draft_heads_output_layer_gets_its_cpu_forms_at_load(tiny_tokenizer, t
     rows = verifier.model.get_output_embeddings().weight.detach()[head.model.head_ids]
     torch.testing.assert_close(drafter._scores(states), torch.nn.functional.linear(states, rows),
                                rtol=1e-5, atol=1e-5)
+
+
+@needs_packing
+def test_the_loader_holds_a_language_models_weights_packed_but_never_a_draft_heads(tiny_models_dir, tiny_tokenizer,
+                                                                                   tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_speed, "measure_plan", lambda weights: cpu_speed.RowPlan(  # as if packed won everywhere
+        tuple(weights[0].shape), dict.fromkeys(cpu_speed.ROW_COUNTS, "packed"), {}))
+
+    def held(loaded) -> int:
+        return sum(m.weight.untyped_storage().nbytes() <= 4 for m in loaded.model.modules() if type(m) is torch.nn.Linear)
+
+    fast = load_on_cpu(tiny_models_dir["llama-verifier"], tmp_path / "cache", monkeypatch, backend=True)
+    plain = load_on_cpu(tiny_models_dir["llama-verifier"], tmp_path / "cache", monkeypatch, backend=False)
+    assert held(fast) > 0 and held(plain) == 0
+    for got, expected in zip(verify_logits(fast, tiny_tokenizer), verify_logits(plain, tiny_tokenizer)):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    head = tiny.make_head(tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1), tiny_tokenizer))
+    head.model.save_pretrained(tmp_path / "head")
+    tiny_tokenizer.save_pretrained(tmp_path / "head")
+    assert held(load_on_cpu(tmp_path / "head", tmp_path / "cache", monkeypatch, backend=True)) == 0  # it trains
