@@ -345,11 +345,13 @@ def _shared_or_read_elsewhere(model: torch.nn.Module) -> set[torch.nn.Linear]:
 def _hold_packed(module: torch.nn.Linear) -> None:
     """Keep `module`'s weight only as its packed copy: the plain weight is freed and `module.weight` becomes a
     zero-strided stand-in of the same shape and dtype (4 bytes), so the model still reports its sizes but
-    holds each weight once. Every pass, a prefill's too, goes through the packed product."""
+    holds each weight once (a mapped file's pages of it are given back). Every pass, a prefill's too, goes
+    through the packed product."""
     weight = module.weight
     vars(module)[_HELD] = pack(weight)
     module.weight = torch.nn.Parameter(torch.zeros((), dtype=weight.dtype).expand(weight.shape), requires_grad=False)
     module.forward = types.MethodType(_held_packed_forward, module)
+    memory.drop_file_pages(weight)  # a weight mapped from its file would otherwise stay resident beside its copy
 
 
 def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -2,12 +2,17 @@
 
 What the OS says is available, capped by what this process's cgroup has left under its limit (a
 container's limit is often far below the machine's memory, and crossing it kills the process). The CPU
-backend (cpu_speed.py) reads it to size the packed weight copies it may make.
+backend (cpu_speed.py) reads it to size the packed weight copies it may make, and gives back the pages of
+a weight it replaced (`drop_file_pages`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import mmap
 import os
+import sys
 from pathlib import Path
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -72,3 +77,38 @@ def _left_under_limit(limit_file: Path, usage_file: Path) -> int | None:
         return max(0, int(limit_text) - int(usage_file.read_text().strip()))
     except (OSError, ValueError):
         return None
+
+
+_MADV_DONTNEED = 4  # Linux: the pages leave this process; a file mapping's are read from the file if touched again
+
+
+def drop_file_pages(tensor) -> int:
+    """Take the whole pages of `tensor`'s bytes out of this process's resident memory when they lie in a file
+    mapping (transformers maps a safetensors file and its weights are views of it): freeing such a weight
+    frees nothing while the file's other weights keep the mapping, so replacing the weights of a mapped model
+    with copies would hold both. Only for a tensor nothing reads again. Anonymous memory is never touched
+    (it is the allocator's to reuse). Returns the bytes given back (0 off Linux or outside a file mapping)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    start = tensor.data_ptr()
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only: a neighbour may share the edge ones
+    last = (start + tensor.numel() * tensor.element_size()) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last <= first or not _in_file_mapping(first, last):
+        return 0
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    failed = libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), _MADV_DONTNEED)
+    return 0 if failed else last - first
+
+
+def _in_file_mapping(first: int, last: int) -> bool:
+    """Whether [first, last) lies inside one mapping of a file (not anonymous memory, not a device)."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        if low <= first and last <= high:
+            return len(fields) == 6 and fields[4] != "0" and fields[5].startswith("/")
+    return False

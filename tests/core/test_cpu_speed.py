@@ -1,6 +1,7 @@
 """CPU fast paths: the few-row product forms chosen per shape, their cached plans, and the growing KV cache."""
 
 import json
+import sys
 
 import pytest
 import tiny
@@ -362,3 +363,21 @@ def test_the_loader_holds_a_language_models_weights_packed_but_never_a_draft_hea
     head.model.save_pretrained(tmp_path / "head")
     tiny_tokenizer.save_pretrained(tmp_path / "head")
     assert held(load_on_cpu(tmp_path / "head", tmp_path / "cache", monkeypatch, backend=True)) == 0  # it trains
+
+
+def test_a_mapped_weights_pages_are_given_back_and_read_again_from_its_file(tmp_path):
+    import mmap
+
+    import numpy as np
+
+    values = np.arange(4 * mmap.PAGESIZE, dtype=np.float32)
+    values.tofile(tmp_path / "weights.bin")
+    mapped = torch.from_numpy(np.memmap(tmp_path / "weights.bin", dtype=np.float32, mode="c"))
+    assert mapped.sum() > 0  # resident now
+    dropped = memory.drop_file_pages(mapped)
+    if not sys.platform.startswith("linux"):
+        assert dropped == 0
+        return
+    assert dropped >= 3 * mmap.PAGESIZE * 4
+    assert torch.equal(mapped, torch.from_numpy(values))  # the file's bytes come back when read
+    assert memory.drop_file_pages(torch.ones(4 * mmap.PAGESIZE)) == 0  # anonymous memory is left alone
