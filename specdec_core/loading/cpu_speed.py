@@ -323,7 +323,20 @@ def apply_plans(model: torch.nn.Module, plans: list[RowPlan], *, hold_packed: bo
     return applied
 
 
-_HELD = "_specdec_held_packed"  # a layer's attribute: its weight, in the packed layout only
+_HELD = "_specdec_held_packed"  # a layer's attribute: its weight, in the packed layout only (a _Packed)
+
+
+class _Packed:
+    """A weight held in oneDNN's layout. Deep copies of its layer share it: nothing writes to it, and a tensor
+    in that layout cannot be copied (transformers' sampling path is given a deep copy of a draft model)."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __deepcopy__(self, memo: dict) -> _Packed:
+        return self
 
 
 def _shared_or_read_elsewhere(model: torch.nn.Module) -> set[torch.nn.Linear]:
@@ -348,7 +361,7 @@ def _hold_packed(module: torch.nn.Linear) -> None:
     holds each weight once (a mapped file's pages of it are given back). Every pass, a prefill's too, goes
     through the packed product."""
     weight = module.weight
-    vars(module)[_HELD] = pack(weight)
+    vars(module)[_HELD] = _Packed(pack(weight))
     module.weight = torch.nn.Parameter(torch.zeros((), dtype=weight.dtype).expand(weight.shape), requires_grad=False)
     module.forward = types.MethodType(_held_packed_forward, module)
     memory.drop_file_pages(weight)  # a weight mapped from its file would otherwise stay resident beside its copy
@@ -358,7 +371,7 @@ def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor
     if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         raise RuntimeError(f"this layer holds its weight packed for float32 on the CPU (a {x.dtype} input on "
                            f"{x.device.type} cannot use it): load the model again for another dtype or device")
-    return packed_product(x, vars(self)[_HELD], self.bias)
+    return packed_product(x, vars(self)[_HELD].tensor, self.bias)
 
 
 def _plan_file(cache_dir: Path | None) -> Path | None:

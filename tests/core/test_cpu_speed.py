@@ -1,5 +1,6 @@
 """CPU fast paths: the few-row product forms chosen per shape, their cached plans, and the growing KV cache."""
 
+import copy
 import json
 import sys
 
@@ -200,6 +201,8 @@ def test_a_layer_packed_at_every_row_count_holds_its_weight_once_and_computes_th
                                        rtol=1e-4, atol=1e-4)
         with pytest.raises(RuntimeError, match="float32 on the CPU"):
             layer(torch.randn(2, 64, dtype=torch.bfloat16))
+        x = torch.randn(3, 64)
+        torch.testing.assert_close(copy.deepcopy(model)(x), model(x))  # a copy shares the packed weight
 
 
 @needs_packing
