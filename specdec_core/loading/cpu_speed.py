@@ -126,9 +126,9 @@ def _packed_weight(module: torch.nn.Linear, weight: torch.Tensor) -> torch.Tenso
     stamp = (weight.data_ptr(), weight._version)
     held = vars(module).get("_specdec_packed")
     if held is None or held[0]() is not weight or held[1] != stamp:
-        held = (weakref.ref(weight), stamp, pack(weight))
+        held = (weakref.ref(weight), stamp, _Packed(pack(weight)))
         vars(module)["_specdec_packed"] = held
-    return held[2]
+    return held[2].tensor
 
 
 def _planned_forward(plan: RowPlan):

@@ -247,6 +247,10 @@ def test_a_packed_layer_follows_its_weight_when_it_changes_in_place():
         layer(x)
         layer.weight.mul_(2.0)
         torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+        copied = copy.deepcopy(layer)  # a packed copy beside the weight does not stop a deep copy
+        copied.weight.mul_(0.5)
+        torch.testing.assert_close(copied(x), torch.nn.functional.linear(x, copied.weight, copied.bias))
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
 
 
 def test_the_growing_cache_gives_a_fresh_passs_logits_after_rollbacks_and_regrowth(tiny_tokenizer):
