@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gammas", default="4", help="chain lengths to run, comma-separated (default 4)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--draft-dtype", default="", help="the draft's dtype, if not the verifier's")
     parser.add_argument("--skip", default="", help="settings to leave out, comma-separated name prefixes "
                         "(e.g. 'transformers' for ours only); speculation off always runs")
     parser.add_argument("--json", help="write the results here")
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:7.1f} s] {message}", file=sys.stderr, flush=True)
 
     say(f"loading {args.verifier} + {args.draft}")
-    pair = load_pair(args.verifier, args.draft, "model", LoadOptions(device="cpu", dtype=args.dtype))
+    pair = load_pair(args.verifier, args.draft, "model", LoadOptions(device="cpu", dtype=args.dtype,
+                                                                     draft_dtype=args.draft_dtype))
     verifier, draft = pair.verifier, pair.draft
     cases = load_prompts(args.prompts)
     cases = cases[:args.limit] if args.limit else cases
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     weights = {"verifier": weight_bytes(verifier.model), "draft": weight_bytes(draft.model)}
     result = {"verifier": verifier.name, "draft": draft.name, "prompts": args.prompts, "n_prompts": len(cases),
               "max_new_tokens": args.max_new_tokens, "dtype": str(verifier.dtype).removeprefix("torch."),
+              "draft_dtype": str(draft.dtype).removeprefix("torch."),
               "machine": machine_description(verifier.device), "rows": rows, "weights_bytes": weights,
               "peak_rss_bytes": peak_rss_bytes(), "wall_s": time.perf_counter() - started}
     print(table(result))
@@ -140,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(result: dict) -> str:
+    draft_dtype = result.get("draft_dtype", result["dtype"])
+    draft_dtype = "" if draft_dtype == result["dtype"] else f" (draft in {draft_dtype})"
     lines = [f"{result['verifier']} + {result['draft']}, {result['n_prompts']} prompts of {result['prompts']}, "
-             f"{result['max_new_tokens']} new tokens, greedy, {result['dtype']}, {result['machine']}", "",
+             f"{result['max_new_tokens']} new tokens, greedy, {result['dtype']}{draft_dtype}, {result['machine']}", "",
              "| setting | decode tok/s | speedup | end-to-end tok/s | end-to-end speedup | tokens/call | acceptance "
              "| draft ms/call | verify ms/call | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:

@@ -1,4 +1,5 @@
-"""Faster batch-1 forward passes on the CPU, in exact fp32, chosen by measuring this machine.
+"""Faster batch-1 forward passes on the CPU (float32, exact; or bfloat16 where oneDNN packs it), chosen by
+measuring this machine.
 
 Speculation pays only when verifying k tokens costs little more than decoding one. On the CPU a
 forward pass of batch 1 is a series of few-row products `x @ W.T` (x: k rows, W: a weight matrix),
@@ -98,14 +99,18 @@ def columns_product(x_rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 @functools.cache
-def packing_available() -> bool:
-    """Whether this torch build has oneDNN's reordered-weight inner product on the CPU (and it runs)."""
+def packing_available(dtype: torch.dtype = torch.float32) -> bool:
+    """Whether this torch build has oneDNN's reordered-weight inner product on the CPU for `dtype` (and it runs:
+    for bfloat16, only on CPUs with native bfloat16 instructions)."""
     try:
         if not torch.backends.mkldnn.is_available():
             return False
-        weight, x = torch.randn(8, 4), torch.randn(3, 4)
+        if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return False
+        weight, x = torch.randn(8, 4, dtype=dtype), torch.randn(3, 4, dtype=dtype)
         got = packed_product(x, pack(weight))
-        return bool(torch.allclose(got, F.linear(x, weight), rtol=1e-4, atol=1e-5))
+        tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+        return bool(torch.allclose(got.float(), F.linear(x, weight).float(), rtol=tolerance, atol=tolerance))
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
 
@@ -176,7 +181,7 @@ def _fastest(timings: dict[str, float]) -> str:
 def measure_plan(weights: list[torch.Tensor], row_counts: tuple[int, ...] = ROW_COUNTS) -> RowPlan:
     """Time every form over `weights` (same shape, used in turn) for each of `row_counts`."""
     shape = tuple(weights[0].shape)
-    packed = [pack(w) for w in weights] if packing_available() else None
+    packed = [pack(w) for w in weights] if packing_available(weights[0].dtype) else None
     ms: dict[str, dict[int, float]] = {name: {} for name in FORMS if name != "packed" or packed}
     for rows in row_counts:
         x = torch.randn(rows, shape[1], dtype=weights[0].dtype)
@@ -205,11 +210,14 @@ def _sample(weights: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def applies_to(model: torch.nn.Module) -> bool:
-    """A float32 model that lies wholly on the CPU, unless $SPECDEC_CPU_MATMUL is "off"."""
+    """A model that lies wholly on the CPU in float32, or in bfloat16 where oneDNN packs it (a CPU with native
+    bfloat16), unless $SPECDEC_CPU_MATMUL is "off"."""
     if os.environ.get(_DISABLE, "").strip().lower() in ("off", "0", "false", "no"):
         return False
     params = list(model.parameters())
-    return bool(params) and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)
+    if not params or any(p.device.type != "cpu" or p.dtype != params[0].dtype for p in params):
+        return False
+    return params[0].dtype == torch.float32 or (params[0].dtype == torch.bfloat16 and packing_available(torch.bfloat16))
 
 
 def speed_up(model: torch.nn.Module, cache_dir: Path | None = None,
@@ -226,13 +234,14 @@ def speed_up(model: torch.nn.Module, cache_dir: Path | None = None,
     if not applies_to(model):
         return []
     by_shape = _linears_by_shape(model)
-    known = _read_plans(cache_dir)
+    dtype = next(model.parameters()).dtype
+    known = _read_plans(cache_dir, dtype)
     if on_measure is not None and any(shape not in known for shape in by_shape):
         on_measure()
     plans = [known.get(shape) or measure_plan(_sample([m.weight.detach() for m in modules]))
              for shape, modules in by_shape.items()]
     if any(plan.shape not in known for plan in plans):
-        _write_plans(cache_dir, {**known, **{plan.shape: plan for plan in plans}})
+        _write_plans(cache_dir, dtype, {**known, **{plan.shape: plan for plan in plans}})
     return apply_plans(model, plans, hold_packed=hold_packed)
 
 
@@ -288,8 +297,10 @@ def apply_plans(model: torch.nn.Module, plans: list[RowPlan], *, hold_packed: bo
     packed plan).
     """
     by_shape = _linears_by_shape(model)
-    budget = packing_budget(model) if packing_available() else 0
-    if hold_packed and packing_available():
+    parameter = next(model.parameters(), None)
+    packs = packing_available(parameter.dtype if parameter is not None else torch.float32)
+    budget = packing_budget(model) if packs else 0
+    if hold_packed and packs:
         shared = _shared_or_read_elsewhere(model)
         for plan in plans:
             if all(plan.forms.get(rows) == "packed" for rows in ROW_COUNTS):
@@ -368,17 +379,20 @@ def _hold_packed(module: torch.nn.Linear) -> None:
 
 
 def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
-        raise RuntimeError(f"this layer holds its weight packed for float32 on the CPU (a {x.dtype} input on "
-                           f"{x.device.type} cannot use it): load the model again for another dtype or device")
+    dtype = self.weight.dtype
+    if x.dtype != dtype or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
+        raise RuntimeError(f"this layer holds its weight packed for {str(dtype).removeprefix('torch.')} on the CPU "
+                           f"(a {x.dtype} input on {x.device.type} cannot use it): load the model again for another "
+                           f"dtype or device")
     return packed_product(x, vars(self)[_HELD].tensor, self.bias)
 
 
-def _plan_file(cache_dir: Path | None) -> Path | None:
+def _plan_file(cache_dir: Path | None, dtype: torch.dtype) -> Path | None:
     if cache_dir is None:
         return None
+    kind = "" if dtype == torch.float32 else "-" + str(dtype).removeprefix("torch.")  # float32's name as it was
     machine = (f"v{_PLAN_VERSION}-{platform.machine()}-{_cpu_name()}-t{torch.get_num_threads()}"
-               f"-torch{torch.__version__}-r{MAX_ROWS}")
+               f"-torch{torch.__version__}-r{MAX_ROWS}{kind}")
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in machine)
     return Path(cache_dir) / "cpu-plans" / f"{safe}.json"
 
@@ -393,8 +407,8 @@ def _cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
-def _read_plans(cache_dir: Path | None) -> dict[tuple[int, int], RowPlan]:
-    path = _plan_file(cache_dir)
+def _read_plans(cache_dir: Path | None, dtype: torch.dtype) -> dict[tuple[int, int], RowPlan]:
+    path = _plan_file(cache_dir, dtype)
     try:
         raw = json.loads(path.read_text()) if path else []
         plans = [RowPlan(shape=tuple(item["shape"]),
@@ -409,8 +423,8 @@ def _read_plans(cache_dir: Path | None) -> dict[tuple[int, int], RowPlan]:
     return {plan.shape: plan for plan in plans}
 
 
-def _write_plans(cache_dir: Path | None, plans: dict[tuple[int, int], RowPlan]) -> None:
-    path = _plan_file(cache_dir)
+def _write_plans(cache_dir: Path | None, dtype: torch.dtype, plans: dict[tuple[int, int], RowPlan]) -> None:
+    path = _plan_file(cache_dir, dtype)
     if path is None:
         return
     items = [{"shape": list(p.shape), "forms": p.forms, "ms": p.ms} for p in plans.values()]

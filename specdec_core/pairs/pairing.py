@@ -40,6 +40,7 @@ def default_draft(verifier_spec: str | None) -> DraftDefault | None:
 class LoadOptions:
     device: str = "auto"
     dtype: str = "auto"
+    draft_dtype: str = ""  # the draft model's dtype when it differs ("": the verifier's); drafts are checked exactly
     trust_remote_code: bool = False
     device_map: str | None = None
     max_memory: dict | None = None
@@ -134,6 +135,6 @@ def _model_loader(options: LoadOptions, progress: ProgressCallback | None) -> Mo
     def loader(role: str, spec: str) -> LoadedModel:
         if role == "verifier":  # only the verifier may be spread over devices
             return load_model(spec, device_map=options.device_map, max_memory=options.max_memory, **load)
-        return load_model(spec, **load)
+        return load_model(spec, **{**load, "dtype": options.draft_dtype or options.dtype})
 
     return loader

@@ -110,8 +110,8 @@ def test_a_damaged_plan_file_is_measured_again(tiny_tokenizer, tmp_path):
     assert isinstance(json.loads(plan_file.read_text()), list)
 
 
-def test_the_off_switch_and_non_fp32_models_keep_plain_linear(tiny_tokenizer, tmp_path, monkeypatch):
-    half = tiny.make_model("llama", tiny_tokenizer, seed=1).to(torch.bfloat16)
+def test_the_off_switch_and_float16_models_keep_plain_linear(tiny_tokenizer, tmp_path, monkeypatch):
+    half = tiny.make_model("llama", tiny_tokenizer, seed=1).to(torch.float16)
     assert cpu_speed.speed_up(half, cache_dir=tmp_path) == []
     monkeypatch.setenv("SPECDEC_CPU_MATMUL", "off")
     model = tiny.make_model("llama", tiny_tokenizer, seed=1)
@@ -388,3 +388,30 @@ def test_a_mapped_weights_pages_are_given_back_and_read_again_from_its_file(tmp_
     assert dropped >= 3 * mmap.PAGESIZE * 4
     assert torch.equal(mapped, torch.from_numpy(values))  # the file's bytes come back when read
     assert memory.drop_file_pages(torch.ones(4 * mmap.PAGESIZE)) == 0  # anonymous memory is left alone
+
+
+@pytest.mark.skipif(not cpu_speed.packing_available(torch.bfloat16), reason="this CPU has no native bfloat16 for "
+                    "oneDNN")
+def test_a_bfloat16_model_is_timed_apart_and_held_packed_where_the_cpu_packs_bfloat16(tiny_tokenizer, tmp_path):
+    model = tiny.make_model("llama", tiny_tokenizer, seed=1).to(torch.bfloat16)
+    reference = copy.deepcopy(model)
+    assert cpu_speed.speed_up(model, cache_dir=tmp_path, hold_packed=True)
+    files = sorted(path.name for path in (tmp_path / "cpu-plans").iterdir())
+    assert len(files) == 1 and files[0].endswith("-bfloat16.json")  # float32's plans are another file
+    force(model, "packed", hold_packed=True)
+    ids = torch.tensor([tiny_tokenizer("Once upon a time").input_ids])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits.float(), reference(ids).logits.float(), rtol=0.05, atol=0.1)
+
+
+def test_a_bfloat16_draft_for_a_float32_verifier_changes_no_greedy_token(tiny_models_dir, tiny_tokenizer):
+    from specdec_core.pairs.pairing import LoadOptions, load_pair
+
+    folders = tiny_models_dir["llama-verifier"], tiny_models_dir["llama-draft"]
+    pair = load_pair(*map(str, folders), "model", LoadOptions(device="cpu", draft_dtype="bfloat16"))
+    assert pair.verifier.model.dtype == torch.float32 and pair.draft.model.dtype == torch.bfloat16
+    prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
+    config = GenerationConfig(max_new_tokens=40, gamma=3)
+    expected = list(Engine(pair.verifier, None).generate(prompt, config))[-1].token_ids
+    finished = list(pair.engine.generate(prompt, config))[-1]
+    assert finished.token_ids == expected and finished.stats.drafted > 0
