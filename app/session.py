@@ -100,7 +100,7 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
     which the window shows next to the draft selector.
     """
     from specdec_core.loading.models import load_model
-    from specdec_core.pairs.pairing import load_pair
+    from specdec_core.pairs.pairing import draft_dtype_for, load_pair
 
     prev = previous
 
@@ -112,8 +112,8 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
             model = prev.draft
         else:
             progress(LoadStep(role, f"loading {role} {spec}", None))
-            model = load_model(spec, device=request.device, dtype=request.dtype,
-                               progress=_loader_progress(progress, role))
+            dtype = request.dtype if role == "verifier" else draft_dtype_for(request.dtype)
+            model = load_model(spec, device=request.device, dtype=dtype, progress=_loader_progress(progress, role))
         if cancelled():
             raise Cancelled()
         if role == "draft":

@@ -61,8 +61,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     group.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     group.add_argument("--draft-dtype", choices=("auto", "float32", "bfloat16", "float16"),
-                       help="the draft model's dtype, when it should differ from --dtype: the verifier checks every "
-                       "draft, so the output is the same; a bfloat16 draft reads half the bytes per token")
+                       help="the draft model's dtype (default: with --dtype auto, bfloat16 on a CPU with native "
+                       "bfloat16 and auto elsewhere; else --dtype's). The verifier checks every drafted token, so "
+                       "the output is the same; a bfloat16 draft reads half the bytes per token. A draft head keeps "
+                       "float32")
     group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")
     group.add_argument("--max-memory", metavar="DEV=SIZE,...", help="with --device-map: e.g. 0=20GiB,cpu=64GiB")
     group.add_argument("--trust-remote-code", action="store_true",

@@ -8,6 +8,7 @@ transformers on the chosen device and dtype, checks the weights, and on a CPU ap
 from __future__ import annotations
 
 import functools
+import json
 import pickle
 import re
 import shutil
@@ -103,6 +104,14 @@ def _mps_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
+# A draft language model's "auto": bfloat16 on a CPU whose oneDNN runs bfloat16 natively (AVX512-BF16, AMX), else
+# "auto". A draft on the CPU is read whole for every token it drafts: in bfloat16 it reads half the bytes, and the
+# verifier checks every drafted token, so the output stays the verifier's (docs/performance.md, "A real pair",
+# 2026-12-02: the Qwen2.5-Coder pair went from 1.55x to 2.03x). A draft head keeps "auto": it trains on the
+# verifier's float32 states.
+DRAFT_AUTO = "draft-auto"
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """"auto": bf16 on CUDA when supported, else fp16 there; fp16 on MPS; fp32 on CPU.
 
@@ -146,8 +155,11 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
           max_memory: dict | None, report: Reporter, cache: Path, start: float) -> LoadedModel:
     report("resolve", None, f"Resolving {spec}")
     target = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, target)
     resolved = specs.resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
+    if dtype == DRAFT_AUTO:
+        native = target.type == "cpu" and cpu_speed.packing_available(torch.bfloat16)
+        dtype = "bfloat16" if native and not _is_draft_head(resolved.folder) else "auto"
+    torch_dtype = resolve_dtype(dtype, target)
     placement = device_map or str(target)
     report("load", None, f"Loading {resolved.name} ({gguf_cache.dtype_name(torch_dtype)}, {placement})")
     load = functools.partial(_load_folder, spec=spec, dtype=torch_dtype, device=target, device_map=device_map,
@@ -174,6 +186,15 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} from {resolved.source} in {loaded.load_s:.1f} s")
     return loaded
+
+
+def _is_draft_head(folder: Path) -> bool:
+    from specdec_core.drafting.draft_head import MODEL_TYPE
+
+    try:
+        return json.loads((Path(folder) / "config.json").read_text()).get("model_type") == MODEL_TYPE
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _head_output_layer(model: PreTrainedModel) -> torch.nn.Linear | None:

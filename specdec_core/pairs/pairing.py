@@ -40,7 +40,7 @@ def default_draft(verifier_spec: str | None) -> DraftDefault | None:
 class LoadOptions:
     device: str = "auto"
     dtype: str = "auto"
-    draft_dtype: str = ""  # the draft model's dtype when it differs ("": the verifier's); drafts are checked exactly
+    draft_dtype: str = ""  # the draft's dtype ("": see draft_dtype_for); every drafted token is checked
     trust_remote_code: bool = False
     device_map: str | None = None
     max_memory: dict | None = None
@@ -128,6 +128,16 @@ def load_pair(verifier_spec: str | None = None, draft_spec: str | None = None, d
     return Pair(engine=engine, verifier=verifier, draft=draft, drafter=drafter_obj, verdict=verdict)
 
 
+def draft_dtype_for(dtype: str, draft_dtype: str = "") -> str:
+    """The dtype a draft model loads in: `draft_dtype` when given ("auto": the draft's own auto, models.DRAFT_AUTO:
+    bfloat16 on a CPU with native bfloat16); otherwise the draft's auto when the verifier's is auto too, and the
+    verifier's dtype when that was chosen."""
+    from specdec_core.loading.models import DRAFT_AUTO
+
+    chosen = draft_dtype or dtype
+    return DRAFT_AUTO if (chosen or "auto") == "auto" else chosen
+
+
 def _model_loader(options: LoadOptions, progress: ProgressCallback | None) -> ModelLoader:
     load = dict(device=options.device, dtype=options.dtype, trust_remote_code=options.trust_remote_code,
                 progress=progress)
@@ -135,6 +145,6 @@ def _model_loader(options: LoadOptions, progress: ProgressCallback | None) -> Mo
     def loader(role: str, spec: str) -> LoadedModel:
         if role == "verifier":  # only the verifier may be spread over devices
             return load_model(spec, device_map=options.device_map, max_memory=options.max_memory, **load)
-        return load_model(spec, **{**load, "dtype": options.draft_dtype or options.dtype})
+        return load_model(spec, **{**load, "dtype": draft_dtype_for(options.dtype, options.draft_dtype)})
 
     return loader

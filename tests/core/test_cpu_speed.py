@@ -415,3 +415,23 @@ def test_a_bfloat16_draft_for_a_float32_verifier_changes_no_greedy_token(tiny_mo
     expected = list(Engine(pair.verifier, None).generate(prompt, config))[-1].token_ids
     finished = list(pair.engine.generate(prompt, config))[-1]
     assert finished.token_ids == expected and finished.stats.drafted > 0
+
+
+def test_a_draft_model_is_bfloat16_by_default_only_where_the_cpu_runs_it_natively_and_never_a_head(
+        tiny_models_dir, tiny_tokenizer, tmp_path, monkeypatch):
+    from specdec_core.loading.models import DRAFT_AUTO, load_model
+    from specdec_core.pairs.pairing import draft_dtype_for
+
+    assert draft_dtype_for("auto") == draft_dtype_for("auto", "auto") == DRAFT_AUTO
+    assert draft_dtype_for("float32") == "float32" and draft_dtype_for("auto", "float32") == "float32"
+    assert draft_dtype_for("float32", "bfloat16") == "bfloat16"
+    head = tiny.make_head(tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1), tiny_tokenizer))
+    head.model.save_pretrained(tmp_path / "head")
+    tiny_tokenizer.save_pretrained(tmp_path / "head")
+    monkeypatch.setenv("SPECDEC_CPU_MATMUL", "off")  # the choice of dtype only; the backend has its own tests
+    for native, expected in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(cpu_speed, "packing_available", lambda dtype=torch.float32, native=native: native)
+        draft = load_model(str(tiny_models_dir["llama-draft"]), device="cpu", dtype=DRAFT_AUTO, cache_dir=tmp_path)
+        assert draft.model.dtype == expected
+        loaded_head = load_model(str(tmp_path / "head"), device="cpu", dtype=DRAFT_AUTO, cache_dir=tmp_path)
+        assert loaded_head.model.dtype == torch.float32  # a head trains on the verifier's float32 states
