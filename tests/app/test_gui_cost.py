@@ -10,16 +10,17 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject
 from app.worker import EventWorker
 
 
-class _MetaCallCounter(QObject):
-    """Counts queued calls (cross-thread signal deliveries) the GUI thread receives."""
+class _EventCounter(QObject):
+    """Counts the events of one type the GUI thread receives (MetaCall: queued cross-thread signal deliveries;
+    LayoutRequest: layouts asked for)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: QEvent.Type) -> None:
         super().__init__()
-        self.calls = 0
+        self.kind, self.count = kind, 0
 
     def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.MetaCall:
-            self.calls += 1
+        if event.type() == self.kind:
+            self.count += 1
         return False
 
 
@@ -30,7 +31,7 @@ def _slow_events(n: int):
 
 
 def test_events_arrive_in_order_and_in_batches_with_the_end_after_the_last(qtbot):
-    counter = _MetaCallCounter()
+    counter = _EventCounter(QEvent.Type.MetaCall)
     app = QCoreApplication.instance()
     app.installEventFilter(counter)
     seen, ends = [], []
@@ -44,7 +45,7 @@ def test_events_arrive_in_order_and_in_batches_with_the_end_after_the_last(qtbot
         app.removeEventFilter(counter)
     assert seen == list(range(300)) and ends == [300]
     # One wake-up per batch of events, not one per event (300 events over about 0.2 s or more: a handful)
-    assert counter.calls < 300 / 5, counter.calls
+    assert counter.count < 300 / 5, counter.count
 
 
 
@@ -246,7 +247,7 @@ def test_a_token_view_paints_its_text_without_a_python_override_in_the_way_and_s
 def test_a_polled_worker_wakes_the_gui_thread_only_to_start_and_to_end_and_its_owner_gets_every_event(qtbot):
     from PySide6.QtCore import QTimer
 
-    counter = _MetaCallCounter()
+    counter = _EventCounter(QEvent.Type.MetaCall)
     app = QCoreApplication.instance()
     seen, ends = [], []
     worker = EventWorker(lambda: _slow_events(300), polled=True)
@@ -263,20 +264,7 @@ def test_a_polled_worker_wakes_the_gui_thread_only_to_start_and_to_end_and_its_o
         app.removeEventFilter(counter)
         tick.stop()
     assert seen == list(range(300)) and ends == [300]  # in order, and the end after the last event
-    assert counter.calls <= 3, counter.calls  # started, the end, finished: no wake-up for events
-
-
-class _LayoutCounter(QObject):
-    """Counts layout requests the GUI thread handles."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests = 0
-
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.LayoutRequest:
-            self.requests += 1
-        return False
+    assert counter.count <= 3, counter.count  # started, the end, finished: no wake-up for events
 
 
 def test_an_idle_window_at_1024_px_lays_nothing_out_again(qtbot, make_window):
@@ -285,10 +273,10 @@ def test_an_idle_window_at_1024_px_lays_nothing_out_again(qtbot, make_window):
     w = make_window(load=False)
     w.fit_to(QRect(0, 0, 1024, 700))  # narrow: the colour legend may take its short texts
     qtbot.wait(300)
-    counter = _LayoutCounter()
+    counter = _EventCounter(QEvent.Type.LayoutRequest)
     QCoreApplication.instance().installEventFilter(counter)
     try:
         qtbot.wait(500)
     finally:
         QCoreApplication.instance().removeEventFilter(counter)
-    assert counter.requests == 0  # a layout that asks for itself again keeps the GUI thread (and the GIL) busy
+    assert counter.count == 0  # a layout that asks for itself again keeps the GUI thread (and the GIL) busy
