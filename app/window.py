@@ -410,7 +410,10 @@ class MainWindow(QMainWindow):
         if s is None:
             self.model_label.setText("No models loaded — Settings ▸ Load models")
             return
-        dev = f"{getattr(s.verifier, 'device', '')} {str(getattr(s.verifier, 'dtype', '')).replace('torch.', '')}"
+        dtype = str(getattr(s.verifier, "dtype", "")).replace("torch.", "")
+        draft_dtype = str(getattr(s.draft, "dtype", "")).replace("torch.", "") if s.drafter is not None else ""
+        dtype += f" (draft {draft_dtype})" if draft_dtype and draft_dtype != dtype else ""
+        dev = f"{getattr(s.verifier, 'device', '')} {dtype}"
         parts = [f"<b>{s.verifier_name}</b>"]
         if s.drafter is not None:
             parts.append(f"← {s.drafter_name}")

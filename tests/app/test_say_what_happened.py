@@ -131,3 +131,13 @@ def test_a_short_reply_gets_no_speedup_and_a_long_one_gets_its_spread(qtbot):
     assert "too short for a speedup" in graphs.header.text() and "×" not in graphs.header.text()
     graphs.set_trace(long, 20.0)
     assert "±" in graphs.header.text()
+
+
+def test_the_header_names_the_drafts_dtype_where_it_differs_from_the_verifiers(make_window):
+    import torch
+
+    w = make_window()
+    assert "float32" in w.model_label.text() and "(draft" not in w.model_label.text()
+    w.session.draft = dataclasses.replace(w.session.draft, dtype=torch.bfloat16)  # as a CPU with native bfloat16 loads it
+    w.update_controls()
+    assert "cpu float32 (draft bfloat16)" in w.model_label.text()
