@@ -27,7 +27,7 @@ def test_a_place_that_showed_no_figure_is_left_out_and_two_are_needed_to_compare
 def test_one_round_reads_the_footer_the_race_and_the_cli_on_the_tiny_pair(make_window):
     w = make_window(max_new_tokens=32)
     runs = measure_prompt(w, "Once upon a time", 1, "talk", lambda _line: None)
-    assert set(runs.speedups) == {"footer", "race", "cli", "fresh cli"}
+    assert set(runs.speedups) == {"footer", "race", "cli", "window's engine"}
     for place, lanes in runs.tps.items():
         assert lanes["off"][0] > 0 and lanes["on"][0] > 0, place
     assert runs.speedups["race"][0] and runs.speedups["cli"][0]
