@@ -30,8 +30,8 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[k]
 
 
-def gui_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
-    """Tokens/s and tokens of one reply sent in the window, in a new chat (waits in a local event loop)."""
+def gui_reply(window, prompt: str, speculate: bool):
+    """The ReplyTrace of one reply sent in the window, in a new chat (waits in a local event loop)."""
     from PySide6.QtCore import QEventLoop
 
     loop, got = QEventLoop(), []
@@ -47,15 +47,23 @@ def gui_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
     if not got:
         loop.exec()
     window.reply_finished.disconnect(done)
-    stats = got[0].get_stats()
+    return got[0]
+
+
+def gui_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
+    """Tokens/s and tokens of one reply sent in the window, in a new chat."""
+    stats = gui_reply(window, prompt, speculate).get_stats()
     return (stats.tokens_per_s, stats.new_tokens) if stats else (0.0, 0)
 
 
-def cli_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
+def cli_reply_tps(window, prompt: str, speculate: bool, engine=None) -> tuple[float, int]:
     """The same reply as `specdec generate` runs it: the window's session and engine, the events consumed on
     this thread with no window involved, and Python's collector on, as in the CLI. (The window turns automatic
     collection off and collects on a GUI-thread timer, app/gc_pin.py, which cannot fire while this loop holds
-    the GUI thread: without this, the garbage of the CLI's replies was collected during the window's.)"""
+    the GUI thread: without this, the garbage of the CLI's replies was collected during the window's.)
+    `engine`: another Engine over the session's models instead of the session's own (e.g. a fresh one, as a
+    `specdec generate` process starts with)."""
+    import dataclasses
     import gc
 
     from app.session import config_from_settings, reply_events
@@ -66,7 +74,8 @@ def cli_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
     automatic = gc.isenabled()
     gc.enable()  # safe here: this is the GUI thread
     try:
-        for ev in reply_events(window.session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
+        session = window.session if engine is None else dataclasses.replace(window.session, engine=engine)
+        for ev in reply_events(session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
                                config, Controls(speculate=speculate)):
             if isinstance(ev, Finished):
                 return ev.stats.tokens_per_s, ev.stats.new_tokens
@@ -107,6 +116,46 @@ def print_window_cost(results: dict[str, dict[str, list[float]]]) -> None:
               + " ".join(f"{x:.1f}" for x in runs["cli"]))
 
 
+def open_window(settings):
+    """A shown MainWindow on `settings` (models not loaded yet) in a QApplication, the way specdec-chat starts:
+    a throwaway data folder unless $SPECDEC_DATA_DIR names one, and idle OpenMP threads sleeping. Call it before
+    anything imports torch."""
+    os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-bench-"))
+    from specdec_core.commands.threads import prefer_passive_waiting
+
+    prefer_passive_waiting()  # as specdec-chat does: idle OpenMP threads must not spin against the GUI
+    from PySide6.QtWidgets import QApplication
+
+    from app.store import ConversationStore
+    from app.window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setStyle("Fusion")
+    window = MainWindow(settings, ConversationStore(), persist_settings=False)
+    window.show()
+    return app, window
+
+
+def load_models(window) -> None:
+    """Load the window's models (and calibrate, if its settings say so), waiting in a local event loop."""
+    from PySide6.QtCore import QEventLoop
+
+    loop, failed = QEventLoop(), []
+    window.models_loaded.connect(loop.quit)
+    window.load_failed.connect(lambda msg: (failed.append(msg), loop.quit()))
+    window.loader.load()
+    loop.exec()
+    if failed or window.session is None:
+        raise SystemExit(f"loading failed: {failed[0] if failed else 'no session'}")
+    from PySide6.QtWidgets import QApplication
+
+    from app.worker import live_workers
+
+    while window.busy or live_workers():  # the load's end, and the background search for other drafts
+        QApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        time.sleep(0.02)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--verifier", default="smollm2-135m-instruct")
@@ -124,26 +173,18 @@ def main() -> int:
     p.add_argument("--drafter", default=None, help="the app's drafter setting (default: model with --draft, else "
                    "prompt lookup; with --cli-ab the app's default)")
     args = p.parse_args()
-    os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-bench-"))
-    from specdec_core.commands.threads import prefer_passive_waiting
-
-    prefer_passive_waiting()  # as specdec-chat does: idle OpenMP threads must not spin against the GUI
     if args.switch_ms:
         sys.setswitchinterval(args.switch_ms / 1000)
+    from specdec_core.commands.threads import prefer_passive_waiting
 
-    from PySide6.QtCore import QElapsedTimer, QTimer
-    from PySide6.QtWidgets import QApplication
+    prefer_passive_waiting()  # before anything imports torch (open_window says so again)
+    from app.store import Settings
 
-    from app.store import ConversationStore, Settings
-    from app.window import MainWindow
-
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setStyle("Fusion")
     drafter = args.drafter or ("model" if args.draft else Settings().drafter if args.cli_ab else "prompt-lookup")
     settings = Settings(verifier=args.verifier, draft=args.draft or Settings().draft, drafter=drafter,
                         max_new_tokens=args.tokens, calibrate=False)
-    window = MainWindow(settings, ConversationStore(), persist_settings=False)
-    window.show()
+    app, window = open_window(settings)
+    from PySide6.QtCore import QElapsedTimer, QTimer
 
     interval_ms = 5
     lateness: list[float] = []

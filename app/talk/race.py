@@ -66,6 +66,7 @@ class RaceView(QWidget):
         self.result: RaceResult | None = None
         self._replay_start = 0.0
         self._shown: dict[str, ReplyTrace] = {}
+        self._drawn: dict[str, int] = {}  # lane -> the rounds its curve shows (a curve is redrawn only when it grew)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 10, 12, 10)
@@ -161,6 +162,7 @@ class RaceView(QWidget):
             pane.bind(self.run.traces[key])
         for c in self.curves.values():
             c.setData([], [])
+        self._drawn = {}
         self.result = None
         self.headline.setText("")
         self.spread.setText("")
@@ -234,8 +236,12 @@ class RaceView(QWidget):
             return
         for key, pane in self.panes.items():
             pane.flush()
-            t, n = curve_data(self.run.traces[key])
-            self.curves[key].setData(t, n)
+            # Only a curve that grew: setting the same data on every tick repainted the plot 25 times a second all
+            # race long, and that painting on the GUI thread slowed the lanes it was timing (bench/headline.py).
+            trace = self.run.traces[key]
+            if self._drawn.get(key) != len(trace.rounds):
+                self.curves[key].setData(*curve_data(trace))
+                self._drawn[key] = len(trace.rounds)
 
     def replay_together(self) -> None:
         """Both replies again, side by side, each token appearing when it was generated (engine time)."""
@@ -244,6 +250,7 @@ class RaceView(QWidget):
         self._shown = {k: ReplyTrace(config=dict(self.run.traces[k].config)) for k in self.panes}  # the first pair
         for key, pane in self.panes.items():
             pane.bind(self._shown[key])
+        self._drawn = {}  # the replay cuts the curves: whatever ends it, the next tick draws them whole again
         self._replay_start = time.perf_counter()
         self.status.setText("Replaying both at the speed they were generated…")
         self.timer.start()

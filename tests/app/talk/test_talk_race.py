@@ -51,6 +51,29 @@ def test_replay_together_shows_both_replies_again(qtbot, tiny_session):
     assert view.panes["on"].text.trace.text == view.result.text_on
 
 
+def test_the_race_redraws_a_curve_only_when_its_lane_has_new_rounds(qtbot, tiny_session):
+    """Setting unchanged curves on every tick repainted the plot all race long, slowing the lanes it timed."""
+    from app.talk.context import TalkContext
+    from app.talk.race import RaceView
+
+    view = RaceView()
+    qtbot.addWidget(view)
+    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+                      GenerationConfig(max_new_tokens=8, gamma=3))
+    with qtbot.waitSignal(view.finished, timeout=60_000):
+        view.start(ctx)
+    drawn = []
+    for key, curve in view.curves.items():
+        curve.setData = lambda *args, key=key: drawn.append(key)
+    for _ in range(3):
+        view._tick()  # the timer's tick, lanes unchanged (the later pairs run while the first pair's curves stand)
+    assert drawn == []
+    off = view.run.traces["off"]
+    off.rounds.append(off.rounds[-1])
+    view._tick()
+    assert drawn == ["off"]
+
+
 def test_the_race_buttons_stay_in_view_without_scrolling_and_fit_scale_2(qtbot):
     from PySide6.QtCore import QPoint
     from PySide6.QtWidgets import QScrollArea
