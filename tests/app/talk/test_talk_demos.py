@@ -121,6 +121,14 @@ def test_slow_demo_measures_every_lane_against_the_verifier_alone(qtbot, tiny_se
     assert results["off"][2] == pytest.approx(1.0)
     assert all(tps > 0 for tps, _, _ in results.values())
     assert results["weak"][1] < results["good"][1]
+    drawn = []
+    for key, curve in view.curves.items():
+        curve.setData = lambda *args, key=key: drawn.append(key)
+    view._tick()  # the timer's tick with no lane grown: nothing is repainted
+    assert drawn == []
+    view.run.traces["good"].rounds.append(view.run.traces["good"].rounds[-1])
+    view._tick()
+    assert drawn == ["good"]
 
 
 @pytest.fixture
