@@ -35,7 +35,8 @@ def test_race_produces_two_replies_and_a_speedup(qtbot, tiny_session):
     assert x[0] == 0 and y[-1] == view.run.traces["on"].rounds[-1].tokens_after
 
 
-def test_replay_together_shows_both_replies_again(qtbot, tiny_session):
+def finished_race(qtbot, tiny_session):
+    """A RaceView that has run a short race on the tiny session."""
     from app.talk.context import TalkContext
     from app.talk.race import RaceView
 
@@ -45,6 +46,11 @@ def test_replay_together_shows_both_replies_again(qtbot, tiny_session):
                       GenerationConfig(max_new_tokens=8, gamma=3))
     with qtbot.waitSignal(view.finished, timeout=60_000):
         view.start(ctx)
+    return view
+
+
+def test_replay_together_shows_both_replies_again(qtbot, tiny_session):
+    view = finished_race(qtbot, tiny_session)
     view.replay_together()
     assert view.panes["on"].text.toPlainText() == ""
     qtbot.waitUntil(lambda: not view.timer.isActive(), timeout=10_000)
@@ -53,15 +59,7 @@ def test_replay_together_shows_both_replies_again(qtbot, tiny_session):
 
 def test_the_race_redraws_a_curve_only_when_its_lane_has_new_rounds(qtbot, tiny_session):
     """Setting unchanged curves on every tick repainted the plot all race long, slowing the lanes it timed."""
-    from app.talk.context import TalkContext
-    from app.talk.race import RaceView
-
-    view = RaceView()
-    qtbot.addWidget(view)
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
-                      GenerationConfig(max_new_tokens=8, gamma=3))
-    with qtbot.waitSignal(view.finished, timeout=60_000):
-        view.start(ctx)
+    view = finished_race(qtbot, tiny_session)
     drawn = []
     for key, curve in view.curves.items():
         curve.setData = lambda *args, key=key: drawn.append(key)
