@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.fit import ElidedLabel
 from app.markdown import BOLD, CODE, CODE_LINE, FENCE_CLOSE, FENCE_OPEN, HEADING, ITALIC, mark_line
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
 from app.trace import MAPPED_MARK, STATE_DESCRIPTIONS, ReplyTrace, TokenRecord, draft_figure
@@ -417,9 +418,10 @@ class MessageBubble(QFrame):
         self.header = QLabel("You" if role == "user" else "Assistant")
         self.header.setObjectName("bubble_header")
         head.addWidget(self.header)
-        self.meta = QLabel("")
+        # One line: a long pair name ends in "…" (the whole name is its tooltip) and never widens the bubble; wrapped,
+        # it stood four lines tall beside the buttons in a 1024-px window.
+        self.meta = ElidedLabel("")
         self.meta.setObjectName("muted")
-        self.meta.setWordWrap(True)  # a long pair name wraps: the bubble never grows past the chat's width
         head.addWidget(self.meta, 1)
         self.actions: dict[str, QToolButton] = {}
         self.branch_label = QLabel("")
