@@ -517,9 +517,14 @@ def test_a_narrow_bubble_keeps_its_header_on_one_line_and_grows_to_hold_its_foot
     bubble = chat.add_assistant(trace, 1)
     body, footer = bubble.body, bubble.footer
     # the layout settles over a few event-loop turns (slower beside another test process)
-    qtbot.waitUntil(lambda: not footer.isVisible() or footer.y() >= body.geometry().bottom(), timeout=5000)
     line = bubble.meta.fontMetrics().height()
-    qtbot.waitUntil(lambda: bubble.meta.height() < line * 1.5, timeout=5000)  # one line (once laid out) ...
+
+    def settled() -> bool:
+        return bubble.meta.height() < line * 1.5 and body.height() >= body.document().size().height() and (
+            not footer.isVisible() or footer.y() >= body.geometry().bottom())
+
+    qtbot.waitUntil(settled, timeout=5000)
+    assert bubble.meta.height() < line * 1.5  # the header is one line ...
     assert bubble.meta.is_elided() and "A-verifier-with-a-rather-long-name" in bubble.meta.toolTip()  # ... whole in its tip
     assert body.height() >= body.document().size().height()
     if footer.isVisible():
