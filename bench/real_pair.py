@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def table(result: dict) -> str:
-    draft_dtype = result.get("draft_dtype", result["dtype"])
-    draft_dtype = "" if draft_dtype == result["dtype"] else f" (draft in {draft_dtype})"
+    draft = result.get("draft_dtype", result["dtype"])
+    draft_dtype = "" if draft == result["dtype"] else f" (draft in {draft})"
     lines = [f"{result['verifier']} + {result['draft']}, {result['n_prompts']} prompts of {result['prompts']}, "
              f"{result['max_new_tokens']} new tokens, greedy, {result['dtype']}{draft_dtype}, {result['machine']}", "",
              "| setting | decode tok/s | speedup | end-to-end tok/s | end-to-end speedup | tokens/call | acceptance "

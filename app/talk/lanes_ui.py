@@ -161,6 +161,15 @@ def big_plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     return w
 
 
+def redraw_grown(curve, trace: ReplyTrace, drawn: dict[str, int], key: str) -> None:
+    """Set `curve` from `trace` only when the trace has rounds the curve does not show yet (`drawn`: lane -> rounds
+    shown). Setting the same data on every tick repainted the plot 25 times a second while lanes ran, and that
+    painting on the GUI thread slowed the lanes being timed (bench/headline.py)."""
+    if drawn.get(key) != len(trace.rounds):
+        curve.setData(*curve_data(trace))
+        drawn[key] = len(trace.rounds)
+
+
 def curve_data(tr: ReplyTrace, until: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(engine seconds, reply tokens) at the end of each round, from (0, 0); cut at `until` if given."""
     rounds = [r for r in tr.rounds if until is None or r.t_end <= until]

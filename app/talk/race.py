@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBox
 from app.speedup import RACE_PAIRS, RaceSpread, race_key
 from app.talk import style as ts
 from app.talk.context import TalkContext, race_lanes, race_spread_of
-from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data
+from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data, redraw_grown
 from app.theme import ACCENT, STATE_SOLID
 from app.trace import ReplyTrace
 
@@ -236,12 +236,7 @@ class RaceView(QWidget):
             return
         for key, pane in self.panes.items():
             pane.flush()
-            # Only a curve that grew: setting the same data on every tick repainted the plot 25 times a second all
-            # race long, and that painting on the GUI thread slowed the lanes it was timing (bench/headline.py).
-            trace = self.run.traces[key]
-            if self._drawn.get(key) != len(trace.rounds):
-                self.curves[key].setData(*curve_data(trace))
-                self._drawn[key] = len(trace.rounds)
+            redraw_grown(self.curves[key], self.run.traces[key], self._drawn, key)
 
     def replay_together(self) -> None:
         """Both replies again, side by side, each token appearing when it was generated (engine time)."""

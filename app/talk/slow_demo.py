@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpli
 from app.talk import style as ts
 from app.talk.context import Lane, TalkContext, engine_lane
 from app.talk.drafters import WeakenedDrafter
-from app.talk.lanes_ui import FLUSH_MS, LaneRun, big_plot, curve_data, lane_figures
+from app.talk.lanes_ui import FLUSH_MS, LaneRun, big_plot, lane_figures, redraw_grown
 from app.theme import ACCENT, STATE_SOLID
 from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter
 
@@ -142,12 +142,7 @@ class SlowDemoView(QWidget):
         if self.run is None:
             return
         for key, curve in self.curves.items():
-            # Only a curve that grew: the lanes run one after the other, and repainting unchanged curves 25 times a
-            # second on the GUI thread slows the lane being timed (the race had the same cost: bench/headline.py).
-            trace = self.run.traces[key]
-            if self._drawn.get(key) != len(trace.rounds):
-                curve.setData(*curve_data(trace))
-                self._drawn[key] = len(trace.rounds)
+            redraw_grown(curve, self.run.traces[key], self._drawn, key)
         self._rows()
 
     def _rows(self) -> None:

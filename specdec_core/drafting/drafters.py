@@ -235,8 +235,9 @@ class ModelDrafter(DrafterBase):
         committed tokens and the ancestors all of them share, each node attending only to its own ancestors
         (kv.py's tree attention, as the verifier checks trees). The shared ancestors stay in the draft's cache
         and the branches are dropped at once, so a tree that grows along one path drafts as cheaply as a chain:
-        each level feeds only its new tokens, and the next round keeps whatever of the path was accepted. A draft whose cache cannot hold a tree
-        (sliding-window layers) runs each path in turn, moving between branches by the cache's prefix rule."""
+        each level feeds only its new tokens, and the next round keeps whatever of the path was accepted. A draft
+        whose cache cannot hold a tree (sliding-window layers) runs each path in turn, moving between branches by
+        the cache's prefix rule."""
         start = time.perf_counter()
         context = self._readable(ids)
         if not context or max_nodes <= 0 or max_depth <= 0:

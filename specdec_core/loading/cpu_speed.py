@@ -301,14 +301,7 @@ def apply_plans(model: torch.nn.Module, plans: list[RowPlan], *, hold_packed: bo
     packs = packing_available(parameter.dtype if parameter is not None else torch.float32)
     budget = packing_budget(model) if packs else 0
     if hold_packed and packs:
-        shared = _shared_or_read_elsewhere(model)
-        for plan in plans:
-            if all(plan.forms.get(rows) == "packed" for rows in ROW_COUNTS):
-                for module in by_shape.pop(plan.shape, []):
-                    if module in shared:
-                        by_shape.setdefault(plan.shape, []).append(module)
-                    else:
-                        _hold_packed(module)
+        _hold_where_packed_wins(model, plans, by_shape)
     packed: set[torch.nn.Linear] = set()
     ranked = sorted((plan for plan in plans if plan.uses("packed")),
                     key=lambda plan: -_packing_gain(plan) / (plan.shape[0] * plan.shape[1]))
@@ -348,6 +341,20 @@ class _Packed:
 
     def __deepcopy__(self, memo: dict) -> _Packed:
         return self
+
+
+def _hold_where_packed_wins(model: torch.nn.Module, plans: list[RowPlan],
+                            by_shape: dict[tuple[int, int], list[torch.nn.Linear]]) -> None:
+    """Hold packed (`_hold_packed`) every layer whose plan is packed at every row count and whose weight nothing
+    else shares or reads; `by_shape` keeps only the layers left to the packing budget."""
+    shared = _shared_or_read_elsewhere(model)
+    for plan in plans:
+        if all(plan.forms.get(rows) == "packed" for rows in ROW_COUNTS):
+            modules = by_shape.get(plan.shape, [])
+            for module in modules:
+                if module not in shared:
+                    _hold_packed(module)
+            by_shape[plan.shape] = [module for module in modules if module in shared]
 
 
 def _shared_or_read_elsewhere(model: torch.nn.Module) -> set[torch.nn.Linear]:

@@ -219,8 +219,9 @@ def _apply_cpu_backend(loaded: LoadedModel, report: Reporter) -> None:
         return
     layers = loaded.model if loaded.head_output is None else torch.nn.ModuleList([loaded.model, loaded.head_output])
     # A draft head trains (adaptation) and fills its output layer later: its weights stay plain tensors.
-    cpu_speed.speed_up(layers, cache_dir=loaded.cache_dir, hold_packed=loaded.head_output is None, on_measure=lambda:
-                       report("tune", None, "Timing this CPU's matrix kernels for the model's shapes (first load only)"))
+    timing = "Timing this CPU's matrix kernels for the model's shapes (first load only)"
+    cpu_speed.speed_up(layers, cache_dir=loaded.cache_dir, hold_packed=loaded.head_output is None,
+                       on_measure=lambda: report("tune", None, timing))
     cpu_attention.keep_grouped_heads(loaded.model)
 
 

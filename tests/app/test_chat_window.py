@@ -525,7 +525,8 @@ def test_a_narrow_bubble_keeps_its_header_on_one_line_and_grows_to_hold_its_foot
 
     qtbot.waitUntil(settled, timeout=5000)
     assert bubble.meta.height() < line * 1.5  # the header is one line ...
-    assert bubble.meta.is_elided() and "A-verifier-with-a-rather-long-name" in bubble.meta.toolTip()  # ... whole in its tip
+    # ... and the whole of it is in its tooltip
+    assert bubble.meta.is_elided() and "A-verifier-with-a-rather-long-name" in bubble.meta.toolTip()
     assert body.height() >= body.document().size().height()
     if footer.isVisible():
         assert footer.y() >= body.geometry().bottom(), "the footer covers the reply's text"

@@ -138,6 +138,7 @@ def test_the_header_names_the_drafts_dtype_where_it_differs_from_the_verifiers(m
 
     w = make_window()
     assert "float32" in w.model_label.text() and "(draft" not in w.model_label.text()
-    w.session.draft = dataclasses.replace(w.session.draft, dtype=torch.bfloat16)  # as a CPU with native bfloat16 loads it
+    # as a CPU with native bfloat16 loads it
+    w.session.draft = dataclasses.replace(w.session.draft, dtype=torch.bfloat16)
     w.update_controls()
     assert "cpu float32 (draft bfloat16)" in w.model_label.text()

@@ -359,7 +359,8 @@ def test_the_loader_holds_a_language_models_weights_packed_but_never_a_draft_hea
         tuple(weights[0].shape), dict.fromkeys(cpu_speed.ROW_COUNTS, "packed"), {}))
 
     def held(loaded) -> int:
-        return sum(m.weight.untyped_storage().nbytes() <= 4 for m in loaded.model.modules() if type(m) is torch.nn.Linear)
+        linears = [m for m in loaded.model.modules() if type(m) is torch.nn.Linear]
+        return sum(m.weight.untyped_storage().nbytes() <= 4 for m in linears)
 
     fast = load_on_cpu(tiny_models_dir["llama-verifier"], tmp_path / "cache", monkeypatch, backend=True)
     plain = load_on_cpu(tiny_models_dir["llama-verifier"], tmp_path / "cache", monkeypatch, backend=False)

@@ -153,7 +153,8 @@ def test_a_tree_that_grows_along_one_path_drafts_as_cheaply_as_a_chain(pairs, ti
     drafter.prefill(prompt)
     fed: list[int] = []
     run = drafter.forward._run
-    monkeypatch.setattr(drafter.forward, "_run", lambda new_ids, *a, **k: fed.append(len(new_ids)) or run(new_ids, *a, **k))
+    monkeypatch.setattr(drafter.forward, "_run",
+                        lambda new_ids, *a, **k: fed.append(len(new_ids)) or run(new_ids, *a, **k))
 
     tree = drafter.propose_tree(prompt, 8, 4, GenerationConfig(), verifier.producible_ids, frozenset())
 
