@@ -71,12 +71,14 @@ def summarise(name: str, replies: list[Reply], baseline: list[Reply]) -> dict:
     for reply in replies:
         tally = reply.tally if tally is None else tally + reply.tally
     stats = tally.snapshot() if tally is not None and tally.rounds else None
-    calls = sum(r.verifier_calls for r in replies)
+    # Verifier calls that checked drafts: ours prefill in a call of their own; transformers' first call reads the
+    # prompt together with the first drafts, so all of its calls count (its rounds match ours token for token).
+    calls = sum(r.verifier_calls - (r.kind != "hf") for r in replies)
     return {
         "setting": name, "tokens": tokens,
         "decode_tokens_per_s": tokens / decode, "end_to_end_tokens_per_s": tokens / wall,
         "speedup": off_decode / (decode / tokens), "end_to_end_speedup": off_wall / (wall / tokens),
-        "tokens_per_call": stats.mean_accepted_length if stats else tokens / max(1, calls - len(replies)),
+        "tokens_per_call": stats.mean_accepted_length if stats else tokens / max(1, calls),
         "acceptance_rate": stats.acceptance_rate if stats and stats.drafted else None,
         "identical": all(r.token_ids == b.token_ids for r, b in zip(replies, baseline)),
         # where a round's time goes: drafting and checking, per verifier call (ours only)

@@ -69,7 +69,7 @@ class Reply:
     wall_s: float  # call -> last token, prefill included
     decode_s: float  # Prefilled event -> Finished event (ours only; hf: equals wall_s)
     forward_s: float = 0.0  # inside the models' forward passes during decoding
-    verifier_calls: int = 0  # the verifier's forward passes, prefill included
+    verifier_calls: int = 0  # the verifier's forward passes (ours: the prefill is one; hf: its first also checks drafts)
     # The rounds, folded from the RoundVerified events (stats.py's tally; empty for hf): verifier calls
     # during decoding, drafted and accepted tokens per position, draft and verify time.
     tally: StatsAccumulator = field(default_factory=StatsAccumulator)
@@ -408,7 +408,7 @@ def _hf_summary(by_repeat: dict[str, list[dict]], rows: list[dict], config: Gene
         "speedup_vs_baseline": _median([h["end_to_end_tokens_per_s"] / off["end_to_end_tokens_per_s"]
                                         for h, off in zip(by_repeat["hf"], by_repeat["off"])]),
         "ours_over_hf": _median(ratio),
-        "verifier_calls_per_reply": hf["verifier_calls_per_reply"],  # its prefill included, like ours
+        "verifier_calls_per_reply": hf["verifier_calls_per_reply"],  # its first call also reads the prompt
         "method": ("assistant_model + assistant_tokenizer" if settings.cross_vocabulary else "assistant_model")
         if draft is not None else "prompt_lookup_num_tokens",
     }

@@ -180,3 +180,25 @@ def test_bad_bench_input_is_one_error_line(capsys, folders, tmp_path):
 def test_prediction_reduces_to_the_papers_formula_when_every_round_drafts():
     assert predict_speedup(0.7, 4, 0.1) == pytest.approx(predicted_speedup(0.7, 4, 0.1))
     assert predict_speedup(0.7, 4, 0.1, share=0.0) == 1.0
+
+
+def test_transformers_reads_the_prompt_with_its_first_drafts_so_its_tokens_per_call_count_every_call(folders):
+    """Ours prefill in a call of their own; transformers' assisted generation checks its first drafts in the
+    prompt's call. Counted that way, the same greedy draft gives the same rounds and tokens per call."""
+    from bench.real_pair import summarise
+
+    from specdec_core.config import GenerationConfig
+    from specdec_core.drafting.drafters import ModelDrafter
+    from specdec_core.engine import Engine
+    from specdec_core.loading.models import load_model
+    from specdec_core.measuring.bench import hf_reference, time_reply
+
+    verifier, draft = load_model(folders["verifier"], device="cpu"), load_model(folders["draft"], device="cpu")
+    config = GenerationConfig(max_new_tokens=12, gamma=3, tree_nodes=0, top_alternatives=0)
+    ids = verifier.tokenizer.encode("The capital of France is")
+    ours = time_reply(Engine(verifier, ModelDrafter(draft)), ids, config)
+    theirs = hf_reference(verifier, draft, ids, config)
+    assert theirs.token_ids == ours.token_ids
+    assert theirs.verifier_calls == ours.verifier_calls - 1 == ours.tally.snapshot().rounds
+    rows = [summarise(name, [reply], [ours]) for name, reply in (("ours", ours), ("transformers", theirs))]
+    assert rows[0]["tokens_per_call"] == pytest.approx(rows[1]["tokens_per_call"])
