@@ -10,7 +10,9 @@ With --cli-ab N it measures instead what the window costs the worker per token: 
 off and on), N pairs of the same reply sent in the window (a new chat each time, graphs shown) and run as the
 CLI runs it (the same session's engine consuming the events with no window: `cli_reply_tps`), in alternating
 order; it prints each lane's median tokens/s both ways and the window's cost, 1 - window / CLI, from the medians
-and per pair (median and range), with the load average at the lane's start and end.
+and per pair (median and range), with the load average at the lane's start and end, and how busy the GUI thread
+was during the window's replies (its CPU time over the reply's wall time: the most of it that the GUI can have held
+the GIL, which the decoding thread needs between its operations).
 """
 
 from __future__ import annotations
@@ -90,11 +92,14 @@ def window_cost(window, prompt: str, pairs: int) -> dict[str, dict[str, list[flo
     CLI, then CLI then window, ...), so a machine that warms up or gets busier hits both alike."""
     out: dict[str, dict[str, list[float]]] = {}
     for lane, speculate in (("off", False), ("on", True)):
-        out[lane] = {"window": [], "cli": [], "load": [os.getloadavg()[0]]}
+        out[lane] = {"window": [], "cli": [], "load": [os.getloadavg()[0]], "gui_busy": []}
         for i in range(pairs):
             order = (("window", gui_reply_tps), ("cli", cli_reply_tps))
             for where, run in order if i % 2 == 0 else order[::-1]:
+                cpu, wall = time.thread_time(), time.perf_counter()
                 out[lane][where].append(run(window, prompt, speculate)[0])
+                if where == "window":  # the GUI thread's CPU time over the reply: the most it can hold the GIL
+                    out[lane]["gui_busy"].append((time.thread_time() - cpu) / (time.perf_counter() - wall))
         out[lane]["load"].append(os.getloadavg()[0])
     return out
 
@@ -102,7 +107,7 @@ def window_cost(window, prompt: str, pairs: int) -> dict[str, dict[str, list[flo
 def print_window_cost(results: dict[str, dict[str, list[float]]]) -> None:
     import statistics
 
-    print(f"{'lane':<17}{'window tok/s':>14}{'CLI tok/s':>12}{'window cost':>13}{'per pair':>22}   "
+    print(f"{'lane':<17}{'window tok/s':>14}{'CLI tok/s':>12}{'window cost':>13}{'per pair':>22}{'GUI busy':>10}   "
           "load   runs (window | CLI)")
     for lane, runs in results.items():
         gui, cli = statistics.median(runs["window"]), statistics.median(runs["cli"])
@@ -111,8 +116,9 @@ def print_window_cost(results: dict[str, dict[str, list[float]]]) -> None:
         paired = sorted((1 - w / c) * 100 for w, c in zip(runs["window"], runs["cli"]) if c)
         per_pair = f"{statistics.median(paired):.1f}% [{paired[0]:.0f}, {paired[-1]:.0f}]" if paired else "-"
         load = "-".join(f"{x:.1f}" for x in runs.get("load", []))
-        print(f"{'speculation ' + lane:<17}{gui:>14.1f}{cli:>12.1f}{(1 - gui / cli) * 100:>12.1f}%{per_pair:>22}   "
-              f"{load}   " + " ".join(f"{x:.1f}" for x in runs["window"]) + " | "
+        busy = f"{statistics.median(runs['gui_busy']) * 100:.1f}%" if runs.get("gui_busy") else "-"
+        print(f"{'speculation ' + lane:<17}{gui:>14.1f}{cli:>12.1f}{(1 - gui / cli) * 100:>12.1f}%{per_pair:>22}"
+              f"{busy:>10}   {load}   " + " ".join(f"{x:.1f}" for x in runs["window"]) + " | "
               + " ".join(f"{x:.1f}" for x in runs["cli"]))
 
 
