@@ -98,6 +98,14 @@ def columns_product(x_rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.mm(weight, operand.t())[:, :rows].t().contiguous()
 
 
+def native_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 instructions (AVX512-BF16 or AMX). oneDNN also runs bfloat16 on a plain
+    AVX-512 CPU, emulated: there a packed bfloat16 product over 9 rows took 5.7 ms against 2.3 in float32."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return torch.ops.mkldnn._is_mkldnn_bf16_supported() and any(
+        bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+
+
 @functools.cache
 def packing_available(dtype: torch.dtype = torch.float32) -> bool:
     """Whether this torch build has oneDNN's reordered-weight inner product on the CPU for `dtype` (and it runs:
@@ -105,7 +113,7 @@ def packing_available(dtype: torch.dtype = torch.float32) -> bool:
     try:
         if not torch.backends.mkldnn.is_available():
             return False
-        if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        if dtype == torch.bfloat16 and not native_bfloat16():
             return False
         weight, x = torch.randn(8, 4, dtype=dtype), torch.randn(3, 4, dtype=dtype)
         got = packed_product(x, pack(weight))
@@ -382,11 +390,19 @@ def _hold_packed(module: torch.nn.Linear) -> None:
     vars(module)[_HELD] = _Packed(pack(weight))
     module.weight = torch.nn.Parameter(torch.zeros((), dtype=weight.dtype).expand(weight.shape), requires_grad=False)
     module.forward = types.MethodType(_held_packed_forward, module)
+    module._register_state_dict_hook(_held_weight_in_state_dict)
     memory.drop_file_pages(weight)  # a weight mapped from its file would otherwise stay resident beside its copy
 
 
+def _held_weight_in_state_dict(module: torch.nn.Module, state_dict: dict, prefix: str, local_metadata) -> None:
+    """A saved layer that holds its weight packed saves the weight itself, not the zero stand-in."""
+    held = vars(module).get(_HELD)
+    if held is not None and prefix + "weight" in state_dict:
+        state_dict[prefix + "weight"] = held.tensor.to_dense()
+
+
 def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    dtype = self.weight.dtype
+    dtype = vars(self)[_HELD].tensor.dtype  # the packed weight's own (a `.to(dtype)` changes only the stand-in)
     if x.dtype != dtype or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         raise RuntimeError(f"this layer holds its weight packed for {str(dtype).removeprefix('torch.')} on the CPU "
                            f"(a {x.dtype} input on {x.device.type} cannot use it): load the model again for another "

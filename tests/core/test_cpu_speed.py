@@ -203,6 +203,24 @@ def test_a_layer_packed_at_every_row_count_holds_its_weight_once_and_computes_th
             layer(torch.randn(2, 64, dtype=torch.bfloat16))
         x = torch.randn(3, 64)
         torch.testing.assert_close(copy.deepcopy(model)(x), model(x))  # a copy shares the packed weight
+    assert torch.equal(model.state_dict()["0.weight"], expected_weight)  # saved, it is the weight, not the stand-in
+    with torch.no_grad(), pytest.raises(RuntimeError, match="load the model again"):
+        model.to(torch.bfloat16)(torch.randn(2, 64, dtype=torch.bfloat16))  # moved: a clear word, not oneDNN's
+
+
+def test_bfloat16_is_packed_only_on_a_cpu_with_bfloat16_instructions(monkeypatch):
+    """oneDNN also runs bfloat16 on a plain AVX-512 CPU, emulated and slower than float32: not worth packing."""
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    for avx512_bf16, amx, native in ((False, False, False), (True, False, True), (False, True, True)):
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda value=avx512_bf16: value, raising=False)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda value=amx: value, raising=False)
+        assert cpu_speed.native_bfloat16() is native
+        cpu_speed.packing_available.cache_clear()
+        try:
+            if not native:
+                assert not cpu_speed.packing_available(torch.bfloat16)
+        finally:
+            cpu_speed.packing_available.cache_clear()
 
 
 @needs_packing
