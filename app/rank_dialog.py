@@ -152,6 +152,7 @@ class RankDialog(QDialog):
             from specdec_core.engine import Engine
             from specdec_core.loading.models import load_model
             from specdec_core.measuring.bench import rank_drafts
+            from specdec_core.pairs.pairing import draft_dtype_for
 
             engine = Engine(verifier)
             result: dict = {"ranking": []}
@@ -159,7 +160,8 @@ class RankDialog(QDialog):
                 if cancelled():
                     break
                 part = rank_drafts(engine, verifier, [candidate], cases, config, gammas, 1,
-                                   load=lambda spec: load_model(spec, device=request.device, dtype=request.dtype),
+                                   load=lambda spec: load_model(spec, device=request.device,
+                                                                dtype=draft_dtype_for(request.dtype)),
                                    progress=progress, hybrid_tokens=hybrid_tokens)
                 progress(part["ranking"])
                 result = {"setup": part["setup"], "ranking": result["ranking"] + part["ranking"]}

@@ -378,6 +378,7 @@ def _same_row_count(verifier, draft) -> bool:
 def cmd_rank_drafts(args) -> int:
     from specdec_core.engine import Engine
     from specdec_core.loading.models import load_model
+    from specdec_core.pairs.pairing import draft_dtype_for
 
     _apply_threads(args.threads)
     config = config_from_args(args)
@@ -390,8 +391,10 @@ def cmd_rank_drafts(args) -> int:
         raise BenchError("nothing to rank: pass --drafts SPEC ... (or drop --no-prompt-lookup)")
     if args.hybrid is not None and args.hybrid < 1:
         raise BenchError(f"--hybrid expects the draft's tokens per round, at least 1 (got {args.hybrid})")
+    # Each draft in the dtype `specdec generate` would give it (pairing.draft_dtype_for): what ranks is what runs.
+    draft_load = {**load, "dtype": draft_dtype_for(args.dtype)}
     result = rank_drafts(Engine(verifier), verifier, candidates, cases, config, gammas, args.repeats,
-                         load=lambda spec: load_model(spec, **load), progress=_say, hybrid_tokens=args.hybrid)
+                         load=lambda spec: load_model(spec, **draft_load), progress=_say, hybrid_tokens=args.hybrid)
     result["setup"]["prompt_file"] = args.prompts
     table_out = sys.stderr if args.json == "-" else sys.stdout
     print(format_ranking(result), file=table_out, flush=True)

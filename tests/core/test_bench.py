@@ -202,3 +202,20 @@ def test_transformers_reads_the_prompt_with_its_first_drafts_so_its_tokens_per_c
     assert theirs.verifier_calls == ours.verifier_calls - 1 == ours.tally.snapshot().rounds
     rows = [summarise(name, [reply], [ours]) for name, reply in (("ours", ours), ("transformers", theirs))]
     assert rows[0]["tokens_per_call"] == pytest.approx(rows[1]["tokens_per_call"])
+
+
+def test_rank_drafts_loads_each_draft_in_the_dtype_generate_would_give_it(capsys, folders, tmp_path, monkeypatch):
+    import specdec_core.loading.models as models
+
+    real, dtypes = models.load_model, {}
+
+    def recording(spec, **kwargs):
+        dtypes[spec] = kwargs.get("dtype")
+        return real(spec, **kwargs)
+
+    monkeypatch.setattr(models, "load_model", recording)
+    code = main(["rank-drafts", "--verifier", folders["verifier"], "--drafts", folders["draft"], "--no-prompt-lookup",
+                 "--prompts", folders["prompts"], "--gammas", "1", "--max-new-tokens", "4", "--repeats", "1",
+                 "--device", "cpu", "--json", str(tmp_path / "rank.json")])
+    assert code == 0, capsys.readouterr().err
+    assert dtypes[folders["verifier"]] == "auto" and dtypes[folders["draft"]] == models.DRAFT_AUTO
