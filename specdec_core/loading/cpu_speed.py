@@ -388,10 +388,23 @@ def _hold_packed(module: torch.nn.Linear) -> None:
     through the packed product."""
     weight = module.weight
     vars(module)[_HELD] = _Packed(pack(weight))
-    module.weight = torch.nn.Parameter(torch.zeros((), dtype=weight.dtype).expand(weight.shape), requires_grad=False)
+    module.weight = _StandIn.like(weight)
     module.forward = types.MethodType(_held_packed_forward, module)
     module._register_state_dict_hook(_held_weight_in_state_dict)
     memory.drop_file_pages(weight)  # a weight mapped from its file would otherwise stay resident beside its copy
+
+
+class _StandIn(torch.nn.Parameter):
+    """The zero-strided weight of a layer that holds its weight packed: the shape and dtype, in 4 bytes. A deep copy
+    of it is another stand-in (a Parameter's own deep copy would allocate the full weight, as zeros)."""
+
+    @classmethod
+    def like(cls, weight: torch.Tensor) -> _StandIn:
+        return cls(torch.zeros((), dtype=weight.dtype, device=weight.device).expand(weight.shape), requires_grad=False)
+
+    def __deepcopy__(self, memo: dict) -> _StandIn:
+        copied = memo[id(self)] = _StandIn.like(self)
+        return copied
 
 
 def _held_weight_in_state_dict(module: torch.nn.Module, state_dict: dict, prefix: str, local_metadata) -> None:

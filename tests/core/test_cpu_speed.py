@@ -202,7 +202,9 @@ def test_a_layer_packed_at_every_row_count_holds_its_weight_once_and_computes_th
         with pytest.raises(RuntimeError, match="float32 on the CPU"):
             layer(torch.randn(2, 64, dtype=torch.bfloat16))
         x = torch.randn(3, 64)
-        torch.testing.assert_close(copy.deepcopy(model)(x), model(x))  # a copy shares the packed weight
+        copied = copy.deepcopy(model)
+        torch.testing.assert_close(copied(x), model(x))  # a copy shares the packed weight...
+        assert copied[0].weight.untyped_storage().nbytes() <= 4  # ...and allocates no weight of its own
     assert torch.equal(model.state_dict()["0.weight"], expected_weight)  # saved, it is the weight, not the stand-in
     with torch.no_grad(), pytest.raises(RuntimeError, match="load the model again"):
         model.to(torch.bfloat16)(torch.randn(2, 64, dtype=torch.bfloat16))  # moved: a clear word, not oneDNN's
