@@ -319,11 +319,12 @@ def apply_plans(model: torch.nn.Module, plans: list[RowPlan], *, hold_packed: bo
             if nbytes <= budget:
                 packed.add(module)
                 budget -= nbytes
+    held = {tuple(m.weight.shape) for m in model.modules() if _HELD in vars(m)}  # packed, with no plain form left
     applied = []
     for plan in plans:
         modules = by_shape.get(plan.shape, [])
         plain = without_packing(plan)
-        applied.append(plan if any(m in packed for m in modules) else plain)
+        applied.append(plan if plan.shape in held or any(m in packed for m in modules) else plain)
         forwards = {id(plan): _planned_forward(plan), id(plain): _planned_forward(plain)}
         for module in modules:
             chosen = plan if module in packed else plain

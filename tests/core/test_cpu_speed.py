@@ -191,8 +191,9 @@ def test_a_layer_packed_at_every_row_count_holds_its_weight_once_and_computes_th
     layer = torch.nn.Linear(64, 256)
     expected_weight, model = layer.weight.detach().clone(), torch.nn.Sequential(layer)
     before = weight_bytes(model)
-    force(model, "packed", hold_packed=True)
+    applied = force(model, "packed", hold_packed=True)
     assert layer.weight.untyped_storage().nbytes() <= 4  # the plain weight is gone: the packed copy holds it
+    assert "256x64: packed 1-33" in cpu_speed.describe(applied)  # and the plans as applied say so
     assert weight_bytes(model) >= before  # ... and the model still reports its size
     with torch.no_grad():
         for rows in (1, 5, cpu_speed.MAX_ROWS + 7):  # the last: a prefill, beyond the timed row counts
