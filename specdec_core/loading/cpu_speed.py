@@ -421,6 +421,9 @@ def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor
         raise RuntimeError(f"this layer holds its weight packed for {str(dtype).removeprefix('torch.')} on the CPU "
                            f"(a {x.dtype} input on {x.device.type} cannot use it): load the model again for another "
                            f"dtype or device")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError("this layer holds its weight packed for inference: no gradient flows through it "
+                           "(load the model with SPECDEC_CPU_MATMUL=off to train through it)")
     return packed_product(x, vars(self)[_HELD].tensor, self.bias)
 
 

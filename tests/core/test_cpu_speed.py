@@ -207,6 +207,8 @@ def test_a_layer_packed_at_every_row_count_holds_its_weight_once_and_computes_th
         torch.testing.assert_close(copied(x), model(x))  # a copy shares the packed weight...
         assert copied[0].weight.untyped_storage().nbytes() <= 4  # ...and allocates no weight of its own
     assert torch.equal(model.state_dict()["0.weight"], expected_weight)  # saved, it is the weight, not the stand-in
+    with pytest.raises(RuntimeError, match="no gradient flows"):  # rather than a silent None gradient
+        layer(torch.randn(2, 64, requires_grad=True))
     with torch.no_grad(), pytest.raises(RuntimeError, match="load the model again"):
         model.to(torch.bfloat16)(torch.randn(2, 64, dtype=torch.bfloat16))  # moved: a clear word, not oneDNN's
 
