@@ -416,7 +416,8 @@ def _held_weight_in_state_dict(module: torch.nn.Module, state_dict: dict, prefix
 
 
 def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    dtype = vars(self)[_HELD].tensor.dtype  # the packed weight's own (a `.to(dtype)` changes only the stand-in)
+    packed = vars(self)[_HELD].tensor
+    dtype = packed.dtype  # the packed weight's own (a `.to(dtype)` changes only the stand-in)
     if x.dtype != dtype or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         raise RuntimeError(f"this layer holds its weight packed for {str(dtype).removeprefix('torch.')} on the CPU "
                            f"(a {x.dtype} input on {x.device.type} cannot use it): load the model again for another "
@@ -424,7 +425,7 @@ def _held_packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor
     if x.requires_grad and torch.is_grad_enabled():
         raise RuntimeError("this layer holds its weight packed for inference: no gradient flows through it "
                            "(load the model with SPECDEC_CPU_MATMUL=off to train through it)")
-    return packed_product(x, vars(self)[_HELD].tensor, self.bias)
+    return packed_product(x, packed, self.bias)
 
 
 def _plan_file(cache_dir: Path | None, dtype: torch.dtype) -> Path | None:
