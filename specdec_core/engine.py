@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -145,6 +145,47 @@ class _Timing:
     rows: int  # positions the verifier's pass fed
 
 
+@dataclass(frozen=True)
+class _Drafted:
+    """A round's drafting, done: a tree, or a chain with its length limit (`limit`; 0: the round does not speculate)."""
+
+    draft: Draft | DraftTree
+    limit: int = 0
+    speculating: bool = True
+    waited_s: float | None = None  # drafted ahead, during the prefill: what the round still waited for it
+
+    @property
+    def round_draft_s(self) -> float:
+        """The drafting time the round spent: all of it, or only the wait when it was drafted ahead."""
+        return self.draft.draft_s if self.waited_s is None else self.waited_s
+
+
+class _Ahead:
+    """Work started on a thread of its own while this one goes on; `result()` waits for it and re-raises its error."""
+
+    def __init__(self, work: Callable[[], _Drafted]):
+        self._result: _Drafted | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), name="specdec-draft-ahead", daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], _Drafted]) -> None:
+        try:
+            self._result = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the thread that waits for the result
+            self._error = error
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> _Drafted:
+        self.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
 def adapted_gamma(gamma: int, verified: RoundVerified, gamma_max: int) -> int:
     """transformers' heuristic: +2 after a fully accepted round, -1 after a rejection."""
     if verified.n_accepted == len(verified.drafted):
@@ -165,6 +206,7 @@ class Engine:
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
+        self.draft_ahead = True  # let a draft that runs on its own read the prompt during the prefill (drafts_ahead)
         self.drafter: Drafter | None = None
         self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
         self.set_drafter(drafter)
@@ -209,31 +251,53 @@ class Engine:
         return self._generate(prompt, config, controls or Controls())
 
     def _generate(self, prompt: list[int], config: GenerationConfig, controls: Controls) -> Iterator[Event]:
-        tokenizer = self.verifier.tokenizer
-        eos = self.verifier.eos_token_ids
         budget = min(config.max_new_tokens, self.verifier.context_length - len(prompt))
         stats = StatsAccumulator(prompt_tokens=len(prompt))
         self.generator.manual_seed(config.seed)
         if self.drafter is not None:
             self.drafter.reset(config.seed)
+        reply = _Reply(ids=list(prompt), stream=TextStream(self.verifier.tokenizer, prompt), stats=stats,
+                       gamma=config.gamma)
+        # A draft that needs nothing from the verifier reads the prompt, and drafts round 1, on another thread
+        # during the verifier's prefill where a core is free for it (drafts_ahead); round 1 waits for the rest.
+        speculating = self._speculating(config, controls)
+        ahead = _Ahead(lambda: self._read_and_draft(reply, budget, config)) \
+            if speculating and self.drafts_ahead() else None
+        try:
+            prefilled = self._prefill(prompt, stats, ahead, read_draft=speculating)
+            yield prefilled
+            if isinstance(prefilled, Prefilled):
+                yield from self._rounds(reply, budget, config, controls, ahead)
+        finally:
+            if ahead is not None:  # a reply closed before its first round: the draft's thread ends first
+                ahead.wait()
 
-        # 1. Prefill: both models read the whole prompt. Each round's verifier input is the last committed
-        #    token + the drafts; in the first round the last committed token is the prompt's, whose
-        #    distribution the prefill already computed (kv.py keeps it), so only the drafts are fed.
+    def _prefill(self, prompt: list[int], stats: StatsAccumulator, ahead: _Ahead | None, read_draft: bool
+                 ) -> Prefilled | Finished:
+        """1. Prefill: the verifier reads the whole prompt, and so does the draft (`read_draft`): after it, or
+        meanwhile on the thread of `ahead`. Each round's verifier input is the last committed token + the drafts;
+        in the first round the last committed token is the prompt's, whose distribution the prefill already
+        computed (kv.py keeps it), so only the drafts are fed. A failure comes back as the reply's Finished."""
         start = time.perf_counter()
         try:
             self.verifier_forward.logits_for(prompt)
             reused = len(prompt) - self.verifier_forward.last_run
-            if self.drafter is not None and self._speculating(config, controls):
+            if read_draft and ahead is None:
+                assert self.drafter is not None
                 self.drafter.prefill(prompt)
             _synchronize(self.verifier.device)
         except (RuntimeError, torch.OutOfMemoryError) as error:
-            yield self._failed(error, "", [], stats)
-            return
+            if ahead is not None:
+                ahead.wait()  # before _failed resets the caches it is using
+            return self._failed(error, "", [], stats)
         stats.prefill_s = time.perf_counter() - start
-        yield Prefilled(prompt_tokens=len(prompt), reused_tokens=reused, prefill_s=stats.prefill_s)
+        return Prefilled(prompt_tokens=len(prompt), reused_tokens=reused, prefill_s=stats.prefill_s)
 
-        reply = _Reply(ids=list(prompt), stream=TextStream(tokenizer, prompt), stats=stats, gamma=config.gamma)
+    def _rounds(self, reply: _Reply, budget: int, config: GenerationConfig, controls: Controls,
+                ahead: _Ahead | None) -> Iterator[Event]:
+        """Rounds until the reply ends (its budget, an end of sequence, a stop string, a cancel), then Finished.
+        `ahead`: round 1's drafting, under way on another thread."""
+        stats, eos = reply.stats, self.verifier.eos_token_ids
         while True:
             if controls.cancelled:
                 stop = StopReason.CANCELLED
@@ -243,10 +307,11 @@ class Engine:
                 stop = StopReason.MAX_TOKENS if budget == config.max_new_tokens else StopReason.CONTEXT
                 break
             try:
-                result = self._round(reply, remaining, config, controls)
+                result = self._round(reply, remaining, config, controls, ahead)
             except (RuntimeError, torch.OutOfMemoryError) as error:
                 yield self._failed(error, reply.text, reply.new_ids, stats)
                 return
+            ahead = None
             reply.commit(result)
             stats.plain_step_s = self.sizer.cost.estimate(1) or 0.0  # for the predicted speedup (stats.py)
             if config.adaptive and result.verified.drafted:
@@ -260,7 +325,7 @@ class Engine:
                 reply.text = reply.text[:reply.text.index(hit)]
                 stop = StopReason.STOP_STRING
                 break
-        text = reply.text if stop is StopReason.STOP_STRING else tokenizer.decode(
+        text = reply.text if stop is StopReason.STOP_STRING else self.verifier.tokenizer.decode(
             reply.new_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         yield Finished(stop_reason=stop, text=text, token_ids=tuple(reply.new_ids), stats=stats.snapshot())
 
@@ -268,46 +333,77 @@ class Engine:
         wanted = config.speculate if controls.speculate is None else controls.speculate
         return wanted and self.drafter is not None
 
-    def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls) -> RoundResult:
-        """One verifier call: over a tree (_tree_round) when the drafter grows trees and the configuration
-        asks for them, else over a chain (_chain_round)."""
-        round_start = time.perf_counter()
-        speculating = self._speculating(config, controls)
-        if speculating and self.grows_trees and self.tree_nodes(config):
-            return self._tree_round(reply, remaining, config, round_start)
-        return self._chain_round(reply, remaining, config, round_start, speculating)
+    def drafts_ahead(self) -> bool:
+        """Whether the draft reads the prompt, and drafts round 1, on a thread of its own during the verifier's
+        prefill: when the drafter needs nothing from the verifier (a separate model, not a head reading its
+        hidden states), the verifier runs on the CPU, and the CPU has cores for both (each pass runs on
+        torch's intra-op threads, so two at once need twice as many). `draft_ahead` False turns it off.
+        Measured on the real pair (2 CPUs, 1 thread each, docs/performance.md): a 61-67-token code prompt's
+        verifier prefill 0.86-1.00 s, the draft's prefill and 4 tokens 0.26-0.35 s after it, or hidden within
+        it on the second core (0.88-0.98 s for both)."""
+        drafter = self.drafter
+        if not self.draft_ahead or drafter is None or getattr(drafter, "reads_verifier", True):
+            return False
+        return self.verifier.device.type == "cpu" and 2 * torch.get_num_threads() <= defaults.available_cpus()
 
-    def _chain_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float,
-                     speculating: bool) -> RoundResult:
-        """One verifier call over a chain: draft, verify, accept, roll back (implicit, see step 5), emit."""
-        # 2. Draft: up to gamma tokens (greedy `auto`: as many as pay here), leaving room in the budget for the
-        #    correction or bonus token.
+    def _read_and_draft(self, reply: _Reply, remaining: int, config: GenerationConfig) -> _Drafted:
+        """On the draft-ahead thread: the draft reads the prompt, then drafts round 1 as the round would."""
+        assert self.drafter is not None
+        self.drafter.prefill(reply.ids)
+        return self._draft_round(reply, remaining, config, speculating=True)
+
+    def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls,
+               ahead: _Ahead | None = None) -> RoundResult:
+        """One verifier call: draft (_draft_round: a tree when the drafter grows trees and the configuration asks
+        for them, else a chain), then check what was drafted (_check_tree, _check_chain). `ahead`: this round's
+        drafting, started on another thread during the prefill (_prefill); the round waits for what is left of it."""
+        round_start = time.perf_counter()
+        if ahead is not None:
+            drafted = dataclasses.replace(ahead.result(), waited_s=time.perf_counter() - round_start)
+        else:
+            drafted = self._draft_round(reply, remaining, config, self._speculating(config, controls))
+        if isinstance(drafted.draft, DraftTree):
+            return self._check_tree(reply, drafted, config, round_start)
+        return self._check_chain(reply, drafted, config, round_start)
+
+    def _draft_round(self, reply: _Reply, remaining: int, config: GenerationConfig, speculating: bool) -> _Drafted:
+        """2. Draft: a tree best first, cut to the nodes that pay here (cost.py); or a chain of up to gamma tokens
+        (greedy `auto`: as many as pay here), leaving room in the budget for the correction or bonus token."""
+        if speculating and self.grows_trees and self.tree_nodes(config):
+            return _Drafted(self._draft_tree(reply, remaining, config))
         length, why = self._chain_length(reply, config) if speculating else (0, DraftStop.OFF)
         draft = self._draft(reply.ids, length, remaining - 1, config, sized=length < reply.gamma) if length else \
             Draft.empty(why or DraftStop.COST, self.vocab_size)
+        return _Drafted(draft, limit=length if speculating else 0, speculating=speculating)
+
+    def _check_chain(self, reply: _Reply, drafted: _Drafted, config: GenerationConfig, round_start: float
+                     ) -> RoundResult:
+        """The rest of a round over a chain: verify, accept, roll back (implicit, see step 5), emit."""
+        draft = drafted.draft
+        assert isinstance(draft, Draft)
         # 3. Verify: the verifier's distribution at each drafted position plus one more (the bonus position).
         verify_start = time.perf_counter()
         logits, target_probs = self._verify(reply.ids, draft, config)
         verify_s, rows = self._verified(verify_start)
         # 4. Accept: a prefix of the drafts, then the verifier's correction or bonus token.
-        line = self._accept(draft, target_probs, length if speculating else 0)
+        line = self._accept(draft, target_probs, drafted.limit)
         # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
         #    prefix that matches the committed sequence (kv.py), dropping the rejected drafts' positions.
-        if speculating:
+        if drafted.speculating:
             assert self.drafter is not None
             self.drafter.observe(len(draft.token_ids), line.n_accepted)
             self._record_chain(draft, line.n_accepted, config)
-        timing = self._timing(round_start, draft.draft_s, verify_s, rows)
+        timing = self._timing(round_start, drafted.round_draft_s, verify_s, rows)
         reply.stats.add_round(drafted=len(draft.token_ids), accepted=line.n_accepted, emitted=len(line.committed),
                               draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s)
         # 6. Emit the round's events.
         return self._emit(reply, line, shown_probs(logits, config, target_probs), timing, config)
 
-    def _tree_round(self, reply: _Reply, remaining: int, config: GenerationConfig, round_start: float
+    def _check_tree(self, reply: _Reply, drafted: _Drafted, config: GenerationConfig, round_start: float
                     ) -> RoundResult:
-        """One verifier call over a tree of candidates: the steps of a chain's round (_round)."""
-        # 2. Draft a tree best first, and keep as many of its nodes as pay on this machine (cost.py).
-        tree = self._draft_tree(reply, remaining, config)
+        """The rest of a round over a tree of candidates: the steps of a chain's (_check_chain)."""
+        tree = drafted.draft
+        assert isinstance(tree, DraftTree)
         # 3. Verify every node in one forward pass, each seeing only its own ancestors (tree attention).
         verify_start = time.perf_counter()
         logits, target_probs = self._verify_tree(reply.ids, tree, config)
@@ -318,7 +414,7 @@ class Engine:
         if len(tree):
             self.verifier_forward.keep_path(acceptance.path)
         self._record_tree(tree, acceptance, len(line.token_ids))
-        timing = self._timing(round_start, tree.draft_s, verify_s, rows)
+        timing = self._timing(round_start, drafted.round_draft_s, verify_s, rows)
         reply.stats.add_round(drafted=len(tree), accepted=line.n_accepted, emitted=len(line.committed),
                               draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
                               positions=len(line.token_ids))

@@ -19,13 +19,15 @@ from __future__ import annotations
 import os
 import sys
 
+from specdec_core.defaults import available_cpus
+
 
 def default_threads() -> int | None:
     """$SPECDEC_THREADS, else 1 on a machine with at most 2 logical CPUs, else None (PyTorch decides)."""
     chosen = os.environ.get("SPECDEC_THREADS", "").strip()
     if chosen.isdigit() and int(chosen) > 0:
         return int(chosen)
-    return 1 if (os.cpu_count() or 1) <= 2 else None
+    return 1 if available_cpus() <= 2 else None
 
 
 def prefer_passive_waiting() -> bool:

@@ -48,6 +48,7 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
+    reads_verifier: bool  # drafting needs the verifier's own passes (a head reads its hidden states)
 
     @property
     def grows_trees(self) -> bool:
@@ -90,6 +91,8 @@ class Drafter(Protocol):
 
 class DrafterBase:
     """The Drafter hooks' no-op defaults: no tree, nothing to read ahead, reseed, reset or attach."""
+
+    reads_verifier = False
 
     @property
     def grows_trees(self) -> bool:
@@ -287,6 +290,7 @@ class HeadDrafter(DrafterBase):
     The engine calls `attach` with the verifier's CachedForward, which then records hidden states."""
 
     grows_trees = True
+    reads_verifier = True
 
     def __init__(self, head: LoadedModel):
         self.draft = head
@@ -538,6 +542,10 @@ class HybridDrafter(DrafterBase):
     @property
     def grows_trees(self) -> bool:
         return self.model_drafter.grows_trees
+
+    @property
+    def reads_verifier(self) -> bool:  # type: ignore[override]
+        return getattr(self.model_drafter, "reads_verifier", True)
 
     def reset_cache(self) -> None:
         self._last_copy = None
