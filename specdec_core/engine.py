@@ -358,10 +358,13 @@ class Engine:
         for them, else a chain), then check what was drafted (_check_tree, _check_chain). `ahead`: this round's
         drafting, started on another thread during the prefill (_prefill); the round waits for what is left of it."""
         round_start = time.perf_counter()
-        if ahead is not None:
-            drafted = dataclasses.replace(ahead.result(), waited_s=time.perf_counter() - round_start)
+        speculating = self._speculating(config, controls)
+        if ahead is not None:  # kept unless speculation was switched off meanwhile
+            drafted = ahead.result()
+            drafted = dataclasses.replace(drafted, waited_s=time.perf_counter() - round_start) if speculating else \
+                self._draft_round(reply, remaining, config, speculating=False)
         else:
-            drafted = self._draft_round(reply, remaining, config, self._speculating(config, controls))
+            drafted = self._draft_round(reply, remaining, config, speculating)
         if isinstance(drafted.draft, DraftTree):
             return self._check_tree(reply, drafted, config, round_start)
         return self._check_chain(reply, drafted, config, round_start)

@@ -33,7 +33,7 @@ def prompt(tokenizer):
 
 
 def reply(engine, ids, **config):
-    return list(engine.generate(ids, GenerationConfig(max_new_tokens=40, **config)))
+    return list(engine.generate(ids, GenerationConfig(**{"max_new_tokens": 40, **config})))
 
 
 def committed(events):
@@ -147,3 +147,18 @@ def test_a_reply_cancelled_before_its_first_round_ends_the_drafting_thread_too(p
     # The engine is ready for the next reply, drafting as before.
     assert committed(reply(engine, prompt(tiny_tokenizer))) == committed(
         reply(engine_for(ModelDrafter(draft), verifier, False), prompt(tiny_tokenizer)))
+
+
+def test_speculation_switched_off_during_the_prefill_makes_round_1_a_plain_step(pair, tiny_tokenizer, two_cpus):
+    verifier, draft = pair
+    engine = engine_for(ModelDrafter(draft), verifier, True)
+    controls = Controls()
+    events = []
+    for event in engine.generate(prompt(tiny_tokenizer), GenerationConfig(max_new_tokens=12), controls):
+        events.append(event)
+        if isinstance(event, Prefilled):
+            controls.speculate = False  # the draft has read the prompt and drafted meanwhile
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    assert rounds and not any(r.drafted for r in rounds)
+    assert committed(events) == committed(reply(engine_for(None, verifier, False), prompt(tiny_tokenizer),
+                                                max_new_tokens=12))
