@@ -192,7 +192,7 @@ def measured_costs(rounds: list, baseline_tps: float | None, verify_s_per_token:
     den = sum(len(by_k[k]) * k * k for k in means if k)
     slope = max(0.0, num / den) if den else 0.0
     drafted = sum(_checked(r) for r in rounds)
-    draft_s = sum(float(r.draft_s) for r in rounds)
+    draft_s = sum(float(r.draft_s) + float(r.hidden_draft_s) for r in rounds)  # the draft's cost, ahead or not
     overhead = statistics.fmean(float(r.overhead_s) for r in rounds)
     return MeasuredCosts(token_s=token_s, verify1_s=v1, verify_slope_s=slope,
                          draft_s_per_token=draft_s / drafted if drafted else 0.0,

@@ -83,6 +83,7 @@ class RoundRecord:
     tree: list[dict] = field(default_factory=list)
     emitted_token_id: int | None = None  # the verifier's correction or bonus token (None: path ended on EOS)
     rows: int = 0  # positions the verifier's pass fed (0: none ran, or a trace saved before this was kept)
+    hidden_draft_s: float = 0.0  # drafting done during the prefill, not waited for (RoundVerified.hidden_draft_s)
 
     @property
     def total_s(self) -> float:
@@ -102,7 +103,7 @@ class RoundRecord:
         """Add this round to `tally` exactly as the engine's own tally counted it (StatsAccumulator.add_verified)."""
         tally.add_verified(n_accepted=self.accepted, ended_on_accepted=self.emitted_state == TokenState.ACCEPTED.value,
                            mainline=self.drafted, tree_nodes=len(self.tree), draft_s=self.draft_s,
-                           verify_s=self.verify_s, overhead_s=self.overhead_s)
+                           verify_s=self.verify_s, overhead_s=self.overhead_s, hidden_draft_s=self.hidden_draft_s)
 
 
 @dataclass
@@ -151,7 +152,7 @@ class ReplyTrace:
                 overhead_s=event.overhead_s, t_end=t_end, tokens_after=prev + emitted,
                 tree=[dict(vars(node)) for node in event.tree],  # flat fields: no asdict deep copy per token
                 emitted_token_id=event.emitted_token_id if event.emitted_state != TokenState.ACCEPTED else None,
-                rows=event.rows,
+                rows=event.rows, hidden_draft_s=event.hidden_draft_s,
             ))
         elif isinstance(event, Prefilled):
             self.prompt_tokens = event.prompt_tokens

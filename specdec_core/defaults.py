@@ -55,8 +55,31 @@ def gamma_max(gamma: int) -> int:
 
 # --- the machine ---
 def available_cpus() -> int:
-    """The logical CPUs this process may run on (its affinity where the OS tells it, else all of them)."""
+    """The logical CPUs this process may run on: its affinity where the OS tells it (else all of them), and no more
+    than a container's CPU quota (cgroup v2 `cpu.max` or v1 `cpu.cfs_quota_us`), rounded up."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        cpus = len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # macOS and Windows have no affinity call
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(cpus, quota)) if quota else cpus
+
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
+    """CPUs a cgroup quota allows this process, rounded up (None: no quota, or no cgroup files to read): v2's
+    `cpu.max` ("QUOTA PERIOD" or "max PERIOD"), else v1's `cpu/cpu.cfs_quota_us` over `cpu/cpu.cfs_period_us`."""
+    def read(name: str) -> str | None:
+        try:
+            with open(os.path.join(root, name), encoding="ascii") as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    v2 = read("cpu.max")
+    if v2 is not None:
+        quota, _, period = v2.partition(" ")
+    else:
+        quota, period = read("cpu/cpu.cfs_quota_us") or "", read("cpu/cpu.cfs_period_us") or ""
+    if not quota.isdigit() or not period.isdigit() or int(period) <= 0:
+        return None  # "max", -1 (no quota) or nothing readable
+    return max(1, -(-int(quota) // int(period)))

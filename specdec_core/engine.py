@@ -143,6 +143,7 @@ class _Timing:
     verify_s: float
     overhead_s: float
     rows: int  # positions the verifier's pass fed
+    hidden_draft_s: float = 0.0  # drafting done ahead, during the prefill, that the round did not wait for
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,11 @@ class _Drafted:
     def round_draft_s(self) -> float:
         """The drafting time the round spent: all of it, or only the wait when it was drafted ahead."""
         return self.draft.draft_s if self.waited_s is None else self.waited_s
+
+    @property
+    def hidden_draft_s(self) -> float:
+        """Drafting time spent ahead, during the prefill, that the round did not wait for."""
+        return 0.0 if self.waited_s is None else max(0.0, self.draft.draft_s - self.waited_s)
 
 
 class _Ahead:
@@ -207,6 +213,7 @@ class Engine:
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self.draft_ahead = True  # let a draft that runs on its own read the prompt during the prefill (drafts_ahead)
+        self._timing_drafts = True  # False while drafting ahead: its time, beside the prefill, is not the draft's cost
         self.drafter: Drafter | None = None
         self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
         self.set_drafter(drafter)
@@ -325,6 +332,8 @@ class Engine:
                 reply.text = reply.text[:reply.text.index(hit)]
                 stop = StopReason.STOP_STRING
                 break
+        if ahead is not None:  # stopped before round 1 (a cancel): the draft's thread ends before the reply does
+            ahead.wait()
         text = reply.text if stop is StopReason.STOP_STRING else self.verifier.tokenizer.decode(
             reply.new_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         yield Finished(stop_reason=stop, text=text, token_ids=tuple(reply.new_ids), stats=stats.snapshot())
@@ -336,21 +345,26 @@ class Engine:
     def drafts_ahead(self) -> bool:
         """Whether the draft reads the prompt, and drafts round 1, on a thread of its own during the verifier's
         prefill: when the drafter needs nothing from the verifier (a separate model, not a head reading its
-        hidden states), the verifier runs on the CPU, and the CPU has cores for both (each pass runs on
-        torch's intra-op threads, so two at once need twice as many). `draft_ahead` False turns it off.
+        hidden states), the verifier runs on the CPU, torch runs each pass on one thread and a second CPU is free
+        for the draft's (with more threads per pass, two passes at once could share cores that a count of logical
+        CPUs does not show, SMT siblings, so it stays off). `draft_ahead` False turns it off.
         Measured on the real pair (2 CPUs, 1 thread each, docs/performance.md): a 61-67-token code prompt's
         verifier prefill 0.86-1.00 s, the draft's prefill and 4 tokens 0.26-0.35 s after it, or hidden within
         it on the second core (0.88-0.98 s for both)."""
         drafter = self.drafter
         if not self.draft_ahead or drafter is None or getattr(drafter, "reads_verifier", True):
             return False
-        return self.verifier.device.type == "cpu" and 2 * torch.get_num_threads() <= defaults.available_cpus()
+        return self.verifier.device.type == "cpu" and torch.get_num_threads() == 1 and defaults.available_cpus() >= 2
 
     def _read_and_draft(self, reply: _Reply, remaining: int, config: GenerationConfig) -> _Drafted:
         """On the draft-ahead thread: the draft reads the prompt, then drafts round 1 as the round would."""
         assert self.drafter is not None
         self.drafter.prefill(reply.ids)
-        return self._draft_round(reply, remaining, config, speculating=True)
+        self._timing_drafts = False  # a tree's drafting time is observed as it is drafted (_draft_tree)
+        try:
+            return self._draft_round(reply, remaining, config, speculating=True)
+        finally:
+            self._timing_drafts = True
 
     def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls,
                ahead: _Ahead | None = None) -> RoundResult:
@@ -359,7 +373,8 @@ class Engine:
         drafting, started on another thread during the prefill (_prefill); the round waits for what is left of it."""
         round_start = time.perf_counter()
         speculating = self._speculating(config, controls)
-        if ahead is not None:  # kept unless speculation was switched off meanwhile
+        if ahead is not None:  # kept unless speculation was switched off meanwhile (then its drafting has still
+            # counted for the cost model's bookkeeping, and drawn from the draft's generator: as a round would have)
             drafted = ahead.result()
             drafted = dataclasses.replace(drafted, waited_s=time.perf_counter() - round_start) if speculating else \
                 self._draft_round(reply, remaining, config, speculating=False)
@@ -395,10 +410,11 @@ class Engine:
         if drafted.speculating:
             assert self.drafter is not None
             self.drafter.observe(len(draft.token_ids), line.n_accepted)
-            self._record_chain(draft, line.n_accepted, config)
-        timing = self._timing(round_start, drafted.round_draft_s, verify_s, rows)
+            self._record_chain(draft, line.n_accepted, config, timed=drafted.waited_s is None)
+        timing = self._timing(round_start, drafted, verify_s, rows)
         reply.stats.add_round(drafted=len(draft.token_ids), accepted=line.n_accepted, emitted=len(line.committed),
-                              draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s)
+                              draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
+                              hidden_draft_s=timing.hidden_draft_s)
         # 6. Emit the round's events.
         return self._emit(reply, line, shown_probs(logits, config, target_probs), timing, config)
 
@@ -417,10 +433,10 @@ class Engine:
         if len(tree):
             self.verifier_forward.keep_path(acceptance.path)
         self._record_tree(tree, acceptance, len(line.token_ids))
-        timing = self._timing(round_start, drafted.round_draft_s, verify_s, rows)
+        timing = self._timing(round_start, drafted, verify_s, rows)
         reply.stats.add_round(drafted=len(tree), accepted=line.n_accepted, emitted=len(line.committed),
                               draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
-                              positions=len(line.token_ids))
+                              positions=len(line.token_ids), hidden_draft_s=timing.hidden_draft_s)
         # 6. Emit the main line as a chain's round, with every node of the tree and its verdict.
         shown = shown_probs(logits, config, target_probs)
         return self._emit(reply, line, shown, timing, config, self._tree_verdicts(tree, acceptance, shown))
@@ -432,9 +448,11 @@ class Engine:
         return verify_s, rows
 
     @staticmethod
-    def _timing(round_start: float, draft_s: float, verify_s: float, rows: int) -> _Timing:
+    def _timing(round_start: float, drafted: _Drafted, verify_s: float, rows: int) -> _Timing:
         """The round's time split: drafting, verifying, and the rest so far (sampling, bookkeeping)."""
-        return _Timing(draft_s, verify_s, max(0.0, time.perf_counter() - round_start - draft_s - verify_s), rows)
+        draft_s = drafted.round_draft_s
+        return _Timing(draft_s, verify_s, max(0.0, time.perf_counter() - round_start - draft_s - verify_s), rows,
+                       drafted.hidden_draft_s)
 
     def _committed(self, accepted: tuple[int, ...], next_token: int) -> tuple[int, ...]:
         """The tokens a round adds: the accepted drafts, then the verifier's correction or bonus token
@@ -460,12 +478,15 @@ class Engine:
         length = self._paying_length(reply)
         return (max(1, length), None) if self._pays(length > 0) else (0, DraftStop.COST)
 
-    def _record_chain(self, draft: Draft, n_accepted: int, config: GenerationConfig) -> None:
+    def _record_chain(self, draft: Draft, n_accepted: int, config: GenerationConfig, timed: bool = True) -> None:
+        """The chain's acceptance for the position record, and its drafting time for the cost model unless it ran
+        ahead, beside the prefill (`timed` False: two passes at once share the memory bus)."""
         if not self._sizes_chains(config):
             return
         if draft.token_ids:
             self.chain_record.observe(len(draft.token_ids), n_accepted)
-            self._observe_draft(len(draft.token_ids), draft.draft_s)
+            if timed:
+                self._observe_draft(len(draft.token_ids), draft.draft_s)
 
     def tree_nodes(self, config: GenerationConfig) -> int:
         """The most tree nodes a round may check (0: a chain); for `auto` see defaults.tree_nodes_for."""
@@ -543,7 +564,8 @@ class Engine:
         if self.draft_behind:
             self.draft_behind = False
             return
-        self.sizer.observe_draft(steps, draft_s)
+        if self._timing_drafts:
+            self.sizer.observe_draft(steps, draft_s)
 
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
         """One forward pass over the last committed token and the k drafts: logits and processed target_probs,
@@ -640,7 +662,8 @@ class Engine:
         verified = RoundVerified(
             round_index=index, drafted=verdicts, n_accepted=n, emitted_token_id=line.committed[-1],
             emitted_state=emitted_state, stop=line.stop, gamma=line.gamma, draft_s=timing.draft_s,
-            verify_s=timing.verify_s, overhead_s=timing.overhead_s, tree=tree, rows=timing.rows)
+            verify_s=timing.verify_s, overhead_s=timing.overhead_s, tree=tree, rows=timing.rows,
+            hidden_draft_s=timing.hidden_draft_s)
         return RoundResult(verified=verified, tokens=tuple(tokens), committed=line.committed)
 
     def _alternatives_by_row(self, shown: torch.Tensor, rows: int, count: int) -> list[tuple[Alternative, ...]]:

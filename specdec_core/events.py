@@ -103,6 +103,9 @@ class RoundVerified:
     # Positions the verifier's pass fed: the last committed token and the drafts (a tree: its nodes). 0: no
     # pass ran (the first round's plain step reuses the prefill's distribution). What verify_s paid for.
     rows: int = 0
+    # Round 1's drafting when the draft drafted it on a thread of its own during the verifier's prefill
+    # (Engine.drafts_ahead): the part the round did not wait for, which draft_s (the wait) leaves out.
+    hidden_draft_s: float = 0.0
 
 
 @dataclass(frozen=True)

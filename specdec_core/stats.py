@@ -83,15 +83,18 @@ class StatsAccumulator:
     draft_s: float = 0.0
     verify_s: float = 0.0
     overhead_s: float = 0.0
+    hidden_draft_s: float = 0.0  # drafting done during the prefill, not waited for (events.RoundVerified)
     drafted_at: list[int] = field(default_factory=list)
     accepted_at: list[int] = field(default_factory=list)
     accepted_lengths: list[int] = field(default_factory=list)
     plain_step_s: float = 0.0  # one plain verifier step here, as the engine's cost model measured it (0: unknown)
 
     def add_round(self, *, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
-                  overhead_s: float, positions: int | None = None) -> None:
-        """`positions`: draft positions the round had (a tree's depth), when not `drafted` (a chain's length)."""
+                  overhead_s: float, positions: int | None = None, hidden_draft_s: float = 0.0) -> None:
+        """`positions`: draft positions the round had (a tree's depth), when not `drafted` (a chain's length);
+        `hidden_draft_s`: drafting the round did not wait for (not decode time, but the draft's cost: `c`)."""
         self.rounds += 1
+        self.hidden_draft_s += hidden_draft_s
         self.drafted += drafted
         self.accepted += accepted
         self.new_tokens += emitted
@@ -110,7 +113,7 @@ class StatsAccumulator:
             self.accepted_lengths.append(accepted)
 
     def add_verified(self, *, n_accepted: int, ended_on_accepted: bool, mainline: int, tree_nodes: int,
-                     draft_s: float, verify_s: float, overhead_s: float) -> None:
+                     draft_s: float, verify_s: float, overhead_s: float, hidden_draft_s: float = 0.0) -> None:
         """Fold one verified round as its consumers see it (an event, or a trace's saved record): the one rule
         every figure the app, the CLI and the benches show is counted by.
 
@@ -119,7 +122,8 @@ class StatsAccumulator:
         those of its main line."""
         drafted, positions = (tree_nodes, mainline) if tree_nodes else (mainline, None)
         self.add_round(drafted=drafted, accepted=n_accepted, emitted=round_emitted(n_accepted, ended_on_accepted),
-                       draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, positions=positions)
+                       draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, positions=positions,
+                       hidden_draft_s=hidden_draft_s)
 
     def add_event(self, event: RoundVerified) -> None:
         """Fold one round as the event stream reports it (the same figures the engine's own tally has)."""
@@ -127,7 +131,7 @@ class StatsAccumulator:
 
         self.add_verified(n_accepted=event.n_accepted, ended_on_accepted=event.emitted_state is TokenState.ACCEPTED,
                           mainline=len(event.drafted), tree_nodes=len(event.tree), draft_s=event.draft_s,
-                          verify_s=event.verify_s, overhead_s=event.overhead_s)
+                          verify_s=event.verify_s, overhead_s=event.overhead_s, hidden_draft_s=event.hidden_draft_s)
 
     def accepted_length_histogram(self, bins: int = 0) -> tuple[int, ...]:
         """Drafting rounds by the draft tokens they accepted (entry n: the rounds that accepted n), at least
@@ -154,7 +158,7 @@ class StatsAccumulator:
             new_tokens=self.new_tokens + other.new_tokens, rounds=self.rounds + other.rounds,
             drafted=self.drafted + other.drafted, accepted=self.accepted + other.accepted,
             draft_s=self.draft_s + other.draft_s, verify_s=self.verify_s + other.verify_s,
-            overhead_s=self.overhead_s + other.overhead_s,
+            overhead_s=self.overhead_s + other.overhead_s, hidden_draft_s=self.hidden_draft_s + other.hidden_draft_s,
             drafted_at=added(self.drafted_at, other.drafted_at), accepted_at=added(self.accepted_at, other.accepted_at),
             accepted_lengths=self.accepted_lengths + other.accepted_lengths,
             plain_step_s=_weighted(self.plain_step_s, self.rounds, other.plain_step_s, other.rounds))
@@ -175,7 +179,8 @@ class StatsAccumulator:
         drafting_rounds = len(self.accepted_lengths)
         mean_gamma = self.drafted / drafting_rounds if drafting_rounds else 0.0
         verify_per_call = self.verify_s / self.rounds if self.rounds else 0.0
-        c = (self.draft_s / self.drafted) / verify_per_call if self.drafted and verify_per_call > 0 else 0.0
+        drafting_s = self.draft_s + self.hidden_draft_s  # the draft's whole cost, drafted ahead or not
+        c = (drafting_s / self.drafted) / verify_per_call if self.drafted and verify_per_call > 0 else 0.0
         return Stats(
             new_tokens=self.new_tokens,
             rounds=self.rounds,

@@ -27,6 +27,11 @@ class WeakenedDrafter(DrafterBase):
         self._generator = torch.Generator().manual_seed(seed)
         self._pool: list[int] = []
 
+    @property
+    def reads_verifier(self) -> bool:  # type: ignore[override]
+        """As the drafter it wraps (a draft head reads the verifier's hidden states)."""
+        return self.inner is None or getattr(self.inner, "reads_verifier", True)
+
     def reset(self, seed: int) -> None:
         self._generator.manual_seed(seed + 7919)
         if self.inner is not None:

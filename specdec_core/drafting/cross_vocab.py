@@ -298,6 +298,7 @@ class _CrossVocabDrafter(DrafterBase):
     """What both drafters share: the draft model with its cache, the vocabulary map and the text bridge."""
 
     strategy = ""
+    reads_verifier = False
 
     def __init__(self, draft: LoadedModel, verifier: LoadedModel):
         self.draft = draft

@@ -90,9 +90,11 @@ class Drafter(Protocol):
 
 
 class DrafterBase:
-    """The Drafter hooks' no-op defaults: no tree, nothing to read ahead, reseed, reset or attach."""
+    """The Drafter hooks' no-op defaults: no tree, nothing to read ahead, reseed, reset or attach. A drafter is taken
+    to read the verifier unless it says otherwise (`reads_verifier`): the engine then never drafts it on a thread of
+    its own during the verifier's prefill."""
 
-    reads_verifier = False
+    reads_verifier = True
 
     @property
     def grows_trees(self) -> bool:
@@ -183,6 +185,7 @@ class ModelDrafter(DrafterBase):
     never the output's distribution."""
 
     grows_trees = True
+    reads_verifier = False
 
     def __init__(self, draft: LoadedModel):
         self.draft = draft
@@ -290,7 +293,6 @@ class HeadDrafter(DrafterBase):
     The engine calls `attach` with the verifier's CachedForward, which then records hidden states."""
 
     grows_trees = True
-    reads_verifier = True
 
     def __init__(self, head: LoadedModel):
         self.draft = head
@@ -465,6 +467,8 @@ class PromptLookupDrafter(DrafterBase):
     min_ngram is 2: a single repeated token is usually a coincidence (about 10% of such copies were
     accepted on our prompt sets, against 30-60% after a 2- or 3-token match), and on a CPU checking
     even one drafted token costs the verifier over half a plain step (docs/performance.md)."""
+
+    reads_verifier = False
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 2):
         self.name = "prompt lookup"

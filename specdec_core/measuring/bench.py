@@ -10,8 +10,13 @@ How each figure is measured (all runs start from empty KV caches, so no run prof
                         (the stats module's definition, measured by the caller's clock, so it includes
                         the time spent building and yielding events);
 - end-to-end tokens/s = new tokens / wall time from the call to the Finished event (prefill included).
-                        transformers' generate() cannot be split, so the comparison with it uses this;
-- overhead            = decode wall time minus the time spent inside the two models' forward passes;
+                        transformers' generate() cannot be split, so the comparison with it uses this.
+                        A separate draft model reads the prompt and drafts round 1 during the verifier's
+                        prefill where a core is free (Engine.drafts_ahead): decode time then leaves that
+                        drafting out, so only end-to-end figures compare with runs before it (2026-12-02);
+- overhead            = decode wall time minus the time spent inside the two models' forward passes
+                        (a draft pass still running beside the prefill when it ends counts as decode:
+                        the overhead reads low by up to one draft pass a reply);
 - c                   = draft time per drafted token / verifier time per speculative call (stats.py);
 - predicted speedup   = (f E + 1 - f) / (f g c + 1), with E = (1 - a^(g+1)) / (1 - a) the expected
                         tokens per call (Leviathan et al. 2023, eq. 1), a the acceptance rate, g the mean

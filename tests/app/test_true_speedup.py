@@ -43,7 +43,8 @@ def test_the_baseline_prefers_a_similar_prompt_length():
 
 
 def _round(drafted, verify_s, draft_s=0.0, overhead_s=0.0):
-    return SimpleNamespace(drafted=drafted, verify_s=verify_s, draft_s=draft_s, overhead_s=overhead_s)
+    return SimpleNamespace(drafted=drafted, verify_s=verify_s, draft_s=draft_s, overhead_s=overhead_s,
+                           hidden_draft_s=0.0)
 
 
 def test_the_measured_curve_uses_the_measured_cost_of_checking_k_tokens():
