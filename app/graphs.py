@@ -879,6 +879,8 @@ def stats_csv(trace: ReplyTrace) -> str:
     rows = [
         {"round": r.index + 1, "gamma": r.gamma, "drafted": r.drafted, "accepted": r.accepted,
          "emitted": r.emitted_state, "draft_stop": r.stop, "draft_ms": round(r.draft_s * 1e3, 3),
+         # drafting done during the prefill that the round did not wait for (round 1 of a separate draft model)
+         "draft_ahead_ms": round(r.hidden_draft_s * 1e3, 3),
          "verify_ms": round(r.verify_s * 1e3, 3), "overhead_ms": round(r.overhead_s * 1e3, 3),
          "t_end_s": round(r.t_end, 5), "tokens_after": r.tokens_after}
         for r in trace.rounds
