@@ -1,8 +1,9 @@
 """The speculative decoding loop: prefill, then rounds of draft -> verify -> accept -> roll back -> emit.
 
-A round checks a chain of drafted tokens (Engine._round) or, when the drafter grows them, a tree of
-candidates (Engine._tree_round, trees.py), with the same steps; either is shown as the main line it reads
-as. Generation is a generator of typed events (events.py); the CLI, the benchmarks and the app consume it.
+A round drafts (Engine._draft_round), then checks a chain of drafted tokens (Engine._check_chain) or, when the
+drafter grows them, a tree of candidates (Engine._check_tree, trees.py), with the same steps; either is shown as
+the main line it reads as. A separate draft model drafts round 1 beside the verifier's prefill (drafts_ahead).
+Generation is a generator of typed events (events.py); the CLI, the benchmarks and the app consume it.
 The engine knows token ids, not chat messages (chat.py builds prompts), and touches each model only
 through kv.CachedForward, which also holds the one rollback rule.
 """
