@@ -58,6 +58,7 @@ class Stats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     overhead_s: float = 0.0
+    hidden_draft_s: float = 0.0  # drafting done beside the prefill that no round waited for (not in decode_s)
     c: float = 0.0
     mean_gamma: float = 0.0  # mean draft length per round
     predicted_speedup: float = 1.0
@@ -197,6 +198,7 @@ class StatsAccumulator:
             draft_s=self.draft_s,
             verify_s=self.verify_s,
             overhead_s=self.overhead_s,
+            hidden_draft_s=self.hidden_draft_s,
             c=c,
             mean_gamma=mean_gamma,
             predicted_speedup=(self.new_tokens * self.plain_step_s / decode_s

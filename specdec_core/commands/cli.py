@@ -71,7 +71,9 @@ def stats_line(finished: Finished) -> str:
     if s.drafted:
         parts += [f"acceptance {s.acceptance_rate:.0%} ({s.accepted}/{s.drafted})",
                   f"{s.mean_accepted_length:.2f} tokens/call",
-                  f"draft {s.draft_s:.2f} s, verify {s.verify_s:.2f} s, c={s.c:.2f}",
+                  f"draft {s.draft_s:.2f} s"
+                  + (f" (+{s.hidden_draft_s:.2f} s beside the prefill)" if s.hidden_draft_s >= 0.005 else "")
+                  + f", verify {s.verify_s:.2f} s, c={s.c:.2f}",
                   f"predicted speedup {s.predicted_speedup:.2f}x"]
     parts.append(f"stop: {finished.stop_reason.value}")
     if finished.error:

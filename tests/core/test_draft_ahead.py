@@ -211,3 +211,17 @@ def test_drafting_ahead_beside_the_prefill_is_not_timed_as_the_drafts_cost(pair,
     trees = sum(1 for e in events if isinstance(e, RoundVerified) and e.tree)
     assert trees >= 3 and len(observed) == trees - 1  # all but round 1's
     assert set(observed) == {threading.current_thread().name}
+
+
+def test_the_cli_stats_line_says_how_much_drafting_ran_beside_the_prefill(pair, tiny_tokenizer, two_cpus):
+    from specdec_core.commands.cli import stats_line
+
+    verifier, draft = pair
+    ahead = reply(engine_for(ModelDrafter(draft), verifier, True), prompt(tiny_tokenizer))[-1]
+    after = reply(engine_for(ModelDrafter(draft), verifier, False), prompt(tiny_tokenizer))[-1]
+    assert ahead.stats.hidden_draft_s > 0 and after.stats.hidden_draft_s == 0
+    import dataclasses
+
+    shown = dataclasses.replace(ahead, stats=dataclasses.replace(ahead.stats, hidden_draft_s=0.25))
+    assert "(+0.25 s beside the prefill)" in stats_line(shown)
+    assert "beside the prefill" not in stats_line(after)
