@@ -214,7 +214,6 @@ class Engine:
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self.draft_ahead = True  # let a draft that runs on its own read the prompt during the prefill (drafts_ahead)
-        self._timing_drafts = True  # False while drafting ahead: its time, beside the prefill, is not the draft's cost
         self.drafter: Drafter | None = None
         self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
         self.set_drafter(drafter)
@@ -361,11 +360,7 @@ class Engine:
         """On the draft-ahead thread: the draft reads the prompt, then drafts round 1 as the round would."""
         assert self.drafter is not None
         self.drafter.prefill(reply.ids)
-        self._timing_drafts = False  # a tree's drafting time is observed as it is drafted (_draft_tree)
-        try:
-            return self._draft_round(reply, remaining, config, speculating=True)
-        finally:
-            self._timing_drafts = True
+        return self._draft_round(reply, remaining, config, speculating=True, timed=False)
 
     def _round(self, reply: _Reply, remaining: int, config: GenerationConfig, controls: Controls,
                ahead: _Ahead | None = None) -> RoundResult:
@@ -385,11 +380,13 @@ class Engine:
             return self._check_tree(reply, drafted, config, round_start)
         return self._check_chain(reply, drafted, config, round_start)
 
-    def _draft_round(self, reply: _Reply, remaining: int, config: GenerationConfig, speculating: bool) -> _Drafted:
+    def _draft_round(self, reply: _Reply, remaining: int, config: GenerationConfig, speculating: bool,
+                     timed: bool = True) -> _Drafted:
         """2. Draft: a tree best first, cut to the nodes that pay here (cost.py); or a chain of up to gamma tokens
-        (greedy `auto`: as many as pay here), leaving room in the budget for the correction or bonus token."""
+        (greedy `auto`: as many as pay here), leaving room in the budget for the correction or bonus token.
+        `timed` False: drafted ahead, beside the prefill, its time is not the draft's cost (_observe_draft)."""
         if speculating and self.grows_trees and self.tree_nodes(config):
-            return _Drafted(self._draft_tree(reply, remaining, config))
+            return _Drafted(self._draft_tree(reply, remaining, config, timed))
         length, why = self._chain_length(reply, config) if speculating else (0, DraftStop.OFF)
         draft = self._draft(reply.ids, length, remaining - 1, config, sized=length < reply.gamma) if length else \
             Draft.empty(why or DraftStop.COST, self.vocab_size)
@@ -411,7 +408,7 @@ class Engine:
         if drafted.speculating:
             assert self.drafter is not None
             self.drafter.observe(len(draft.token_ids), line.n_accepted)
-            self._record_chain(draft, line.n_accepted, config, timed=drafted.waited_s is None)
+            self._record_chain(draft, line.n_accepted, config, timed=drafted.waited_s is None)  # None: not ahead
         timing = self._timing(round_start, drafted, verify_s, rows)
         reply.stats.add_round(drafted=len(draft.token_ids), accepted=line.n_accepted, emitted=len(line.committed),
                               draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
@@ -481,13 +478,12 @@ class Engine:
 
     def _record_chain(self, draft: Draft, n_accepted: int, config: GenerationConfig, timed: bool = True) -> None:
         """The chain's acceptance for the position record, and its drafting time for the cost model unless it ran
-        ahead, beside the prefill (`timed` False: two passes at once share the memory bus)."""
+        ahead, beside the prefill (`timed` False, see _observe_draft)."""
         if not self._sizes_chains(config):
             return
         if draft.token_ids:
             self.chain_record.observe(len(draft.token_ids), n_accepted)
-            if timed:
-                self._observe_draft(len(draft.token_ids), draft.draft_s)
+            self._observe_draft(len(draft.token_ids), draft.draft_s, timed)
 
     def tree_nodes(self, config: GenerationConfig) -> int:
         """The most tree nodes a round may check (0: a chain); for `auto` see defaults.tree_nodes_for."""
@@ -506,7 +502,7 @@ class Engine:
             return dataclasses.replace(draft, stop=DraftStop.COST)
         return draft
 
-    def _draft_tree(self, reply: _Reply, remaining: int, config: GenerationConfig) -> DraftTree:
+    def _draft_tree(self, reply: _Reply, remaining: int, config: GenerationConfig, timed: bool = True) -> DraftTree:
         """A tree of at most tree_nodes(config) nodes, γ deep and within the reply's budget, cut to the nodes
         that pay here. Every size is weighed against a plain step: while that has fewer than a few recent
         timings (cost.VerifyCost.stale), the round is a plain step that times it. The first round feeds
@@ -520,7 +516,7 @@ class Engine:
         worth = self.sizer if config.cost_aware else None
         tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
                                          self.vocab_size, self.verifier.eos_token_ids, worth=worth)
-        self._observe_draft(tree.expansions, tree.draft_s)
+        self._observe_draft(tree.expansions, tree.draft_s, timed)
         if config.cost_aware and tree.stop is DraftStop.TREE:
             size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
@@ -558,14 +554,15 @@ class Engine:
         self.chain_record.age()
         return False
 
-    def _observe_draft(self, steps: int, draft_s: float) -> None:
+    def _observe_draft(self, steps: int, draft_s: float, timed: bool = True) -> None:
         """A drafting round's time, for the cost model, unless the draft first had to read the tokens of
-        the rounds it sat out: 16 plain steps are 16 tokens to read, and timed as the draft's cost they
-        would keep it priced out."""
+        the rounds it sat out (16 plain steps are 16 tokens to read, and timed as the draft's cost they
+        would keep it priced out), or it drafted beside the prefill (`timed` False: two passes at once
+        share the memory bus)."""
         if self.draft_behind:
             self.draft_behind = False
             return
-        if self._timing_drafts:
+        if timed:
             self.sizer.observe_draft(steps, draft_s)
 
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
