@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
     from app.graphs import GraphsPanel
+    from app.host import HostKeeper
     from app.settings_panel import SettingsPanel
     from app.speedup import BaselineBook
 
@@ -33,6 +34,7 @@ class LoadWindow(WindowPort, Protocol):
     settings_panel: SettingsPanel  # the pair's verdict, the drafts on offer, the settings since the load
     graphs: GraphsPanel  # told the new baseline
     baselines: BaselineBook  # the verifier-alone measurements, started afresh for another verifier
+    hosts: HostKeeper  # its decoding process, forked from the previous session's models: ended on a load
 
     def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): this controller's parent
     def set_progress(self, fraction: float | None) -> None: ...
@@ -125,6 +127,7 @@ class LoadController(QObject):
         if w.closing:
             return
         previous, w.session = w.session, session
+        w.hosts.close()  # forked from the previous session: the next reply forks one for this one
         if previous is None or previous.verifier is not session.verifier or self._remeasure:
             w.baselines.clear()  # measurements of another verifier (or asked to measure again)
             if session.baseline_tps:

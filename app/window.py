@@ -42,6 +42,7 @@ from app.conversations import ConversationController
 from app.export import ExportController
 from app.fit import ElidedLabel, fit_to_screen
 from app.graphs import GraphsPanel
+from app.host import HostKeeper
 from app.loading import LoadController
 from app.race_controller import RaceController
 from app.session import Busy, PromptInfo, Session
@@ -104,6 +105,7 @@ class MainWindow(QMainWindow):
         self._last_prompt_tokens = 0
         self._queued_in_composer = False
         self._gen_worker: EventWorker | None = None  # the streaming reply's worker
+        self.hosts = HostKeeper()  # the process that decodes the replies, where one can (app/host.py)
         self._controls = None
         self._trace: ReplyTrace | None = None  # the streaming reply's trace
         self._message: Message | None = None
@@ -594,7 +596,9 @@ class MainWindow(QMainWindow):
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
         system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
-        worker = EventWorker(lambda: session_mod.reply_events(s, messages, system, config, controls),
+        reply_events = self.hosts.reply_source(s, head_version=self.adaptation.head_tokens,
+                                               adapting=self.adaptation.enabled)
+        worker = EventWorker(lambda: reply_events(messages, system, config, controls),
                              on_abort=controls.cancel, name="reply", polled=True)  # flush() delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_gen_error)
@@ -792,6 +796,7 @@ class MainWindow(QMainWindow):
             return
         self.save_settings()
         wait_all(CLOSE_WAIT_S)
+        self.hosts.close()
         if first_close:
             gc_pin.collector().release()
         event.accept()

@@ -7,12 +7,17 @@ Reports p50 / p99 / max lateness and the reply's tokens/s, for speculation on an
     QT_QPA_PLATFORM=offscreen .venv/bin/python bench/ui_latency.py [--verifier SPEC] [--tokens N]
 
 With --cli-ab N it measures instead what the window costs the worker per token: for each lane (speculation
-off and on), N pairs of the same reply sent in the window (a new chat each time, graphs shown) and run as the
+off and on), N pairs of the same reply sent in the window (a new chat each time, graphs shown; decoded by the
+window's host process where one runs, app/host.py, or with --in-process in the window's own) and run as the
 CLI runs it (the same session's engine consuming the events with no window: `cli_reply_tps`), in alternating
 order; it prints each lane's median tokens/s both ways and the window's cost, 1 - window / CLI, from the medians
 and per pair (median and range), with the load average at the lane's start and end, and how busy the GUI thread
 was during the window's replies (its CPU time over the reply's wall time: the most of it that the GUI can have held
-the GIL, which the decoding thread needs between its operations).
+the GIL, which the decoding thread needs between its operations), and how much of each reply's wall time its
+decoding thread spent off the CPU, both ways ("decoding off-CPU"). That thread's CPU time does not count the
+time it waits for the GIL or for a core, so the difference between the window's figure and the CLI's is what the
+window took from it, measured inside each reply; unlike the tokens/s ratio it does not move when the VM's host
+gets busier between two replies.
 """
 
 from __future__ import annotations
@@ -30,6 +35,26 @@ def percentile(xs: list[float], q: float) -> float:
         return float("nan")
     k = min(len(xs) - 1, max(0, round(q / 100 * (len(xs) - 1))))
     return xs[k]
+
+
+_off_cpu: list[tuple[float, float]] = []  # per reply: its decoding thread's CPU seconds, and the reply's wall seconds
+
+
+def track_decoding_thread() -> None:
+    """Make every reply (the window's and the CLI's, both through app.session.reply_events) record its decoding
+    thread's CPU time and its wall time in `_off_cpu`."""
+    import app.session as session_mod
+
+    inner = session_mod.reply_events
+
+    def reply_events(*args, **kwargs):
+        cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            yield from inner(*args, **kwargs)
+        finally:
+            _off_cpu.append((time.thread_time() - cpu, time.perf_counter() - wall))
+
+    session_mod.reply_events = reply_events
 
 
 def gui_reply(window, prompt: str, speculate: bool):
@@ -53,8 +78,15 @@ def gui_reply(window, prompt: str, speculate: bool):
 
 
 def gui_reply_tps(window, prompt: str, speculate: bool) -> tuple[float, int]:
-    """Tokens/s and tokens of one reply sent in the window, in a new chat."""
+    """Tokens/s and tokens of one reply sent in the window, in a new chat (a reply its host process decoded
+    records that process's decoding thread in `_off_cpu`)."""
+    host = window.hosts.host
+    if host is not None:
+        host.last_reply = None
     stats = gui_reply(window, prompt, speculate).get_stats()
+    host = window.hosts.host
+    if host is not None and host.last_reply is not None:
+        _off_cpu.append((host.last_reply.cpu_s, host.last_reply.wall_s))
     return (stats.tokens_per_s, stats.new_tokens) if stats else (0.0, 0)
 
 
@@ -68,7 +100,8 @@ def cli_reply_tps(window, prompt: str, speculate: bool, engine=None) -> tuple[fl
     import dataclasses
     import gc
 
-    from app.session import config_from_settings, reply_events
+    import app.session as session_mod
+    from app.session import config_from_settings
     from specdec_core.engine import Controls
     from specdec_core.events import Finished
 
@@ -77,7 +110,7 @@ def cli_reply_tps(window, prompt: str, speculate: bool, engine=None) -> tuple[fl
     gc.enable()  # safe here: this is the GUI thread
     try:
         session = window.session if engine is None else dataclasses.replace(window.session, engine=engine)
-        for ev in reply_events(session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
+        for ev in session_mod.reply_events(session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
                                config, Controls(speculate=speculate)):
             if isinstance(ev, Finished):
                 return ev.stats.tokens_per_s, ev.stats.new_tokens
@@ -88,16 +121,28 @@ def cli_reply_tps(window, prompt: str, speculate: bool, engine=None) -> tuple[fl
 
 
 def window_cost(window, prompt: str, pairs: int) -> dict[str, dict[str, list[float]]]:
-    """{"off"/"on": {"window": [tokens/s...], "cli": [...]}}: `pairs` alternating pairs per lane (window then
+    """{"off"/"on": {"window": [tokens/s...], "cli": [...], ...}}: `pairs` alternating pairs per lane (window then
     CLI, then CLI then window, ...), so a machine that warms up or gets busier hits both alike."""
+    return _alternate(window, prompt, pairs, (("window", gui_reply_tps), ("cli", cli_reply_tps)))
+
+
+def _alternate(window, prompt: str, pairs: int, order) -> dict[str, dict[str, list[float]]]:
+    """Per lane, `pairs` pairs of the two runs in `order` ((name, run), (name, run)), alternating which goes
+    first: each run's tokens/s, the GUI thread's busy share during the window's runs, and the decoding thread's
+    off-CPU share and CPU milliseconds per token."""
     out: dict[str, dict[str, list[float]]] = {}
     for lane, speculate in (("off", False), ("on", True)):
-        out[lane] = {"window": [], "cli": [], "load": [os.getloadavg()[0]], "gui_busy": []}
+        out[lane] = {"window": [], "cli": [], "load": [os.getloadavg()[0]], "gui_busy": [], "window_off_cpu": [],
+                     "cli_off_cpu": [], "window_cpu_ms": [], "cli_cpu_ms": []}
         for i in range(pairs):
-            order = (("window", gui_reply_tps), ("cli", cli_reply_tps))
             for where, run in order if i % 2 == 0 else order[::-1]:
                 cpu, wall = time.thread_time(), time.perf_counter()
-                out[lane][where].append(run(window, prompt, speculate)[0])
+                tps, tokens = run(window, prompt, speculate)
+                out[lane][where].append(tps)
+                if _off_cpu and tokens:
+                    cpu_s, wall_s = _off_cpu.pop()
+                    out[lane][f"{where}_off_cpu"].append(1 - cpu_s / wall_s)
+                    out[lane][f"{where}_cpu_ms"].append(cpu_s / tokens * 1e3)  # the decoding thread's CPU per token
                 if where == "window":  # the GUI thread's CPU time over the reply: the most it can hold the GIL
                     out[lane]["gui_busy"].append((time.thread_time() - cpu) / (time.perf_counter() - wall))
         out[lane]["load"].append(os.getloadavg()[0])
@@ -108,7 +153,7 @@ def print_window_cost(results: dict[str, dict[str, list[float]]]) -> None:
     import statistics
 
     print(f"{'lane':<17}{'window tok/s':>14}{'CLI tok/s':>12}{'window cost':>13}{'per pair':>22}{'GUI busy':>10}   "
-          "load   runs (window | CLI)")
+          f"{'decoding off-CPU':>20}{'CPU ms/token':>16}   load   runs (window | CLI)")
     for lane, runs in results.items():
         gui, cli = statistics.median(runs["window"]), statistics.median(runs["cli"])
         # Each pair's own cost (its two runs are taken back to back), their median and range: machine noise that
@@ -117,8 +162,13 @@ def print_window_cost(results: dict[str, dict[str, list[float]]]) -> None:
         per_pair = f"{statistics.median(paired):.1f}% [{paired[0]:.0f}, {paired[-1]:.0f}]" if paired else "-"
         load = "-".join(f"{x:.1f}" for x in runs.get("load", []))
         busy = f"{statistics.median(runs['gui_busy']) * 100:.1f}%" if runs.get("gui_busy") else "-"
+        off_cpu = cpu_ms = "-"
+        if runs.get("window_off_cpu") and runs.get("cli_off_cpu"):
+            off_cpu = (f"{statistics.median(runs['window_off_cpu']) * 100:.1f}% / "
+                       f"{statistics.median(runs['cli_off_cpu']) * 100:.1f}%")
+            cpu_ms = f"{statistics.median(runs['window_cpu_ms']):.1f} / {statistics.median(runs['cli_cpu_ms']):.1f}"
         print(f"{'speculation ' + lane:<17}{gui:>14.1f}{cli:>12.1f}{(1 - gui / cli) * 100:>12.1f}%{per_pair:>22}"
-              f"{busy:>10}   {load}   " + " ".join(f"{x:.1f}" for x in runs["window"]) + " | "
+              f"{busy:>10}{off_cpu:>20}{cpu_ms:>16}   {load}   " + " ".join(f"{x:.1f}" for x in runs["window"]) + " | "
               + " ".join(f"{x:.1f}" for x in runs["cli"]))
 
 
@@ -176,6 +226,9 @@ def main() -> int:
     p.add_argument("--cli-ab", type=int, default=0, metavar="N",
                    help="instead: N alternating pairs per lane of the reply in the window and as the CLI runs it; "
                    "prints the window's cost to tokens/s for speculation off and on")
+    p.add_argument("--in-process", action="store_true",
+                   help="decode the window's replies in its own process even where a host process could "
+                   "(app/host.py; the same as SPECDEC_HOST=0)")
     p.add_argument("--drafter", default=None, help="the app's drafter setting (default: model with --draft, else "
                    "prompt lookup; with --cli-ab the app's default)")
     args = p.parse_args()
@@ -186,10 +239,14 @@ def main() -> int:
     prefer_passive_waiting()  # before anything imports torch (open_window says so again)
     from app.store import Settings
 
-    drafter = args.drafter or ("model" if args.draft else Settings().drafter if args.cli_ab else "prompt-lookup")
+    ab = args.cli_ab
+    if args.in_process:
+        os.environ["SPECDEC_HOST"] = "0"
+    drafter = args.drafter or ("model" if args.draft else Settings().drafter if ab else "prompt-lookup")
     settings = Settings(verifier=args.verifier, draft=args.draft or Settings().draft, drafter=drafter,
                         max_new_tokens=args.tokens, calibrate=False)
     app, window = open_window(settings)
+    track_decoding_thread()
     from PySide6.QtCore import QElapsedTimer, QTimer
 
     interval_ms = 5
@@ -244,7 +301,7 @@ def main() -> int:
         app.quit()
 
     def loaded(_session) -> None:
-        QTimer.singleShot(100, measure_cost if args.cli_ab else run_next)
+        QTimer.singleShot(100, measure_cost if ab else run_next)
 
     window.models_loaded.connect(loaded)
     window.load_failed.connect(lambda msg: (print(msg, file=sys.stderr), app.exit(1)))
@@ -254,8 +311,9 @@ def main() -> int:
     print(f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms; "
           f"verifier {args.verifier} (drafter {drafter}{', draft ' + args.draft if args.draft else ''}), "
           f"load {time.perf_counter() - t0:.1f} s total run; {os.cpu_count()} CPU cores")
-    if args.cli_ab:
-        print(f"drafter {drafter}; {args.tokens} tokens; {args.cli_ab} alternating pairs per lane; medians")
+    if ab:
+        print(f"drafter {drafter}; {args.tokens} tokens; {ab} alternating pairs per lane; medians; the window's replies "
+              f"{window.hosts.note or 'decode in its own process'}")
         print_window_cost(cost)
         window.close()
         return code

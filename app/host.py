@@ -1,0 +1,329 @@
+"""The chat's replies decoded in a child process, so that the window's own Python does not slow them.
+
+Both threads of one process share the GIL: the decoding thread needs it between almost all of its operations
+(a small model's forward pass is hundreds of them, each called from Python), and the GUI thread holds it for
+every tick, paint and label it handles in Python. Measured on a 2-core CPU with the embedded default
+(bench/ui_latency.py --cli-ab, docs/performance.md, "The headline speedup in three places"): in one process the
+window cost the reply 6-10 % of its tokens/s; 3-4 points of it the decoding thread waited for the GIL, the
+rest it ran about 5 % slower on the CPU beside the GUI thread's Python. The same window showing a reply decoded
+in another process cost it 0 % (±3 % per pair).
+
+The host is forked from the app once the models have loaded, so it shares their weights with the app page
+for page (copy on write: weights are only read) instead of loading them a second time. A forked child has
+only the thread that forked it; it never touches Qt, only the session's engine, and it freezes what Python's
+collector would otherwise walk (the app's Qt objects must never be finalised there, see gc_pin.py).
+
+Forking is safe only under conditions `why_not` checks: Linux, models on the CPU (a CUDA context does not
+survive a fork; macOS does not allow forking a process that runs Cocoa), and PyTorch running one thread per
+pass (the child then runs one thread too; an OpenMP pool of more threads does not survive a fork, and a child
+limited to one thread would decode slower than the app). Elsewhere replies decode in the app's process, as
+before. The child also checks at start that PyTorch computes, and the app waits for that before it sends a
+reply; a child that does not answer is ended and the app decodes itself.
+
+What the window changes during a reply reaches the child through two shared bytes: cancel, and speculation on
+or off (Ctrl+D), read by the engine at each round. Events come back pickled over a pipe, in order; an error
+in the child arrives as the same exception (or, if it cannot be pickled, a SpecdecError with its message).
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from specdec_core.errors import SpecdecError
+
+OFF_ENV = "SPECDEC_HOST"  # "0": replies decode in the app's own process
+READY_TIMEOUT_S = 20.0  # the child's first answer: it only has to fork and compute one tiny product
+POLL_S = 0.02  # how often the waiting side passes a cancel or a speculation switch on to the child
+DRAIN_TIMEOUT_S = 5.0  # a reply abandoned midway: how long to wait for the child to end it
+_CANCEL, _SPECULATE = 0, 1  # the shared bytes: cancel (0/1), speculate (-1: the config's, 0 off, 1 on)
+
+
+@dataclass(frozen=True)
+class _Ready:
+    pass
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """After a reply's last event: the decoding thread's CPU seconds and the reply's wall seconds."""
+
+    cpu_s: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """The reply raised: the exception itself when it pickles, else its message."""
+
+    error: bytes | None
+    message: str
+
+
+def why_not(session: Any) -> str | None:
+    """None if a host can decode this session's replies here; otherwise the reason, in words."""
+    if os.environ.get(OFF_ENV, "").strip() == "0":
+        return f"turned off ({OFF_ENV}=0)"
+    if sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
+        return "a process running the window can be forked safely only on Linux"
+    import torch
+
+    models = [m for m in (session.verifier, session.draft) if m is not None]
+    devices = {str(getattr(m, "device", "cpu")) for m in models}
+    if devices - {"cpu"}:
+        return f"the models run on {', '.join(sorted(devices - {'cpu'}))}"
+    if torch.get_num_threads() != 1:
+        return f"PyTorch runs {torch.get_num_threads()} threads per pass here (a forked child runs one)"
+    return None
+
+
+class _SharedControls:
+    """The engine's Controls in the child: cancel and speculation read from the bytes the app writes."""
+
+    def __init__(self, flags: Any) -> None:
+        self._flags = flags
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self._flags[_CANCEL])
+
+    @property
+    def speculate(self) -> bool | None:
+        value = self._flags[_SPECULATE]
+        return None if value < 0 else bool(value)
+
+    def cancel(self) -> None:
+        self._flags[_CANCEL] = 1
+
+
+def _failure(exc: BaseException) -> _Failed:
+    message = str(exc) if isinstance(exc, SpecdecError) else (f"{type(exc).__name__}: {exc}" if str(exc)
+                                                                else type(exc).__name__)
+    try:
+        error = pickle.dumps(exc)
+        pickle.loads(error)  # an exception whose __init__ takes other arguments does not come back
+    except Exception:  # noqa: BLE001 - then its message does
+        error = None
+    return _Failed(error, message)
+
+
+def _serve(conn: Any, app_end: Any, session: Any, flags: Any) -> None:
+    """The child: answer _Ready once PyTorch computes, then decode each (messages, system, config) it is sent,
+    sending back every event and then _Ended (or _Failed). None, or the app gone, ends it."""
+    app_end.close()  # the app's end of the pipe, inherited: closed, so that the app's exit reads as EOF here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the app's to handle
+    gc.freeze()  # the app's objects (its Qt objects among them) are never collected here
+    gc.enable()  # the replies' own garbage is
+    import torch
+
+    torch.set_num_threads(1)
+    torch.ones(8, 8) @ torch.ones(8, 8)
+    from app.session import reply_events
+
+    conn.send(_Ready())
+    controls = _SharedControls(flags)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job is None:
+            return
+        messages, system, config = job
+        cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            for ev in reply_events(session, messages, system, config, controls):
+                conn.send(ev)
+            conn.send(_Ended(time.thread_time() - cpu, time.perf_counter() - wall))
+        except (BrokenPipeError, EOFError):
+            return
+        except Exception as exc:  # noqa: BLE001 - the app reports it, as it would its own
+            conn.send(_failure(exc))
+
+
+class ReplyHost:
+    """A child process that decodes the replies of one session (see the module's docstring).
+
+    `start()` forks it (on the GUI thread, with no other work running on the session's models); then
+    `reply_events(...)` is app.session.reply_events without the session, to run on a worker thread. Once the
+    child has died, `alive` is False and `failure` says why; the window then decodes in its own process."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.failure: str | None = None
+        self.last_reply: _Ended | None = None  # the decoding thread's CPU and wall seconds (for benchmarks)
+        self._process: Any = None
+        self._conn: Any = None
+        self._flags: Any = None
+        self._busy = False
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive() and self.failure is None
+
+    def start(self) -> bool:
+        """Fork the child and wait for its first answer; False (with `failure` set) if it did not come."""
+        ctx = multiprocessing.get_context("fork")
+        self._flags = ctx.RawArray("b", 2)
+        self._conn, child = ctx.Pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork with threads running
+            self._process = ctx.Process(target=_serve, args=(child, self._conn, self.session, self._flags), daemon=True,
+                                        name="specdec-host")
+            self._process.start()
+        child.close()
+        try:
+            ready = self._conn.poll(READY_TIMEOUT_S) and isinstance(self._conn.recv(), _Ready)
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self._fail(f"the decoding process did not start within {READY_TIMEOUT_S:g} s")
+            return False
+        return True
+
+    def reply_events(self, messages: list[dict], system: str | None, config: Any, controls: Any) -> Iterator[object]:
+        """The reply's events as the child decodes them; `controls` (the window's) reach it while it does."""
+        if not self.alive:
+            if self.failure is None:
+                self._fail(f"the decoding process ended (exit code {self._process.exitcode})")
+            raise SpecdecError(f"The reply could not start: {self.failure}. The next one decodes in the app.")
+        if self._busy:
+            raise SpecdecError("The decoding process is already writing a reply.")
+        self._busy, ended = True, False
+        self._pass_controls(controls)
+        try:
+            self._send((messages, system, config))
+            while True:
+                self._pass_controls(controls)
+                if not self._conn.poll(POLL_S):
+                    if not self._process.is_alive():
+                        self._fail(f"the decoding process ended (exit code {self._process.exitcode})")
+                        raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.")
+                    continue
+                msg = self._recv()
+                if isinstance(msg, _Ended):
+                    self.last_reply, ended = msg, True
+                    return
+                if isinstance(msg, _Failed):
+                    ended = True
+                    raise pickle.loads(msg.error) if msg.error is not None else SpecdecError(msg.message)
+                yield msg
+        finally:
+            if not ended and self.alive:
+                self._drain()
+            self._busy = False
+
+    def close(self) -> None:
+        """End the child (it finishes nothing: a reply still running is cancelled)."""
+        if self._process is None:
+            return
+        self._flags[_CANCEL] = 1
+        try:
+            self._conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self._process.join(1.0)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(1.0)
+        self._conn.close()
+        self._process = None
+        self.failure = self.failure or "closed"
+
+    # -- the pipe ------------------------------------------------------------------------------------
+    def _pass_controls(self, controls: Any) -> None:
+        """The window's Controls into the bytes the child reads (a cancel is never taken back mid-reply)."""
+        speculate = controls.speculate
+        self._flags[_SPECULATE] = -1 if speculate is None else int(bool(speculate))
+        self._flags[_CANCEL] = int(controls.cancelled)
+
+    def _send(self, obj: Any) -> None:
+        try:
+            self._conn.send(obj)
+        except (OSError, ValueError) as exc:
+            self._fail(f"the decoding process cannot be reached ({exc})")
+            raise SpecdecError(f"The reply could not start: {self.failure}.") from exc
+
+    def _recv(self) -> Any:
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError) as exc:
+            self._fail(f"the decoding process ended (exit code {self._process.exitcode})")
+            raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
+
+    def _drain(self) -> None:
+        """A reply left before its end (its consumer stopped reading): cancel it and read up to its end, so the
+        next reply's events do not follow this one's; a child that does not end it in time is ended."""
+        self._flags[_CANCEL] = 1
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        try:
+            while time.monotonic() < deadline:
+                if self._conn.poll(POLL_S) and isinstance(self._conn.recv(), (_Ended, _Failed)):
+                    return
+        except (EOFError, OSError):
+            pass
+        self._fail("the decoding process did not stop a reply in time")
+        self.close()
+
+    def _fail(self, why: str) -> None:
+        self.failure = why
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+
+
+class HostKeeper:
+    """The window's one host: made for the session a reply runs on, made again when that session or the draft
+    head it decodes with changes, and not used where `why_not` says so, while the head adapts between replies
+    (the child would keep the weights it was forked with), or after it failed once for that session."""
+
+    def __init__(self) -> None:
+        self.host: ReplyHost | None = None
+        self.note = ""  # where replies decode, in words (the status bar's, once per change)
+        self._key: tuple | None = None
+        self._failed: tuple | None = None
+
+    def reply_source(self, session: Any, *, head_version: int = 0, adapting: bool = False):
+        """A callable (messages, system, config, controls) -> events for the next reply: the host's, or
+        app.session.reply_events over `session` in this process. Forks on the calling (GUI) thread."""
+        from app.session import reply_events
+
+        key = (id(session), head_version)
+        reason = "the draft adapts between replies" if adapting else why_not(session)
+        if self.host is not None and self._key == key and not self.host.alive:  # it died: not again for this one
+            self._failed, self.note = key, (f"replies decode in the app's process: "
+                                            f"{self.host.failure or 'the decoding process ended'}")
+        if reason is None and self._failed == key:
+            reason = self.note.removeprefix("replies decode in the app's process: ")
+        if reason is None:
+            if self.host is None or self._key != key or not self.host.alive:
+                self.close()
+                host = ReplyHost(session)
+                if host.start():
+                    self.host, self._key = host, key
+                    self.note = "replies decode in a process of their own"
+                else:
+                    self._failed, reason = key, host.failure
+                    self.note = f"replies decode in the app's process: {reason}"
+                    host.close()
+            if self.host is not None and self._key == key:
+                return self.host.reply_events
+        self.close()
+        self.note = f"replies decode in the app's process: {reason}"
+
+        def in_process(messages, system, config, controls):
+            return reply_events(session, messages, system, config, controls)
+        return in_process
+
+    def close(self) -> None:
+        if self.host is not None:
+            self.host.close()
+        self.host, self._key = None, None

@@ -1,0 +1,159 @@
+"""Replies decoded in a forked child process (app/host.py): the same events as in the app's own process, the
+window's cancel and speculation switch reach the child, errors arrive as errors, and a dead child is said."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+
+from app.host import HostKeeper, ReplyHost, why_not
+from app.session import LoadRequest, PromptInfo, load_session, reply_events
+from specdec_core.config import GenerationConfig
+from specdec_core.defaults import MODEL
+from specdec_core.engine import Controls
+from specdec_core.errors import SpecdecError
+from specdec_core.events import Finished, RoundVerified, StopReason
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the host forks: Linux only")
+MESSAGES = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture
+def one_thread():
+    """PyTorch at one thread per pass, as the app runs on a 2-core CPU (the host's condition)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def session(tiny_models_dir, one_thread):
+    request = LoadRequest(verifier=str(tiny_models_dir["llama-verifier"]), draft=str(tiny_models_dir["llama-draft"]),
+                          drafter=MODEL, device="cpu", dtype="float32", calibrate=False)
+    return load_session(request, lambda step: None, lambda: False)
+
+
+@pytest.fixture
+def host(session):
+    host = ReplyHost(session)
+    assert host.start(), host.failure
+    yield host
+    host.close()
+
+
+def _reply(events) -> tuple[list, Finished]:
+    evs = list(events)
+    assert isinstance(evs[-1], Finished)
+    return evs, evs[-1]
+
+
+def test_a_hosted_greedy_reply_is_the_reply_decoded_in_the_app(session, host):
+    config = GenerationConfig(max_new_tokens=16, gamma=3, tree_nodes=0)
+    here, here_end = _reply(reply_events(session, MESSAGES, None, config, Controls()))
+    there, there_end = _reply(host.reply_events(MESSAGES, None, config, Controls()))
+    assert isinstance(there[0], PromptInfo) and there[0] == here[0]
+    assert there_end.token_ids == here_end.token_ids and there_end.text == here_end.text
+    assert any(isinstance(ev, RoundVerified) and ev.drafted for ev in there)  # it speculated there too
+    assert host.last_reply is not None and 0 < host.last_reply.cpu_s <= host.last_reply.wall_s * 1.5
+
+
+def test_the_windows_cancel_and_speculation_switch_reach_the_child(host):
+    config = GenerationConfig(max_new_tokens=40, gamma=3, tree_nodes=0)
+    off = Controls(speculate=False)
+    evs, end = _reply(host.reply_events(MESSAGES, None, config, off))
+    assert all(not ev.drafted for ev in evs if isinstance(ev, RoundVerified))
+
+    controls = Controls()
+    controls.cancel()  # the window's Stop (a tiny model would finish before a cancel sent midway arrived)
+    _evs, end = _reply(host.reply_events(MESSAGES, None, config, controls))
+    assert end.stop_reason is StopReason.CANCELLED and len(end.token_ids) < 40
+    _evs, end = _reply(host.reply_events(MESSAGES, None, config, Controls()))  # the next reply runs in full
+    assert end.stop_reason is not StopReason.CANCELLED
+
+
+def test_a_reply_left_midway_does_not_leak_into_the_next(host):
+    config = GenerationConfig(max_new_tokens=30, gamma=3, tree_nodes=0)
+    events = host.reply_events(MESSAGES, None, config, Controls())
+    next(events), next(events)
+    events.close()  # its consumer stopped reading
+    evs, end = _reply(host.reply_events(MESSAGES, None, config, Controls()))
+    assert isinstance(evs[0], PromptInfo) and end.stop_reason is not StopReason.CANCELLED
+
+
+def test_an_error_in_the_child_arrives_as_the_same_error(session, host):
+    config = GenerationConfig(max_new_tokens=4, stop_strings=("x",))
+    huge = [{"role": "user", "content": "word " * 5000}]  # longer than the tiny verifier's context
+    with pytest.raises(SpecdecError) as here:
+        list(reply_events(session, huge, None, config, Controls()))
+    with pytest.raises(SpecdecError) as there:
+        list(host.reply_events(huge, None, config, Controls()))
+    assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
+    _evs, end = _reply(host.reply_events(MESSAGES, None, GenerationConfig(max_new_tokens=4), Controls()))
+    assert end.stop_reason is not StopReason.ERROR
+
+
+def test_a_child_that_died_is_said_and_the_keeper_decodes_in_the_app_from_then_on(session):
+    keeper = HostKeeper()
+    try:
+        source = keeper.reply_source(session)
+        host = keeper.host
+        assert host is not None and source == host.reply_events
+        os.kill(host._process.pid, signal.SIGKILL)
+        host._process.join(5)
+        with pytest.raises(SpecdecError, match="decoding process"):
+            list(source(MESSAGES, None, GenerationConfig(max_new_tokens=4), Controls()))
+        again = keeper.reply_source(session)
+        assert keeper.host is None and "app's process" in keeper.note
+        _evs, end = _reply(again(MESSAGES, None, GenerationConfig(max_new_tokens=4), Controls()))
+        assert end.stop_reason is not StopReason.ERROR
+    finally:
+        keeper.close()
+
+
+def test_the_keeper_forks_again_for_another_session_or_head_and_never_while_the_head_adapts(session):
+    keeper = HostKeeper()
+    try:
+        keeper.reply_source(session)
+        first = keeper.host
+        keeper.reply_source(session)
+        assert keeper.host is first  # the same session and head: the same child
+        keeper.reply_source(session, head_version=5)
+        assert keeper.host is not first and keeper.host is not None and not first.alive
+        keeper.reply_source(session, head_version=5, adapting=True)
+        assert keeper.host is None and "adapts" in keeper.note
+    finally:
+        keeper.close()
+
+
+def test_where_a_child_cannot_be_forked_safely_the_reason_is_given(session, monkeypatch):
+    import torch
+
+    assert why_not(session) is None
+    monkeypatch.setenv("SPECDEC_HOST", "0")
+    assert "SPECDEC_HOST=0" in why_not(session)
+    monkeypatch.delenv("SPECDEC_HOST")
+    torch.set_num_threads(2)
+    assert "2 threads" in why_not(session)
+    torch.set_num_threads(1)
+    monkeypatch.setattr(session.verifier, "device", torch.device("meta"))
+    assert "meta" in why_not(session)
+
+
+def test_the_window_streams_a_reply_its_host_decodes_and_stops_it_on_close(make_window, send_and_wait, one_thread):
+    w = make_window()
+    here = send_and_wait(w, "hello there")
+    host = w.hosts.host
+    assert host is not None and host.alive and "process of their own" in w.hosts.note
+    assert host.last_reply is not None and here.tokens and here.stop_reason in ("eos", "max_tokens")
+    assert w.chat.bubbles[-1].body.toPlainText().strip()  # what the child decoded reached the chat
+    w.new_chat()
+    again = send_and_wait(w, "hello there")
+    assert w.hosts.host is host and [t.token_id for t in again.tokens] == [t.token_id for t in here.tokens]
+    w.close()
+    assert w.hosts.host is None and not host.alive
