@@ -30,7 +30,7 @@ class BaselineSample:
     tokens_per_s: float
     prompt_tokens: int
     source: str  # "calibration", "speculation-off reply", "race"
-    graphs_live: bool  # were the graphs repainting while it ran (a reply or race streaming into them)
+    graphs_live: bool  # could the window's repainting slow it (graphs repainting beside a reply decoded in the app)
     verify_s_per_token: float | None = None  # the verifier's own time per decode step, when known
 
 
@@ -71,7 +71,8 @@ class BaselineBook:
         lo, hi = min(s.prompt_tokens for s in near), max(s.prompt_tokens for s in near)
         length = f"{lo}-token prompt" if lo == hi else f"{lo}–{hi}-token prompts"
         runs = "1 run" if len(near) == 1 else f"median of {len(near)} runs"
-        load = "live graphs repainting" if near[0].graphs_live else "live graphs hidden"
+        load = ("live graphs repainting" if near[0].graphs_live
+                else "live graphs hidden (or decoded in a process apart from the window)")
         if not same_load:
             load += f" (no run yet with the graphs {'repainting' if graphs_live else 'hidden'})"
         how = f"verifier alone: {runs} ({', '.join(sources)}) at {length}, {load}"

@@ -487,8 +487,10 @@ class MainWindow(QMainWindow):
 
     # --------------------------------------------------------------------------------- baselines --
     def _graphs_live(self) -> bool:
-        """Whether the live graphs repaint while a reply streams (the UI load a speed is measured under): shown,
-        and not behind the Race tab."""
+        """Whether the window's repainting slows a reply (the UI load a speed is measured under): the live graphs
+        shown, not behind the Race tab, and the replies decoded in this process (a host's, app/host.py, are not)."""
+        if self.hosts.host is not None and self.hosts.host.alive:
+            return False
         return self.right_dock.isVisible() and self.graphs.tabs.currentIndex() == 0
 
     def _pick_baseline(self, trace: ReplyTrace, prompt_tokens: int) -> None:
@@ -579,6 +581,10 @@ class MainWindow(QMainWindow):
         from specdec_core.engine import Controls
 
         s = self.session
+        # Where it decodes (forking the host on the first reply of a session) before the baseline is picked: a
+        # reply decoded apart from the window compares with runs the window did not slow either.
+        reply_events = self.hosts.reply_source(s, head_version=self.adaptation.head_tokens,
+                                               adapting=self.adaptation.enabled)
         messages = self.conv.chat_messages()
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
                            baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed,
@@ -596,8 +602,6 @@ class MainWindow(QMainWindow):
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
         system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
-        reply_events = self.hosts.reply_source(s, head_version=self.adaptation.head_tokens,
-                                               adapting=self.adaptation.enabled)
         worker = EventWorker(lambda: reply_events(messages, system, config, controls),
                              on_abort=controls.cancel, name="reply", polled=True)  # flush() delivers its events
         worker.event.connect(self._on_event)

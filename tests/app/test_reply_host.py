@@ -157,3 +157,14 @@ def test_the_window_streams_a_reply_its_host_decodes_and_stops_it_on_close(make_
     assert w.hosts.host is host and [t.token_id for t in again.tokens] == [t.token_id for t in here.tokens]
     w.close()
     assert w.hosts.host is None and not host.alive
+
+
+def test_a_hosted_reply_compares_with_runs_the_window_did_not_slow_either(make_window, send_and_wait, one_thread):
+    w = make_window(max_new_tokens=12)
+    w.spec_button.setChecked(False)
+    send_and_wait(w, "hello there")  # speculation off: one more verifier-alone run, decoded by the host
+    assert w.hosts.host is not None and w.baselines.samples[-1].graphs_live is False
+    w.spec_button.setChecked(True)
+    w.new_chat()
+    on = send_and_wait(w, "hello there")
+    assert "process apart from the window" in on.baseline_source and on.baseline_note.startswith("like for like")
