@@ -42,7 +42,7 @@ from typing import Any
 from specdec_core.errors import SpecdecError
 
 OFF_ENV = "SPECDEC_HOST"  # "0": replies decode in the app's own process
-READY_TIMEOUT_S = 20.0  # the child's first answer: it only has to fork and compute one tiny product
+READY_TIMEOUT_S = 5.0  # the child's first answer (the GUI waits): it only has to compute one tiny product
 POLL_S = 0.02  # how often the waiting side passes a cancel or a speculation switch on to the child
 DRAIN_TIMEOUT_S = 5.0  # a reply abandoned midway: how long to wait for the child to end it
 _CANCEL, _SPECULATE = 0, 1  # the shared bytes: cancel (0/1), speculate (-1: the config's, 0 off, 1 on)
@@ -177,8 +177,8 @@ class ReplyHost:
         self._conn, child = ctx.Pipe()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork with threads running
-            self._process = ctx.Process(target=_serve, args=(child, self._conn, self.session, self._flags), daemon=True,
-                                        name="specdec-host")
+            self._process = ctx.Process(target=_serve, args=(child, self._conn, self.session, self._flags),
+                                        daemon=True, name="specdec-host")
             self._process.start()
         child.close()
         try:
@@ -192,9 +192,10 @@ class ReplyHost:
 
     def reply_events(self, messages: list[dict], system: str | None, config: Any, controls: Any) -> Iterator[object]:
         """The reply's events as the child decodes them; `controls` (the window's) reach it while it does."""
+        process = self._process  # close() (on the GUI thread) may let go of it while this thread reads
         if not self.alive:
             if self.failure is None:
-                self._fail(f"the decoding process ended (exit code {self._process.exitcode})")
+                self._fail(f"the decoding process ended (exit code {process.exitcode})")
             raise SpecdecError(f"The reply could not start: {self.failure}. The next one decodes in the app.")
         if self._busy:
             raise SpecdecError("The decoding process is already writing a reply.")
@@ -205,11 +206,11 @@ class ReplyHost:
             while True:
                 self._pass_controls(controls)
                 if not self._conn.poll(POLL_S):
-                    if not self._process.is_alive():
-                        self._fail(f"the decoding process ended (exit code {self._process.exitcode})")
+                    if not process.is_alive():
+                        self._fail(f"the decoding process ended (exit code {process.exitcode})")
                         raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.")
                     continue
-                msg = self._recv()
+                msg = self._recv(process)
                 if isinstance(msg, _Ended):
                     self.last_reply, ended = msg, True
                     return
@@ -253,11 +254,11 @@ class ReplyHost:
             self._fail(f"the decoding process cannot be reached ({exc})")
             raise SpecdecError(f"The reply could not start: {self.failure}.") from exc
 
-    def _recv(self) -> Any:
+    def _recv(self, process: Any) -> Any:
         try:
             return self._conn.recv()
         except (EOFError, OSError) as exc:
-            self._fail(f"the decoding process ended (exit code {self._process.exitcode})")
+            self._fail(f"the decoding process ended (exit code {process.exitcode})")
             raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
 
     def _drain(self) -> None:

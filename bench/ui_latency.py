@@ -110,8 +110,9 @@ def cli_reply_tps(window, prompt: str, speculate: bool, engine=None) -> tuple[fl
     gc.enable()  # safe here: this is the GUI thread
     try:
         session = window.session if engine is None else dataclasses.replace(window.session, engine=engine)
-        for ev in session_mod.reply_events(session, [{"role": "user", "content": prompt}], window.settings.system_prompt,
-                               config, Controls(speculate=speculate)):
+        messages = [{"role": "user", "content": prompt}]
+        for ev in session_mod.reply_events(session, messages, window.settings.system_prompt, config,
+                                           Controls(speculate=speculate)):
             if isinstance(ev, Finished):
                 return ev.stats.tokens_per_s, ev.stats.new_tokens
     finally:
@@ -312,8 +313,8 @@ def main() -> int:
           f"verifier {args.verifier} (drafter {drafter}{', draft ' + args.draft if args.draft else ''}), "
           f"load {time.perf_counter() - t0:.1f} s total run; {os.cpu_count()} CPU cores")
     if ab:
-        print(f"drafter {drafter}; {args.tokens} tokens; {ab} alternating pairs per lane; medians; the window's replies "
-              f"{window.hosts.note or 'decode in its own process'}")
+        print(f"drafter {drafter}; {args.tokens} tokens; {ab} alternating pairs per lane; medians; "
+              f"{window.hosts.note or 'replies decode in the window process'}")
         print_window_cost(cost)
         window.close()
         return code
