@@ -583,8 +583,8 @@ class MainWindow(QMainWindow):
         s = self.session
         # Where it decodes (forking the host on the first reply of a session) before the baseline is picked: a
         # reply decoded apart from the window compares with runs the window did not slow either.
-        reply_events = self.hosts.reply_source(s, head_version=self.adaptation.head_tokens,
-                                               adapting=self.adaptation.enabled)
+        adapting = self.adaptation.enabled and self.adaptation.drafter is not None  # a head learning between replies
+        reply_events = self.hosts.reply_source(s, head_version=self.adaptation.head_tokens, adapting=adapting)
         messages = self.conv.chat_messages()
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
                            baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed,
