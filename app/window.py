@@ -426,7 +426,9 @@ class MainWindow(QMainWindow):
         if baseline is not None:
             parts.append(f"· verifier alone {baseline.tokens_per_s:.1f} tok/s")
         self.model_label.setText(" ".join(parts))
-        self.model_label.setToolTip(f"Baseline for the speedup: {baseline.how}" if baseline else "")
+        where = self.hosts.note[:1].upper() + self.hosts.note[1:] + "." if self.hosts.note else ""  # app/host.py
+        tip = f"Baseline for the speedup: {baseline.how}" if baseline else ""
+        self.model_label.setToolTip("\n".join(t for t in (tip, where) if t))
 
     def show_error(self, text: str) -> None:
         if self._closing:
