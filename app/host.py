@@ -27,6 +27,7 @@ in the child arrives as the same exception (or, if it cannot be pickled, a Specd
 
 from __future__ import annotations
 
+import functools
 import gc
 import multiprocessing
 import os
@@ -106,8 +107,8 @@ class _SharedControls:
 
 
 def _failure(exc: BaseException) -> _Failed:
-    message = str(exc) if isinstance(exc, SpecdecError) else (f"{type(exc).__name__}: {exc}" if str(exc)
-                                                                else type(exc).__name__)
+    # As the window words an error (app.worker.error_text), for one that cannot come back as itself.
+    message = str(exc) if isinstance(exc, SpecdecError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
     try:
         error = pickle.dumps(exc)
         pickle.loads(error)  # an exception whose __init__ takes other arguments does not come back
@@ -288,9 +289,9 @@ class HostKeeper:
 
     def __init__(self) -> None:
         self.host: ReplyHost | None = None
-        self.note = ""  # where replies decode, in words (the status bar's, once per change)
-        self._key: tuple | None = None
-        self._failed: tuple | None = None
+        self.note = ""  # where replies decode, as a sentence (the model label's tooltip)
+        self._key: tuple | None = None  # the session and head the host was forked with
+        self._failed: tuple[tuple, str] | None = None  # the key a host failed for, and why
 
     def reply_source(self, session: Any, *, head_version: int = 0, adapting: bool = False):
         """A callable (messages, system, config, controls) -> events for the next reply: the host's, or
@@ -298,31 +299,26 @@ class HostKeeper:
         from app.session import reply_events
 
         key = (id(session), head_version)
+        if self.host is not None and (self._key != key or not self.host.alive):
+            if self._key == key:  # it died: not again for this session and head
+                self._failed = (key, self.host.failure or "the decoding process ended")
+            self.close()
         reason = "the draft adapts between replies" if adapting else why_not(session)
-        if self.host is not None and self._key == key and not self.host.alive:  # it died: not again for this one
-            self._failed, self.note = key, (f"replies decode in the app's process: "
-                                            f"{self.host.failure or 'the decoding process ended'}")
-        if reason is None and self._failed == key:
-            reason = self.note.removeprefix("replies decode in the app's process: ")
+        if reason is None and self._failed is not None and self._failed[0] == key:
+            reason = self._failed[1]
+        if reason is None and self.host is None:
+            host = ReplyHost(session)
+            if host.start():
+                self.host, self._key = host, key
+            else:
+                reason, self._failed = host.failure, (key, host.failure)
+                host.close()
         if reason is None:
-            if self.host is None or self._key != key or not self.host.alive:
-                self.close()
-                host = ReplyHost(session)
-                if host.start():
-                    self.host, self._key = host, key
-                    self.note = "replies decode in a process of their own"
-                else:
-                    self._failed, reason = key, host.failure
-                    self.note = f"replies decode in the app's process: {reason}"
-                    host.close()
-            if self.host is not None and self._key == key:
-                return self.host.reply_events
+            self.note = "Replies decode in a process of their own."
+            return self.host.reply_events
         self.close()
-        self.note = f"replies decode in the app's process: {reason}"
-
-        def in_process(messages, system, config, controls):
-            return reply_events(session, messages, system, config, controls)
-        return in_process
+        self.note = f"Replies decode in the app's process: {reason}."
+        return functools.partial(reply_events, session)
 
     def close(self) -> None:
         if self.host is not None:

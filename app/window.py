@@ -426,9 +426,8 @@ class MainWindow(QMainWindow):
         if baseline is not None:
             parts.append(f"· verifier alone {baseline.tokens_per_s:.1f} tok/s")
         self.model_label.setText(" ".join(parts))
-        where = self.hosts.note[:1].upper() + self.hosts.note[1:] + "." if self.hosts.note else ""  # app/host.py
         tip = f"Baseline for the speedup: {baseline.how}" if baseline else ""
-        self.model_label.setToolTip("\n".join(t for t in (tip, where) if t))
+        self.model_label.setToolTip("\n".join(t for t in (tip, self.hosts.note) if t))  # where replies decode
 
     def show_error(self, text: str) -> None:
         if self._closing:

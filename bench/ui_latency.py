@@ -123,14 +123,9 @@ def cli_reply_tps(window, prompt: str, speculate: bool, engine=None) -> tuple[fl
 
 def window_cost(window, prompt: str, pairs: int) -> dict[str, dict[str, list[float]]]:
     """{"off"/"on": {"window": [tokens/s...], "cli": [...], ...}}: `pairs` alternating pairs per lane (window then
-    CLI, then CLI then window, ...), so a machine that warms up or gets busier hits both alike."""
-    return _alternate(window, prompt, pairs, (("window", gui_reply_tps), ("cli", cli_reply_tps)))
-
-
-def _alternate(window, prompt: str, pairs: int, order) -> dict[str, dict[str, list[float]]]:
-    """Per lane, `pairs` pairs of the two runs in `order` ((name, run), (name, run)), alternating which goes
-    first: each run's tokens/s, the GUI thread's busy share during the window's runs, and the decoding thread's
-    off-CPU share and CPU milliseconds per token."""
+    CLI, then CLI then window, ...), so a machine that warms up or gets busier hits both alike; with the GUI thread's
+    busy share during the window's runs, and the decoding thread's off-CPU share and CPU milliseconds per token."""
+    order = (("window", gui_reply_tps), ("cli", cli_reply_tps))
     out: dict[str, dict[str, list[float]]] = {}
     for lane, speculate in (("off", False), ("on", True)):
         out[lane] = {"window": [], "cli": [], "load": [os.getloadavg()[0]], "gui_busy": [], "window_off_cpu": [],
@@ -240,10 +235,9 @@ def main() -> int:
     prefer_passive_waiting()  # before anything imports torch (open_window says so again)
     from app.store import Settings
 
-    ab = args.cli_ab
     if args.in_process:
         os.environ["SPECDEC_HOST"] = "0"
-    drafter = args.drafter or ("model" if args.draft else Settings().drafter if ab else "prompt-lookup")
+    drafter = args.drafter or ("model" if args.draft else Settings().drafter if args.cli_ab else "prompt-lookup")
     settings = Settings(verifier=args.verifier, draft=args.draft or Settings().draft, drafter=drafter,
                         max_new_tokens=args.tokens, calibrate=False)
     app, window = open_window(settings)
@@ -302,7 +296,7 @@ def main() -> int:
         app.quit()
 
     def loaded(_session) -> None:
-        QTimer.singleShot(100, measure_cost if ab else run_next)
+        QTimer.singleShot(100, measure_cost if args.cli_ab else run_next)
 
     window.models_loaded.connect(loaded)
     window.load_failed.connect(lambda msg: (print(msg, file=sys.stderr), app.exit(1)))
@@ -312,9 +306,9 @@ def main() -> int:
     print(f"GIL switch interval {sys.getswitchinterval() * 1000:g} ms; "
           f"verifier {args.verifier} (drafter {drafter}{', draft ' + args.draft if args.draft else ''}), "
           f"load {time.perf_counter() - t0:.1f} s total run; {os.cpu_count()} CPU cores")
-    if ab:
-        print(f"drafter {drafter}; {args.tokens} tokens; {ab} alternating pairs per lane; medians; "
-              f"{window.hosts.note or 'replies decode in the window process'}")
+    if args.cli_ab:
+        print(f"drafter {drafter}; {args.tokens} tokens; {args.cli_ab} alternating pairs per lane; medians. "
+              f"{window.hosts.note or 'Replies decode in the window process.'}")
         print_window_cost(cost)
         window.close()
         return code
