@@ -13,12 +13,14 @@ for page (copy on write: weights are only read) instead of loading them a second
 only the thread that forked it; it never touches Qt, only the session's engine, and it freezes what Python's
 collector would otherwise walk (the app's Qt objects must never be finalised there, see gc_pin.py).
 
-Forking is safe only under conditions `why_not` checks: Linux, models on the CPU (a CUDA context does not
-survive a fork; macOS does not allow forking a process that runs Cocoa), and PyTorch running one thread per
-pass (the child then runs one thread too; an OpenMP pool of more threads does not survive a fork, and a child
-limited to one thread would decode slower than the app). Elsewhere replies decode in the app's process, as
-before. The child also checks at start that PyTorch computes, and the app waits for that before it sends a
-reply; a child that does not answer is ended and the app decodes itself.
+Forking is safe only under conditions `why_not` checks: Linux, and models on the CPU (a CUDA context does not
+survive a fork; macOS does not allow forking a process that runs Cocoa). Elsewhere replies decode in the app's
+process, as before. The child runs as many PyTorch threads per pass as the app. An OpenMP thread pool does not
+survive a fork: a child forked by a thread that has run a parallel region waits forever for that region's
+threads at its own first one. So the app forks from a new thread made for it, which has never run one; the
+child's first parallel region then starts a pool of its own. The child checks at start that PyTorch computes in
+parallel, and the app waits for that before it sends a reply; a child that does not answer is ended and the app
+decodes itself.
 
 What the window changes during a reply reaches the child through two shared bytes: cancel, and speculation on
 or off (Ctrl+D), read by the engine at each round. Events come back pickled over a pipe, in order; an error
@@ -34,6 +36,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -51,7 +54,9 @@ _CANCEL, _SPECULATE = 0, 1  # the shared bytes: cancel (0/1), speculate (-1: the
 
 @dataclass(frozen=True)
 class _Ready:
-    pass
+    """The child computes: with this many PyTorch threads per pass."""
+
+    threads: int
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,6 @@ def why_not(session: Any) -> str | None:
     devices = {str(getattr(m, "device", "cpu")) for m in models}
     if devices - {"cpu"}:
         return f"the models run on {', '.join(sorted(devices - {'cpu'}))}"
-    if torch.get_num_threads() != 1:
-        return f"PyTorch runs {torch.get_num_threads()} threads per pass here (a forked child runs one)"
     return None
 
 
@@ -117,20 +120,30 @@ def _failure(exc: BaseException) -> _Failed:
     return _Failed(error, message)
 
 
-def _serve(conn: Any, app_end: Any, session: Any, flags: Any) -> None:
-    """The child: answer _Ready once PyTorch computes, then decode each (messages, system, config) it is sent,
-    sending back every event and then _Ended (or _Failed). None, or the app gone, ends it."""
+def _computes_in_parallel() -> None:
+    """Products large enough for PyTorch to split across its threads (a matrix product and an elementwise one):
+    where the child inherited a dead thread pool, this is where it would wait forever."""
+    import torch
+
+    torch.ones(256, 256) @ torch.ones(256, 256)
+    torch.ones(1 << 18).add_(1)
+
+
+def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> None:
+    """The child: answer _Ready once PyTorch computes with the app's `threads`, then decode each (messages,
+    system, config) it is sent, sending back every event and then _Ended (or _Failed). None, or the app gone,
+    ends it."""
     app_end.close()  # the app's end of the pipe, inherited: closed, so that the app's exit reads as EOF here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the app's to handle
     gc.freeze()  # the app's objects (its Qt objects among them) are never collected here
     gc.enable()  # the replies' own garbage is
     import torch
 
-    torch.set_num_threads(1)
-    torch.ones(8, 8) @ torch.ones(8, 8)
+    torch.set_num_threads(threads)
+    _computes_in_parallel()
     from app.session import reply_events
 
-    conn.send(_Ready())
+    conn.send(_Ready(torch.get_num_threads()))
     controls = _SharedControls(flags)
     while True:
         try:
@@ -162,6 +175,7 @@ class ReplyHost:
         self.session = session
         self.failure: str | None = None
         self.last_reply: _Ended | None = None  # the decoding thread's CPU and wall seconds (for benchmarks)
+        self.threads = 0  # PyTorch's threads per pass in the child, once it has started
         self._process: Any = None
         self._conn: Any = None
         self._flags: Any = None
@@ -172,24 +186,41 @@ class ReplyHost:
         return self._process is not None and self._process.is_alive() and self.failure is None
 
     def start(self) -> bool:
-        """Fork the child and wait for its first answer; False (with `failure` set) if it did not come."""
+        """Fork the child, from a thread made for it (see the module's docstring), and wait for its first
+        answer; False (with `failure` set) if it did not come."""
+        import torch
+
         ctx = multiprocessing.get_context("fork")
         self._flags = ctx.RawArray("b", 2)
         self._conn, child = ctx.Pipe()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork with threads running
-            self._process = ctx.Process(target=_serve, args=(child, self._conn, self.session, self._flags),
-                                        daemon=True, name="specdec-host")
-            self._process.start()
+        self._process = ctx.Process(target=_serve, args=(child, self._conn, self.session, self._flags,
+                                                         torch.get_num_threads()), daemon=True, name="specdec-host")
+        forked: list[BaseException] = []
+        forker = threading.Thread(target=self._fork, args=(forked,), name="specdec-host-fork")
+        forker.start()
+        forker.join()
         child.close()
+        if forked:
+            self._process = None
+            self._fail(f"the decoding process could not be started ({forked[0]})")
+            return False
         try:
-            ready = self._conn.poll(READY_TIMEOUT_S) and isinstance(self._conn.recv(), _Ready)
+            ready = self._conn.recv() if self._conn.poll(READY_TIMEOUT_S) else None
         except (EOFError, OSError):
-            ready = False
-        if not ready:
+            ready = None
+        if not isinstance(ready, _Ready):
             self._fail(f"the decoding process did not start within {READY_TIMEOUT_S:g} s")
             return False
+        self.threads = ready.threads
         return True
+
+    def _fork(self, failed: list[BaseException]) -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork with threads running
+                self._process.start()
+        except OSError as exc:  # out of memory or processes
+            failed.append(exc)
 
     def reply_events(self, messages: list[dict], system: str | None, config: Any, controls: Any) -> Iterator[object]:
         """The reply's events as the child decodes them; `controls` (the window's) reach it while it does."""
@@ -314,7 +345,8 @@ class HostKeeper:
                 reason, self._failed = host.failure, (key, host.failure)
                 host.close()
         if reason is None:
-            self.note = "Replies decode in a process of their own."
+            threads = self.host.threads
+            self.note = f"Replies decode in a process of their own ({threads} PyTorch thread{'s' * (threads > 1)})."
             return self.host.reply_events
         self.close()
         self.note = f"Replies decode in the app's process: {reason}."

@@ -138,11 +138,30 @@ def test_where_a_child_cannot_be_forked_safely_the_reason_is_given(session, monk
     monkeypatch.setenv("SPECDEC_HOST", "0")
     assert "SPECDEC_HOST=0" in why_not(session)
     monkeypatch.delenv("SPECDEC_HOST")
-    torch.set_num_threads(2)
-    assert "2 threads" in why_not(session)
-    torch.set_num_threads(1)
     monkeypatch.setattr(session.verifier, "device", torch.device("meta"))
     assert "meta" in why_not(session)
+
+
+def test_a_child_runs_the_apps_threads_per_pass_though_the_app_ran_parallel_products_before(session):
+    """An OpenMP pool does not survive a fork: forked by a thread that ran parallel regions, the child would hang
+    at its first one. The host forks from a fresh thread, so this thread's pool does not matter."""
+    import torch
+
+    torch.set_num_threads(2)
+    for _ in range(3):
+        torch.ones(256, 256) @ torch.ones(256, 256)  # this thread now owns a pool of 2
+        torch.ones(1 << 18).add_(1)
+    config = GenerationConfig(max_new_tokens=12, gamma=3, tree_nodes=0)
+    _evs, here = _reply(reply_events(session, MESSAGES, None, config, Controls()))
+    host = ReplyHost(session)
+    try:
+        assert host.start(), host.failure
+        assert host.threads == 2
+        _evs, there = _reply(host.reply_events(MESSAGES, None, config, Controls()))
+        assert there.token_ids == here.token_ids and there.stop_reason is here.stop_reason
+    finally:
+        host.close()
+        torch.set_num_threads(1)
 
 
 def test_the_window_streams_a_reply_its_host_decodes_and_stops_it_on_close(make_window, send_and_wait, one_thread):
@@ -155,7 +174,7 @@ def test_the_window_streams_a_reply_its_host_decodes_and_stops_it_on_close(make_
     w.new_chat()
     again = send_and_wait(w, "hello there")
     assert w.hosts.host is host and [t.token_id for t in again.tokens] == [t.token_id for t in here.tokens]
-    assert "Replies decode in a process of their own." in w.model_label.toolTip()  # said where the user can find it
+    assert "Replies decode in a process of their own (1 PyTorch thread)." in w.model_label.toolTip()  # said
     w.close()
     assert w.hosts.host is None and not host.alive
 
