@@ -758,6 +758,8 @@ class ConversationStore:
     def list(self) -> list[ConversationInfo]:
         """Saved conversations, most recently updated first (queued saves included); bad rows skipped."""
         out: dict[str, ConversationInfo] = {}
+        with self._lock:  # before the rows: a save that lands in between is then in one or the other, never neither
+            pending = dict(self._pending)
         try:
             rows = self._connect().execute("SELECT id, title, updated, message_count, format FROM conversations "
                                            "ORDER BY updated DESC").fetchall()
@@ -778,8 +780,6 @@ class ConversationStore:
                     self.notices.append(notice)
                 continue
             out[conv_id] = ConversationInfo(conv_id, title, float(updated), count, fmt > FORMAT_VERSION)
-        with self._lock:
-            pending = dict(self._pending)
         for conv_id, info in pending.items():
             if info is None:
                 out.pop(conv_id, None)

@@ -197,6 +197,28 @@ def test_background_saves_are_listed_before_they_land_and_written_in_order(tmp_p
     assert ConversationStore(tmp_path).load(conv.id).title == "renamed"
 
 
+def test_a_save_that_lands_while_the_list_reads_the_database_is_still_listed(tmp_path, monkeypatch):
+    import threading
+
+    store = ConversationStore(tmp_path)
+    gate = threading.Event()
+    store._writer.submit(gate.wait)  # the write below waits until the list has read the rows
+    conv = Conversation(messages=[Message("user", "one")])
+    conv.auto_title()
+    future = store.save_in_background(conv)
+    real = store._connect()
+
+    class ReadThenLand:
+        def execute(self, sql, *args):
+            rows = real.execute(sql, *args).fetchall()  # the database as it was: without the save
+            gate.set()
+            future.result()  # now it lands (and leaves the queue) before the list goes on
+            return type("Rows", (), {"fetchall": lambda self: rows})()
+
+    monkeypatch.setattr(store, "_connect", lambda: ReadThenLand())
+    assert [c.title for c in store.list()] == ["one"]
+
+
 def test_a_damaged_database_is_kept_aside_and_a_new_one_started(tmp_path):
     (tmp_path / "conversations.sqlite3").write_bytes(b"this is not a database" * 100)
     store = ConversationStore(tmp_path)
