@@ -1,4 +1,4 @@
-"""The chat's replies decoded in a child process, so that the window's own Python does not slow them.
+"""The chat's replies and races decoded in a child process, so that the window's own Python does not slow them.
 
 Both threads of one process share the GIL: the decoding thread needs it between almost all of its operations
 (a small model's forward pass is hundreds of them, each called from Python), and the GUI thread holds it for
@@ -22,6 +22,10 @@ child's first parallel region then starts a pool of its own. The child checks at
 parallel, and the app waits for that before it sends a reply; a child that does not answer is ended and the app
 decodes itself.
 
+The child runs jobs: a reply (app.session.reply_events) or a race (app.talk.context.race_events), each a
+module-level generator of events taking (session, *args, controls), named by a "module:function" string and
+looked up where it runs, here or in the child (`run_here`, `ReplyHost.run`).
+
 What the window changes during a reply reaches the child through two shared bytes: cancel, and speculation on
 or off (Ctrl+D), read by the engine at each round. Events come back pickled over a pipe, in order; an error
 in the child arrives as the same exception (or, if it cannot be pickled, a SpecdecError with its message).
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import multiprocessing
 import os
 import pickle
@@ -39,7 +44,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +54,8 @@ OFF_ENV = "SPECDEC_HOST"  # "0": replies decode in the app's own process
 READY_TIMEOUT_S = 5.0  # the child's first answer (the GUI waits): it only has to compute one tiny product
 POLL_S = 0.02  # how often the waiting side passes a cancel or a speculation switch on to the child
 DRAIN_TIMEOUT_S = 5.0  # a reply abandoned midway: how long to wait for the child to end it
+REPLY = "app.session:reply_events"  # a chat reply: (messages, system, config)
+RACE = "app.talk.context:race_events"  # a race, speculation off against on: (messages, system, config, pairs)
 _CANCEL, _SPECULATE = 0, 1  # the shared bytes: cancel (0/1), speculate (-1: the config's, 0 off, 1 on)
 
 
@@ -73,6 +80,19 @@ class _Failed:
 
     error: bytes | None
     message: str
+
+
+def _job(name: str) -> Callable[..., Iterator[object]]:
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def run_here(session: Any, job: str, args: tuple, controls: Any) -> Iterator[object]:
+    """The job's events, decoded in this process: what `ReplyHost.run` does in the child."""
+    return _job(job)(session, *args, controls)
+
+
+Runner = Callable[[str, tuple, Any], Iterator[object]]  # (job, args, controls) -> its events: a host's, or run_here
 
 
 def why_not(session: Any) -> str | None:
@@ -130,9 +150,8 @@ def _computes_in_parallel() -> None:
 
 
 def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> None:
-    """The child: answer _Ready once PyTorch computes with the app's `threads`, then decode each (messages,
-    system, config) it is sent, sending back every event and then _Ended (or _Failed). None, or the app gone,
-    ends it."""
+    """The child: answer _Ready once PyTorch computes with the app's `threads`, then run each (job, args) it is
+    sent, sending back every event and then _Ended (or _Failed). None, or the app gone, ends it."""
     app_end.close()  # the app's end of the pipe, inherited: closed, so that the app's exit reads as EOF here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the app's to handle
     gc.freeze()  # the app's objects (its Qt objects among them) are never collected here
@@ -141,8 +160,6 @@ def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> N
 
     torch.set_num_threads(threads)
     _computes_in_parallel()
-    from app.session import reply_events
-
     conn.send(_Ready(torch.get_num_threads()))
     controls = _SharedControls(flags)
     while True:
@@ -152,10 +169,10 @@ def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> N
             return
         if job is None:
             return
-        messages, system, config = job
+        name, args = job
         cpu, wall = time.thread_time(), time.perf_counter()
         try:
-            for ev in reply_events(session, messages, system, config, controls):
+            for ev in run_here(session, name, args, controls):
                 conn.send(ev)
             conn.send(_Ended(time.thread_time() - cpu, time.perf_counter() - wall))
         except (BrokenPipeError, EOFError):
@@ -165,10 +182,10 @@ def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> N
 
 
 class ReplyHost:
-    """A child process that decodes the replies of one session (see the module's docstring).
+    """A child process that decodes the replies and races of one session (see the module's docstring).
 
     `start()` forks it (on the GUI thread, with no other work running on the session's models); then
-    `reply_events(...)` is app.session.reply_events without the session, to run on a worker thread. Once the
+    `run(job, args, controls)` is `run_here` without the session, to call on a worker thread. Once the
     child has died, `alive` is False and `failure` says why; the window then decodes in its own process."""
 
     def __init__(self, session: Any) -> None:
@@ -223,7 +240,11 @@ class ReplyHost:
             failed.append(exc)
 
     def reply_events(self, messages: list[dict], system: str | None, config: Any, controls: Any) -> Iterator[object]:
-        """The reply's events as the child decodes them; `controls` (the window's) reach it while it does."""
+        """A chat reply's events (app.session.reply_events) as the child decodes them."""
+        return self.run(REPLY, (messages, system, config), controls)
+
+    def run(self, job: str, args: tuple, controls: Any) -> Iterator[object]:
+        """The job's events as the child decodes them; `controls` (the window's) reach it while it does."""
         process = self._process  # close() (on the GUI thread) may let go of it while this thread reads
         if not self.alive:
             if self.failure is None:
@@ -234,7 +255,7 @@ class ReplyHost:
         self._busy, ended = True, False
         self._pass_controls(controls)
         try:
-            self._send((messages, system, config))
+            self._send((job, args))
             while True:
                 self._pass_controls(controls)
                 if not self._conn.poll(POLL_S):
@@ -324,11 +345,9 @@ class HostKeeper:
         self._key: tuple | None = None  # the session and head the host was forked with
         self._failed: tuple[tuple, str] | None = None  # the key a host failed for, and why
 
-    def reply_source(self, session: Any, *, head_version: int = 0, adapting: bool = False):
-        """A callable (messages, system, config, controls) -> events for the next reply: the host's, or
-        app.session.reply_events over `session` in this process. Forks on the calling (GUI) thread."""
-        from app.session import reply_events
-
+    def runner(self, session: Any, *, head_version: int = 0, adapting: bool = False) -> Runner:
+        """Where the next job on `session`'s models runs: the host's `run`, or `run_here` over `session` in this
+        process. Forks on the calling (GUI) thread."""
         key = (id(session), head_version)
         if self.host is not None and (self._key != key or not self.host.alive):
             if self._key == key:  # it died: not again for this session and head
@@ -347,10 +366,10 @@ class HostKeeper:
         if reason is None:
             threads = self.host.threads
             self.note = f"Replies decode in a process of their own ({threads} PyTorch thread{'s' * (threads > 1)})."
-            return self.host.reply_events
+            return self.host.run
         self.close()
         self.note = f"Replies decode in the app's process: {reason}."
-        return functools.partial(reply_events, session)
+        return functools.partial(run_here, session)
 
     def close(self) -> None:
         if self.host is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from app.host import Runner
     from app.session import Busy, Session
     from app.store import Conversation, Settings
 
@@ -55,3 +56,7 @@ class RunPort(StatePort, Protocol):
 
     def prompt_messages(self, prompt: str | None = None) -> list[dict] | str:
         """The chat messages a run would send (with `prompt`, else the composer's text), or why there are none."""
+
+    def job_runner(self) -> Runner:
+        """Where a run on the session's models decodes now (app/host.py): the window's decoding process, where
+        one can, else this process. May fork that process: call it on the GUI thread."""

@@ -70,17 +70,17 @@ class RaceController(QObject):
         if w.session.drafter is None:
             w.show_error("There is no usable drafter, so there is nothing to race. " + w.session.verdict)
             return
-        from app.talk.context import TalkContext, lane_events, race_lanes
+        from app.speedup import race_order
+        from app.talk.context import TalkContext
         from specdec_core.engine import Controls
 
-        s = w.session
         self._greedy = config.greedy
         controls = Controls()
-        lanes = race_lanes(s.verifier, s.drafter, self.pairs)
-        w.graphs.race.start([lane.key for lane in lanes])
+        # In the window's decoding process where there is one (app/host.py), as the chat's replies.
+        events = TalkContext(w.session, messages, w.conv.system, config, w.job_runner).race_source(self.pairs)
+        w.graphs.race.start([key for key, _speculate in race_order(self.pairs)])
         w.show_graphs(1)
-        ctx = TalkContext(s, messages, w.conv.system, config)
-        worker = EventWorker(lambda: lane_events(ctx, lanes, controls), on_abort=controls.cancel, name="race",
+        worker = EventWorker(lambda: events(controls), on_abort=controls.cancel, name="race",
                              polled=True)  # the window's flush tick delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(lambda exc: w.show_error(f"Race failed: {error_text(exc)}"))

@@ -42,7 +42,7 @@ from app.conversations import ConversationController
 from app.export import ExportController
 from app.fit import ElidedLabel, fit_to_screen
 from app.graphs import GraphsPanel
-from app.host import HostKeeper
+from app.host import REPLY, HostKeeper, Runner
 from app.loading import LoadController
 from app.race_controller import RaceController
 from app.session import Busy, PromptInfo, Session
@@ -584,8 +584,7 @@ class MainWindow(QMainWindow):
         s = self.session
         # Where it decodes (forking the host on the first reply of a session) before the baseline is picked: a
         # reply decoded apart from the window compares with runs the window did not slow either.
-        adapting = self.adaptation.enabled and self.adaptation.drafter is not None  # a head learning between replies
-        reply_events = self.hosts.reply_source(s, head_version=self.adaptation.head_tokens, adapting=adapting)
+        run = self.job_runner()
         messages = self.conv.chat_messages()
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
                            baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed,
@@ -603,13 +602,19 @@ class MainWindow(QMainWindow):
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
         system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
-        worker = EventWorker(lambda: reply_events(messages, system, config, controls),
+        worker = EventWorker(lambda: run(REPLY, (messages, system, config), controls),
                              on_abort=controls.cancel, name="reply", polled=True)  # flush() delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_gen_error)
         worker.finished.connect(lambda w=worker: self._on_gen_finished(w))
         self._gen_worker = worker
         self.start_worker(worker, Busy.REPLY, "Generating…")
+
+    def job_runner(self) -> Runner:
+        """Where a run on the session's models decodes now: the host's process where one can (forked here on the
+        first run after a load), else this one (app/host.py). Call on the GUI thread."""
+        adapting = self.adaptation.enabled and self.adaptation.drafter is not None  # a head learning between replies
+        return self.hosts.runner(self.session, head_version=self.adaptation.head_tokens, adapting=adapting)
 
     def _restore_earlier_versions(self) -> None:
         """A regenerate that could not start: the reply it set aside is shown again."""

@@ -5,7 +5,7 @@ The app states a speedup in three places, each against a verifier-alone run of i
   (app/speedup.py BaselineBook.pick: the median of the verifier-alone runs most like it, the load-time
   calibration, replies with speculation off and race lanes, at a similar prompt length and UI load);
 - the race (Talk ▸ Race, or with --race window the graphs' Race tab): the median of RACE_PAIRS alternating
-  off/on pairs, each lane on a fresh engine;
+  off/on pairs, each lane on a fresh engine (decoded where the chat's replies are: app/host.py);
 - the CLI, `specdec generate` with and without --no-speculation, on over off: the session's models consuming
   the events with no window (bench/ui_latency.py cli_reply_tps), each reply on a new engine, as each
   `specdec generate` process builds one (no verify costs or acceptance learned from earlier replies).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from app.session import PromptInfo, Session
@@ -21,6 +22,7 @@ from specdec_core.events import Finished, StopReason, TokenCommitted, TokenState
 from specdec_core.stats import Stats
 
 if TYPE_CHECKING:
+    from app.host import Runner
     from app.ports import RunPort
 
 
@@ -30,6 +32,18 @@ class TalkContext:
     messages: list[dict]  # the conversation up to and including the user's prompt
     system: str | None
     config: GenerationConfig
+    # Where a race on these models runs (app/host.py: the window's decoding process, or this one); called on the
+    # GUI thread as the race starts. None: in this process.
+    runner: Callable[[], Runner] | None = None
+
+    def race_source(self, pairs: int) -> Callable[[Any], Iterator[object]]:
+        """(controls) -> the events of a race of `pairs` alternating off/on pairs on this prompt (race_events),
+        decoded where `runner` says. Call on the GUI thread (it may fork the window's decoding process)."""
+        from app.host import RACE, run_here
+
+        run = self.runner() if self.runner is not None else partial(run_here, self.session)
+        args = (self.messages, self.system, self.config, pairs)
+        return lambda controls: run(RACE, args, controls)
 
     def prompt_ids(self) -> list[int]:
         from specdec_core.text.chat import build_prompt
@@ -45,7 +59,7 @@ class TalkContext:
 
     def with_prompt(self, text: str) -> TalkContext:
         """The same models and settings on a new single-turn prompt."""
-        return TalkContext(self.session, [{"role": "user", "content": text}], self.system, self.config)
+        return TalkContext(self.session, [{"role": "user", "content": text}], self.system, self.config, self.runner)
 
 
 def context_from_window(window: RunPort, prompt: str | None = None) -> TalkContext | str:
@@ -68,7 +82,7 @@ def context_from_window(window: RunPort, prompt: str | None = None) -> TalkConte
         config = session_mod.config_from_settings(window.settings)
     except SpecdecError as exc:
         return f"Check the generation settings: {exc}"
-    return TalkContext(session, messages, window.conv.system, config)
+    return TalkContext(session, messages, window.conv.system, config, window.job_runner)
 
 
 # ---- lanes: the same prompt under several configurations, one after the other ----------------------
@@ -101,6 +115,13 @@ def race_lanes(verifier: Any, drafter: Any, pairs: int) -> list[Lane]:
     """A race: the verifier alone and speculation, `pairs` times each, alternating (speedup.race_order)."""
     return [engine_lane(key, "speculation on" if spec else "speculation off", verifier, drafter if spec else None,
                         spec) for key, spec in race_order(pairs)]
+
+
+def race_events(session: Session, messages: list[dict], system: str | None, config: GenerationConfig, pairs: int,
+                controls: Any) -> Iterator[object]:
+    """A race as a job (app/host.py): PromptInfo, then race_lanes' events as LaneEvents, lane after lane."""
+    ctx = TalkContext(session, messages, system, config)
+    return lane_events(ctx, race_lanes(session.verifier, session.drafter, pairs), controls)
 
 
 def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:

@@ -7,6 +7,9 @@ into the panes and new rounds into the persistent curves.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, Signal
@@ -39,7 +42,9 @@ class LaneRun(QObject):
         self.worker: EventWorker | None = None
         self.controls = None
 
-    def start(self, ctx: TalkContext) -> None:
+    def start(self, ctx: TalkContext, events: Callable[[Any], Iterator[object]] | None = None) -> None:
+        """Run the lanes on `ctx`'s prompt; `events` ((controls) -> lane_events' events, e.g. a race decoded in
+        the window's decoding process, TalkContext.race_source) in place of running them here."""
         from specdec_core.engine import Controls
 
         self.controls = controls = Controls()
@@ -47,7 +52,8 @@ class LaneRun(QObject):
         for lane in self.lanes:
             tr = self.traces[lane.key]
             tr.config = {"temperature": config.temperature, "gamma": config.gamma, "seed": config.seed}
-        worker = EventWorker(lambda: lane_events(ctx, self.lanes, controls), on_abort=controls.cancel,
+        run = events or (lambda c: lane_events(ctx, self.lanes, c))
+        worker = EventWorker(lambda: run(controls), on_abort=controls.cancel,
                              name="talk-lanes")
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_error)

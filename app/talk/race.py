@@ -175,7 +175,7 @@ class RaceView(QWidget):
             + (" (the panes show the first pair)" if order.index(k) >= 2 else "")))
         self.run.errored.connect(lambda m: self.status.setText(f"Error: {m}"))
         self.run.finished.connect(self._on_finished)
-        self.run.start(ctx)
+        self.run.start(ctx, ctx.race_source(self.pairs))  # where the chat's replies decode (app/host.py)
         self.timer.start()
         self._update_buttons()
 

@@ -41,6 +41,7 @@ def test_a_slow_first_draft_in_the_app_does_not_pause_speculation_for_the_reply(
     import time
 
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_HOST", "0")  # the drafter patched below is this process's (a host's is a copy)
     from app.store import ConversationStore, Settings
     from app.window import MainWindow
 

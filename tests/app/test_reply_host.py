@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from app.host import HostKeeper, ReplyHost, why_not
+from app.host import RACE, REPLY, HostKeeper, ReplyHost, run_here, why_not
 from app.session import LoadRequest, PromptInfo, load_session, reply_events
 from specdec_core.config import GenerationConfig
 from specdec_core.defaults import MODEL
@@ -101,16 +101,17 @@ def test_an_error_in_the_child_arrives_as_the_same_error(session, host):
 def test_a_child_that_died_is_said_and_the_keeper_decodes_in_the_app_from_then_on(session):
     keeper = HostKeeper()
     try:
-        source = keeper.reply_source(session)
+        run = keeper.runner(session)
         host = keeper.host
-        assert host is not None and source == host.reply_events
+        assert host is not None and run == host.run
         os.kill(host._process.pid, signal.SIGKILL)
         host._process.join(5)
+        args = (MESSAGES, None, GenerationConfig(max_new_tokens=4))
         with pytest.raises(SpecdecError, match="decoding process"):
-            list(source(MESSAGES, None, GenerationConfig(max_new_tokens=4), Controls()))
-        again = keeper.reply_source(session)
+            list(run(REPLY, args, Controls()))
+        again = keeper.runner(session)
         assert keeper.host is None and "app's process" in keeper.note
-        _evs, end = _reply(again(MESSAGES, None, GenerationConfig(max_new_tokens=4), Controls()))
+        _evs, end = _reply(again(REPLY, args, Controls()))
         assert end.stop_reason is not StopReason.ERROR
     finally:
         keeper.close()
@@ -119,13 +120,13 @@ def test_a_child_that_died_is_said_and_the_keeper_decodes_in_the_app_from_then_o
 def test_the_keeper_forks_again_for_another_session_or_head_and_never_while_the_head_adapts(session):
     keeper = HostKeeper()
     try:
-        keeper.reply_source(session)
+        keeper.runner(session)
         first = keeper.host
-        keeper.reply_source(session)
+        keeper.runner(session)
         assert keeper.host is first  # the same session and head: the same child
-        keeper.reply_source(session, head_version=5)
+        keeper.runner(session, head_version=5)
         assert keeper.host is not first and keeper.host is not None and not first.alive
-        keeper.reply_source(session, head_version=5, adapting=True)
+        keeper.runner(session, head_version=5, adapting=True)
         assert keeper.host is None and "adapts" in keeper.note
     finally:
         keeper.close()
@@ -164,6 +165,22 @@ def test_a_child_runs_the_apps_threads_per_pass_though_the_app_ran_parallel_prod
         torch.set_num_threads(1)
 
 
+def test_a_race_decoded_by_the_host_runs_the_same_lanes_as_in_the_app(session, host):
+    from app.talk.context import LaneEvent
+
+    args = (MESSAGES, None, GenerationConfig(max_new_tokens=10, gamma=3, tree_nodes=0), 2)
+
+    def lanes(events) -> dict[str, tuple]:
+        evs = list(events)
+        assert isinstance(evs[0], PromptInfo) and all(isinstance(e, LaneEvent) for e in evs[1:])
+        return {e.lane: e.event.token_ids for e in evs[1:] if isinstance(e.event, Finished)}
+
+    here = lanes(run_here(session, RACE, args, Controls()))
+    there = lanes(host.run(RACE, args, Controls()))
+    assert there == here and list(there) == ["off", "on", "on 2", "off 2"]  # each pair in turn the other way
+    assert len(set(there.values())) == 1  # greedy: every lane writes the same reply
+
+
 def test_the_window_streams_a_reply_its_host_decodes_and_stops_it_on_close(make_window, send_and_wait, one_thread):
     w = make_window()
     here = send_and_wait(w, "hello there")
@@ -188,3 +205,23 @@ def test_a_hosted_reply_compares_with_runs_the_window_did_not_slow_either(make_w
     w.new_chat()
     on = send_and_wait(w, "hello there")
     assert "process apart from the window" in on.baseline_source and on.baseline_note.startswith("like for like")
+
+
+def test_the_windows_race_and_talks_race_decode_in_the_same_child_as_the_replies(make_window, qtbot, one_thread):
+    w = make_window(max_new_tokens=12)
+    w.composer.setPlainText("Race me")
+    with qtbot.waitSignal(w.race_finished, timeout=120_000) as done:
+        w.racer.race()
+    host = w.hosts.host
+    assert host is not None and host.alive and "identical" in done.args[0]  # forked for the race, which ran there
+    off, on = w.graphs.race.traces["off"], w.graphs.race.traces["on"]
+    assert off.text == on.text and on.speculative and not off.error
+    before = host.last_reply
+    w.composer.setPlainText("Race me")
+    dlg = w.talk.open_race()
+    view = dlg.view
+    with qtbot.waitSignal(view.finished, timeout=120_000):
+        pass
+    assert w.hosts.host is host and host.last_reply is not before  # the same child ran it: no second fork
+    assert view.result is not None and view.result.spread is not None
+    dlg.close()

@@ -91,7 +91,8 @@ def test_mid_reply_the_graph_header_and_the_bubble_footer_show_the_same_speed(ma
     assert shown and all(h == f for h, f in shown), shown[:5]
 
 
-def test_a_reply_says_how_its_baseline_was_measured(make_window, send_and_wait):
+def test_a_reply_says_how_its_baseline_was_measured(make_window, send_and_wait, monkeypatch):
+    monkeypatch.setenv("SPECDEC_HOST", "0")  # replies in this process, beside the repainting graphs
     w = make_window(max_new_tokens=32)  # long enough for a speedup with its spread (app/trace.py)
     w.spec_button.setChecked(False)
     send_and_wait(w, "Hello")

@@ -131,7 +131,7 @@ def test_modules_outside_the_main_window_use_only_its_public_surface():
     assert not bad, "\n".join(bad)
 
 
-QT_FREE_APP_MODULES = ("session", "trace", "store", "speedup", "branches", "validate", "markdown", "ports",
+QT_FREE_APP_MODULES = ("session", "trace", "store", "speedup", "branches", "validate", "markdown", "ports", "host",
                        "talk/context", "talk/rounds", "talk/drafters")
 
 
