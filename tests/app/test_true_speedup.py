@@ -133,6 +133,16 @@ def test_until_a_like_for_like_run_the_baseline_says_it_is_only_the_load_time_ca
     assert not repainting.like_for_like and repainting.short == "vs runs with the live graphs hidden"
 
 
+def test_once_the_user_has_run_the_verifier_alone_the_load_time_calibration_no_longer_counts():
+    book = BaselineBook()
+    book.add(BaselineSample(6.8, 36, "calibration", graphs_live=False))  # read low, as the models were first used
+    book.add(BaselineSample(8.4, 40, "speculation-off reply", graphs_live=False))
+    b = book.pick(40, graphs_live=False)
+    assert b.tokens_per_s == 8.4 and b.samples == 1 and "(speculation-off reply)" in b.how and b.like_for_like
+    book.add(BaselineSample(8.0, 38, "race", graphs_live=False))
+    assert book.pick(40, graphs_live=False).tokens_per_s == 8.2  # the median of the two, without the 6.8
+
+
 def test_the_graph_header_shows_no_verdict_colour_against_the_calibration_alone(qtbot):
     from app.graphs import LiveGraphs
     from app.trace import ReplyTrace, RoundRecord
