@@ -51,7 +51,7 @@ from typing import Any
 from specdec_core.errors import SpecdecError
 
 OFF_ENV = "SPECDEC_HOST"  # "0": replies decode in the app's own process
-READY_TIMEOUT_S = 5.0  # the child's first answer (the GUI waits): it only has to compute one tiny product
+READY_TIMEOUT_S = 5.0  # the child's first answer (the GUI waits): it only has to compute two small products
 POLL_S = 0.02  # how often the waiting side passes a cancel or a speculation switch on to the child
 DRAIN_TIMEOUT_S = 5.0  # a reply abandoned midway: how long to wait for the child to end it
 REPLY = "app.session:reply_events"  # a chat reply: (messages, system, config)
@@ -365,10 +365,11 @@ class HostKeeper:
                 host.close()
         if reason is None:
             threads = self.host.threads
-            self.note = f"Replies decode in a process of their own ({threads} PyTorch thread{'s' * (threads > 1)})."
+            self.note = (f"Replies and races decode in a process of their own ({threads} PyTorch "
+                         f"thread{'s' * (threads > 1)}).")
             return self.host.run
         self.close()
-        self.note = f"Replies decode in the app's process: {reason}."
+        self.note = f"Replies and races decode in the app's process: {reason}."
         return functools.partial(run_here, session)
 
     def close(self) -> None:

@@ -308,7 +308,7 @@ def main() -> int:
           f"load {time.perf_counter() - t0:.1f} s total run; {os.cpu_count()} CPU cores")
     if args.cli_ab:
         print(f"drafter {drafter}; {args.tokens} tokens; {args.cli_ab} alternating pairs per lane; medians. "
-              f"{window.hosts.note or 'Replies decode in the window process.'}")
+              f"{window.hosts.note or 'Replies and races decode in the window process.'}")
         print_window_cost(cost)
         window.close()
         return code

@@ -191,7 +191,7 @@ def test_the_window_streams_a_reply_its_host_decodes_and_stops_it_on_close(make_
     w.new_chat()
     again = send_and_wait(w, "hello there")
     assert w.hosts.host is host and [t.token_id for t in again.tokens] == [t.token_id for t in here.tokens]
-    assert "Replies decode in a process of their own (1 PyTorch thread)." in w.model_label.toolTip()  # said
+    assert "Replies and races decode in a process of their own (1 PyTorch thread)." in w.model_label.toolTip()
     w.close()
     assert w.hosts.host is None and not host.alive
 
