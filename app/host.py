@@ -239,10 +239,6 @@ class ReplyHost:
         except OSError as exc:  # out of memory or processes
             failed.append(exc)
 
-    def reply_events(self, messages: list[dict], system: str | None, config: Any, controls: Any) -> Iterator[object]:
-        """A chat reply's events (app.session.reply_events) as the child decodes them."""
-        return self.run(REPLY, (messages, system, config), controls)
-
     def run(self, job: str, args: tuple, controls: Any) -> Iterator[object]:
         """The job's events as the child decodes them; `controls` (the window's) reach it while it does."""
         process = self._process  # close() (on the GUI thread) may let go of it while this thread reads

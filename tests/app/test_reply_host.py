@@ -56,7 +56,7 @@ def _reply(events) -> tuple[list, Finished]:
 def test_a_hosted_greedy_reply_is_the_reply_decoded_in_the_app(session, host):
     config = GenerationConfig(max_new_tokens=16, gamma=3, tree_nodes=0)
     here, here_end = _reply(reply_events(session, MESSAGES, None, config, Controls()))
-    there, there_end = _reply(host.reply_events(MESSAGES, None, config, Controls()))
+    there, there_end = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
     assert isinstance(there[0], PromptInfo) and there[0] == here[0]
     assert there_end.token_ids == here_end.token_ids and there_end.text == here_end.text
     assert any(isinstance(ev, RoundVerified) and ev.drafted for ev in there)  # it speculated there too
@@ -66,23 +66,23 @@ def test_a_hosted_greedy_reply_is_the_reply_decoded_in_the_app(session, host):
 def test_the_windows_cancel_and_speculation_switch_reach_the_child(host):
     config = GenerationConfig(max_new_tokens=40, gamma=3, tree_nodes=0)
     off = Controls(speculate=False)
-    evs, end = _reply(host.reply_events(MESSAGES, None, config, off))
+    evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), off))
     assert all(not ev.drafted for ev in evs if isinstance(ev, RoundVerified))
 
     controls = Controls()
     controls.cancel()  # the window's Stop (a tiny model would finish before a cancel sent midway arrived)
-    _evs, end = _reply(host.reply_events(MESSAGES, None, config, controls))
+    _evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), controls))
     assert end.stop_reason is StopReason.CANCELLED and len(end.token_ids) < 40
-    _evs, end = _reply(host.reply_events(MESSAGES, None, config, Controls()))  # the next reply runs in full
+    _evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))  # the next reply runs in full
     assert end.stop_reason is not StopReason.CANCELLED
 
 
 def test_a_reply_left_midway_does_not_leak_into_the_next(host):
     config = GenerationConfig(max_new_tokens=30, gamma=3, tree_nodes=0)
-    events = host.reply_events(MESSAGES, None, config, Controls())
+    events = host.run(REPLY, (MESSAGES, None, config), Controls())
     next(events), next(events)
     events.close()  # its consumer stopped reading
-    evs, end = _reply(host.reply_events(MESSAGES, None, config, Controls()))
+    evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
     assert isinstance(evs[0], PromptInfo) and end.stop_reason is not StopReason.CANCELLED
 
 
@@ -92,9 +92,9 @@ def test_an_error_in_the_child_arrives_as_the_same_error(session, host):
     with pytest.raises(SpecdecError) as here:
         list(reply_events(session, huge, None, config, Controls()))
     with pytest.raises(SpecdecError) as there:
-        list(host.reply_events(huge, None, config, Controls()))
+        list(host.run(REPLY, (huge, None, config), Controls()))
     assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
-    _evs, end = _reply(host.reply_events(MESSAGES, None, GenerationConfig(max_new_tokens=4), Controls()))
+    _evs, end = _reply(host.run(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), Controls()))
     assert end.stop_reason is not StopReason.ERROR
 
 
@@ -158,7 +158,7 @@ def test_a_child_runs_the_apps_threads_per_pass_though_the_app_ran_parallel_prod
     try:
         assert host.start(), host.failure
         assert host.threads == 2
-        _evs, there = _reply(host.reply_events(MESSAGES, None, config, Controls()))
+        _evs, there = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
         assert there.token_ids == here.token_ids and there.stop_reason is here.stop_reason
     finally:
         host.close()
