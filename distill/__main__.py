@@ -93,6 +93,20 @@ def _head_folder(work: Path, name: str) -> str:
     return str(work / "runs" / name / "model")
 
 
+def _precision_options(p) -> None:
+    precision = p.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true",
+                           help="bfloat16 autocast on the CPU (default: only where the CPU has bfloat16 instructions)")
+    precision.add_argument("--fp32", action="store_true",
+                           help="no bfloat16 autocast on the CPU (default on a CPU without native bfloat16)")
+
+
+def _bf16(args) -> bool:
+    from specdec_core.loading.cpu_speed import native_bfloat16
+
+    return args.bf16 or (not args.fp32 and native_bfloat16())
+
+
 def cmd_train_head(args) -> None:
     from distill.head import HeadSettings, train_head
 
@@ -101,7 +115,7 @@ def cmd_train_head(args) -> None:
                             cls_weight=args.cls_weight, noise=args.noise, seed=args.seed, warmup=args.warmup,
                             chain_steps=args.chain_steps, depth_decay=args.depth_decay,
                             validation_shards=args.validation_shards, head_ids=args.head_ids,
-                            validate_every=args.validate_every, bf16=not args.fp32,
+                            validate_every=args.validate_every, bf16=_bf16(args),
                             init_from=_head_folder(args.work, args.init_from) if args.init_from else "")
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
@@ -121,7 +135,7 @@ def cmd_agreement(args) -> None:
         raise SystemExit(f"no replies with features and labels under {args.work} ({args.shards or 'all shards'})")
     model = verifier.model
     figures = agreement_by_step(head, model.get_input_embeddings(), model.get_output_embeddings().weight.detach(),
-                                examples, args.steps, bf16=not args.fp32)
+                                examples, args.steps, bf16=_bf16(args))
     print(json.dumps({"head": str(folder), "shards": args.shards or "all", "replies": len(examples),
                       "positions": sum(e.end - e.first for e in examples),
                       **{f"agreement{s}": round(v, 4) for s, v in figures.items()}}, indent=2))
@@ -263,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="comma-separated replies shards to validate on (default: a random 3%% of sequences)")
     p.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
     p.add_argument("--validate-every", type=int, default=100, help="steps between validations (the best is kept)")
-    p.add_argument("--fp32", action="store_true", help="no bfloat16 autocast on the CPU (faster without native bf16)")
+    _precision_options(p)
     p.add_argument("--head-ids", choices=["data", "merge"], default="data",
                    help="the token ids the head can propose: those this data puts most probability on (data), or "
                         "--init-from's, its rarest replaced by this data's top-1 tokens it lacks (merge)")
@@ -286,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="a head's folder")
     p.add_argument("--shards", default="", metavar="STEMS", help="comma-separated replies shards (default: all)")
     p.add_argument("--steps", type=int, default=3, help="drafting steps")
-    p.add_argument("--fp32", action="store_true", help="no bfloat16 autocast on the CPU (faster without native bf16)")
+    _precision_options(p)
     p.set_defaults(run_step=cmd_agreement)
 
     p = steps.add_parser("export", help="write the trained draft to assets/")

@@ -22,7 +22,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,6 +33,7 @@ from distill.data import load_sequences, padded_batches, reply_files, save_atomi
 from distill.train import batches as endless_batches
 from distill.train import ranking_from_counts
 from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
+from specdec_core.loading.cpu_speed import native_bfloat16
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,9 @@ class HeadSettings:
     # init_from), the earlier head's ids, its last-ranked ones replaced by the tokens that are the verifier's
     # top-1 somewhere in this data and that it lacks (merged_head_ids).
     head_ids: str = "data"
-    bf16: bool = True  # bfloat16 autocast on the CPU (off: fp32, faster on a CPU without native bfloat16)
+    # bfloat16 autocast on the CPU, by default only where the CPU has bfloat16 instructions: emulated (AVX2, plain
+    # AVX-512) it ran the tests' training steps ~2x slower than fp32 (docs/performance.md, session 18).
+    bf16: bool = field(default_factory=native_bfloat16)
 
 
 # --------------------------------------------------------------------------- features
@@ -186,15 +189,17 @@ def _collate(batch: list[Example], width_d: int, subset_index: torch.Tensor):
 
 def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: torch.Tensor, batch, *,
                 steps: int = 1, noise: float = 0.0, state_std: float = 1.0,
-                depth_decay: float = 1.0, bf16: bool = True) -> dict[str, torch.Tensor]:
+                depth_decay: float = 1.0, bf16: bool | None = None) -> dict[str, torch.Tensor]:
     """Over the positions that count, for each of `steps` drafting steps s (SpecdecHeadModel.forward_chain:
     step s > 1 reads the head's own prediction from step s - 1, the training-time test): the state
     regression ("regression<s>"), the cross-entropy from the verifier's top-k distribution (restricted to
     the head's subset) to the head's ("classification<s>") and top-1 agreement with the verifier
     ("agreement<s>"; a top-1 token outside the subset counts as a disagreement, as it would when drafting).
     "regression" and "classification" are the steps' means weighted by depth_decay ** (s - 1). `bf16`: the
-    matrix products in bfloat16 on the CPU (a CPU without native bfloat16 runs them ~3x slower than fp32)."""
+    matrix products in bfloat16 on the CPU (a CPU without native bfloat16 runs them ~3x slower than fp32;
+    None: where the CPU has it, cpu_speed.native_bfloat16)."""
     ids, states, mask, columns, probs = batch
+    bf16 = native_bfloat16() if bf16 is None else bf16
     inputs = states[:, :-1]
     if noise:
         inputs = inputs + (torch.rand_like(inputs) - 0.5) * noise * state_std
@@ -240,7 +245,7 @@ def _subset(head: SpecdecHeadModel, output: torch.Tensor) -> tuple[torch.Tensor,
 
 @torch.no_grad()
 def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: torch.Tensor,
-                      examples: list[Example], steps: int, bf16: bool = True) -> dict[int, float]:
+                      examples: list[Example], steps: int, bf16: bool | None = None) -> dict[int, float]:
     """Teacher-forced agreement with the verifier's top-1 at drafting steps 1..steps over `examples`
     (head_losses; `output` is the verifier's full output matrix). Step 1 estimates greedy acceptance at
     gamma 1 through the engine, which drafts at only some of the same positions."""

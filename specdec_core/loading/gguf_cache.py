@@ -10,6 +10,8 @@ bfloat16/float16 copy is written beside it once when a load asks for that dtype.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import hashlib
 import json
 import os
@@ -225,15 +227,16 @@ def _convert(gguf: Path, out: Path, digest: str, report: Reporter) -> None:
 
     kind = "GGUF"
     try:
-        report("convert", 0.0, f"Reading the {kind} tokenizer (first load only)")
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        # Rough shares of the ~20 s a 135M model takes here: tokenizer 20 %, config and tensor map 50 %,
-        # dequantising 25 %, writing 5 %. Only the dequantising loop reports its own progress.
-        report("convert", 0.2, f"Reading the {kind} config and tensor map (first load only)")
-        # Types transformers has no kernel for (Q5_0, Q5_1, ...) are read with the gguf package's own code.
-        with _gguf_tensor_progress(report, start=0.7, end=0.95), gguf_types.readable_types():
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                         dtype=_gguf_float_dtype(gguf))
+        with _parsed_once():
+            report("convert", 0.0, f"Reading the {kind} tokenizer (first load only)")
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            # Rough shares of the ~20 s a 135M model takes here: tokenizer 20 %, config and tensor map 50 %,
+            # dequantising 25 %, writing 5 %. Only the dequantising loop reports its own progress.
+            report("convert", 0.2, f"Reading the {kind} config and tensor map (first load only)")
+            # Types transformers has no kernel for (Q5_0, Q5_1, ...) are read with the gguf package's own code.
+            with _gguf_tensor_progress(report, start=0.7, end=0.95), gguf_types.readable_types():
+                model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                             dtype=_gguf_float_dtype(gguf))
     except ProgressError:
         raise
     except torch.OutOfMemoryError as error:
@@ -277,6 +280,36 @@ def _gguf_float_dtype(gguf: Path) -> torch.dtype:
 
         return GgufHeader.from_file(str(gguf)).dtype or torch.float32
     return torch.float32
+
+
+@contextlib.contextmanager
+def _parsed_once() -> Iterator[None]:
+    """While converting: parse the file's metadata once, not once per reader, and build the gguf package's
+    tensor-name map once, not once per module.
+
+    transformers reads every metadata field (a 49k-token vocabulary is ~300k fields) for the tokenizer and
+    again for the config, and builds the name map anew for each of a model's ~400 modules: on a 2-core AVX2
+    VM those repeats took ~9 s and ~13 s of the embedded model's ~60 s conversion (docs/performance.md,
+    session 18). Both are pure functions of their arguments; each caller gets its own copy of the metadata."""
+    import gguf as gguf_package
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    read, name_map = gguf_utils.load_gguf_checkpoint, gguf_package.get_tensor_name_map
+    parsed: dict[str, dict] = {}
+
+    def read_once(path, return_tensors=False, *args, **kwargs):
+        if return_tensors or args or kwargs:
+            return read(path, return_tensors, *args, **kwargs)
+        key = str(path)
+        if key not in parsed:
+            parsed[key] = read(path, return_tensors=False)
+        return copy.deepcopy(parsed[key])
+
+    gguf_utils.load_gguf_checkpoint, gguf_package.get_tensor_name_map = read_once, functools.cache(name_map)
+    try:
+        yield
+    finally:
+        gguf_utils.load_gguf_checkpoint, gguf_package.get_tensor_name_map = read, name_map
 
 
 @contextlib.contextmanager
