@@ -26,6 +26,10 @@ The child runs jobs: a reply (app.session.reply_events) or a race (app.talk.cont
 module-level generator of events taking (session, *args, controls), named by a "module:function" string and
 looked up where it runs, here or in the child (`run_here`, `ReplyHost.run`).
 
+A job's chat template is rendered by the app's own renderer process (chat.py), asked over the pipe: the one
+the child inherited belongs to the app, and starting one of its own delayed each child's first reply by a
+Python start (~1.4 s on a 2-core AVX2 VM).
+
 What the window changes during a reply reaches the child through two shared bytes: cancel, and speculation on
 or off (Ctrl+D), read by the engine at each round. Events come back pickled over a pipe, in order; an error
 in the child arrives as the same exception (or, if it cannot be pickled, a SpecdecError with its message).
@@ -72,6 +76,57 @@ class _Ended:
 
     cpu_s: float
     wall_s: float
+
+
+@dataclass(frozen=True)
+class _Render:
+    """From the child mid-job: render this chat template (chat.Renderer.render's arguments) in the app."""
+
+    args: tuple
+
+
+@dataclass(frozen=True)
+class _RenderAnswer:
+    """The app's answer to _Render: the Rendered, or why it was over its limits (template_process.OverLimit)."""
+
+    rendered: Any
+    over_limit: str | None = None
+
+
+class _AppRenderer:
+    """The child's chat-template renderer: the app's, asked over the pipe (chat.use_renderer). The child never
+    starts a renderer process of its own: the one it inherited belongs to the app, and a new one would cost its
+    first reply a Python start (~1.4 s on a 2-core AVX2 VM)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def start(self) -> None:
+        pass
+
+    def render(self, *args: Any) -> Any:
+        from specdec_core.text.template_process import OverLimit
+
+        self._conn.send(_Render(args))
+        try:
+            answer = self._conn.recv()
+        except (EOFError, OSError):
+            raise OverLimit("could not be rendered: the app has gone") from None
+        if answer.over_limit is not None:
+            raise OverLimit(answer.over_limit)
+        return answer.rendered
+
+
+def _render_for(conn: Any, request: _Render, refuse: str | None = None) -> None:
+    """Answer a child's _Render with this process's renderer (or with `refuse`, for a job being abandoned)."""
+    from specdec_core.text.chat import template_renderer
+    from specdec_core.text.template_process import OverLimit
+
+    try:
+        answer = _RenderAnswer(None, refuse) if refuse else _RenderAnswer(template_renderer().render(*request.args))
+    except OverLimit as exc:
+        answer = _RenderAnswer(None, str(exc))
+    conn.send(answer)
 
 
 @dataclass(frozen=True)
@@ -158,6 +213,9 @@ def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> N
     gc.enable()  # the replies' own garbage is
     import torch
 
+    from specdec_core.text.chat import use_renderer
+
+    use_renderer(_AppRenderer(conn))
     torch.set_num_threads(threads)
     _computes_in_parallel()
     conn.send(_Ready(torch.get_num_threads()))
@@ -260,6 +318,9 @@ class ReplyHost:
                         raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.")
                     continue
                 msg = self._recv(process)
+                if isinstance(msg, _Render):
+                    self._answer(msg)
+                    continue
                 if isinstance(msg, _Ended):
                     self.last_reply, ended = msg, True
                     return
@@ -310,6 +371,13 @@ class ReplyHost:
             self._fail(f"the decoding process ended (exit code {process.exitcode})")
             raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
 
+    def _answer(self, request: _Render) -> None:
+        try:
+            _render_for(self._conn, request)
+        except (OSError, ValueError) as exc:
+            self._fail(f"the decoding process cannot be reached ({exc})")
+            raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
+
     def _drain(self) -> None:
         """A reply left before its end (its consumer stopped reading): cancel it and read up to its end, so the
         next reply's events do not follow this one's; a child that does not end it in time is ended."""
@@ -317,7 +385,12 @@ class ReplyHost:
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         try:
             while time.monotonic() < deadline:
-                if self._conn.poll(POLL_S) and isinstance(self._conn.recv(), (_Ended, _Failed)):
+                if not self._conn.poll(POLL_S):
+                    continue
+                msg = self._conn.recv()
+                if isinstance(msg, _Render):
+                    _render_for(self._conn, msg, refuse="was not rendered: the reply was stopped")
+                elif isinstance(msg, (_Ended, _Failed)):
                     return
         except (EOFError, OSError):
             pass

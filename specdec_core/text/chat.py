@@ -19,9 +19,10 @@ import atexit
 import json
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 from specdec_core.errors import ChatTemplateError, PromptTooLongError
-from specdec_core.text.template_process import OverLimit, TemplateProcess
+from specdec_core.text.template_process import OverLimit, Rendered, TemplateProcess
 
 TEMPLATE_TIME_LIMIT_S = 5.0  # real templates render a long conversation in milliseconds
 TEMPLATE_MEMORY_LIMIT = 1 << 30  # the child renderer's address space beyond its imports, in bytes
@@ -34,11 +35,20 @@ class PromptBuild:
     dropped_turns: int  # oldest messages left out to fit the context
 
 
-_renderer: TemplateProcess | None = None
+class Renderer(Protocol):
+    """What renders a chat template within its limits: TemplateProcess, or a stand-in that asks another process's."""
+
+    def start(self) -> None: ...
+
+    def render(self, template: str, messages: list, variables: dict, max_chars: int, time_limit: float
+               ) -> Rendered: ...
+
+
+_renderer: Renderer | None = None
 _renderer_lock = threading.Lock()
 
 
-def template_renderer() -> TemplateProcess:
+def template_renderer() -> Renderer:
     """The process-wide child renderer, started (without waiting) on first use."""
     global _renderer
     with _renderer_lock:
@@ -46,6 +56,14 @@ def template_renderer() -> TemplateProcess:
             _renderer = TemplateProcess(TEMPLATE_MEMORY_LIMIT)
             atexit.register(_renderer.close)
         return _renderer
+
+
+def use_renderer(renderer: Renderer) -> None:
+    """Render this process's templates with `renderer` from now on. For a forked child (the app's decoding
+    process): the renderer it inherited is its parent's (its pipes, its lock, perhaps held at the fork), and
+    starting one of its own costs a Python start and transformers' imports (~1.4 s on a 2-core AVX2 VM)."""
+    global _renderer, _renderer_lock
+    _renderer, _renderer_lock = renderer, threading.Lock()
 
 
 def render_template(tokenizer, messages: list[dict]) -> str:

@@ -63,6 +63,28 @@ def test_a_hosted_greedy_reply_is_the_reply_decoded_in_the_app(session, host):
     assert host.last_reply is not None and 0 < host.last_reply.cpu_s <= host.last_reply.wall_s * 1.5
 
 
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as listing:
+        return [int(child) for child in listing.read().split()]
+
+
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"),
+                    reason="needs /proc/PID/task/PID/children")
+def test_the_child_renders_chat_templates_with_the_apps_renderer_and_starts_no_process_of_its_own(
+        session, host, monkeypatch):
+    import app.host as host_module
+
+    asked = []
+    answer = host_module._render_for
+    monkeypatch.setattr(host_module, "_render_for", lambda conn, request, *a: (asked.append(request), answer(
+        conn, request, *a))[1])
+    config = GenerationConfig(max_new_tokens=8, gamma=3, tree_nodes=0)
+    here, _ = _reply(reply_events(session, MESSAGES, None, config, Controls()))
+    there, _ = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
+    assert there[0] == here[0]  # the same prompt, rendered by the app for the child
+    assert len(asked) == 1 and _children(host._process.pid) == []
+
+
 def test_the_windows_cancel_and_speculation_switch_reach_the_child(host):
     config = GenerationConfig(max_new_tokens=40, gamma=3, tree_nodes=0)
     off = Controls(speculate=False)
