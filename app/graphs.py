@@ -906,7 +906,7 @@ class RacePlot(QWidget):
         super().__init__(parent)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        self.plot = _plot("Race: same prompt and seed, speculation off vs on", "tokens", "seconds (engine time)",
+        self.plot = _plot("Race: off vs on, same prompt and seed", "tokens", "seconds (engine time)",
                           count_left=True)
         pi = self.plot.getPlotItem()
         pi.enableAutoRange()
