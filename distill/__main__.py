@@ -102,9 +102,9 @@ def _precision_options(p) -> None:
 
 
 def _bf16(args) -> bool:
-    from specdec_core.loading.cpu_speed import native_bfloat16
+    from specdec_core.loading import cpu_speed
 
-    return args.bf16 or (not args.fp32 and native_bfloat16())
+    return args.bf16 or (not args.fp32 and cpu_speed.native_bfloat16())
 
 
 def cmd_train_head(args) -> None:

@@ -33,7 +33,7 @@ from distill.data import load_sequences, padded_batches, reply_files, save_atomi
 from distill.train import batches as endless_batches
 from distill.train import ranking_from_counts
 from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
-from specdec_core.loading.cpu_speed import native_bfloat16
+from specdec_core.loading import cpu_speed
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,9 @@ class HeadSettings:
     # top-1 somewhere in this data and that it lacks (merged_head_ids).
     head_ids: str = "data"
     # bfloat16 autocast on the CPU, by default only where the CPU has bfloat16 instructions: emulated (AVX2, plain
-    # AVX-512) it ran the tests' training steps ~2x slower than fp32 (docs/performance.md, session 18).
-    bf16: bool = field(default_factory=native_bfloat16)
+    # AVX-512) it made the head pipeline test 3x slower than fp32 (docs/performance.md, "Measurements behind
+    # comments in the code").
+    bf16: bool = field(default_factory=lambda: cpu_speed.native_bfloat16())
 
 
 # --------------------------------------------------------------------------- features
@@ -199,7 +200,7 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     matrix products in bfloat16 on the CPU (a CPU without native bfloat16 runs them ~3x slower than fp32;
     None: where the CPU has it, cpu_speed.native_bfloat16)."""
     ids, states, mask, columns, probs = batch
-    bf16 = native_bfloat16() if bf16 is None else bf16
+    bf16 = cpu_speed.native_bfloat16() if bf16 is None else bf16
     inputs = states[:, :-1]
     if noise:
         inputs = inputs + (torch.rand_like(inputs) - 0.5) * noise * state_std

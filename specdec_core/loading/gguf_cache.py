@@ -290,7 +290,8 @@ def _parsed_once() -> Iterator[None]:
     transformers reads every metadata field (a 49k-token vocabulary is ~300k fields) for the tokenizer and
     again for the config, and builds the name map anew for each of a model's ~400 modules: on a 2-core AVX2
     VM those repeats took ~9 s and ~13 s of the embedded model's ~60 s conversion (docs/performance.md,
-    session 18). Both are pure functions of their arguments; each caller gets its own copy of the metadata."""
+    "Measurements behind comments in the code"). Both are pure functions of their arguments; each caller gets
+    its own copy of the metadata."""
     import gguf as gguf_package
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 

@@ -172,3 +172,19 @@ def test_greedy_with_subset_draft_matches_verifier_alone(tokenizer, verifier):
     assert run(config).token_ids == run(config.with_(speculate=False)).token_ids
     sampled = run(config.with_(temperature=0.7))  # tokens outside the draft's subset still come out
     assert sampled.error is None and sampled.stats.new_tokens > 0
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_training_autocasts_to_bfloat16_only_where_the_cpu_has_it_unless_told(monkeypatch, native):
+    # Emulated bfloat16 (AVX2, plain AVX-512) made the head pipeline test 3x slower than fp32.
+    import argparse
+
+    from distill.__main__ import _bf16
+    from distill.head import HeadSettings
+    from specdec_core.loading import cpu_speed
+
+    monkeypatch.setattr(cpu_speed, "native_bfloat16", lambda: native)
+    assert HeadSettings().bf16 is native
+    assert _bf16(argparse.Namespace(bf16=False, fp32=False)) is native
+    assert _bf16(argparse.Namespace(bf16=True, fp32=False)) is True
+    assert _bf16(argparse.Namespace(bf16=False, fp32=True)) is False
