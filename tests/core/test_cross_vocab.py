@@ -138,6 +138,7 @@ def exact_joint(verifier, config):
 
 
 def sampled_joint(engine, config, size, runs):
+    engine.draft_ahead = False  # the same draws (test_draft_ahead.py), without a drafting thread per run
     counts = torch.zeros(size, size)
     for seed in range(runs):
         *_, finished = engine.generate(PROMPT, config.with_(seed=seed))
