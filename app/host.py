@@ -111,7 +111,9 @@ class _AppRenderer:
         try:
             answer = self._conn.recv()
         except (EOFError, OSError):
-            raise OverLimit("could not be rendered: the app has gone") from None
+            answer = None
+        if not isinstance(answer, _RenderAnswer):  # the app closed the pipe, or sent None to end this process
+            raise OverLimit("could not be rendered: the app is closing")
         if answer.over_limit is not None:
             raise OverLimit(answer.over_limit)
         return answer.rendered
