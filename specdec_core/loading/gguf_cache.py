@@ -36,8 +36,9 @@ _MARKER = "specdec-cache.json"  # written last: a folder without it is not a fin
 
 _STALE_PARTIAL_S = 3600.0  # a ".partial-" folder this old belongs to a conversion that died
 
-# transformers patches its module globals nowhere else; we patch one (its GGUF progress bar) while
-# converting, so conversions take turns. They are CPU- and memory-bound anyway.
+# transformers patches its module globals nowhere else; we patch a few while converting (its GGUF progress bar,
+# its GGUF metadata reader, the gguf package's name map: _parsed_once), so conversions take turns. They are CPU-
+# and memory-bound anyway.
 _CONVERT_LOCK = threading.Lock()
 
 
