@@ -119,13 +119,13 @@ class _AppRenderer:
         return answer.rendered
 
 
-def _render_for(conn: Any, request: _Render, refuse: str | None = None) -> None:
-    """Answer a child's _Render with this process's renderer (or with `refuse`, for a job being abandoned)."""
+def _render_for(conn: Any, request: _Render) -> None:
+    """Answer a child's _Render with this process's renderer."""
     from specdec_core.text.chat import template_renderer
     from specdec_core.text.template_process import OverLimit
 
     try:
-        answer = _RenderAnswer(None, refuse) if refuse else _RenderAnswer(template_renderer().render(*request.args))
+        answer = _RenderAnswer(template_renderer().render(*request.args))
     except OverLimit as exc:
         answer = _RenderAnswer(None, str(exc))
     conn.send(answer)
@@ -390,8 +390,8 @@ class ReplyHost:
                 if not self._conn.poll(POLL_S):
                     continue
                 msg = self._conn.recv()
-                if isinstance(msg, _Render):
-                    _render_for(self._conn, msg, refuse="was not rendered: the reply was stopped")
+                if isinstance(msg, _Render):  # refused: the job is being abandoned
+                    self._conn.send(_RenderAnswer(None, "was not rendered: the reply was stopped"))
                 elif isinstance(msg, (_Ended, _Failed)):
                     return
         except (EOFError, OSError):
