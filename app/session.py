@@ -155,7 +155,9 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
         session.baseline_tps = calibrate(session, cancelled)
         session.baseline_source = f"calibration run ({CALIBRATION_TOKENS} tokens, verifier alone)"
         # Its steps were timed with the window idle; replies run while it repaints, and a tree weighed against
-        # an idle plain step looks dearer than it is. The first reply times a plain step of its own.
+        # an idle plain step looks dearer than it is. The first reply starts from the costs the replies before
+        # it measured on this machine (cost_memory.py), which the calibration leaves as they were, or, with none,
+        # times a plain step of its own.
         engine.forget_verify_costs()
     return session
 
@@ -174,19 +176,24 @@ def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -
     ids = build_prompt(v.tokenizer, [{"role": "user", "content": CALIBRATION_PROMPT}], system=None,
                        context_length=v.context_length, reserve_new_tokens=CALIBRATION_TOKENS).ids
     tps = None
-    for n in (4, CALIBRATION_TOKENS):
-        controls = Controls(speculate=False)
-        # Same per-token work as a reply (top alternatives included), so the comparison is fair.
-        config = GenerationConfig(max_new_tokens=n, speculate=False)
-        for ev in session.engine.generate(ids, config, controls):
-            if cancelled():
-                controls.cancel()
-            if isinstance(ev, Finished):
-                if ev.error:
-                    return None
-                tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
-                if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
-                    session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
+    engine = session.engine
+    remembers, engine.remembers = engine.remembers, False  # timed with the window idle: not for later engines
+    try:
+        for n in (4, CALIBRATION_TOKENS):
+            controls = Controls(speculate=False)
+            # Same per-token work as a reply (top alternatives included), so the comparison is fair.
+            config = GenerationConfig(max_new_tokens=n, speculate=False)
+            for ev in engine.generate(ids, config, controls):
+                if cancelled():
+                    controls.cancel()
+                if isinstance(ev, Finished):
+                    if ev.error:
+                        return None
+                    tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
+                    if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
+                        session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
+    finally:
+        engine.remembers = remembers
     return tps
 
 

@@ -38,6 +38,7 @@ from specdec_core.events import (
     Verdict,
     drafted_token,
 )
+from specdec_core.loading import cost_memory
 from specdec_core.stats import StatsAccumulator
 from specdec_core.text.textstream import TextStream
 from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
@@ -214,6 +215,7 @@ class Engine:
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self.draft_ahead = True  # let a draft that runs on its own read the prompt during the prefill (drafts_ahead)
+        self.remembers = True  # keep the verify costs measured for the next engine here (_remember_verify_costs)
         self.drafter: Drafter | None = None
         self._measured: Drafter | None = None  # the drafter whose costs and acceptance the sizer has learned
         self.set_drafter(drafter)
@@ -233,8 +235,20 @@ class Engine:
 
     def forget_verify_costs(self) -> None:
         """Drop the verify timings measured so far: they were taken under other conditions than the replies
-        to come (the app's calibration runs while its window is idle; replies run while it repaints)."""
+        to come (the app's calibration runs while its window is idle; replies run while it repaints). The next
+        reply starts from what this machine remembers (_recall_verify_costs)."""
         self.sizer.cost = VerifyCost()
+
+    def _recall_verify_costs(self) -> None:
+        """Before an engine's first timed pass: start from the verify costs the last engine over this verifier
+        measured on this machine (loading/cost_memory.py), not from nothing."""
+        if self.sizer.cost.passes == 0 and not self.sizer.cost.recalled:
+            self.sizer.cost.recall(cost_memory.recalled(self.verifier))
+
+    def _remember_verify_costs(self) -> None:
+        """After a reply: keep the settled verify costs for the next engine over this verifier here."""
+        if self.remembers and self.sizer.cost.passes:
+            cost_memory.remember(self.verifier, self.sizer.cost.settled())
 
     def reset_caches(self) -> None:
         self.verifier_forward.reset()
@@ -255,6 +269,7 @@ class Engine:
         # A drafter shared with another engine (the app's side-by-side lanes) reads this one's verifier now.
         if self.drafter is not None:
             self.drafter.attach(self.verifier_forward)
+        self._recall_verify_costs()
         return self._generate(prompt, config, controls or Controls())
 
     def _generate(self, prompt: list[int], config: GenerationConfig, controls: Controls) -> Iterator[Event]:
@@ -334,6 +349,7 @@ class Engine:
                 break
         if ahead is not None:  # stopped before round 1 (a cancel): the draft's thread ends before the reply does
             ahead.wait()
+        self._remember_verify_costs()
         text = reply.text if stop is StopReason.STOP_STRING else self.verifier.tokenizer.decode(
             reply.new_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         yield Finished(stop_reason=stop, text=text, token_ids=tuple(reply.new_ids), stats=stats.snapshot())

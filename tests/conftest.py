@@ -10,6 +10,9 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download anything
+# No test depends on verify costs an earlier test (or run) measured (specdec_core/loading/cost_memory.py);
+# the tests of that memory turn it on in a folder of their own.
+os.environ["SPECDEC_COST_MEMORY"] = "off"
 sys.path.insert(0, str(Path(__file__).parent))  # for `import tiny`
 
 import tiny  # noqa: E402

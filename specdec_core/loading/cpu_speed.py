@@ -432,13 +432,13 @@ def _plan_file(cache_dir: Path | None, dtype: torch.dtype) -> Path | None:
     if cache_dir is None:
         return None
     kind = "" if dtype == torch.float32 else "-" + str(dtype).removeprefix("torch.")  # float32's name as it was
-    machine = (f"v{_PLAN_VERSION}-{platform.machine()}-{_cpu_name()}-t{torch.get_num_threads()}"
+    machine = (f"v{_PLAN_VERSION}-{platform.machine()}-{cpu_name()}-t{torch.get_num_threads()}"
                f"-torch{torch.__version__}-r{MAX_ROWS}{kind}")
     safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in machine)
     return Path(cache_dir) / "cpu-plans" / f"{safe}.json"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

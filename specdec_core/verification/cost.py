@@ -42,6 +42,7 @@ class VerifyCost:
         self._passes = 0
         self._given = dict(seconds or {})  # given figures count as SETTLED timings that never age
         self._medians: dict[int, float] | None = None  # `seconds`, until the next observation
+        self.recalled = False  # whether an earlier engine's figures were recalled (recall)
 
     def __repr__(self) -> str:
         return f"VerifyCost({self.seconds})"
@@ -52,6 +53,27 @@ class VerifyCost:
         self._passes += 1
         self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append((self._passes, seconds))
         self._medians = None
+
+    def recall(self, seconds: dict[int, float]) -> None:
+        """Timings an earlier engine left on this machine (loading/cost_memory.py): each figure counts as SETTLED
+        timings taken now, so that its size is not probed again, and ages and gives way to fresh timings as
+        those do (WINDOW, MAX_AGE)."""
+        self.recalled = True
+        for rows, took in seconds.items():
+            if rows >= 1 and took > 0:
+                window = self._samples.setdefault(rows, deque(maxlen=self.WINDOW))
+                window.extend([(self._passes, took)] * self.SETTLED)
+        self._medians = None
+
+    @property
+    def passes(self) -> int:
+        """Verifier passes timed so far."""
+        return self._passes
+
+    def settled(self) -> dict[int, float]:
+        """The figures worth keeping for the next engine: `seconds` of each row count timed at least SETTLED
+        times lately."""
+        return {rows: took for rows, took in self.seconds.items() if not self.stale(rows)}
 
     def stale(self, rows: int) -> bool:
         """Whether `rows` has fewer than SETTLED timings of the last MAX_AGE passes (a given figure never

@@ -1,0 +1,81 @@
+"""What checking k tokens cost this verifier on this machine, kept between processes.
+
+The engine sizes each round's draft from measured verifier passes (verification/cost.py). A new engine knows
+none: its first round checks every drafted node, and its next three are plain steps that time the reference
+every tree is weighed against. On a 56-token reply of the embedded pair that made 22-23 verifier calls where an
+engine that had already replied made 20-21, at 12 % fewer tokens/s (docs/performance.md, "The cost model
+remembers this machine"), and every `specdec generate` process, race lane and first reply after a load
+started that way. So an engine recalls the figures the last engine over the same verifier measured here, and writes
+its own after each reply; fresh timings replace the recalled ones as they come (VerifyCost.recall).
+
+One small JSON file per machine, verifier and precision, in the cache folder beside the CPU's product plans
+(<cache>/verify-costs/). `SPECDEC_COST_MEMORY=off` turns it off (the test suite does, so that no test depends
+on what an earlier one measured). A missing, damaged or unwritable file only means measuring afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from specdec_core.loading.cpu_speed import cpu_name
+
+if TYPE_CHECKING:
+    from specdec_core.loading.models import LoadedModel
+
+OFF_ENV = "SPECDEC_COST_MEMORY"  # "off": recall nothing, write nothing
+_VERSION = 1  # part of the file's name: a new way of timing starts afresh
+
+
+def memory_file(model: LoadedModel) -> Path | None:
+    """Where `model`'s verify costs on this machine are kept, or None when nothing is to be kept."""
+    if os.environ.get(OFF_ENV, "").lower() in ("off", "0", "no") or model.cache_dir is None:
+        return None
+    params = sum(p.numel() for p in model.model.parameters())
+    kind = ("" if model.device.type == "cpu" else f"-{model.device.type}-{_device_name(model.device)}")
+    # The CPU's product plans change the curve (cpu_speed.py): whether they are on is part of the key.
+    plans = "-plain" if os.environ.get("SPECDEC_CPU_MATMUL", "").lower() == "off" else ""
+    key = (f"v{_VERSION}-{platform.machine()}-{cpu_name()}{kind}-t{torch.get_num_threads()}-torch{torch.__version__}"
+           f"-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}")
+    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
+    return Path(model.cache_dir) / "verify-costs" / f"{safe}.json"
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+def recalled(model: LoadedModel) -> dict[int, float]:
+    """Seconds of a verifier pass by the rows it fed, as the last engine over `model` left them here ({}: none)."""
+    path = memory_file(model)
+    if path is None:
+        return {}
+    try:
+        raw = json.loads(path.read_text())
+        seconds = {int(rows): float(took) for rows, took in raw["seconds"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    if any(rows < 1 or not 0 < took < 3600 for rows, took in seconds.items()):
+        return {}  # not figures this module wrote
+    return seconds
+
+
+def remember(model: LoadedModel, seconds: dict[int, float]) -> None:
+    """Keep `seconds` (rows -> seconds of a pass) for the next engine over `model` on this machine."""
+    path = memory_file(model)
+    if path is None or not seconds:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(json.dumps({"seconds": {str(rows): took for rows, took in sorted(seconds.items())}}))
+        os.replace(partial, path)  # atomic: the app and its decoding process may both write
+    except OSError:
+        pass  # a read-only cache only costs measuring afresh next time
