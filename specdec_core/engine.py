@@ -213,6 +213,8 @@ class Engine:
         self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
+        self.exploring = False  # this round drafts for evidence, not because the cost model expects it to pay
+        self.first_trees_left = 0  # a new draft's first trees, grown and checked whatever the cost model says
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self.draft_ahead = True  # let a draft that runs on its own read the prompt during the prefill (drafts_ahead)
         self.remembers = True  # keep the verify costs measured for the next engine here (_remember_verify_costs)
@@ -225,6 +227,7 @@ class Engine:
         if drafter is not None and drafter is not self._measured:  # another draft: learn its cost and worth afresh
             self.sizer.forget_draft()
             self.chain_record, self.priced_out, self.probe_left, self._measured = PositionRecord(), 0, 0, drafter
+            self.first_trees_left = self.FIRST_TREES_CHECKED
         # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
@@ -524,16 +527,20 @@ class Engine:
         timings (cost.VerifyCost.stale), the round is a plain step that times it. The first round feeds
         nothing for one (the prefill gave its distribution), so it never probes. Where not even the root's
         children can pay, nothing is drafted (_tree_pays)."""
+        self.exploring = False
         if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
             return DraftTree.empty(DraftStop.PROBE)
         if config.cost_aware and not self._tree_pays(reply):
             return DraftTree.empty(DraftStop.COST)
         assert self.drafter is not None
-        worth = self.sizer if config.cost_aware else None
+        # A round that drafts for evidence (_pays) grows and checks the whole tree: cut by a calibration that has
+        # not seen this draft (or not lately), it would be cut to nothing and teach the calibration nothing.
+        sized = config.cost_aware and not self.exploring
         tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
-                                         self.vocab_size, self.verifier.eos_token_ids, worth=worth)
+                                         self.vocab_size, self.verifier.eos_token_ids,
+                                         worth=self.sizer if sized else None)
         self._observe_draft(tree.expansions, tree.draft_s, timed)
-        if config.cost_aware and tree.stop is DraftStop.TREE:
+        if sized and tree.stop is DraftStop.TREE:
             size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
         return tree
@@ -541,11 +548,20 @@ class Engine:
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
     # slow first round (a cold draft: ~1 s in the app's first reply) would otherwise price it out for good.
     PROBE_AFTER = 16
+    # A new draft's first trees are grown and checked whole, whatever the cost model says: its calibration starts
+    # as the draft's own word, and a tree cut to nothing on that alone teaches the calibration nothing (on the
+    # Qwen2.5-Coder pair, with this machine's costs recalled, a shell-script prompt drafted in 3-4 of 39-44 rounds
+    # and ran 15-25 % slower than an engine that knew no costs: docs/performance.md, "The cost model remembers").
+    FIRST_TREES_CHECKED = VerifyCost.SETTLED
 
     def _tree_pays(self, reply: _Reply) -> bool:
         """Whether this round should grow a tree at all. Growing even the root's children costs a draft
         step whatever is kept afterwards (a draft with another tokenizer also re-reads the text), so it is
-        weighed as a chain would be (_pays)."""
+        weighed as a chain would be (_pays), after a new draft's FIRST_TREES_CHECKED (`exploring`)."""
+        if self.first_trees_left:
+            self.first_trees_left -= 1
+            self.exploring, self.priced_out = True, 0
+            return True
         return self._pays(self._paying_length(reply) > 0)
 
     def _paying_length(self, reply: _Reply) -> int:
@@ -559,9 +575,11 @@ class Engine:
         """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
         plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row, two
         rounds draft anyway: the first catches the draft up on the tokens it sat out (its time is not the
-        draft's cost, _observe_draft), the second measures it afresh."""
+        draft's cost, _observe_draft), the second measures it afresh. Such rounds are `exploring`: a tree
+        is checked whole (_draft_tree)."""
         if self.priced_out >= self.PROBE_AFTER:
             self.priced_out, self.probe_left = 0, 2
+        self.exploring = bool(self.probe_left)
         if worth_it or self.probe_left:
             self.priced_out, self.probe_left = 0, max(0, self.probe_left - 1)
             return True
