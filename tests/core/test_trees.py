@@ -367,6 +367,20 @@ def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs,
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 16)
 
 
+def test_a_tree_priced_out_is_tried_again_after_a_while_and_checked_whole_however_little_it_seems_worth(
+        pairs, tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    engine = Engine(verifier, ModelDrafter(draft))
+    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # by the cost model, no node is ever worth its row
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    events = generate(engine, prompt, max_new_tokens=40, tree_nodes=8)
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    back = Engine.FIRST_TREES_CHECKED + Engine.PROBE_AFTER
+    assert all(not r.tree for r in rounds[Engine.FIRST_TREES_CHECKED:back])
+    assert rounds[back].tree and rounds[back + 1].tree  # evidence, not the priors' verdict again
+    assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 40)
+
+
 def test_a_size_measured_slow_long_ago_is_guessed_again_and_so_tried_again():
     cost = VerifyCost()
     for _ in range(3):
