@@ -533,25 +533,28 @@ class Engine:
         if config.cost_aware and not self._tree_pays(reply):
             return DraftTree.empty(DraftStop.COST)
         assert self.drafter is not None
-        # A round that drafts for evidence (_pays) grows and checks the whole tree: cut by a calibration that has
-        # not seen this draft (or not lately), it would be cut to nothing and teach the calibration nothing.
-        sized = config.cost_aware and not self.exploring
-        tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), min(reply.gamma, remaining - 1), config,
-                                         self.vocab_size, self.verifier.eos_token_ids,
-                                         worth=self.sizer if sized else None)
+        # A round that drafts for evidence (_pays) grows its tree at the draft's word and checks at least its γ best
+        # nodes: cut by a calibration that has not seen this draft (or not lately), it would be cut to nothing and
+        # teach the calibration nothing.
+        exploring = config.cost_aware and self.exploring
+        depth = min(reply.gamma, remaining - 1)
+        tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), depth, config, self.vocab_size,
+                                         self.verifier.eos_token_ids,
+                                         worth=self.sizer if config.cost_aware and not exploring else None)
         self._observe_draft(tree.expansions, tree.draft_s, timed)
-        if sized and tree.stop is DraftStop.TREE:
+        if config.cost_aware and tree.stop is DraftStop.TREE:
             size = self.sizer.best_size(tree.values, tree.draft_s)  # the drafting is spent whatever is kept
+            size = max(size, depth) if exploring else size
             tree = tree.prefix(size) if size else dataclasses.replace(tree.prefix(0), stop=DraftStop.COST)
         return tree
 
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
     # slow first round (a cold draft: ~1 s in the app's first reply) would otherwise price it out for good.
     PROBE_AFTER = 16
-    # A new draft's first trees are grown and checked whole, whatever the cost model says: its calibration starts
+    # A new draft's first trees are grown, and checked, whatever the cost model says: its calibration starts
     # as the draft's own word, and a tree cut to nothing on that alone teaches the calibration nothing (on the
     # Qwen2.5-Coder pair, with this machine's costs recalled, a shell-script prompt drafted in 3-4 of 39-44 rounds
-    # and ran 15-25 % slower than an engine that knew no costs: docs/performance.md, "The cost model remembers").
+    # and ran 14-26 % slower than an engine that knew no costs: docs/performance.md, "The cost model remembers").
     FIRST_TREES_CHECKED = VerifyCost.SETTLED
 
     def _tree_pays(self, reply: _Reply) -> bool:
@@ -576,7 +579,7 @@ class Engine:
         plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row, two
         rounds draft anyway: the first catches the draft up on the tokens it sat out (its time is not the
         draft's cost, _observe_draft), the second measures it afresh. Such rounds are `exploring`: a tree
-        is checked whole (_draft_tree)."""
+        is checked whatever the cut says (_draft_tree)."""
         if self.priced_out >= self.PROBE_AFTER:
             self.priced_out, self.probe_left = 0, 2
         self.exploring = bool(self.probe_left)

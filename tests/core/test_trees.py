@@ -367,7 +367,7 @@ def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs,
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 16)
 
 
-def test_a_tree_priced_out_is_tried_again_after_a_while_and_checked_whole_however_little_it_seems_worth(
+def test_a_tree_priced_out_is_tried_again_after_a_while_and_checked_however_little_it_seems_worth(
         pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     engine = Engine(verifier, ModelDrafter(draft))
