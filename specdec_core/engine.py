@@ -214,7 +214,6 @@ class Engine:
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.exploring = False  # this round drafts for evidence, not because the cost model expects it to pay
-        self.first_trees_left = 0  # a new draft's first trees, grown and checked whatever the cost model says
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self.draft_ahead = True  # let a draft that runs on its own read the prompt during the prefill (drafts_ahead)
         self.remembers = True  # keep the verify costs measured for the next engine here (_remember_verify_costs)
@@ -224,17 +223,17 @@ class Engine:
 
     def set_drafter(self, drafter: Drafter | None) -> None:
         self.drafter = drafter
+        self.grows_trees = drafter is not None and drafter.grows_trees and supports_trees(self.verifier.model)
         if drafter is not None and drafter is not self._measured:  # another draft: learn its cost and worth afresh
             self.sizer.forget_draft()
-            self.chain_record, self.priced_out, self.probe_left, self._measured = PositionRecord(), 0, 0, drafter
-            self.first_trees_left = self.FIRST_TREES_CHECKED
+            self.chain_record, self.priced_out, self._measured = PositionRecord(), 0, drafter
+            self.probe_left = self.FIRST_TREES_CHECKED if self.grows_trees else 0
         # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
         # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
         self.vocab_size = self.verifier.producible_ids
         if drafter is not None:
             drafter.attach(self.verifier_forward)  # a draft head reads the verifier's hidden states
-        self.grows_trees = drafter is not None and drafter.grows_trees and supports_trees(self.verifier.model)
 
     def forget_verify_costs(self) -> None:
         """Drop the verify timings measured so far: they were taken under other conditions than the replies
@@ -527,7 +526,6 @@ class Engine:
         timings (cost.VerifyCost.stale), the round is a plain step that times it. The first round feeds
         nothing for one (the prefill gave its distribution), so it never probes. Where not even the root's
         children can pay, nothing is drafted (_tree_pays)."""
-        self.exploring = False
         if config.cost_aware and reply.round_index and self.sizer.cost.stale(1):
             return DraftTree.empty(DraftStop.PROBE)
         if config.cost_aware and not self._tree_pays(reply):
@@ -560,11 +558,7 @@ class Engine:
     def _tree_pays(self, reply: _Reply) -> bool:
         """Whether this round should grow a tree at all. Growing even the root's children costs a draft
         step whatever is kept afterwards (a draft with another tokenizer also re-reads the text), so it is
-        weighed as a chain would be (_pays), after a new draft's FIRST_TREES_CHECKED (`exploring`)."""
-        if self.first_trees_left:
-            self.first_trees_left -= 1
-            self.exploring, self.priced_out = True, 0
-            return True
+        weighed as a chain would be (_pays)."""
         return self._pays(self._paying_length(reply) > 0)
 
     def _paying_length(self, reply: _Reply) -> int:
@@ -578,8 +572,9 @@ class Engine:
         """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
         plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row, two
         rounds draft anyway: the first catches the draft up on the tokens it sat out (its time is not the
-        draft's cost, _observe_draft), the second measures it afresh. Such rounds are `exploring`: a tree
-        is checked whatever the cut says (_draft_tree)."""
+        draft's cost, _observe_draft), the second measures it afresh; so do a new draft's first
+        FIRST_TREES_CHECKED trees (set_drafter). Such rounds are `exploring`: a tree is checked whatever the
+        cut says (_draft_tree)."""
         if self.priced_out >= self.PROBE_AFTER:
             self.priced_out, self.probe_left = 0, 2
         self.exploring = bool(self.probe_left)

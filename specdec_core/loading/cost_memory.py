@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from specdec_core.loading.cpu_speed import cpu_name
+from specdec_core.loading.cpu_speed import machine_key, measurement_file, write_measurement
 
 if TYPE_CHECKING:
     from specdec_core.loading.models import LoadedModel
@@ -40,10 +39,8 @@ def memory_file(model: LoadedModel) -> Path | None:
     kind = ("" if model.device.type == "cpu" else f"-{model.device.type}-{_device_name(model.device)}")
     # The CPU's product plans change the curve (cpu_speed.py): whether they are on is part of the key.
     plans = "-plain" if os.environ.get("SPECDEC_CPU_MATMUL", "").lower() == "off" else ""
-    key = (f"v{_VERSION}-{platform.machine()}-{cpu_name()}{kind}-t{torch.get_num_threads()}-torch{torch.__version__}"
-           f"-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}")
-    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
-    return Path(model.cache_dir) / "verify-costs" / f"{safe}.json"
+    key = f"v{_VERSION}-{machine_key()}{kind}-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}"
+    return measurement_file(model.cache_dir, "verify-costs", key)
 
 
 def _device_name(device: torch.device) -> str:
@@ -70,12 +67,5 @@ def recalled(model: LoadedModel) -> dict[int, float]:
 def remember(model: LoadedModel, seconds: dict[int, float]) -> None:
     """Keep `seconds` (rows -> seconds of a pass) for the next engine over `model` on this machine."""
     path = memory_file(model)
-    if path is None or not seconds:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(json.dumps({"seconds": {str(rows): took for rows, took in sorted(seconds.items())}}))
-        os.replace(partial, path)  # atomic: the app and its decoding process may both write
-    except OSError:
-        pass  # a read-only cache only costs measuring afresh next time
+    if path is not None and seconds:  # whole or not at all: the app and its decoding process may both write
+        write_measurement(path, {"seconds": {str(rows): took for rows, took in sorted(seconds.items())}})

@@ -432,10 +432,30 @@ def _plan_file(cache_dir: Path | None, dtype: torch.dtype) -> Path | None:
     if cache_dir is None:
         return None
     kind = "" if dtype == torch.float32 else "-" + str(dtype).removeprefix("torch.")  # float32's name as it was
-    machine = (f"v{_PLAN_VERSION}-{platform.machine()}-{cpu_name()}-t{torch.get_num_threads()}"
-               f"-torch{torch.__version__}-r{MAX_ROWS}{kind}")
-    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in machine)
-    return Path(cache_dir) / "cpu-plans" / f"{safe}.json"
+    return measurement_file(cache_dir, "cpu-plans", f"v{_PLAN_VERSION}-{machine_key()}-r{MAX_ROWS}{kind}")
+
+
+def machine_key() -> str:
+    """This machine as a measured speed depends on it: architecture, CPU model, torch's threads and version."""
+    return f"{platform.machine()}-{cpu_name()}-t{torch.get_num_threads()}-torch{torch.__version__}"
+
+
+def measurement_file(cache_dir: Path, folder: str, key: str) -> Path:
+    """Where a measurement keyed by `key` is kept in the cache folder (the key made safe as a file name)."""
+    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
+    return Path(cache_dir) / folder / f"{safe}.json"
+
+
+def write_measurement(path: Path, data: object) -> None:
+    """Write `data` as JSON to `path` whole or not at all (processes may write it at once); a cache folder that
+    cannot be written only costs measuring again next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(json.dumps(data, indent=1))
+        os.replace(partial, path)
+    except OSError:
+        pass
 
 
 def cpu_name() -> str:
@@ -468,14 +488,7 @@ def _write_plans(cache_dir: Path | None, dtype: torch.dtype, plans: dict[tuple[i
     path = _plan_file(cache_dir, dtype)
     if path is None:
         return
-    items = [{"shape": list(p.shape), "forms": p.forms, "ms": p.ms} for p in plans.values()]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(json.dumps(items, indent=1))
-        os.replace(partial, path)
-    except OSError:
-        pass  # a read-only cache only costs the measurement next time
+    write_measurement(path, [{"shape": list(p.shape), "forms": p.forms, "ms": p.ms} for p in plans.values()])
 
 
 def describe(plans: list[RowPlan]) -> str:
