@@ -82,7 +82,7 @@ def cmd_train(args) -> None:
 def cmd_features(args) -> None:
     from distill.head import compute_features
 
-    compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens)
+    compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens, top_k=args.with_labels)
 
 
 def _head_folder(work: Path, name: str) -> str:
@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
 
     p = steps.add_parser("features", help="the verifier's hidden states over every reply (for a draft head)")
     p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--with-labels", type=int, default=0, metavar="K", help="also write the top-K labels a shard "
+                   "lacks, in the same forward pass (the label step's work; 0: features only)")
     p.set_defaults(run_step=cmd_features)
 
     p = steps.add_parser("train-head", help="train (or resume) a draft head on the verifier's hidden states")

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from distill.corpus_derived import derived_prompts, material_from_shards
 from distill.corpus_prompts import corpus_prompts
 from distill.data import cut_after_eos, left_padded, save_atomic
 from specdec_core.text.chat import build_prompt
@@ -110,11 +111,33 @@ def greedy_replies(verifier, encoded: list[list[int]], *, batch_size: int, max_n
     return replies
 
 
+SOURCES = ("written", "derived", "both")
+
+
+def _prompt_stream(source: str, seed: int, shards_read, tokenizer):
+    """The prompts a run draws from: corpus_prompts.py's (written), corpus_derived.py's over the replies
+    already in the corpus (derived), or the two taken in turn (both)."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    written = corpus_prompts(seed) if source != "derived" else iter(())
+    derived = derived_prompts(material_from_shards(shards_read, tokenizer), seed) if source != "written" else iter(())
+    streams = [written, derived]
+    while streams:
+        for stream in list(streams):
+            item = next(stream, None)
+            if item is None:
+                streams.remove(stream)
+            else:
+                yield item
+
+
 def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size: int = 32, batch_size: int = 8,
-                max_new_tokens: int = 192, seed: int = 0, max_minutes: float = 0.0, prompts=None) -> list[Path]:
-    """Append up to `shards` shards of new prompts (from `prompts`, by default corpus_prompts(seed)) with the
-    verifier's greedy replies; returns the shards written. Stops early when time (checked between shards)
-    or new prompts run out."""
+                max_new_tokens: int = 192, seed: int = 0, max_minutes: float = 0.0, prompts=None,
+                source: str = "written") -> list[Path]:
+    """Append up to `shards` shards of new prompts (from `prompts`, by default _prompt_stream(source): the
+    written prompts, prompts derived from the replies already here, or both) with the verifier's greedy
+    replies; returns the shards written. Stops early when time (checked between shards) or new prompts run
+    out."""
     folder = Path(folder)
     existing = shard_paths(folder)
     shards_read = [read_shard(path) for path in existing]
@@ -123,7 +146,12 @@ def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size:
         raise SystemExit(f"{folder} holds replies of {', '.join(map(str, others))}, not {verifier.name}: "
                          "grow it with that verifier, or pass another --folder")
     done = {_key(p) for prompts, *_ in shards_read for p in prompts}
-    fresh = (p for p in (corpus_prompts(seed) if prompts is None else prompts) if _key(p) not in done)
+    if prompts is None:
+        prompts = _prompt_stream(source, seed, shards_read, verifier.tokenizer)
+    else:
+        source = "given"
+    fresh = (p for p in prompts if _key(p) not in done)
+    dtype = str(next(verifier.model.parameters()).dtype).removeprefix("torch.")
     index = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
     started, written = time.monotonic(), []
     for _ in tqdm(range(shards), desc="corpus", unit="shard"):
@@ -139,7 +167,8 @@ def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size:
         replies = greedy_replies(verifier, encoded, batch_size=batch_size, max_new_tokens=max_new_tokens)
         path = folder / f"shard-{index:05d}.npz"
         write_shard(path, chunk, encoded, replies, {"verifier": verifier.name, "max_new_tokens": max_new_tokens,
-                                                    "seed": seed, "written": time.strftime("%Y-%m-%d %H:%M:%S")},
+                                                    "seed": seed, "source": source, "dtype": dtype,
+                                                    "written": time.strftime("%Y-%m-%d %H:%M:%S")},
                     len(verifier.tokenizer))
         written.append(path)
         index += 1
@@ -194,7 +223,7 @@ def add_steps(steps, load_verifier) -> None:
     def cmd_corpus(args) -> None:
         written = grow_corpus(load_verifier(args), args.folder, shards=args.shards, shard_size=args.shard_size,
                               batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                              max_minutes=args.max_minutes)
+                              max_minutes=args.max_minutes, source=args.source)
         total = sum(p.stat().st_size for p in shard_paths(args.folder))
         print(f"{len(written)} new shards; {len(shard_paths(args.folder))} in {args.folder} ({total / 1e6:.2f} MB)")
 
@@ -209,6 +238,9 @@ def add_steps(steps, load_verifier) -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=192)
     p.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
+    p.add_argument("--source", choices=SOURCES, default="written",
+                   help="new prompts from corpus_prompts.py (written), tasks put to the replies already in the "
+                        "corpus (derived: follow-ups, passages, snippets, sentences; corpus_derived.py), or both")
     p.set_defaults(run_step=cmd_corpus)
 
     p = steps.add_parser("corpus-replies", help="replies files under <work> from the corpus shards")

@@ -332,7 +332,35 @@ FOREIGN_SENTENCES = [
     "この電車は次の駅で止まりません。",
 ]
 
-KINDS = ["question", "conversation", "language", "passage", "math", "code", "rewrite", "translate"]
+# Small programs people ask for, put to a language and phrased in one of several ways (code-request).
+PROGRAM_TASKS = [
+    "counts how many times each word appears in a text", "checks whether a string is a valid email address",
+    "reads a CSV file and prints the average of one column", "removes duplicates from a list but keeps the order",
+    "converts a temperature from Celsius to Fahrenheit", "finds the second largest number in an array",
+    "merges two sorted lists into one sorted list", "returns the n-th prime number",
+    "flattens a nested list", "checks if two strings are anagrams", "parses a date like 2024-03-15 and prints "
+    "the weekday", "retries a network call up to three times with a delay", "validates a password (8+ characters, "
+    "a digit, an upper-case letter)", "splits a list into chunks of size n", "computes the factorial of a number "
+    "without recursion", "reverses the words in a sentence", "groups a list of people by their city",
+    "returns the most common element of a list", "reads a JSON file and pretty-prints it",
+    "implements binary search", "implements a simple stack with push, pop and peek", "counts the vowels in a "
+    "string", "rounds a price to two decimals and formats it with a currency sign", "generates a random password",
+    "checks whether a year is a leap year", "converts a Roman numeral to an integer", "finds all files with a given "
+    "extension in a folder", "computes the distance between two GPS coordinates", "caches the results of a slow "
+    "function", "sorts a list of tuples by the second element", "turns a string into a URL slug",
+    "checks if a number is a palindrome", "transposes a matrix", "counts the lines in a file",
+    "implements FizzBuzz up to 100", "computes a running average", "finds the longest common prefix of some strings",
+    "downloads a web page and counts the links in it", "implements a queue with two stacks",
+    "parses command-line arguments for an input file and a --verbose flag",
+]
+PROGRAM_LANGUAGES = ["Python", "Python", "JavaScript", "TypeScript", "Go", "Rust", "Java", "C", "C++", "C#",
+                     "Ruby", "PHP", "Kotlin", "Swift", "Bash"]
+PROGRAM_ASKS = ["Write a {lang} function that {task}.", "how do i write something in {lang} that {task}",
+                "Can you show me {lang} code that {task}?", "I need a {lang} script that {task}. Please explain it too.",
+                "{lang}: a function that {task}, with a short test.", "Give me the simplest {lang} code that {task}.",
+                "write {lang} that {task}, no libraries"]
+
+KINDS = ["question", "conversation", "language", "passage", "math", "code", "rewrite", "translate", "code-request"]
 
 
 def _user(text: str) -> Messages:
@@ -386,8 +414,14 @@ def _translate(r: random.Random) -> Messages:
     return _user(r.choice(TRANSLATE_TASKS).format(lang=r.choice(TARGET_LANGUAGES), s=r.choice(SENTENCES)))
 
 
+def _code_request(r: random.Random) -> Messages:
+    ask = r.choice(PROGRAM_ASKS).format(lang=r.choice(PROGRAM_LANGUAGES), task=r.choice(PROGRAM_TASKS))
+    return _user(ask[0].upper() + ask[1:] if r.random() < 0.7 else ask)
+
+
 MAKERS = {"question": _question, "conversation": _conversation, "language": _language, "passage": _passage,
-          "math": _math, "code": _code, "rewrite": _rewrite, "translate": _translate}
+          "math": _math, "code": _code, "rewrite": _rewrite, "translate": _translate,
+          "code-request": _code_request}
 
 
 def corpus_prompts(seed: int = 0) -> Iterator[dict]:

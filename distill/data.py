@@ -205,6 +205,12 @@ def padded_batches(sequences: list[PromptReply], batch_tokens: int) -> Iterator[
         yield batch, input_ids
 
 
+def top_k_rows(logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n, k] int32 ids and fp16 log-probabilities of the k likeliest tokens at each of n positions."""
+    values, indices = torch.topk(torch.log_softmax(logits.float(), -1), top_k, dim=-1)
+    return indices.to(torch.int32).cpu(), values.to(torch.float16).cpu()
+
+
 @torch.inference_mode()
 def label_replies(verifier, work: Path, *, top_k: int = 16, batch_tokens: int = 8192) -> None:
     """The verifier's top-k log-probabilities at every reply position (the targets the draft learns)."""
@@ -219,10 +225,7 @@ def label_replies(verifier, work: Path, *, top_k: int = 16, batch_tokens: int = 
             logits = model(input_ids=input_ids.to(verifier.device)).logits
             for row, i in enumerate(batch):
                 first, n = len(sequences[i].prompt_ids) - 1, len(sequences[i].reply_ids)
-                logp = torch.log_softmax(logits[row, first:first + n].float(), -1)
-                values, indices = torch.topk(logp, top_k, dim=-1)
-                top_ids[i] = indices.to(torch.int32).cpu()
-                top_logp[i] = values.to(torch.float16).cpu()
+                top_ids[i], top_logp[i] = top_k_rows(logits[row, first:first + n], top_k)
         save_atomic({"top_ids": top_ids, "top_logp": top_logp}, work / "labels" / path.name)
         bar.update(1)
     bar.close()

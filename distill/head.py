@@ -77,20 +77,36 @@ class HeadSettings:
 
 
 @torch.inference_mode()
-def compute_features(verifier, work: Path, *, batch_tokens: int = 4096) -> None:
-    """The verifier's final hidden states over every sequence of every replies shard (see module doc)."""
-    files = [f for f in reply_files(work) if not (work / "features" / f.name).exists()]
-    base = verifier.model.base_model
-    bar = tqdm(total=len(files), desc="features", unit="shard")
+def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: int = 0) -> None:
+    """The verifier's final hidden states over every sequence of every replies shard (see module doc). With
+    top_k, the same pass also writes the labels a shard lacks (data.label_replies' top-k log-probabilities at
+    each reply position), scored by the output rows from those states: one forward pass instead of two, and
+    the vocabulary scored at the reply positions only."""
+    from distill.data import top_k_rows
+
+    def missing(path: Path) -> bool:
+        return not (work / "features" / path.name).exists() or bool(top_k and not (work / "labels" / path.name).exists())
+
+    files = [f for f in reply_files(work) if missing(f)]
+    base, output = verifier.model.base_model, verifier.model.get_output_embeddings()
+    bar = tqdm(total=len(files), desc="features" + " and labels" * bool(top_k), unit="shard")
     for path in files:
         sequences = load_sequences(path)
         states: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+        top_ids: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+        top_logp: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
         for batch, input_ids in padded_batches(sequences, batch_tokens):
             hidden = base(input_ids=input_ids.to(verifier.device)).last_hidden_state
             for row, i in enumerate(batch):
                 n = len(sequences[i].prompt_ids) + len(sequences[i].reply_ids)
                 states[i] = hidden[row, :n].to(torch.float16).cpu()
-        save_atomic({"states": states}, work / "features" / path.name)
+                if top_k:
+                    first, replies = len(sequences[i].prompt_ids) - 1, len(sequences[i].reply_ids)
+                    top_ids[i], top_logp[i] = top_k_rows(output(hidden[row, first:first + replies]), top_k)
+        if not (work / "features" / path.name).exists():
+            save_atomic({"states": states}, work / "features" / path.name)
+        if top_k and not (work / "labels" / path.name).exists():
+            save_atomic({"top_ids": top_ids, "top_logp": top_logp}, work / "labels" / path.name)
         bar.update(1)
     bar.close()
 
