@@ -119,9 +119,9 @@ def _prompt_stream(source: str, seed: int, shards_read, tokenizer):
     already in the corpus (derived), or the two taken in turn (both)."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
-    written = corpus_prompts(seed) if source != "derived" else iter(())
-    derived = derived_prompts(material_from_shards(shards_read, tokenizer), seed) if source != "written" else iter(())
-    streams = [written, derived]
+    streams = [corpus_prompts(seed)] if source != "derived" else []
+    if source != "written":
+        streams.append(derived_prompts(material_from_shards(shards_read, tokenizer), seed))
     while streams:
         for stream in list(streams):
             item = next(stream, None)

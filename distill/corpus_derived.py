@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from distill.corpus_prompts import TARGET_LANGUAGES
+from distill.corpus_prompts import TARGET_LANGUAGES, distinct_stream
 from distill.prompts import Messages
 
 FOLLOW_UPS = [
@@ -161,17 +161,6 @@ MAKERS = {"follow-up": _follow_up, "passage": _passage, "snippet": _snippet, "se
 
 def derived_prompts(material: Material, seed: int = 0) -> Iterator[dict]:
     """A seeded stream of distinct derived prompts, the kinds taken in turn (a kind without material is
-    skipped). Stops when 2,000 draws in a row bring no new prompt."""
-    r = random.Random(seed)
-    seen: set[str] = set()
-    misses = 0
-    while misses < 2000:
-        for kind in KINDS:
-            messages = MAKERS[kind](r, material)
-            key = repr(messages)
-            if messages is None or key in seen:
-                misses += 1
-                continue
-            misses = 0
-            seen.add(key)
-            yield {"kind": f"derived-{kind}", "messages": messages}
+    skipped), until 2,000 draws in a row bring no new prompt."""
+    makers = {kind: (lambda r, make=MAKERS[kind]: make(r, material)) for kind in KINDS}
+    return distinct_stream(makers, random.Random(seed), prefix="derived-")

@@ -356,7 +356,8 @@ PROGRAM_TASKS = [
 PROGRAM_LANGUAGES = ["Python", "Python", "JavaScript", "TypeScript", "Go", "Rust", "Java", "C", "C++", "C#",
                      "Ruby", "PHP", "Kotlin", "Swift", "Bash"]
 PROGRAM_ASKS = ["Write a {lang} function that {task}.", "how do i write something in {lang} that {task}",
-                "Can you show me {lang} code that {task}?", "I need a {lang} script that {task}. Please explain it too.",
+                "Can you show me {lang} code that {task}?",
+                "I need a {lang} script that {task}. Please explain it too.",
                 "{lang}: a function that {task}, with a short test.", "Give me the simplest {lang} code that {task}.",
                 "write {lang} that {task}, no libraries"]
 
@@ -424,19 +425,24 @@ MAKERS = {"question": _question, "conversation": _conversation, "language": _lan
           "code-request": _code_request}
 
 
-def corpus_prompts(seed: int = 0) -> Iterator[dict]:
-    """An endless, seeded stream of distinct prompts, the kinds taken in turn (see the module docstring).
-    Gives up (stops) when 2,000 draws in a row bring no new prompt."""
-    r = random.Random(seed)
+def distinct_stream(makers: dict, r: random.Random, prefix: str = "") -> Iterator[dict]:
+    """Prompts from `makers` (kind -> maker of Messages from r, or None when it has nothing to make), the kinds
+    taken in turn, each prompt once, as {"kind": prefix + kind, "messages"}. Gives up (stops) when 2,000 draws
+    in a row bring no new prompt."""
     seen: set[str] = set()
     misses = 0
     while misses < 2000:
-        for kind in KINDS:
-            messages = MAKERS[kind](r)
+        for kind, make in makers.items():
+            messages = make(r)
             key = repr(messages)
-            if key in seen:
+            if messages is None or key in seen:
                 misses += 1
                 continue
             misses = 0
             seen.add(key)
-            yield {"kind": kind, "messages": messages}
+            yield {"kind": prefix + kind, "messages": messages}
+
+
+def corpus_prompts(seed: int = 0) -> Iterator[dict]:
+    """An endless, seeded stream of distinct prompts, the kinds taken in turn (see the module docstring)."""
+    return distinct_stream({kind: MAKERS[kind] for kind in KINDS}, random.Random(seed))

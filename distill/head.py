@@ -85,7 +85,8 @@ def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: i
     from distill.data import top_k_rows
 
     def missing(path: Path) -> bool:
-        return not (work / "features" / path.name).exists() or bool(top_k and not (work / "labels" / path.name).exists())
+        labels = work / "labels" / path.name
+        return not (work / "features" / path.name).exists() or (top_k > 0 and not labels.exists())
 
     files = [f for f in reply_files(work) if missing(f)]
     base, output = verifier.model.base_model, verifier.model.get_output_embeddings()
