@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from distill.data import load_sequences, padded_batches, reply_files, save_atomic
+from distill.data import load_sequences, padded_batches, reply_files, save_atomic, top_k_rows
 from distill.train import batches as endless_batches
 from distill.train import ranking_from_counts
 from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
@@ -82,16 +82,16 @@ def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: i
     top_k, the same pass also writes the labels a shard lacks (data.label_replies' top-k log-probabilities at
     each reply position), scored by the output rows from those states: one forward pass instead of two, and
     the vocabulary scored at the reply positions only."""
-    from distill.data import top_k_rows
+    def wanted(path: Path) -> tuple[Path | None, Path | None]:
+        """Where this shard's features and labels go, each None when it is written already (or not asked)."""
+        features, labels = work / "features" / path.name, work / "labels" / path.name
+        return (None if features.exists() else features), (labels if top_k and not labels.exists() else None)
 
-    def missing(path: Path) -> bool:
-        labels = work / "labels" / path.name
-        return not (work / "features" / path.name).exists() or (top_k > 0 and not labels.exists())
-
-    files = [f for f in reply_files(work) if missing(f)]
+    files = [(path, *wanted(path)) for path in reply_files(work)]
+    files = [(path, features, labels) for path, features, labels in files if features or labels]
     base, output = verifier.model.base_model, verifier.model.get_output_embeddings()
     bar = tqdm(total=len(files), desc="features" + " and labels" * bool(top_k), unit="shard")
-    for path in files:
+    for path, features_path, labels_path in files:
         sequences = load_sequences(path)
         states: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
         top_ids: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
@@ -101,13 +101,13 @@ def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: i
             for row, i in enumerate(batch):
                 n = len(sequences[i].prompt_ids) + len(sequences[i].reply_ids)
                 states[i] = hidden[row, :n].to(torch.float16).cpu()
-                if top_k:
+                if labels_path:
                     first, replies = len(sequences[i].prompt_ids) - 1, len(sequences[i].reply_ids)
                     top_ids[i], top_logp[i] = top_k_rows(output(hidden[row, first:first + replies]), top_k)
-        if not (work / "features" / path.name).exists():
-            save_atomic({"states": states}, work / "features" / path.name)
-        if top_k and not (work / "labels" / path.name).exists():
-            save_atomic({"top_ids": top_ids, "top_logp": top_logp}, work / "labels" / path.name)
+        if features_path:
+            save_atomic({"states": states}, features_path)
+        if labels_path:
+            save_atomic({"top_ids": top_ids, "top_logp": top_logp}, labels_path)
         bar.update(1)
     bar.close()
 
