@@ -23,7 +23,7 @@ read off its bubble's footer (ReplyTrace.speedup(), which the footer prints).
 Prints each place's median over the rounds with its range, whether the medians agree within 10 %, then the
 tokens/s behind each figure and the baselines the footer used.
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python -m bench.headline [--rounds 3] [--tokens 128] [--race talk|window]
+    QT_QPA_PLATFORM=offscreen .venv/bin/python -m bench.headline [--rounds 5] [--tokens 128] [--race talk|window]
         [--prompt TEXT ...] [--json OUT]
 """
 
@@ -250,7 +250,8 @@ def main() -> int:
     p.add_argument("--draft", default=None, help="default: the app's (the shipped draft head)")
     p.add_argument("--drafter", default=None, help="default: the app's (hybrid)")
     p.add_argument("--tokens", type=int, default=128, help="max new tokens per reply (greedy)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds per prompt, each place once per round")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="rounds per prompt, each place once per round (3 left one prompt 13 %% apart on a quiet Xeon)")
     p.add_argument("--race", choices=("talk", "window"), default="talk",
                    help="the Talk menu's race (default) or the graphs' Race tab")
     p.add_argument("--prompt", action="append", default=None, help="a prompt (repeatable; default: the issue's three)")
