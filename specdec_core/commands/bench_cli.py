@@ -113,6 +113,8 @@ def _bench_figures(result: dict) -> list[tuple[str, str]]:
                      f"{spec['verifier_calls_per_reply']:.1f} / {hf['verifier_calls_per_reply']:.1f}")]
         if "identical" in hf:
             figures.append(("transformers' greedy text equals ours", "yes" if hf["identical"] else "NO"))
+    if result.get("hf_unavailable"):
+        figures.append(("transformers' reference", result["hf_unavailable"]))
     memory = result.get("memory")
     if memory and memory.get("peak_rss_bytes"):
         weights = " + ".join(f"{role} {size / 1e9:.2f}" for role, size in memory["weights_bytes"].items())

@@ -115,6 +115,21 @@ def test_bench_with_a_draft_of_another_tokenizer_runs_transformers_universal_ass
     assert "ours / transformers" in out
 
 
+def test_a_reference_that_fails_inside_transformers_is_reported_and_the_bench_goes_on_without_it(
+        capsys, folders, tmp_path, monkeypatch):
+    from specdec_core.measuring import bench as bench_module
+
+    def broken(*args, **kwargs):  # as transformers 5.25.0's universal assisted generation did
+        raise RuntimeError("cannot reshape tensor of 0 elements")
+
+    monkeypatch.setattr(bench_module, "hf_reference", broken)
+    result, out = bench(capsys, folders, tmp_path, "--draft", folders["stranger"], "--hf-reference",
+                        "--tree-nodes", "0")
+    assert "hf_assisted" not in result and result["speculative"]["rounds"] > 0 and result["identical"]
+    assert "cannot reshape tensor of 0 elements" in result["hf_unavailable"]
+    assert "assisted generation failed, so the bench runs without it" in out
+
+
 def test_sampled_bench_with_another_tokenizer_leaves_our_draft_unpruned(capsys, folders, tmp_path):
     # transformers' sampling path prunes its assistant's output layer in place: it gets a copy of ours
     result, _ = bench(capsys, folders, tmp_path, "--draft", folders["stranger"], "--hf-reference",
