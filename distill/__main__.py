@@ -82,7 +82,8 @@ def cmd_train(args) -> None:
 def cmd_features(args) -> None:
     from distill.head import compute_features
 
-    compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens, top_k=args.with_labels)
+    compute_features(_load_verifier(args), args.work, batch_tokens=args.batch_tokens, top_k=args.with_labels,
+                     layers=_layers(args.layers))
 
 
 def _head_folder(work: Path, name: str) -> str:
@@ -107,6 +108,14 @@ def _bf16(args) -> bool:
     return args.bf16 or (not args.fp32 and cpu_speed.native_bfloat16())
 
 
+def _layers(text: str) -> list[int]:
+    """'2,15' -> [2, 15]: decoder layers whose outputs a head reads beside the final state."""
+    try:
+        return [int(layer) for layer in text.split(",") if layer.strip()]
+    except ValueError:
+        raise SystemExit(f"--layers/--feature-layers takes comma-separated layer numbers, not {text!r}") from None
+
+
 def cmd_train_head(args) -> None:
     from distill.head import HeadSettings, train_head
 
@@ -116,6 +125,7 @@ def cmd_train_head(args) -> None:
                             chain_steps=args.chain_steps, depth_decay=args.depth_decay,
                             validation_shards=args.validation_shards, head_ids=args.head_ids,
                             validate_every=args.validate_every, bf16=_bf16(args),
+                            feature_layers=",".join(str(layer) for layer in _layers(args.feature_layers)),
                             init_from=_head_folder(args.work, args.init_from) if args.init_from else "")
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
@@ -130,9 +140,11 @@ def cmd_agreement(args) -> None:
     folder = args.work / "runs" / args.run / "model" if args.run else Path(args.draft)
     head = SpecdecHeadModel.from_pretrained(folder).float().eval()  # as the engine loads it on the CPU
     shards = set(args.shards.split(",")) if args.shards else None
-    examples = load_examples(args.work, HeadSettings.max_length, set(verifier.eos_token_ids), shards)
+    layers = head.config.feature_layers
+    examples = load_examples(args.work, HeadSettings.max_length, set(verifier.eos_token_ids), shards, layers)
     if not examples:
-        raise SystemExit(f"no replies with features and labels under {args.work} ({args.shards or 'all shards'})")
+        raise SystemExit(f"no replies with features{' (layers ' + str(layers) + ')' if layers else ''} and labels "
+                         f"under {args.work} ({args.shards or 'all shards'})")
     model = verifier.model
     figures = agreement_by_step(head, model.get_input_embeddings(), model.get_output_embeddings().weight.detach(),
                                 examples, args.steps, bf16=_bf16(args))
@@ -268,6 +280,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--with-labels", type=int, default=0, metavar="K", help="also write the top-K labels a shard "
                    "lacks, in the same forward pass (the label step's work; 0: features only)")
+    p.add_argument("--layers", default="", metavar="L1,L2", help="also keep these decoder layers' outputs (0-based) "
+                   "beside the final state, for a head trained with --feature-layers (in features-l<L1>-<L2>/)")
     p.set_defaults(run_step=cmd_features)
 
     p = steps.add_parser("train-head", help="train (or resume) a draft head on the verifier's hidden states")
@@ -287,6 +301,8 @@ def main(argv: list[str] | None = None) -> None:
                    "each on the head's own previous prediction (EAGLE-3's training-time test; 1: teacher forcing only)")
     p.add_argument("--depth-decay", type=float, default=1.0,
                    help="weight drafting step s's losses by this ** (s - 1) (1: all alike)")
+    p.add_argument("--feature-layers", default="", metavar="L1,L2", help="decoder layers (0-based) whose outputs the "
+                   "head reads beside the final state, fused as in EAGLE-3 (needs features --layers L1,L2)")
     p.add_argument("--head-size", type=int, default=8192, help="token ids the head can propose")
     p.add_argument("--intermediate", type=int, default=1536, help="MLP width of the head's layer")
     p.add_argument("--steps", type=int, default=3000)

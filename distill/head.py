@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from distill.data import load_sequences, padded_batches, reply_files, save_atomic, top_k_rows
 from distill.train import batches as endless_batches
 from distill.train import ranking_from_counts
-from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
+from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint, with_layers
 from specdec_core.loading import cpu_speed
 
 
@@ -71,25 +71,36 @@ class HeadSettings:
     # AVX-512) it made the head pipeline test 3x slower than fp32 (docs/performance.md, "Measurements behind
     # comments in the code").
     bf16: bool = field(default_factory=lambda: cpu_speed.native_bfloat16())
+    # Comma-separated decoder layers (0-based) whose outputs the head reads beside the final state (fusion
+    # after EAGLE-3; their features from `features --layers`); "": the final state only.
+    feature_layers: str = ""
 
 
 # --------------------------------------------------------------------------- features
 
 
+def features_dir(work: Path, layers: list[int] | tuple[int, ...] = ()) -> Path:
+    """Where the states for a head with these feature layers live: `features` for the final state alone,
+    `features-l2-15` for the final state with layers 2 and 15 beside it (draft_head.with_layers)."""
+    return work / ("features" + ("-l" + "-".join(str(layer) for layer in layers) if layers else ""))
+
+
 @torch.inference_mode()
-def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: int = 0) -> None:
+def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: int = 0,
+                     layers: list[int] | tuple[int, ...] = ()) -> None:
     """The verifier's final hidden states over every sequence of every replies shard (see module doc). With
     top_k, the same pass also writes the labels a shard lacks (data.label_replies' top-k log-probabilities at
     each reply position), scored by the output rows from those states: one forward pass instead of two, and
-    the vocabulary scored at the reply positions only."""
+    the vocabulary scored at the reply positions only. With `layers`, each position's row holds those decoder
+    layers' outputs after the final state (features_dir names the folder)."""
     def wanted(path: Path) -> tuple[Path | None, Path | None]:
         """Where this shard's features and labels go, each None when it is written already (or not asked)."""
-        features, labels = work / "features" / path.name, work / "labels" / path.name
+        features, labels = features_dir(work, layers) / path.name, work / "labels" / path.name
         return (None if features.exists() else features), (labels if top_k and not labels.exists() else None)
 
     files = [(path, *wanted(path)) for path in reply_files(work)]
     files = [(path, features, labels) for path, features, labels in files if features or labels]
-    base, output = verifier.model.base_model, verifier.model.get_output_embeddings()
+    base, output_layer = verifier.model.base_model, verifier.model.get_output_embeddings()
     bar = tqdm(total=len(files), desc="features" + " and labels" * bool(top_k), unit="shard")
     for path, features_path, labels_path in files:
         sequences = load_sequences(path)
@@ -97,13 +108,16 @@ def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: i
         top_ids: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
         top_logp: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
         for batch, input_ids in padded_batches(sequences, batch_tokens):
-            hidden = base(input_ids=input_ids.to(verifier.device)).last_hidden_state
+            output = base(input_ids=input_ids.to(verifier.device), output_hidden_states=bool(layers))
+            hidden = with_layers(output, layers)
             for row, i in enumerate(batch):
                 n = len(sequences[i].prompt_ids) + len(sequences[i].reply_ids)
-                states[i] = hidden[row, :n].to(torch.float16).cpu()
+                # Inner layers' "massive activations" reach 2.5e4 here; float16 ends at 6.5e4.
+                states[i] = hidden[row, :n].clamp(-6e4, 6e4).to(torch.float16).cpu()
+                hidden_final = hidden[row, :, :output.last_hidden_state.shape[-1]]
                 if labels_path:
                     first, replies = len(sequences[i].prompt_ids) - 1, len(sequences[i].reply_ids)
-                    top_ids[i], top_logp[i] = top_k_rows(output(hidden[row, first:first + replies]), top_k)
+                    top_ids[i], top_logp[i] = top_k_rows(output_layer(hidden_final[first:first + replies]), top_k)
         if features_path:
             save_atomic({"states": states}, features_path)
         if labels_path:
@@ -115,7 +129,7 @@ def compute_features(verifier, work: Path, *, batch_tokens: int = 4096, top_k: i
 @dataclass
 class Example:
     ids: torch.Tensor  # [n] prompt + reply
-    states: torch.Tensor  # [<= n, d] fp16, the verifier's final hidden state at each position
+    states: torch.Tensor  # [<= n, d (x layers)] fp16: the verifier's final hidden state (and layers') at each position
     first: int  # first head position whose target state lies in the reply (= len(prompt) - 2)
     end: int  # one past the last head position that counts
     top_ids: torch.Tensor  # [end - first, k] the verifier's top-k token ids scored by each target state
@@ -123,13 +137,14 @@ class Example:
     shard: str = ""  # the replies file it came from (its stem)
 
 
-def load_examples(work: Path, max_length: int, eos_ids: set[int], shards: set[str] | None = None) -> list[Example]:
-    """Every sequence that has states and labels (of the named shards only, if given), cut to its last
-    `max_length` positions."""
+def load_examples(work: Path, max_length: int, eos_ids: set[int], shards: set[str] | None = None,
+                  layers: list[int] | tuple[int, ...] = ()) -> list[Example]:
+    """Every sequence that has states (with these feature `layers`) and labels (of the named shards only, if
+    given), cut to its last `max_length` positions."""
     examples = []
     files = [p for p in reply_files(work) if shards is None or p.stem in shards]
     for path in tqdm(files, desc="load features", unit="shard"):
-        feature_path, label_path = work / "features" / path.name, work / "labels" / path.name
+        feature_path, label_path = features_dir(work, layers) / path.name, work / "labels" / path.name
         if not feature_path.exists() or not label_path.exists():
             continue
         states = torch.load(feature_path)["states"]
@@ -189,12 +204,12 @@ def merged_head_ids(earlier: torch.Tensor, mass: torch.Tensor, top1: torch.Tenso
 # --------------------------------------------------------------------------- training
 
 
-def _collate(batch: list[Example], width_d: int, subset_index: torch.Tensor):
-    """ids [B, T], states [B, T, d] (fp32), mask [B, T-1] of head positions that count, and for those
+def _collate(batch: list[Example], subset_index: torch.Tensor):
+    """ids [B, T], states [B, T, d (x layers)] (fp32), mask [B, T-1] of head positions that count, and for those
     positions (in mask order) the teacher's top-k as subset columns [N, k] (-1: outside) and probabilities."""
     width = max(len(e.ids) for e in batch)
     ids = torch.zeros((len(batch), width), dtype=torch.long)
-    states = torch.zeros((len(batch), width, width_d))
+    states = torch.zeros((len(batch), width, batch[0].states.shape[-1]))
     mask = torch.zeros((len(batch), width - 1), dtype=torch.bool)
     for row, e in enumerate(batch):
         ids[row, :len(e.ids)] = e.ids
@@ -226,7 +241,7 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     inside = columns >= 0
     weights = probs * inside
     weights = weights / weights.sum(-1, keepdim=True).clamp_min(1e-9)
-    target = states[:, 1:]
+    target = states[:, 1:, :head.config.hidden_size]  # the final state: the one the output rows score
     losses: dict[str, torch.Tensor] = {}
     weights_by_step = [depth_decay ** step for step in range(steps)]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and inputs.device.type == "cpu"):
@@ -270,7 +285,7 @@ def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: to
     output_rows, subset_index = _subset(head, output)
     sums, count = dict.fromkeys(range(1, steps + 1), 0.0), 0
     for start in range(0, len(examples), 8):
-        batch = _collate(examples[start:start + 8], output.shape[1], subset_index)
+        batch = _collate(examples[start:start + 8], subset_index)
         n = int(batch[2].sum())
         losses = head_losses(head, embed, output_rows, batch, steps=steps, bf16=bf16)
         for s in sums:
@@ -297,9 +312,11 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     model = verifier.model
     text_config = model.config.get_text_config()
     width = text_config.hidden_size
-    examples = load_examples(work, settings.max_length, set(verifier.eos_token_ids))
+    layers = [int(layer) for layer in settings.feature_layers.split(",") if layer.strip()]
+    examples = load_examples(work, settings.max_length, set(verifier.eos_token_ids), layers=layers)
     if not examples:
-        raise SystemExit(f"no features under {work / 'features'}: run the generate and features steps first")
+        raise SystemExit(f"no features under {features_dir(work, layers)}: run the generate and features steps "
+                         f"first{' (features --layers ' + settings.feature_layers + ')' if layers else ''}")
     rng.shuffle(examples)
     if settings.validation_shards:
         named = set(settings.validation_shards.split(","))
@@ -323,7 +340,8 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
             hidden_size=width, num_attention_heads=settings.heads, num_key_value_heads=settings.kv_heads,
             intermediate_size=settings.intermediate, rms_norm_eps=getattr(text_config, "rms_norm_eps", 1e-5),
             vocab_size=output.shape[0], head_size=min(settings.head_size, output.shape[0]),  # a small vocabulary: all
-            verifier_name=verifier.name, verifier_fingerprint=embedding_fingerprint(embed.weight))
+            verifier_name=verifier.name, verifier_fingerprint=embedding_fingerprint(embed.weight),
+            feature_layers=layers)
     head = SpecdecHeadModel(config)
     # The token ids are chosen without the named validation shards: their tokens would flatter the head there.
     held = frozenset(settings.validation_shards.split(",")) if settings.validation_shards else frozenset()
@@ -342,7 +360,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     else:
         head.load_state_dict(checkpoint["model"])
     output_rows, subset_index = _subset(head, output)
-    state_std = float(torch.cat([e.states[:64].float() for e in train[:200]]).std())
+    state_std = float(torch.cat([e.states[:64, :width].float() for e in train[:200]]).std())
 
     optimizer = torch.optim.AdamW(head.parameters(), lr=settings.lr, weight_decay=settings.weight_decay,
                                   betas=(0.9, 0.95))
@@ -383,7 +401,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
             break
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
-        losses = head_losses(head, embed, output_rows, _collate(next(batches), width, subset_index),
+        losses = head_losses(head, embed, output_rows, _collate(next(batches), subset_index),
                              steps=settings.chain_steps, noise=settings.noise, state_std=state_std,
                              depth_decay=settings.depth_decay, bf16=settings.bf16)
         loss = losses["regression"] + settings.cls_weight * losses["classification"]

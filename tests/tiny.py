@@ -137,11 +137,13 @@ def save_conversation_bench(tmp_path: Path, tokenizer) -> tuple[Path, Path, Path
     return verifier_folder, save_head_folder(tmp_path, verifier_folder, tokenizer, scale=1.0), prompts
 
 
-def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, scale: float = 1.0):
+def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, scale: float = 1.0,
+              feature_layers: tuple[int, ...] = ()):
     """A random draft head (draft_head.py) for an in-memory verifier, wrapped like a loaded model.
 
     `scale` multiplies the residual branch so that its prediction starts near the state it read (a
-    random head then agrees with the verifier often enough for rounds to mix acceptances and rejections)."""
+    random head then agrees with the verifier often enough for rounds to mix acceptances and rejections).
+    With `feature_layers` it also reads those layers' states, through a random (not zero) fusion."""
     from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
 
     model = verifier.model
@@ -152,7 +154,8 @@ def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, sca
     config = SpecdecHeadConfig(hidden_size=text_config.hidden_size, num_attention_heads=4, num_key_value_heads=2,
                                intermediate_size=2 * text_config.hidden_size, vocab_size=vocab,
                                head_size=len(ids), verifier_name=verifier.name,
-                               verifier_fingerprint=embedding_fingerprint(model.get_input_embeddings().weight))
+                               verifier_fingerprint=embedding_fingerprint(model.get_input_embeddings().weight),
+                               feature_layers=feature_layers)
     head = SpecdecHeadModel(config).eval()
     with torch.no_grad():
         head.set_head_ids(torch.tensor(ids))
@@ -161,6 +164,8 @@ def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, sca
         head.fc.weight[:, width:] += torch.eye(width) * 3
         head.layer.o_proj.weight.mul_(scale)
         head.layer.down_proj.weight.mul_(scale)
+        if head.fuse is not None:
+            head.fuse.weight.normal_(std=0.3 / head.fuse.weight.shape[1] ** 0.5)
     return as_loaded(head, verifier.tokenizer, f"{verifier.name}-head")
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specdec_core.drafting.draft_head import SpecdecHeadModel
+from specdec_core.drafting.draft_head import SpecdecHeadModel, with_layers
 
 ADAPTED_FILE = "adapted.json"  # beside an exported head: what it learnt from
 
@@ -140,7 +140,7 @@ class HeadAdapter:
         if not self.pending:
             return
         exchanges, self.pending = self.pending, []
-        states = verifier_states(self.verifier, [ids for ids, _ in exchanges])
+        states = verifier_states(self.verifier, [ids for ids, _ in exchanges], self.head.config.feature_layers)
         for (ids, reply_start), state in zip(exchanges, states):
             cut = max(0, len(ids) - self.settings.max_length)
             first = max(reply_start - 2, cut) - cut  # head position i predicts the state scoring token i + 2
@@ -208,9 +208,10 @@ class HeadAdapter:
 
 
 @torch.no_grad()
-def verifier_states(verifier: torch.nn.Module, sequences: list[list[int]]) -> list[torch.Tensor]:
-    """The verifier's final hidden states [n, d] (fp16, CPU) over each sequence: one right-padded batch
-    (causal attention never reads the padding)."""
+def verifier_states(verifier: torch.nn.Module, sequences: list[list[int]], layers: list[int] | tuple[int, ...] = ()
+                    ) -> list[torch.Tensor]:
+    """The verifier's final hidden states [n, d] (fp16, CPU) over each sequence, followed by its `layers`'
+    outputs (draft_head.with_layers): one right-padded batch (causal attention never reads the padding)."""
     width = max(len(ids) for ids in sequences)
     input_ids = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, ids in enumerate(sequences):
@@ -218,7 +219,9 @@ def verifier_states(verifier: torch.nn.Module, sequences: list[list[int]]) -> li
     device = verifier.get_input_embeddings().weight.device
     # The decoder's forward, not its __call__: the engine's hook on the decoder (kv.CachedForward keeps the
     # hidden states of the reply it runs) must not see this pass.
-    hidden = verifier.base_model.forward(input_ids=input_ids.to(device)).last_hidden_state
+    output = verifier.base_model.forward(input_ids=input_ids.to(device), output_hidden_states=bool(layers))
+    hidden = with_layers(output, layers)
+    hidden = hidden.clamp(-6e4, 6e4)  # inner layers' largest activations, kept inside float16's range
     return [hidden[row, :len(ids)].to("cpu", torch.float16) for row, ids in enumerate(sequences)]
 
 
@@ -243,7 +246,7 @@ def head_loss(head: SpecdecHeadModel, embed: torch.nn.Module, rows: torch.Tensor
     from the verifier's distribution over the head's tokens (`rows` [K, d], its output rows) to the head's.
     ids [B, T], states [B, T, d], mask [B, T - 1]: head position i reads (state i, token i + 1) and
     predicts state i + 1; step s scores position i only from i >= s (it needs s earlier predictions)."""
-    inputs, target = states[:, :-1], states[:, 1:]
+    inputs, target = states[:, :-1], states[:, 1:, :head.config.hidden_size]
     with torch.no_grad():
         token_embeds = embed(ids[:, 1:].to(embed.weight.device)).to(states)
         # The verifier's own distribution restricted to the head's tokens: softmax over their logits.

@@ -8,7 +8,11 @@ position i it reads
     fc([embed(x_{i+1}) ; f_i])  ->  decoder layer  ->  norm  ->  f'_{i+1}
 
 where f_i is the verifier's final (post-norm) hidden state at position i and x_{i+1} the token that
-followed it, and scores tokens with the verifier's own output layer applied to f'_{i+1}. The token
+followed it, and scores tokens with the verifier's own output layer applied to f'_{i+1}. A head with
+`feature_layers` (after EAGLE-3, Li et al. 2025, which fuses low, middle and high layers) also reads those
+decoder layers' outputs at the verified positions: f_i there is the final state plus a learnt projection
+of the others, each RMS-normalised (the projection starts at zero, so such a head can start from one
+without). Positions the head drafts have no verifier states; there it reads its own prediction, as before. The token
 embedding and the output layer are the verifier's (read at attach time, never stored here), so the head
 is small: a few million parameters. The output layer is cut to the `head_size` token ids most frequent
 in the verifier's replies (`head_ids`), which makes a drafted token cost a fraction of the verifier's
@@ -42,7 +46,8 @@ class SpecdecHeadConfig(PretrainedConfig):
     def __init__(self, hidden_size: int = 576, num_attention_heads: int = 9, num_key_value_heads: int = 3,
                  intermediate_size: int = 1536, rms_norm_eps: float = 1e-5, rope_theta: float = 10000.0,
                  vocab_size: int = 49152, head_size: int = 8192, max_position_embeddings: int = 8192,
-                 verifier_name: str = "", verifier_fingerprint: float = 0.0, **kwargs):
+                 verifier_name: str = "", verifier_fingerprint: float = 0.0,
+                 feature_layers: list[int] | tuple[int, ...] = (), **kwargs):
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         self.hidden_size = hidden_size  # must equal the verifier's
@@ -56,12 +61,27 @@ class SpecdecHeadConfig(PretrainedConfig):
         self.max_position_embeddings = max_position_embeddings
         self.verifier_name = verifier_name
         self.verifier_fingerprint = verifier_fingerprint  # embedding_fingerprint() of the verifier it learned
+        # Decoder layers (0-based) whose outputs the head reads beside the final hidden state (fusion after
+        # EAGLE-3); empty: the final state only, as every head before it.
+        self.feature_layers = [int(layer) for layer in feature_layers]
 
 
 def embedding_fingerprint(embedding_weight: torch.Tensor) -> float:
     """A number that tells one verifier's token embeddings from another's (same width or not)."""
     rows = embedding_weight[:256].detach().float()
     return float((rows * torch.linspace(-1, 1, rows.shape[-1], device=rows.device)).sum())
+
+
+def with_layers(output, layers: list[int] | tuple[int, ...]) -> torch.Tensor:
+    """[B, T, d * (1 + len(layers))]: a decoder's final hidden states, then the outputs of its `layers`, from
+    its output (run with output_hidden_states=True when `layers`): the states a head with those
+    feature_layers reads, in kv.CachedForward.record_hidden_states' layout. hidden_states[i + 1] is layer
+    i's output for every layer but the last (whose entry is the final, normalised state)."""
+    if not layers:
+        return output.last_hidden_state
+    if max(layers) >= len(output.hidden_states) - 2:
+        raise ValueError(f"feature layers {list(layers)}: the verifier's last layer is the final state")
+    return torch.cat([output.last_hidden_state, *(output.hidden_states[layer + 1] for layer in layers)], -1)
 
 
 class HeadCache:
@@ -177,6 +197,10 @@ class SpecdecHeadModel(PreTrainedModel):
         super().__init__(config)
         width = config.hidden_size
         self.fc = nn.Linear(2 * width, width, bias=True)
+        # The other layers' states, each RMS-normalised, added to the final state through this projection.
+        # It starts at zero, so a head with fusion starts as the same head without it (see fused).
+        layers = len(config.feature_layers)
+        self.fuse = nn.Linear(layers * width, width, bias=False) if layers else None
         self.layer = DecoderLayer(config)
         self.norm = nn.RMSNorm(width, eps=config.rms_norm_eps)
         self.register_buffer("head_ids", torch.arange(config.head_size))  # token id of each output row
@@ -184,7 +208,9 @@ class SpecdecHeadModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
+        if module is self.fuse:
+            nn.init.zeros_(module.weight)
+        elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=1 / math.sqrt(module.weight.shape[1]))
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -197,23 +223,41 @@ class SpecdecHeadModel(PreTrainedModel):
     def get_output_embeddings(self):
         return None  # the verifier's, cut to head_ids
 
+    @property
+    def feature_width(self) -> int:
+        """Columns of the verifier's states the head reads: the final state, then each feature layer's."""
+        return self.config.hidden_size * (1 + len(self.config.feature_layers))
+
+    def fused(self, features: torch.Tensor) -> torch.Tensor:
+        """[..., d] the head's input state: the verifier's final state, plus (with feature layers) the
+        projection of the other layers' normalised states when `features` holds them ([..., feature_width]:
+        the verifier's true states). A state the head predicted has width d and passes as it is."""
+        width = self.config.hidden_size
+        if self.fuse is None or features.shape[-1] == width:
+            return features[..., :width]
+        final, others = features[..., :width], features[..., width:].unflatten(-1, (-1, width))
+        others = F.rms_norm(others, (width,), eps=self.config.rms_norm_eps).flatten(-2)
+        return final + self.fuse(others)
+
     def forward(self, features: torch.Tensor, token_embeds: torch.Tensor, positions: torch.Tensor,
                 cache: HeadCache | None = None, sees: torch.Tensor | None = None) -> torch.Tensor:
-        """Predicted next hidden states [B, T, d] from the verifier's hidden states f_i [B, T, d] and the
-        embeddings of the tokens x_{i+1} that followed them [B, T, d], at `positions` [T] (`sees`: see
-        DecoderLayer.forward)."""
-        x = self.fc(torch.cat([token_embeds, features], -1))
+        """Predicted next hidden states [B, T, d] from the verifier's hidden states f_i [B, T, feature_width]
+        (or predicted ones, [B, T, d]) and the embeddings of the tokens x_{i+1} that followed them [B, T, d],
+        at `positions` [T] (`sees`: see DecoderLayer.forward)."""
+        x = self.fc(torch.cat([token_embeds, self.fused(features)], -1))
         return self.norm(self.layer(x, positions, cache, sees))
 
     def forward_chain(self, states: torch.Tensor, token_embeds: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """Training-time drafting (after EAGLE-3's "training-time test"): step 0 reads the true states,
         step s reads at position i the state step s - 1 predicted for it (its output at i - 1), with the
-        attention pattern the drafter's cache would have (DecoderLayer.forward_chain). Returns each
-        step's predicted next states [B, T, d]; position i of step s is valid from i >= s."""
+        attention pattern the drafter's cache would have (DecoderLayer.forward_chain). `states` [B, T,
+        feature_width] are the true ones. Returns each step's predicted next states [B, T, d]; position i of
+        step s is valid from i >= s."""
         positions = torch.arange(states.shape[1], device=states.device)
         keys: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         outputs = []
+        states = self.fused(states)
         current = states
         for _ in range(steps):
             out = self.norm(self.layer.forward_chain(self.fc(torch.cat([token_embeds, current], -1)), positions,

@@ -313,7 +313,7 @@ class HeadDrafter(DrafterBase):
             return
         verifier = verifier_forward.model
         self.verifier_forward = verifier_forward
-        verifier_forward.record_hidden_states()
+        verifier_forward.record_hidden_states(self.model.config.feature_layers)
         self.embed = verifier.get_input_embeddings()
         head_ids = self.model.head_ids
         output = verifier.get_output_embeddings().weight
@@ -372,7 +372,8 @@ class HeadDrafter(DrafterBase):
         self._true_positions = stop
         self._cache_ids = ids[:stop + 1]
         if known >= len(ids):
-            return self.verifier_forward.hidden_states(len(ids) - 1, len(ids))[0]  # the verifier's own: exact
+            # The verifier's own final state, which scores its own next token: exact.
+            return self.verifier_forward.hidden_states(len(ids) - 1, len(ids))[0, :self.model.config.hidden_size]
         return self._next_state
 
     def _scores(self, states: torch.Tensor) -> torch.Tensor:

@@ -151,7 +151,7 @@ def run_proxy(head: SpecdecHeadModel, verifier: torch.nn.Module, turns: Sequence
     rows = []
     for number, turn in enumerate(turns, 1):
         progress(f"turn {number}/{len(turns)}")
-        (states,) = verifier_states(verifier, [turn.prompt_ids + turn.reply_ids])
+        (states,) = verifier_states(verifier, [turn.prompt_ids + turn.reply_ids], head.config.feature_layers)
         row: dict = {"turn": number, "positions": len(turn.reply_ids)}
         for label, model in (("before", original), ("after", adapter.head)):
             predicted = head_predictions(model, embed, adapter.rows, turn, states, steps)

@@ -12,12 +12,14 @@ prefill of the whole prompt, then the first round), that distribution is reused 
 recomputed by feeding the last token again, so a reply costs one verifier call less.
 
 On request (`record_hidden_states`) it also keeps the model's final hidden state at every cached
-position, cut back with the cache: a draft head (draft_head.py) reads the verifier's through it.
+position (and, if asked, some decoder layers' outputs beside it), cut back with the cache: a draft head
+(draft_head.py) reads the verifier's through it.
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -137,15 +139,24 @@ class CachedForward:
         self._hidden: torch.Tensor | None = None  # [capacity, d]
         self._hook = None
         self._last_hidden: torch.Tensor | None = None
+        self._layers: tuple[int, ...] = ()  # decoder layers recorded beside the final state
+        self._last_layers: list[torch.Tensor | None] = []
+        self._running: int | None = None  # the thread inside _run: the layer hooks record only its run
         self._tree_base = 0  # committed tokens before the nodes of the last logits_for_tree call
 
-    def record_hidden_states(self) -> None:
-        """From now on keep the final (post-norm) hidden state of every position this cache holds."""
-        if self._hook is not None:
+    def record_hidden_states(self, layers: Sequence[int] = ()) -> None:
+        """From now on keep the final (post-norm) hidden state of every position this cache holds, followed
+        (columns d.. of each row) by the outputs of the decoder `layers` named (0-based), in that order."""
+        layers = tuple(int(layer) for layer in layers)
+        if self._hook is not None and layers == self._layers:
             return
         base = getattr(self.model, "base_model", None)
         if base is None or base is self.model:
             raise ValueError("this model does not expose its decoder, so its hidden states cannot be read")
+        decoder_layers = getattr(base, "layers", None)
+        if layers and (decoder_layers is None or max(layers) >= len(decoder_layers) or min(layers) < 0):
+            raise ValueError(f"this model has no decoder layers {list(layers)} to read hidden states from")
+        self._remove_hooks()
 
         owner = weakref.ref(self)  # the hook must not keep this cache (and its KV tensors) alive
 
@@ -154,15 +165,31 @@ class CachedForward:
             if me is not None:
                 me._last_hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
 
-        self._hook = base.register_forward_hook(keep)
+        def keep_layer(index: int):
+            def hook(module, args, output) -> None:
+                me = owner()
+                # Only this cache's own runs, on their thread: online adaptation runs the decoder too.
+                if me is not None and me._running == threading.get_ident():
+                    me._last_layers[index] = output[0] if isinstance(output, tuple) else output
+            return hook
+
+        self._hooks = [base.register_forward_hook(keep)]
+        self._hooks += [decoder_layers[layer].register_forward_hook(keep_layer(i)) for i, layer in enumerate(layers)]
+        self._hook, self._layers = self._hooks[0], layers
+        self._last_layers = [None] * len(layers)
         self.reset()  # positions cached so far have no hidden states
 
+    def _remove_hooks(self) -> None:
+        for hook in getattr(self, "_hooks", ()):
+            hook.remove()
+        self._hooks, self._hook = [], None
+
     def __del__(self) -> None:
-        if getattr(self, "_hook", None) is not None:
-            self._hook.remove()
+        self._remove_hooks()
 
     def hidden_states(self, start: int, stop: int) -> torch.Tensor:
-        """[stop - start, d] final hidden states of cached positions start..stop-1."""
+        """[stop - start, d * (1 + layers)] hidden states of cached positions start..stop-1 (the final state,
+        then each recorded layer's; see record_hidden_states)."""
         assert self._hidden is not None and stop <= self.hidden_len
         return self._hidden[start:stop]
 
@@ -269,14 +296,19 @@ class CachedForward:
             extra["logits_to_keep"] = n_last
         extra[self._cache_kwarg] = self.cache  # updated in place
         start = time.perf_counter()
-        out = self.model(input_ids=input_ids, use_cache=True, **extra)
+        self._running = threading.get_ident()
+        try:
+            out = self.model(input_ids=input_ids, use_cache=True, **extra)
+        finally:
+            self._running = None
         if self.synchronize_timing and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.forward_s += time.perf_counter() - start
         self.forward_calls += 1
         self.last_run = len(new_ids)
         if self._hook is not None:
-            self._store_hidden(self._last_hidden[0])
+            self._store_hidden(torch.cat([self._last_hidden[0], *(out[0] for out in self._last_layers)], -1)
+                               if self._layers else self._last_hidden[0])
         self.cached_ids.extend(new_ids)
         logits = out.logits[0, -n_last:]
         self._next_logits = logits[-1]

@@ -1,0 +1,161 @@
+"""A draft head that reads inner layers of the verifier beside its final state (feature_layers, after
+EAGLE-3): the engine records those layers' states as training computes them, drafting stays exact, a
+fused head starts as the head it was initialised from, and distill's features/train/agreement steps
+carry the layers through."""
+
+import pytest
+import tiny
+import torch
+
+from specdec_core.config import GenerationConfig
+from specdec_core.drafting.adapt import AdaptSettings, HeadAdapter, verifier_states
+from specdec_core.drafting.draft_head import HeadCache, SpecdecHeadConfig, SpecdecHeadModel, with_layers
+from specdec_core.drafting.drafters import HeadDrafter, drafter_for
+from specdec_core.engine import Engine
+from specdec_core.events import Finished, RoundVerified
+from specdec_core.loading.models import load_model
+
+LAYERS = (0, 1)  # of a three-layer verifier: every layer but the last (whose output is the final state)
+
+
+@pytest.fixture(scope="module")
+def verifier(tiny_tokenizer):
+    return tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1, layers=3), tiny_tokenizer)
+
+
+def ids_of(tokenizer, text="Once upon a time there was a little robot who"):
+    return tokenizer(text).input_ids
+
+
+def greedy(engine, ids, **config):
+    events = list(engine.generate(ids, GenerationConfig(**{"top_alternatives": 0, "max_new_tokens": 40, **config})))
+    assert isinstance(events[-1], Finished) and events[-1].error is None, events[-1]
+    drafted = [d for e in events if isinstance(e, RoundVerified) for d in e.drafted]
+    return list(events[-1].token_ids), drafted
+
+
+@pytest.mark.parametrize("tree_nodes", [0, 8])
+def test_a_head_reading_inner_layers_drafts_and_the_output_is_the_verifiers_greedy_output(
+        verifier, tiny_tokenizer, tree_nodes):
+    ids = ids_of(tiny_tokenizer)
+    plain, _ = greedy(Engine(verifier), ids, speculate=False)
+    head = tiny.make_head(verifier, scale=0.5, feature_layers=LAYERS)
+    tokens, drafted = greedy(Engine(verifier, drafter_for(head)), ids, gamma=4, tree_nodes=tree_nodes)
+    assert tokens == plain
+    assert drafted and any(d.accepted for d in drafted)
+
+
+def test_the_engine_records_the_layers_as_a_batched_forward_computes_them_for_training(verifier, tiny_tokenizer):
+    drafter = drafter_for(tiny.make_head(verifier, feature_layers=LAYERS))
+    engine = Engine(verifier, drafter)
+    ids = ids_of(tiny_tokenizer)
+    first, _ = greedy(engine, ids, gamma=4)
+    ids = ids + first + ids_of(tiny_tokenizer, " and then")  # a second turn: the caches keep their prefix
+    reply, _ = greedy(engine, ids, gamma=4)
+    full = ids + reply
+    drafter.propose(full, 2, GenerationConfig(), engine.vocab_size, frozenset())
+    true = drafter._true_positions
+    with torch.no_grad():
+        output = verifier.model.base_model(torch.tensor([full[:true]]), output_hidden_states=True)
+        fresh = with_layers(output, LAYERS)[0]
+        assert fresh.shape[-1] == 3 * 32
+        torch.testing.assert_close(engine.verifier_forward.hidden_states(0, true), fresh, atol=1e-5, rtol=1e-4)
+        # adapt.verifier_states (online adaptation, the adaptation proxy) computes the same.
+        (states,) = verifier_states(verifier.model, [full[:true]], LAYERS)
+        torch.testing.assert_close(states.float(), fresh, atol=2e-2, rtol=1e-2)
+        cache = HeadCache()
+        embeds = verifier.model.get_input_embeddings()(torch.tensor([full[1:true + 1]]))
+        drafter.model(fresh[None], embeds, torch.arange(true), cache)
+    torch.testing.assert_close(drafter.cache.keys[:, :, :true], cache.keys, atol=1e-5, rtol=1e-4)
+
+
+def test_the_final_layer_cannot_be_a_feature_layer_its_output_is_the_final_state(verifier, tiny_tokenizer):
+    output = verifier.model.base_model(torch.tensor([ids_of(tiny_tokenizer)]), output_hidden_states=True)
+    with pytest.raises(ValueError, match="last layer"):
+        with_layers(output, (2,))
+
+
+def test_training_chain_steps_with_inner_layers_compute_what_the_drafter_computes(verifier, tiny_tokenizer):
+    drafter = drafter_for(tiny.make_head(verifier, scale=0.5, feature_layers=LAYERS))
+    engine = Engine(verifier, drafter)
+    ids = ids_of(tiny_tokenizer, "The quick brown fox jumps over the lazy dog and runs away")
+    with torch.no_grad():
+        states = with_layers(verifier.model.base_model(torch.tensor([ids]), output_hidden_states=True), LAYERS)
+        embeds = verifier.model.get_input_embeddings()(torch.tensor([ids[1:]]))
+        chain = drafter.model.forward_chain(states[:, :-1], embeds, steps=3)
+    length = 6
+    engine.verifier_forward.logits_for(ids[:length - 1])
+    with torch.no_grad():
+        predicted = drafter._catch_up(ids[:length])
+        torch.testing.assert_close(predicted, chain[0][0, length - 2], atol=1e-5, rtol=1e-4)
+        for step in (1, 2):
+            position = length - 2 + step
+            predicted = drafter._step(predicted[None], [ids[position + 1]], position)[-1]
+            torch.testing.assert_close(predicted, chain[step][0, position], atol=1e-5, rtol=1e-4)
+
+
+def test_a_head_given_inner_layers_starts_as_the_head_it_was_initialised_from(verifier, tmp_path):
+    from distill.head import _start_from
+
+    earlier = tiny.make_head(verifier, scale=0.5).model
+    earlier.save_pretrained(tmp_path / "earlier")
+    fused = SpecdecHeadModel(SpecdecHeadConfig(**{**earlier.config.to_dict(), "feature_layers": list(LAYERS)}))
+    _start_from(fused, tmp_path / "earlier")
+    assert fused.fuse is not None and not fused.fuse.weight.any()
+    wide, embeds = torch.randn(1, 10, 96) * 5, torch.randn(1, 10, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(fused.forward_chain(wide, embeds, 2), earlier.forward_chain(wide[..., :32], embeds, 2))
+
+
+def test_features_train_and_agreement_carry_the_inner_layers_and_the_export_drafts_exactly(
+        verifier, tiny_tokenizer, tmp_path):
+    from distill import head as head_training
+    from distill.data import generate_replies
+    from distill.export import export_draft
+    from distill.prompts import build_prompt_sets
+
+    train_prompts, _ = build_prompt_sets(seed=0)
+    work = tmp_path / "work"
+    generate_replies(verifier, train_prompts[:24], work, modes=["greedy"], shard_size=12, batch_size=12,
+                     max_new_tokens=24)
+    head_training.compute_features(verifier, work, layers=list(LAYERS))
+    wide = torch.load(head_training.features_dir(work, LAYERS) / "greedy-00000.pt")["states"]
+    final = torch.load(work / "features" / "greedy-00000.pt")["states"]
+    assert wide[0].shape[-1] == 96 and len(wide[0]) == len(final[0]) + 1  # the recorded ones lack the last token
+    torch.testing.assert_close(wide[0][:len(final[0]), :32].float(), final[0].float(), atol=2e-2, rtol=1e-2)
+
+    settings = head_training.HeadSettings(head_size=200, intermediate=64, heads=4, kv_heads=2, steps=12,
+                                          batch_tokens=256, lr=3e-3, warmup=2, validate_every=6,
+                                          validation_shards="greedy-00001", feature_layers="0,1", bf16=False)
+    special = sorted({verifier.tokenizer.eos_token_id, verifier.tokenizer.pad_token_id})
+    head_training.train_head(verifier, work, work / "runs" / "fused", settings, special)
+    dest = export_draft(work / "runs" / "fused", verifier.tokenizer, tmp_path / "head", {"verifier": "tiny"})
+    head = load_model(str(dest), device="cpu")
+    assert head.model.config.feature_layers == [0, 1] and head.model.fuse.weight.any()  # it learnt to fuse
+
+    examples = head_training.load_examples(work, 640, set(verifier.eos_token_ids), {"greedy-00001"}, LAYERS)
+    output = verifier.model.get_output_embeddings().weight.detach()
+    figures = head_training.agreement_by_step(head.model, verifier.model.get_input_embeddings(), output, examples, 2)
+    assert set(figures) == {1, 2} and all(0 <= value <= 1 for value in figures.values())
+
+    ids = ids_of(tiny_tokenizer)
+    plain, _ = greedy(Engine(verifier), ids, speculate=False)
+    assert greedy(Engine(verifier, drafter_for(head)), ids, gamma=3)[0] == plain
+
+
+def test_a_fused_head_adapts_online_and_sampling_still_follows_the_verifier(tiny_tokenizer):
+    from test_lossless import CONFIGS, VOCAB, chi_square_p_value, exact_joint, sampled_joint
+
+    small = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=3, vocab_size=VOCAB, logit_scale=20.0,
+                                           layers=2, hidden=16), tiny_tokenizer, eos_token_ids=frozenset())
+    head = tiny.make_head(small, scale=0.5, feature_layers=(0,))
+    drafter = HeadDrafter(head)
+    adapter = HeadAdapter(head.model, small.model, AdaptSettings(steps=10, max_seconds=60.0, lr=2e-2))
+    before = head.model.fuse.weight.clone()
+    adapter.observe([1, 3, 5], [2, 7, 1, 3, 5, 2, 7])
+    adapter.adapt()
+    adapter.swap_into(drafter)
+    assert not torch.equal(head.model.fuse.weight, before)
+    config = CONFIGS[1]
+    counts = sampled_joint(small, head, config, runs=600, drafter=drafter)
+    assert chi_square_p_value(counts, exact_joint(small, config)) > 1e-3
