@@ -161,7 +161,8 @@ def _train_command(run: str, settings: dict, work: str = "") -> str:
                                ("--warmup", "warmup", 100), ("--lr", "lr", 1e-3),
                                ("--batch-tokens", "batch_tokens", None), ("--noise", "noise", 0.2),
                                ("--validate-every", "validate_every", 100), ("--fp32", "bf16", True),
-                               ("--validation-shards", "validation_shards", "")):
+                               ("--validation-shards", "validation_shards", ""),
+                               ("--feature-layers", "feature_layers", "")):
         value = settings.get(key)
         if value is not None and value != default:
             parts.append(flag if isinstance(value, bool) else f"{flag} {value:g}" if isinstance(value, float)
@@ -210,6 +211,8 @@ def _corpus_data(distill: dict) -> tuple[str, str]:
     work = "--work .distill/tf " if teacher_forced else "--work .distill/c "
     commands = (f"python -m distill {work}corpus-replies" + (" --teacher-forced" if teacher_forced else "")
                 + f"\npython -m distill {work}features\npython -m distill {work}label\n")
+    if settings.get("feature_layers"):  # the run read inner layers' states: features computed with them too
+        commands += f"python -m distill {work}features --layers {settings['feature_layers']}\n"
     if teacher_forced and "corpus" in distill.get("reply_modes", []):
         commands += ("# validation shards as plain replies (reply positions only): corpus-replies without "
                      "--teacher-forced,\n# their files in place of the corpustf ones of the same index\n")

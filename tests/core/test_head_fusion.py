@@ -159,3 +159,12 @@ def test_a_fused_head_adapts_online_and_sampling_still_follows_the_verifier(tiny
     config = CONFIGS[1]
     counts = sampled_joint(small, head, config, runs=600, drafter=drafter)
     assert chi_square_p_value(counts, exact_joint(small, config)) > 1e-3
+
+
+def test_the_model_cards_reproduce_commands_name_the_feature_layers():
+    from distill.card import _corpus_data, _train_command
+
+    settings = {"feature_layers": "2,14,22", "validation_shards": "corpustf-00016"}
+    assert "--feature-layers 2,14,22" in _train_command("fuse1", settings)
+    _, commands = _corpus_data({"prompt_sets": ["corpus"], "reply_modes": ["corpustf"], "settings": settings})
+    assert "features --layers 2,14,22" in commands
