@@ -47,20 +47,24 @@ def test_after_adapting_on_a_reply_the_head_drafts_more_of_it_and_the_output_sta
     assert after > before + 0.2
 
 
-def test_sampled_output_still_follows_the_verifier_with_an_adapted_head(verifier, tiny_tokenizer):
-    # The lossless check of test_lossless.py, on a head adapted to one of the verifier's replies.
+@pytest.mark.parametrize("layers", [(), (0,)], ids=["final state", "with an inner layer"])
+def test_sampled_output_still_follows_the_verifier_with_an_adapted_head(verifier, tiny_tokenizer, layers):
+    # The lossless check of test_lossless.py, on a head adapted to one of the verifier's replies (also a head
+    # that reads an inner layer beside the final state, draft_head.with_layers: its fusion adapts too).
     from test_lossless import CONFIGS, VOCAB, chi_square_p_value, exact_joint, sampled_joint
 
     small = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=3, vocab_size=VOCAB, logit_scale=20.0,
-                                           layers=1, hidden=16), tiny_tokenizer, eos_token_ids=frozenset())
-    head = tiny.make_head(small, scale=0.5)
+                                           layers=1 + len(layers), hidden=16), tiny_tokenizer,
+                           eos_token_ids=frozenset())
+    head = tiny.make_head(small, scale=0.5, feature_layers=layers)
     drafter = HeadDrafter(head)
     adapter = HeadAdapter(head.model, small.model, FAST)
-    before = head.model.fc.weight.clone()
+    before = {name: weight.clone() for name, weight in head.model.state_dict().items()}
     adapter.observe([1, 3, 5], [2, 7, 1, 3, 5, 2, 7])
     adapter.adapt()
     adapter.swap_into(drafter)
-    assert not torch.equal(head.model.fc.weight, before)
+    changed = {name for name, weight in head.model.state_dict().items() if not torch.equal(weight, before[name])}
+    assert "fc.weight" in changed and ("fuse.weight" in changed or not layers)
     config = CONFIGS[1]
     counts = sampled_joint(small, head, config, runs=600, drafter=drafter)
     assert chi_square_p_value(counts, exact_joint(small, config)) > 1e-3

@@ -9,7 +9,7 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.draft_head import HeadCache
+from specdec_core.drafting.draft_head import HeadCache, with_layers
 from specdec_core.drafting.drafters import HeadDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
@@ -213,15 +213,18 @@ def test_a_reloaded_head_computes_exactly_what_the_saved_one_did(verifiers, tiny
         torch.testing.assert_close(reloaded(states, embeds, torch.arange(12)), head(states, embeds, torch.arange(12)))
 
 
-def test_training_chain_steps_compute_what_the_drafter_computes_when_drafting(verifiers, tiny_tokenizer):
+@pytest.mark.parametrize("layers", [(), (0,)], ids=["final state", "with an inner layer"])
+def test_training_chain_steps_compute_what_the_drafter_computes_when_drafting(verifiers, tiny_tokenizer, layers):
     """Training runs every drafting step for all positions at once (forward_chain); step s at position i
-    must equal the drafter's s-th drafted position after a verified prefix ending at i - s."""
+    must equal the drafter's s-th drafted position after a verified prefix ending at i - s (also for a head
+    that reads an inner layer of the verifier, draft_head.with_layers)."""
     verifier = verifiers["llama"]
-    drafter = drafter_for(tiny.make_head(verifier, scale=0.5))
+    drafter = drafter_for(tiny.make_head(verifier, scale=0.5, feature_layers=layers))
     engine = Engine(verifier, drafter)
     ids = prompt(tiny_tokenizer, "The quick brown fox jumps over the lazy dog and runs away")
     with torch.no_grad():
-        states = verifier.model.base_model(torch.tensor([ids])).last_hidden_state
+        states = with_layers(verifier.model.base_model(torch.tensor([ids]), output_hidden_states=bool(layers)),
+                             layers)
         embeds = verifier.model.get_input_embeddings()(torch.tensor([ids[1:]]))
         chain = drafter.model.forward_chain(states[:, :-1], embeds, steps=3)
     length = 6  # verified prefix ids[:length]; the verifier has read all but its last token
