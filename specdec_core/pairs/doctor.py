@@ -127,6 +127,11 @@ def _head_findings(verifier: LoadedModel, draft: LoadedModel) -> tuple[Finding, 
     if width != config.hidden_size:
         return (Finding("error", f"the draft head reads hidden states {config.hidden_size} wide but this "
                                  f"verifier's are {width}: it was made for {trained_on}"),)
+    layers = list(getattr(config, "feature_layers", None) or [])
+    depth = getattr(text_config, "num_hidden_layers", None)
+    if layers and (depth is None or max(layers) >= depth - 1):
+        return (Finding("error", f"the draft head reads the verifier's layers {layers} but this verifier has "
+                                 f"{depth or 'an unknown number of'} layers: it was made for {trained_on}"),)
     embeddings = verifier.model.get_input_embeddings()
     fingerprint = embedding_fingerprint(embeddings.weight) if embeddings is not None else None
     if fingerprint is None or abs(fingerprint - config.verifier_fingerprint) > 1e-3 * (1 + abs(fingerprint)):

@@ -70,6 +70,15 @@ def test_the_engine_records_the_layers_as_a_batched_forward_computes_them_for_tr
     torch.testing.assert_close(drafter.cache.keys[:, :, :true], cache.keys, atol=1e-5, rtol=1e-4)
 
 
+def test_the_doctor_rejects_a_head_that_reads_layers_this_verifier_lacks(verifier, tiny_tokenizer):
+    from specdec_core.pairs.doctor import check_models
+
+    assert check_models(verifier, tiny.make_head(verifier, feature_layers=LAYERS)).compatible
+    shallow = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1, layers=2), tiny_tokenizer)
+    verdict = check_models(shallow, tiny.make_head(verifier, feature_layers=LAYERS))
+    assert not verdict.compatible and "layers [0, 1]" in str(verdict)
+
+
 def test_the_final_layer_cannot_be_a_feature_layer_its_output_is_the_final_state(verifier, tiny_tokenizer):
     output = verifier.model.base_model(torch.tensor([ids_of(tiny_tokenizer)]), output_hidden_states=True)
     with pytest.raises(ValueError, match="last layer"):
