@@ -16,6 +16,9 @@
               --ttt-depth drafting steps on its own predictions (EAGLE-3) -> <work>/runs/<run>/
     train     the alternative it replaced: a small standalone SpecdecDraftForCausalLM on the top-k
               distributions -> <work>/runs/<run>/
+    heldout-replies  the verifier's greedy replies to a held-out set (default independent-heldout.jsonl,
+              64 tokens), states and labels included, in a work folder of their own that train-head and
+              train refuse -> <work>/replies/greedy-heldout_<set>-00000.pt, for `agreement --work <work>`
     agreement a head's teacher-forced agreement with the verifier, per drafting step, on replies shards
     export    a trained draft as an fp16 folder with the verifier's tokenizer -> assets/<name>/
     measure   acceptance and speed of the pair on held-out prompts, through the real engine

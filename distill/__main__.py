@@ -61,6 +61,34 @@ def cmd_generate(args) -> None:
                      set_name=set_name)
 
 
+def cmd_heldout_replies(args) -> None:
+    """The verifier's greedy replies to a held-out prompt set, with their states and top-k labels, under <work>:
+    what `agreement --work <work>` measures a head on. Never trained on: the shards are named
+    greedy-heldout_<set>-<index>, and train-head refuses a work folder that holds one."""
+    from distill.data import generate_replies
+    from specdec_core.measuring.prompt_sets import load_prompts
+
+    cases = load_prompts(str(args.prompts / args.held_out))[:args.n_prompts or None]
+    set_name = HELD_OUT_SET_PREFIX + Path(args.held_out).stem.replace("-", "_")
+    generate_replies(_load_verifier(args), [list(case.messages) for case in cases], args.work, modes=["greedy"],
+                     shard_size=len(cases), batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+                     seed=args.seed, set_name=set_name)
+    print(f"{len(cases)} greedy replies ({args.max_new_tokens} tokens at most) under {args.work / 'replies'}; "
+          f"measure a head there with: python -m distill --work {args.work} agreement --draft HEAD --steps 4 --fp32")
+
+
+HELD_OUT_SET_PREFIX = "heldout_"  # replies shards of a held-out set: greedy-heldout_<set>-<index>
+
+
+def _refuse_held_out_replies(work: Path) -> None:
+    from distill.data import reply_files
+
+    held = [path.name for path in reply_files(work) if (path.stem.split("-") + [""])[1].startswith(HELD_OUT_SET_PREFIX)]
+    if held:
+        raise SystemExit(f"{work} holds replies to a held-out prompt set ({', '.join(held)}): they measure a head "
+                         "and are never trained on; train in another --work folder")
+
+
 def cmd_label(args) -> None:
     from distill.data import label_replies
 
@@ -71,6 +99,7 @@ def cmd_train(args) -> None:
     from distill.train import DraftShape, TrainSettings, train
     from specdec_core.loading.models import resolve_device
 
+    _refuse_held_out_replies(args.work)
     verifier = _load_verifier(args)
     settings = TrainSettings(steps=args.steps, max_minutes=args.max_minutes, batch_tokens=args.batch_tokens,
                              lr=args.lr, seed=args.seed)
@@ -119,6 +148,7 @@ def _layers(text: str) -> list[int]:
 def cmd_train_head(args) -> None:
     from distill.head import HeadSettings, train_head
 
+    _refuse_held_out_replies(args.work)
     settings = HeadSettings(head_size=args.head_size, intermediate=args.intermediate, steps=args.steps,
                             max_minutes=args.max_minutes, batch_tokens=args.batch_tokens, lr=args.lr,
                             cls_weight=args.cls_weight, noise=args.noise, seed=args.seed, warmup=args.warmup,
@@ -328,6 +358,14 @@ def main(argv: list[str] | None = None) -> None:
                    "of its weights and the run's (keeps more of what it knew; see --share)")
     p.add_argument("--share", type=float, default=0.5, help="with --average-with: the run's share of the average")
     p.set_defaults(run_step=cmd_export)
+
+    p = steps.add_parser("heldout-replies", help="the verifier's greedy replies to a held-out set, states and "
+                         "labels included, for `agreement` (never trained on)")
+    p.add_argument("--held-out", default="independent-heldout.jsonl", help="prompt set file under --prompts")
+    p.add_argument("--n-prompts", type=int, default=0, help="the first N prompts only (0: all)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.set_defaults(run_step=cmd_heldout_replies)
 
     p = steps.add_parser("measure", help="acceptance and speed on held-out prompts")
     p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="draft spec")

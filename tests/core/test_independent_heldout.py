@@ -54,3 +54,29 @@ def test_no_independent_prompt_appears_in_the_training_sets():
     for name in ("distill-train.jsonl", "distill-train-extra.jsonl"):
         trained = {m["content"] for messages in read_jsonl(PROMPTS_DIR / name) for m in messages}
         assert not held & trained
+
+
+def test_heldout_replies_give_agreement_its_examples_and_the_folder_is_never_trained_on(monkeypatch, tmp_path):
+    # `heldout-replies` writes the verifier's greedy replies (with states and labels) under a set name that
+    # marks them held out; the head's examples load from them, and train-head refuses that folder.
+    import distill.__main__ as steps
+    from distill.head import load_examples
+    from tiny import as_loaded, make_model, make_tokenizer
+
+    tokenizer = make_tokenizer()
+    verifier = as_loaded(make_model("llama", tokenizer, seed=1, logit_scale=8.0), tokenizer, "tiny-verifier")
+    monkeypatch.setattr(steps, "_load_verifier", lambda args: verifier)
+    (tmp_path / "independent-heldout.jsonl").write_text(
+        "# Held out\n" + "\n".join(json.dumps(text) for text in ("Tell me about the sea.", "Hello!", "Why?")),
+        encoding="utf-8")
+    work = tmp_path / "w"
+    args = type("Args", (), {"prompts": tmp_path, "held_out": "independent-heldout.jsonl", "n_prompts": 2,
+                             "max_new_tokens": 6, "batch_size": 2, "seed": 0, "work": work})()
+    steps.cmd_heldout_replies(args)
+    stem = "greedy-heldout_independent_heldout-00000"
+    assert [p.name for p in (work / "replies").iterdir()] == [f"{stem}.pt"]
+    assert (work / "features" / f"{stem}.pt").exists() and (work / "labels" / f"{stem}.pt").exists()
+    examples = load_examples(work, 64, set(verifier.eos_token_ids))
+    assert 1 <= len(examples) <= 2 and all(e.end > e.first for e in examples)
+    with pytest.raises(SystemExit, match="held-out"):
+        steps.cmd_train_head(type("Args", (), {"work": work})())
