@@ -430,8 +430,8 @@ class LiveGraphs(QWidget):
         self.baseline_line = pg.InfiniteLine(angle=0, movable=False,
                                              pen=pg.mkPen(STATE_SOLID["plain"], width=1.5,
                                                           style=Qt.PenStyle.DashLine),
-                                             label="", labelOpts={"position": 0.02, "color": fg,
-                                                                  "anchors": [(0, 0), (0, 0)]})
+                                             label="", labelOpts={"position": 0.98, "color": fg,
+                                                                  "anchors": [(1, 0), (1, 0)]})
         self.baseline_line.setVisible(False)
         pi.addItem(self.baseline_line)
 
@@ -695,6 +695,13 @@ class LiveGraphs(QWidget):
             if self.baseline_tps:
                 self.baseline_line.setValue(self.baseline_tps)
                 self.baseline_line.label.setFormat(f"verifier alone {self.baseline_tps:.1f} tok/s")
+                # At the right end, on the side of the line the running mean is not on: the text stays clear of
+                # the curve it is read against (below it when speculation is faster, above when slower).
+                means = self.b_tps.data[np.isfinite(self.b_tps.data)]
+                side = (1, 0) if not len(means) or means[-1] >= self.baseline_tps else (1, 1)
+                if self.baseline_line.label.anchors[0] != side:
+                    self.baseline_line.label.anchors = [side, side]
+                    self.baseline_line.label.updatePosition()
             self.baseline_line.setVisible(bool(self.baseline_tps))
         elif name == "acc":
             self.drafted_curve.setData(edges, self.b_drafted.data)

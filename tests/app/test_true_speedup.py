@@ -226,3 +226,22 @@ def test_a_reply_with_trees_is_predicted_from_its_trees_not_the_chain_formula(qt
     graphs.set_trace(trace, 50.0)
     assert graphs.words.text().count("From its trees (3.0 candidates a round)") == 1
     assert graphs.predicted_point.getData()[1][0] == pytest.approx(pred.speedup)
+
+
+def test_the_verifier_alone_line_labels_itself_on_the_side_away_from_the_running_mean(qtbot):
+    from app.graphs import LiveGraphs
+    from app.trace import ReplyTrace, RoundRecord
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    for baseline, side in ((10.0, (1, 0)), (80.0, (1, 1))):  # mean about 33 tok/s: the label below, then above
+        trace = ReplyTrace(stats={"tokens_per_s": 33.0}, stop_reason="eos")
+        for i in range(20):
+            trace.rounds.append(RoundRecord(i, 2, 1, "corrected", "gamma", 2, 0.01, 0.05, 0.0, 0.06 * (i + 1),
+                                            2 * (i + 1)))
+        graphs.set_trace(trace)
+        graphs.set_baseline(baseline, "verifier alone", like_for_like=True)
+        graphs._draw_panel("tps")
+        label = graphs.baseline_line.label
+        assert label.anchors == [side, side] and "verifier alone" in label.toPlainText()
