@@ -64,13 +64,15 @@ def cmd_generate(args) -> None:
 def cmd_heldout_replies(args) -> None:
     """The verifier's greedy replies to a held-out prompt set, with their states and top-k labels, under <work>:
     what `agreement --work <work>` measures a head on. Never trained on: the shards are named
-    greedy-heldout_<set>-<index>, and train-head refuses a work folder that holds one."""
+    greedy-heldout_<set>-<index>, and train-head and train refuse a work folder that holds one."""
     from distill.data import generate_replies
     from specdec_core.measuring.prompt_sets import load_prompts
 
     cases = load_prompts(str(args.prompts / args.held_out))[:args.n_prompts or None]
     set_name = HELD_OUT_SET_PREFIX + Path(args.held_out).stem.replace("-", "_")
-    generate_replies(_load_verifier(args), [list(case.messages) for case in cases], args.work, modes=["greedy"],
+    conversations = [[{"role": "system", "content": case.system}] * bool(case.system) + list(case.messages)
+                     for case in cases]  # the system prompt as the bench gives it
+    generate_replies(_load_verifier(args), conversations, args.work, modes=["greedy"],
                      shard_size=len(cases), batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                      seed=args.seed, set_name=set_name)
     print(f"{len(cases)} greedy replies ({args.max_new_tokens} tokens at most) under {args.work / 'replies'}; "
@@ -83,7 +85,8 @@ HELD_OUT_SET_PREFIX = "heldout_"  # replies shards of a held-out set: greedy-hel
 def _refuse_held_out_replies(work: Path) -> None:
     from distill.data import reply_files
 
-    held = [path.name for path in reply_files(work) if (path.stem.split("-") + [""])[1].startswith(HELD_OUT_SET_PREFIX)]
+    held = [path.name for path in reply_files(work)
+            if (path.stem.split("-") + [""])[1].startswith(HELD_OUT_SET_PREFIX)]
     if held:
         raise SystemExit(f"{work} holds replies to a held-out prompt set ({', '.join(held)}): they measure a head "
                          "and are never trained on; train in another --work folder")

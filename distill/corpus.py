@@ -39,8 +39,7 @@ from tqdm.auto import tqdm
 
 from distill.corpus_derived import derived_prompts, material_from_shards
 from distill.corpus_prompts import corpus_prompts
-from distill.data import cut_after_eos, left_padded, save_atomic
-from specdec_core.text.chat import build_prompt
+from distill.data import cut_after_eos, encode_messages, left_padded, save_atomic
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
 
@@ -83,12 +82,6 @@ def read_shard(path: Path) -> tuple[list[dict], list[list[int]], list[list[int]]
     with np.load(path) as data:
         return (json.loads(data["prompts"].tobytes()), _split(data["prompt_ids"], data["prompt_ends"]),
                 _split(data["reply_ids"], data["reply_ends"]), json.loads(data["facts"].tobytes()))
-
-
-def _encode(tokenizer, messages: list[dict], context_length: int, max_new_tokens: int) -> list[int]:
-    system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
-    return build_prompt(tokenizer, messages, system=system, context_length=context_length,
-                        reserve_new_tokens=max_new_tokens).ids
 
 
 @torch.inference_mode()
@@ -162,7 +155,7 @@ def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size:
         if not chunk:
             tqdm.write("corpus: the prompt generator has no new prompts left")
             break
-        encoded = [_encode(verifier.tokenizer, p["messages"], verifier.context_length, max_new_tokens)
+        encoded = [encode_messages(verifier.tokenizer, p["messages"], verifier.context_length, max_new_tokens)
                    for p in chunk]
         replies = greedy_replies(verifier, encoded, batch_size=batch_size, max_new_tokens=max_new_tokens)
         path = folder / f"shard-{index:05d}.npz"

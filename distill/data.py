@@ -116,6 +116,14 @@ def cut_after_eos(reply: list[int], eos_ids) -> list[int]:
     return reply[:cut]
 
 
+def encode_messages(tokenizer, messages: Messages, context_length: int, max_new_tokens: int) -> list[int]:
+    """A prompt's token ids as the engine builds them: a leading system message is the system prompt (build_prompt
+    drops system turns it is not given as `system`, so passing the list alone would lose it)."""
+    system = messages[0]["content"] if messages and messages[0]["role"] == "system" else None
+    return build_prompt(tokenizer, messages, system=system, context_length=context_length,
+                        reserve_new_tokens=max_new_tokens).ids
+
+
 def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: list[str], shard_size: int = 256,
                      batch_size: int = 32, max_new_tokens: int = 256, seed: int = 0,
                      max_minutes: float = 0.0, top_k: int = 16, set_name: str = "") -> None:
@@ -140,8 +148,7 @@ def generate_replies(verifier, prompts: list[Messages], work: Path, *, modes: li
             break
         temperature = MODES[mode]
         torch.manual_seed(seed * 100_003 + index * 17 + list(MODES).index(mode) + zlib.crc32(set_name.encode()))
-        encoded = [build_prompt(tokenizer, m, context_length=verifier.context_length,
-                                reserve_new_tokens=max_new_tokens).ids for m in chunk]
+        encoded = [encode_messages(tokenizer, m, verifier.context_length, max_new_tokens) for m in chunk]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))  # similar lengths share a batch
         replies: list[list[int]] = [[] for _ in encoded]
         labels: list[tuple[torch.Tensor, torch.Tensor] | None] = [None for _ in encoded]

@@ -188,3 +188,16 @@ def test_training_autocasts_to_bfloat16_only_where_the_cpu_has_it_unless_told(mo
     assert _bf16(argparse.Namespace(bf16=False, fp32=False)) is native
     assert _bf16(argparse.Namespace(bf16=True, fp32=False)) is True
     assert _bf16(argparse.Namespace(bf16=False, fp32=True)) is False
+
+
+def test_generated_replies_keep_a_prompts_system_message_as_the_engine_does(tmp_path, tokenizer, verifier):
+    from specdec_core.text.chat import build_prompt
+
+    generate_replies(verifier, PROMPTS[1:2], tmp_path, modes=["greedy"], shard_size=4, batch_size=2,
+                     max_new_tokens=4)
+    [path] = reply_files(tmp_path)
+    [prompt_ids] = torch.load(path)["prompt_ids"]
+    engine_ids = build_prompt(tokenizer, PROMPTS[1][1:], system="Be brief.", context_length=verifier.context_length,
+                              reserve_new_tokens=4).ids
+    assert prompt_ids == engine_ids
+    assert prompt_ids != build_prompt(tokenizer, PROMPTS[1][1:], context_length=verifier.context_length).ids
