@@ -61,6 +61,12 @@ def cmd_generate(args) -> None:
                      set_name=set_name)
 
 
+def _conversation(case) -> list[dict]:
+    """A bundled prompt case as distill's messages: its system prompt, if any, as the leading message (the
+    bench's prompt; data.encode_messages reads it back)."""
+    return [{"role": "system", "content": case.system}] * bool(case.system) + list(case.messages)
+
+
 def cmd_heldout_replies(args) -> None:
     """The verifier's greedy replies to a held-out prompt set, with their states and top-k labels, under <work>:
     what `agreement --work <work>` measures a head on. Never trained on: the shards are named
@@ -70,9 +76,7 @@ def cmd_heldout_replies(args) -> None:
 
     cases = load_prompts(str(args.prompts / args.held_out))[:args.n_prompts or None]
     set_name = HELD_OUT_SET_PREFIX + Path(args.held_out).stem.replace("-", "_")
-    conversations = [[{"role": "system", "content": case.system}] * bool(case.system) + list(case.messages)
-                     for case in cases]  # the system prompt as the bench gives it
-    generate_replies(_load_verifier(args), conversations, args.work, modes=["greedy"],
+    generate_replies(_load_verifier(args), [_conversation(case) for case in cases], args.work, modes=["greedy"],
                      shard_size=len(cases), batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                      seed=args.seed, set_name=set_name)
     print(f"{len(cases)} greedy replies ({args.max_new_tokens} tokens at most) under {args.work / 'replies'}; "
@@ -211,7 +215,7 @@ def cmd_measure(args) -> None:
     draft = load_model(str(args.draft), device=args.device, dtype=args.dtype)
     # prompt_sets reads every bundled format ('#' comment lines included, as in independent-heldout.jsonl).
     cases = load_prompts(str(args.prompts / args.held_out))[args.skip:args.skip + args.n_prompts]
-    prompts = [list(case.messages) for case in cases]
+    prompts = [_conversation(case) for case in cases]
     figures = measure_pair(verifier, draft, prompts, gammas=tuple(int(g) for g in args.gammas.split(",")),
                            max_new_tokens=args.max_new_tokens, sampled_gamma=args.sampled_gamma,
                            adaptive=args.adaptive)
@@ -262,6 +266,10 @@ def cmd_card(args) -> None:
                       command="python -m distill " + shlex.join(sys.argv[1:]))
     if args.compare:  # figures measured elsewhere (before and after this head), shown as the card's table
         card["comparison"] = json.loads(Path(args.compare).read_text())
+    elif (folder / "card.json").exists():  # the same head measured again: its before/after table still holds
+        kept = json.loads((folder / "card.json").read_text()).get("comparison")
+        if kept:
+            card["comparison"] = kept
     (folder / "card.json").write_text(json.dumps(card, indent=2) + "\n")
 
     (folder / "README.md").write_text(render_card(card, json.loads((folder / "distill.json").read_text())))
@@ -392,7 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rerender", action="store_true",
                    help="measure nothing: write README.md again from card.json (and --compare's table)")
     p.add_argument("--compare", default="", metavar="JSON", help="a before/after table to show in the card: "
-                   '{"title", "before", "after", "rows": [{"set", "figure", "before", "after", "command"}], "note"}')
+                   '{"title", "before", "after", "rows": [{"set", "figure", "before", "after", "command"}], "note"} '
+                   "(default: keep the table card.json already has)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.set_defaults(run_step=cmd_card)
 

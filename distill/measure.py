@@ -13,13 +13,13 @@ import time
 
 from tqdm.auto import tqdm
 
+from distill.data import encode_messages
 from distill.prompts import Messages
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.drafters import HybridDrafter, drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
 from specdec_core.stats import StatsAccumulator
-from specdec_core.text.chat import build_prompt
 
 
 def _figures(tally: StatsAccumulator, mismatches: list[int] | None = None) -> dict:
@@ -67,8 +67,7 @@ def measure_pair(verifier, draft, prompts: list[Messages], *, gammas: tuple[int,
     mismatches: dict[object, list[int]] = {g: [] for g in gammas} | {"hybrid": []}
     started = time.perf_counter()
     for index, messages in enumerate(tqdm(prompts, desc="measure", unit="prompt")):
-        ids = build_prompt(verifier.tokenizer, messages, context_length=verifier.context_length,
-                           reserve_new_tokens=max_new_tokens).ids
+        ids = encode_messages(verifier.tokenizer, messages, verifier.context_length, max_new_tokens)
         plain = _run(engine, ids, base.with_(speculate=False), off)
         for gamma in gammas:
             result = _run(engine, ids, base.with_(gamma=gamma, adaptive=adaptive), on[gamma])
