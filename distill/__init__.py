@@ -10,6 +10,9 @@
               verifier's greedy replies, compressed shards kept in the repository -> distill/corpus/
     corpus-replies  the corpus shards as replies files (--teacher-forced: the prompts' own text counts
               too) -> <work>/replies/corpus[tf]-<index>.pt; label and features then recompute the rest
+    outside-replies  teacher-forced replies of text the project did not write, read from the machine (the
+              interpreter's standard library: functions and reference topics; the system's message
+              catalogues in other languages) -> <work>/replies/outside-<index>.pt
     label     the top-k distributions again, for replies generated elsewhere -> <work>/labels/
     features  the hidden states again, for replies generated elsewhere -> <work>/features/
     train-head  the shipped draft: a draft head (draft_head.py, after EAGLE) on the hidden states,
@@ -20,6 +23,7 @@
               64 tokens), states and labels included, in a work folder of their own that train-head and
               train refuse -> <work>/replies/greedy-heldout_<set>-00000.pt, for `agreement --work <work>`
     agreement a head's teacher-forced agreement with the verifier, per drafting step, on replies shards
+              (--by-category: per prompt category too, on a held-out set's replies)
     export    a trained draft as an fp16 folder with the verifier's tokenizer -> assets/<name>/
     measure   acceptance and speed of the pair on held-out prompts, through the real engine
     card      measure the exported draft and write its model card

@@ -183,11 +183,41 @@ def cmd_agreement(args) -> None:
         raise SystemExit(f"no replies with features{' (layers ' + str(layers) + ')' if layers else ''} and labels "
                          f"under {args.work} ({args.shards or 'all shards'})")
     model = verifier.model
-    figures = agreement_by_step(head, model.get_input_embeddings(), model.get_output_embeddings().weight.detach(),
-                                examples, args.steps, bf16=_bf16(args))
-    print(json.dumps({"head": str(folder), "shards": args.shards or "all", "replies": len(examples),
-                      "positions": sum(e.end - e.first for e in examples),
-                      **{f"agreement{s}": round(v, 4) for s, v in figures.items()}}, indent=2))
+
+    def figures(group) -> dict:
+        by_step = agreement_by_step(head, model.get_input_embeddings(),
+                                    model.get_output_embeddings().weight.detach(), group, args.steps, bf16=_bf16(args))
+        return {"replies": len(group), "positions": sum(e.end - e.first for e in group),
+                **{f"agreement{s}": round(v, 4) for s, v in by_step.items()}}
+
+    result = {"head": str(folder), "shards": args.shards or "all", **figures(examples)}
+    if args.by_category:
+        groups: dict[str, list] = {}
+        for example, category in zip(examples, _categories(args.work, args.prompts, examples)):
+            groups.setdefault(category, []).append(example)
+        result["by_category"] = {category: figures(group) for category, group in sorted(groups.items())}
+    print(json.dumps(result, indent=2))
+
+
+def _categories(work: Path, prompts: Path, examples) -> list[str]:
+    """Each example's prompt category, for replies of a held-out set (heldout-replies writes them in the set's
+    order): read from the set's file by the shard's name; "" where a shard is not a held-out set's."""
+    import torch
+
+    from specdec_core.measuring.bench import category_of
+    from specdec_core.measuring.prompt_sets import load_prompts
+
+    by_sequence: dict[tuple, str] = {}
+    for stem in sorted({e.shard for e in examples}):
+        held = (stem.split("-") + ["", ""])[1]
+        if not held.startswith(HELD_OUT_SET_PREFIX):
+            continue
+        name = held[len(HELD_OUT_SET_PREFIX):].replace("_", "-")
+        cases = load_prompts(str(prompts / f"{name}.jsonl"))
+        data = torch.load(work / "replies" / f"{stem}.pt")
+        for case, prompt, reply in zip(cases, data["prompt_ids"], data["reply_ids"]):
+            by_sequence[(stem, tuple(prompt + reply)[-24:])] = category_of(case)
+    return [by_sequence.get((e.shard, tuple(e.ids.tolist())[-24:]), "") for e in examples]
 
 
 def cmd_export(args) -> None:
@@ -359,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--draft", default=str(ASSETS / DEFAULT_NAME), help="a head's folder")
     p.add_argument("--shards", default="", metavar="STEMS", help="comma-separated replies shards (default: all)")
     p.add_argument("--steps", type=int, default=3, help="drafting steps")
+    p.add_argument("--by-category", action="store_true",
+                   help="the figures per prompt category too (replies of a held-out set, from heldout-replies)")
     _precision_options(p)
     p.set_defaults(run_step=cmd_agreement)
 
@@ -408,6 +440,9 @@ def main(argv: list[str] | None = None) -> None:
     from distill.corpus import add_steps as add_corpus_steps
 
     add_corpus_steps(steps, _load_verifier)  # corpus, corpus-replies
+    from distill.outside import add_steps as add_outside_steps
+
+    add_outside_steps(steps, _load_verifier)  # outside-replies
 
     args = parser.parse_args(argv)
     import specdec_core.drafting.draft_head  # noqa: F401 - registers the drafts' model types with transformers

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from distill.prompts import read_jsonl, read_training_jsonl
 from specdec_core.measuring.bench import category_of
@@ -67,7 +68,9 @@ def test_heldout_replies_give_agreement_its_examples_and_the_folder_is_never_tra
     verifier = as_loaded(make_model("llama", tokenizer, seed=1, logit_scale=8.0), tokenizer, "tiny-verifier")
     monkeypatch.setattr(steps, "_load_verifier", lambda args: verifier)
     (tmp_path / "independent-heldout.jsonl").write_text(
-        "# Held out\n" + "\n".join(json.dumps(text) for text in ("Tell me about the sea.", "Hello!", "Why?")),
+        "# Held out\n" + "\n".join(json.dumps({"name": name, "messages": [{"role": "user", "content": text}]})
+                                     for name, text in (("ocean-sea", "Tell me about the sea."), ("greet-hi", "Hello!"),
+                                                        ("ask-why", "Why?"))),
         encoding="utf-8")
     work = tmp_path / "w"
     args = type("Args", (), {"prompts": tmp_path, "held_out": "independent-heldout.jsonl", "n_prompts": 2,
@@ -78,5 +81,11 @@ def test_heldout_replies_give_agreement_its_examples_and_the_folder_is_never_tra
     assert (work / "features" / f"{stem}.pt").exists() and (work / "labels" / f"{stem}.pt").exists()
     examples = load_examples(work, 64, set(verifier.eos_token_ids))
     assert 1 <= len(examples) <= 2 and all(e.end > e.first for e in examples)
+    # `agreement --by-category` reads each example's category back from the set's file, by its reply.
+    categories = steps._categories(work, tmp_path, examples)
+    firsts = {tuple(e.ids[:e.first + 2].tolist()): c for e, c in zip(examples, categories)}
+    data = torch.load(work / "replies" / f"{stem}.pt")
+    expected = dict(zip((tuple(p) for p in data["prompt_ids"]), ["ocean", "greet"]))
+    assert firsts and all(expected[prompt] == category for prompt, category in firsts.items())
     with pytest.raises(SystemExit, match="held-out"):
         steps.cmd_train_head(type("Args", (), {"work": work})())
