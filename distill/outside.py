@@ -31,7 +31,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from distill.data import encode_messages, save_atomic
+from distill.data import encode_messages, save_atomic, shards
 
 MODE = "outside"
 
@@ -181,12 +181,12 @@ def outside_replies(tokenizer, work: Path, *, seed: int = 0, functions: int = 30
     kept (a rerun writes the missing ones). Returns the files written."""
     pairs = outside_conversations(seed, functions=functions, translations=translations)
     written = []
-    for index, start in enumerate(range(0, len(pairs), shard_size)):
+    for index, chunk in shards(pairs, shard_size):
         dest = Path(work) / "replies" / f"{MODE}-{index:05d}.pt"
         if dest.exists():
             continue
         prompt_ids, reply_ids = [], []
-        for messages, text in pairs[start:start + shard_size]:
+        for messages, text in chunk:
             ids = tokenizer.encode(text, add_special_tokens=False)
             if len(ids) < max_reply_tokens and eos_id is not None:
                 ids.append(eos_id)
