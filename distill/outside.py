@@ -175,9 +175,11 @@ def outside_conversations(seed: int = 0, *, functions: int = 3000, translations:
 
 
 def outside_replies(tokenizer, work: Path, *, seed: int = 0, functions: int = 3000, translations: int = 250,
-                    shard_size: int = 256, max_reply_tokens: int = 384, eos_id: int | None = None) -> list[Path]:
+                    shard_size: int = 256, max_reply_tokens: int = 384, eos_id: int | None = None,
+                    context_length: int = 2048) -> list[Path]:
     """Replies files of outside text under <work>/replies (outside-<index>.pt), teacher-forced: the reply is
-    the text itself, cut to `max_reply_tokens`, ending in `eos_id` where it was not cut. Files that exist are
+    the text itself, cut to `max_reply_tokens`, ending in `eos_id` where it was not cut; the prompt is cut to
+    fit `context_length` with the reply (the verifier's, as the other steps cut theirs). Files that exist are
     kept (a rerun writes the missing ones). Returns the files written."""
     pairs = outside_conversations(seed, functions=functions, translations=translations)
     written = []
@@ -190,7 +192,7 @@ def outside_replies(tokenizer, work: Path, *, seed: int = 0, functions: int = 30
             ids = tokenizer.encode(text, add_special_tokens=False)
             if len(ids) < max_reply_tokens and eos_id is not None:
                 ids.append(eos_id)
-            prompt_ids.append(encode_messages(tokenizer, messages, 2048, max_reply_tokens))
+            prompt_ids.append(encode_messages(tokenizer, messages, context_length, max_reply_tokens))
             reply_ids.append(ids[:max_reply_tokens])
         save_atomic({"prompt_ids": prompt_ids, "reply_ids": reply_ids, "mode": MODE}, dest)
         written.append(dest)
@@ -204,7 +206,7 @@ def add_steps(steps, load_verifier) -> None:
         verifier = load_verifier(args)
         written = outside_replies(verifier.tokenizer, args.work, seed=args.seed, functions=args.functions,
                                   translations=args.translations, max_reply_tokens=args.max_reply_tokens,
-                                  eos_id=min(verifier.eos_token_ids))
+                                  eos_id=min(verifier.eos_token_ids), context_length=verifier.context_length)
         print(f"{len(written)} replies files of outside text under {args.work / 'replies'}; run features next")
 
     p = steps.add_parser("outside-replies", help="teacher-forced replies of text the project did not write (the "
