@@ -365,9 +365,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate warm-up")
     p.add_argument("--validate-every", type=int, default=100, help="steps between validations (the best is kept)")
     _precision_options(p)
-    p.add_argument("--head-ids", choices=["data", "merge"], default="data",
-                   help="the token ids the head can propose: those this data puts most probability on (data), or "
-                        "--init-from's, its rarest replaced by this data's top-1 tokens it lacks (merge)")
+    p.add_argument("--head-ids", choices=["data", "merge", "keep"], default="data",
+                   help="the token ids the head can propose: those this data puts most probability on (data), "
+                        "--init-from's, its rarest replaced by this data's top-1 tokens it lacks (merge), or "
+                        "--init-from's unchanged (keep)")
     p.add_argument("--chain-steps", "--ttt-depth", type=int, default=3, help="drafting steps trained per position, "
                    "each on the head's own previous prediction (EAGLE-3's training-time test; 1: teacher forcing only)")
     p.add_argument("--depth-decay", type=float, default=1.0,

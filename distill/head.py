@@ -65,7 +65,8 @@ class HeadSettings:
     validation_shards: str = ""
     # The head's token ids: "data", the ids this run's data puts most probability on; "merge" (with
     # init_from), the earlier head's ids, its last-ranked ones replaced by the tokens that are the verifier's
-    # top-1 somewhere in this data and that it lacks (merged_head_ids).
+    # top-1 somewhere in this data and that it lacks (merged_head_ids); "keep" (with init_from), the earlier
+    # head's ids unchanged (runs that compare data sets then compare heads over the same ids).
     head_ids: str = "data"
     # bfloat16 autocast on the CPU, by default only where the CPU has bfloat16 instructions: emulated (AVX2, plain
     # AVX-512) it made the head pipeline test 3x slower than fp32 (docs/performance.md, "Measurements behind
@@ -349,11 +350,14 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
     if checkpoint is None:
         if settings.init_from:
             _start_from(head, Path(settings.init_from))
-        if settings.head_ids == "merge":
+        if settings.head_ids in ("merge", "keep"):
             if not settings.init_from:
-                raise SystemExit("--head-ids merge needs --init-from (the head whose ids it keeps)")
+                raise SystemExit(f"--head-ids {settings.head_ids} needs --init-from (the head whose ids it keeps)")
             earlier = SpecdecHeadModel.from_pretrained(settings.init_from).head_ids
-            head.set_head_ids(merged_head_ids(earlier, mass, top1_counts(work, output.shape[0], held)))
+            if settings.head_ids == "keep":
+                head.set_head_ids(earlier)
+            else:
+                head.set_head_ids(merged_head_ids(earlier, mass, top1_counts(work, output.shape[0], held)))
         else:
             # The ids the verifier put most probability on in its replies, end-of-sequence ids first.
             head.set_head_ids(ranking_from_counts(mass, special_ids)[:config.head_size])

@@ -1,6 +1,6 @@
 """Training a draft head onward from an exported one (the shipped head) on new kinds of text: `--init-from`
 takes a head's folder, `--head-ids merge` keeps its token ids but makes room for the new data's top-1
-tokens, and the export names every run behind the new head."""
+tokens (`--head-ids keep` keeps them all), and the export names every run behind the new head."""
 
 from __future__ import annotations
 
@@ -95,6 +95,9 @@ def test_a_run_from_an_exported_head_proposes_the_new_datas_tokens_and_its_expor
     added = min(len(lacking), len(before) // 4)
     assert set(after) - set(before) <= lacking and len(set(after) - set(before)) == added
     assert after[:len(before) - added] == before[:len(before) - added]
+    # --head-ids keep: the same ids as the head it starts from, none replaced.
+    train_head(verifier, second, second / "runs" / "h3", replace(more, head_ids="keep", steps=1), special)
+    assert SpecdecHeadModel.from_pretrained(second / "runs" / "h3" / "model").head_ids.tolist() == before
 
     # The exported weights are the average asked for: a quarter the run's, three quarters the start's.
     run = SpecdecHeadModel.from_pretrained(second / "runs" / "h2" / "model").state_dict()
