@@ -168,22 +168,25 @@ def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size:
     return written
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _teacher_forced_starts(prompt_ids: list[list[int]]) -> list[int]:
     """For each prompt, where its own text starts: one past the longest opening it shares with another
-    prompt of the shard (at least 1, at most its length)."""
-    starts = []
-    for i, ids in enumerate(prompt_ids):
-        shared = 0
-        for j, other in enumerate(prompt_ids):
-            if i != j:
-                n = 0
-                for a, b in zip(ids, other):
-                    if a != b:
-                        break
-                    n += 1
-                shared = max(shared, n)
-        starts.append(min(max(1, shared), len(ids)))
-    return starts
+    prompt of the shard (at least 1, at most its length). In sorted order the longest opening a prompt shares
+    with any other is the one it shares with a neighbour, so a shard of n prompts costs n log n, not n^2."""
+    order = sorted(range(len(prompt_ids)), key=lambda i: prompt_ids[i])
+    shared = [0] * len(prompt_ids)
+    for before, after in zip(order, order[1:]):
+        n = _common_prefix(prompt_ids[before], prompt_ids[after])
+        shared[before], shared[after] = max(shared[before], n), max(shared[after], n)
+    return [min(max(1, shared[i]), len(ids)) for i, ids in enumerate(prompt_ids)]
 
 
 def corpus_to_replies(folder: Path, work: Path, *, teacher_forced: bool = False) -> list[Path]:

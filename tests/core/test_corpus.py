@@ -4,6 +4,7 @@ positions, and the head trained from it to several drafting depths, on a tiny ra
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from itertools import islice
 from pathlib import Path
@@ -111,6 +112,18 @@ def test_teacher_forced_replies_start_where_each_prompts_own_text_starts(tmp_pat
         assert len(kept) > 1 and any(other[:len(kept)] == kept for j, other in enumerate(prompt_ids) if j != i)
         assert not any(other[:len(kept) + 1] == ids[:len(kept) + 1] for j, other in enumerate(prompt_ids) if j != i)
     assert [s.reply_ids for s in load_sequences(plain)] == reply_ids
+
+
+def test_each_prompts_own_text_starts_past_its_longest_opening_shared_with_any_other_prompt():
+    rng = random.Random(0)
+    for _ in range(300):  # short ids from a small alphabet: duplicates, prefixes of one another, no sharing
+        prompts = [[rng.randrange(3) for _ in range(rng.randrange(1, 7))] for _ in range(rng.randrange(1, 9))]
+        expected = []
+        for i, ids in enumerate(prompts):
+            shared = max((next((n for n, (a, b) in enumerate(zip(ids, other)) if a != b), min(len(ids), len(other)))
+                          for j, other in enumerate(prompts) if j != i), default=0)
+            expected.append(min(max(1, shared), len(ids)))
+        assert corpus_module._teacher_forced_starts(prompts) == expected, prompts
 
 
 def test_a_head_trains_to_four_drafting_depths_on_the_teacher_forced_corpus(tmp_path, verifier):
