@@ -232,7 +232,7 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     "regression" and "classification" are the steps' means weighted by depth_decay ** (s - 1). `bf16`: the
     matrix products in bfloat16 on the CPU (a CPU without native bfloat16 runs them ~3x slower than fp32;
     None: where the CPU has it, cpu_speed.native_bfloat16)."""
-    ids, states, mask, columns, probs = batch
+    ids, states, mask, columns, probs = (t.to(output_rows.device) for t in batch)  # the verifier's device
     bf16 = cpu_speed.native_bfloat16() if bf16 is None else bf16
     inputs = states[:, :-1]
     if noise:
@@ -272,9 +272,10 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
 def _subset(head: SpecdecHeadModel, output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The verifier's output rows for the head's token ids, and each vocabulary id's column among them
     (-1: outside the subset)."""
-    subset_index = torch.full((output.shape[0],), -1, dtype=torch.long)
-    subset_index[head.head_ids] = torch.arange(len(head.head_ids))
-    return output[head.head_ids], subset_index
+    ids = head.head_ids.cpu()
+    subset_index = torch.full((output.shape[0],), -1, dtype=torch.long)  # on the CPU, where batches are put together
+    subset_index[ids] = torch.arange(len(ids))
+    return output[ids.to(output.device)], subset_index
 
 
 @torch.no_grad()
@@ -282,7 +283,9 @@ def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: to
                       examples: list[Example], steps: int, bf16: bool | None = None) -> dict[int, float]:
     """Teacher-forced agreement with the verifier's top-1 at drafting steps 1..steps over `examples`
     (head_losses; `output` is the verifier's full output matrix). Step 1 estimates greedy acceptance at
-    gamma 1 through the engine, which drafts at only some of the same positions."""
+    gamma 1 through the engine, which drafts at only some of the same positions. The head moves to the
+    verifier's device."""
+    head.to(output.device)
     output_rows, subset_index = _subset(head, output)
     sums, count = dict.fromkeys(range(1, steps + 1), 0.0), 0
     for start in range(0, len(examples), 8):
@@ -363,6 +366,7 @@ def train_head(verifier, work: Path, run_dir: Path, settings: HeadSettings, spec
             head.set_head_ids(ranking_from_counts(mass, special_ids)[:config.head_size])
     else:
         head.load_state_dict(checkpoint["model"])
+    head.to(output.device)  # trains where the verifier runs (a GPU: the batches move there in head_losses)
     output_rows, subset_index = _subset(head, output)
     state_std = float(torch.cat([e.states[:64, :width].float() for e in train[:200]]).std())
 
