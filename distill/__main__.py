@@ -170,7 +170,7 @@ def cmd_train_head(args) -> None:
 
 
 def cmd_agreement(args) -> None:
-    from distill.head import HeadSettings, agreement_by_step, load_examples
+    from distill.head import HeadSettings, agreement_by_confidence, agreement_by_step, load_examples
     from specdec_core.drafting.draft_head import SpecdecHeadModel
 
     verifier = _load_verifier(args)
@@ -191,6 +191,10 @@ def cmd_agreement(args) -> None:
                 **{f"agreement{s}": round(v, 4) for s, v in by_step.items()}}
 
     result = {"head": str(folder), "shards": args.shards or "all", **figures(examples)}
+    if args.by_confidence:
+        result["by_confidence"] = agreement_by_confidence(head, model.get_input_embeddings(),
+                                                          model.get_output_embeddings().weight.detach(), examples,
+                                                          bf16=_bf16(args))
     if args.by_category:
         groups: dict[str, list] = {}
         for example, category in zip(examples, _categories(args.work, args.prompts, examples)):
@@ -392,6 +396,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=3, help="drafting steps")
     p.add_argument("--by-category", action="store_true",
                    help="the figures per prompt category too (replies of a held-out set, from heldout-replies)")
+    p.add_argument("--by-confidence", action="store_true",
+                   help="step 1's agreement by the verifier's top-1 probability (harder text, or a head off its data?)")
     _precision_options(p)
     p.set_defaults(run_step=cmd_agreement)
 

@@ -223,12 +223,14 @@ def _collate(batch: list[Example], subset_index: torch.Tensor):
 
 def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: torch.Tensor, batch, *,
                 steps: int = 1, noise: float = 0.0, state_std: float = 1.0,
-                depth_decay: float = 1.0, bf16: bool | None = None) -> dict[str, torch.Tensor]:
+                depth_decay: float = 1.0, bf16: bool | None = None,
+                per_position: bool = False) -> dict[str, torch.Tensor]:
     """Over the positions that count, for each of `steps` drafting steps s (SpecdecHeadModel.forward_chain:
     step s > 1 reads the head's own prediction from step s - 1, the training-time test): the state
     regression ("regression<s>"), the cross-entropy from the verifier's top-k distribution (restricted to
     the head's subset) to the head's ("classification<s>") and top-1 agreement with the verifier
-    ("agreement<s>"; a top-1 token outside the subset counts as a disagreement, as it would when drafting).
+    ("agreement<s>"; a top-1 token outside the subset counts as a disagreement, as it would when drafting;
+    with per_position, "agreed1": step 1's at each position, in mask order).
     "regression" and "classification" are the steps' means weighted by depth_decay ** (s - 1). `bf16`: the
     matrix products in bfloat16 on the CPU (a CPU without native bfloat16 runs them ~3x slower than fp32;
     None: where the CPU has it, cpu_speed.native_bfloat16)."""
@@ -255,11 +257,14 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
             scores = out[valid] @ output_rows.T
         logp = torch.log_softmax(scores.float(), -1)
         picked = logp.gather(-1, columns[keep].clamp_min(0))
+        agreed = (logp.argmax(-1) == columns[keep, 0]) & inside[keep, 0]
         step_losses = {
             "regression": F.smooth_l1_loss(out[valid].float(), target[valid]),
             "classification": -(weights[keep] * picked).sum(-1).mean(),
-            f"agreement{step + 1}": ((logp.argmax(-1) == columns[keep, 0]) & inside[keep, 0]).float().mean(),
+            f"agreement{step + 1}": agreed.float().mean(),
         }
+        if step == 0 and per_position:
+            losses["agreed1"] = agreed  # each position's, in mask order (the rows of `probs`)
         for name in ("regression", "classification"):
             losses[f"{name}{step + 1}"] = step_losses[name]
             weight = weights_by_step[step] / sum(weights_by_step)
@@ -296,6 +301,32 @@ def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: to
             sums[s] += float(losses[f"agreement{s}"]) * n
         count += n
     return {s: value / max(1, count) for s, value in sums.items()}
+
+
+CONFIDENCE_EDGES = (0.3, 0.5, 0.7, 0.9)
+
+
+@torch.no_grad()
+def agreement_by_confidence(head: SpecdecHeadModel, embed: torch.nn.Module, output: torch.Tensor,
+                            examples: list[Example], edges: tuple[float, ...] = CONFIDENCE_EDGES,
+                            bf16: bool | None = None) -> list[dict]:
+    """Step-1 agreement by how sure the verifier was: positions binned by the verifier's top-1 probability
+    (`edges` between the bins), each bin's share of the positions and the head's agreement in it. It splits a
+    gap between two prompt sets into harder text (more positions where the verifier itself is unsure) and a
+    head off its training distribution (lower agreement at the same certainty)."""
+    head.to(output.device)
+    output_rows, subset_index = _subset(head, output)
+    bounds = torch.tensor(edges)
+    agreed_sum, count = torch.zeros(len(edges) + 1), torch.zeros(len(edges) + 1)
+    for start in range(0, len(examples), 8):
+        batch = _collate(examples[start:start + 8], subset_index)
+        agreed = head_losses(head, embed, output_rows, batch, bf16=bf16, per_position=True)["agreed1"].cpu()
+        bins = torch.bucketize(batch[4][:, 0].float(), bounds, right=True)
+        agreed_sum += torch.bincount(bins, agreed.float(), minlength=len(edges) + 1)
+        count += torch.bincount(bins, minlength=len(edges) + 1)
+    names = [f"{low:g}-{high:g}" for low, high in zip((0.0, *edges), (*edges, 1.0))]
+    return [{"verifier_top1": name, "share": round(float(n / count.sum().clamp_min(1)), 4),
+             "agreement1": round(float(a / n.clamp_min(1)), 4)} for name, a, n in zip(names, agreed_sum, count)]
 
 
 def _start_from(head: SpecdecHeadModel, folder: Path) -> None:

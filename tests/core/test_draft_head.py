@@ -167,6 +167,11 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
     by_step = {name: head_training.agreement_by_step(h, verifier.model.get_input_embeddings(), output, examples, 2)
                for name, h in (("trained", head.model), ("untrained", tiny.make_head(verifier).model))}
     assert by_step["trained"][1] > by_step["untrained"][1] + 0.1 and set(by_step["trained"]) == {1, 2}
+    # By the verifier's certainty: the bins cover every position once and their shares weigh back to the whole.
+    bins = head_training.agreement_by_confidence(head.model, verifier.model.get_input_embeddings(), output, examples)
+    assert [b["verifier_top1"] for b in bins] == ["0-0.3", "0.3-0.5", "0.5-0.7", "0.7-0.9", "0.9-1"]
+    assert sum(b["share"] for b in bins) == pytest.approx(1, abs=1e-3)
+    assert sum(b["share"] * b["agreement1"] for b in bins) == pytest.approx(by_step["trained"][1], abs=2e-3)
 
     trained = measure_pair(verifier, head, held_out[:4], gammas=(3,), max_new_tokens=24)
     untrained = measure_pair(verifier, tiny.make_head(verifier), held_out[:4], gammas=(3,), max_new_tokens=24)
