@@ -38,6 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from distill.corpus_derived import derived_prompts, material_from_shards
+from distill.corpus_languages import MAN_ROOT, language_passages, language_prompts
 from distill.corpus_prompts import corpus_prompts
 from distill.data import cut_after_eos, encode_messages, left_padded, save_atomic
 
@@ -104,14 +105,22 @@ def greedy_replies(verifier, encoded: list[list[int]], *, batch_size: int, max_n
     return replies
 
 
-SOURCES = ("written", "derived", "both")
+SOURCES = ("written", "derived", "both", "languages")
 
 
-def _prompt_stream(source: str, seed: int, shards_read, tokenizer):
+def _prompt_stream(source: str, seed: int, shards_read, tokenizer, man_root: Path = MAN_ROOT):
     """The prompts a run draws from: corpus_prompts.py's (written), corpus_derived.py's over the replies
-    already in the corpus (derived), or the two taken in turn (both)."""
+    already in the corpus (derived), the two taken in turn (both), or corpus_languages.py's over the
+    translated manual pages under man_root (languages)."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    if source == "languages":
+        passages = language_passages(man_root, seed=seed)
+        if not passages:
+            raise SystemExit(f"no translated manual pages under {man_root} (<language>/man<N>/): install Debian's "
+                             "manpages-fr, -de, -es, -it, -pt-br and -zh, or unpack them and pass --man-root")
+        yield from language_prompts(passages, seed)
+        return
     streams = [corpus_prompts(seed)] if source != "derived" else []
     if source != "written":
         streams.append(derived_prompts(material_from_shards(shards_read, tokenizer), seed))
@@ -126,7 +135,7 @@ def _prompt_stream(source: str, seed: int, shards_read, tokenizer):
 
 def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size: int = 32, batch_size: int = 8,
                 max_new_tokens: int = 192, seed: int = 0, max_minutes: float = 0.0, prompts=None,
-                source: str = "written") -> list[Path]:
+                source: str = "written", man_root: Path = MAN_ROOT) -> list[Path]:
     """Append up to `shards` shards of new prompts (from `prompts`, by default _prompt_stream(source): the
     written prompts, prompts derived from the replies already here, or both) with the verifier's greedy
     replies; returns the shards written. Stops early when time (checked between shards) or new prompts run
@@ -140,7 +149,7 @@ def grow_corpus(verifier, folder: Path = CORPUS_DIR, *, shards: int, shard_size:
                          "grow it with that verifier, or pass another --folder")
     done = {_key(p) for prompts, *_ in shards_read for p in prompts}
     if prompts is None:
-        prompts = _prompt_stream(source, seed, shards_read, verifier.tokenizer)
+        prompts = _prompt_stream(source, seed, shards_read, verifier.tokenizer, man_root)
     else:
         source = "given"
     fresh = (p for p in prompts if _key(p) not in done)
@@ -219,7 +228,7 @@ def add_steps(steps, load_verifier) -> None:
     def cmd_corpus(args) -> None:
         written = grow_corpus(load_verifier(args), args.folder, shards=args.shards, shard_size=args.shard_size,
                               batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                              max_minutes=args.max_minutes, source=args.source)
+                              max_minutes=args.max_minutes, source=args.source, man_root=args.man_root)
         total = sum(p.stat().st_size for p in shard_paths(args.folder))
         print(f"{len(written)} new shards; {len(shard_paths(args.folder))} in {args.folder} ({total / 1e6:.2f} MB)")
 
@@ -236,7 +245,10 @@ def add_steps(steps, load_verifier) -> None:
     p.add_argument("--max-minutes", type=float, default=0.0, help="stop after this long (0: no limit)")
     p.add_argument("--source", choices=SOURCES, default="written",
                    help="new prompts from corpus_prompts.py (written), tasks put to the replies already in the "
-                        "corpus (derived: follow-ups, passages, snippets, sentences; corpus_derived.py), or both")
+                        "corpus (derived: follow-ups, passages, snippets, sentences; corpus_derived.py), both, "
+                        "or requests about translated manual pages (languages; corpus_languages.py)")
+    p.add_argument("--man-root", type=Path, default=MAN_ROOT,
+                   help="with --source languages: the manual's root, holding <language>/man<N>/ pages")
     p.set_defaults(run_step=cmd_corpus)
 
     p = steps.add_parser("corpus-replies", help="replies files under <work> from the corpus shards")
