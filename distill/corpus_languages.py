@@ -10,12 +10,15 @@ English (translate it, explain it in English), so the verifier answers about rea
 language. The passage itself becomes teacher-forced positions with `corpus-replies --teacher-forced`.
 
 The pages are read from a folder holding `<language>/man<N>/*.gz` (default /usr/share/man) and rendered with
-groff; nothing of them is copied into the repository except the prompts of the shards written.
+groff, or from a JSON file of the passages rendered on another machine (scripts/device_prepare.sh writes one for a
+device machine without groff); nothing of them is copied into the repository except the prompts of the shards
+written.
 """
 
 from __future__ import annotations
 
 import gzip
+import json
 import random
 import re
 import subprocess
@@ -142,7 +145,10 @@ def passages_from(paragraphs: list[str], *, min_chars: int = 120, max_chars: int
 def language_passages(root: Path = MAN_ROOT, *, pages: int = 200, seed: int = 0) -> dict[str, list[tuple]]:
     """For each language of LANGUAGES present under root: (command name, passage) pairs from up to `pages` of
     its pages, taken in a seeded order. A paragraph found on three pages or more (the translators' notice,
-    the bug-report address) is boilerplate and left out, as is one left in English."""
+    the bug-report address) is boilerplate and left out, as is one left in English. A root that is a JSON file
+    holds this function's result from another machine (where groff or the pages are missing)."""
+    if root.is_file():
+        return {folder: [tuple(pair) for pair in pairs] for folder, pairs in json.loads(root.read_text()).items()}
     found = {}
     for folder in LANGUAGES:
         files = sorted((root / folder).glob("man*/*"))

@@ -13,7 +13,8 @@
 # Each RUN is a train-head run (default: one run "head" with the defaults below); runs after the first start
 # together with it. Environment: DEVICE (cuda), WORK (scratch folder), CORPUS (shards to grow a copy of;
 # distill/corpus), CORPUS_MIN / CORPUS_SHARDS (minutes / shards at most of new corpus; 0 shards: none),
-# SOURCE (written, derived, both), BATCH (generation batch and shard size), MAX_NEW (reply length cap),
+# SOURCE (written, derived, both, languages), MAN_ROOT (the translated manual pages, for languages), BATCH
+# (generation batch and shard size), MAX_NEW (reply length cap),
 # FEATURE_TOKENS (tokens per features batch), STEPS, TRAIN_MIN, TRAIN_BATCH (reply positions per step),
 # CHAIN (drafting steps trained).
 set -euo pipefail
@@ -28,6 +29,7 @@ CORPUS=${CORPUS:-distill/corpus}
 CORPUS_MIN=${CORPUS_MIN:-2}
 CORPUS_SHARDS=${CORPUS_SHARDS:-1000}
 SOURCE=${SOURCE:-both}
+MAN_ROOT=${MAN_ROOT:-/usr/share/man}
 BATCH=${BATCH:-256}
 MAX_NEW=${MAX_NEW:-192}
 FEATURE_TOKENS=${FEATURE_TOKENS:-32768}
@@ -46,8 +48,8 @@ run() { python3 -m distill --verifier "$SPEC" --work "$WORK" --device "$DEVICE" 
   cp -n "$CORPUS"/shard-*.npz "$WORK/corpus/" 2>/dev/null || true
   ls "$WORK/corpus" >"$WORK/corpus-before.txt"
   if [ "$CORPUS_SHARDS" -gt 0 ]; then
-    run corpus --folder "$WORK/corpus" --source "$SOURCE" --shards "$CORPUS_SHARDS" --shard-size "$BATCH" \
-        --batch-size "$BATCH" --max-new-tokens "$MAX_NEW" --max-minutes "$CORPUS_MIN"
+    run corpus --folder "$WORK/corpus" --source "$SOURCE" --man-root "$MAN_ROOT" --shards "$CORPUS_SHARDS" \
+        --shard-size "$BATCH" --batch-size "$BATCH" --max-new-tokens "$MAX_NEW" --max-minutes "$CORPUS_MIN"
   fi
   ls "$WORK/corpus" | grep -vxF -f "$WORK/corpus-before.txt" >"$WORK/corpus-new.txt" || true
   tar -cf "$OUT_DIR/corpus-new.tar" -C "$WORK/corpus" -T "$WORK/corpus-new.txt"

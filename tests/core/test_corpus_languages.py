@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 from itertools import islice
 
@@ -62,6 +63,9 @@ def test_boilerplate_on_many_pages_is_left_out_and_the_prompts_ask_in_the_langua
     found = languages.language_passages(tmp_path, pages=10)
     assert set(found) == {"fr"} and len(found["fr"]) == 4
     assert all(notice not in passage and name.startswith("cmd") for name, passage in found["fr"])
+    saved = tmp_path / "passages.json"  # rendered here, read where there is no groff
+    saved.write_text(json.dumps(found, ensure_ascii=False))
+    assert languages.language_passages(saved) == found
     prompts = list(islice(languages.language_prompts(found, seed=1), 40))
     assert len({p["messages"][0]["content"] for p in prompts}) == len(prompts)  # distinct
     assert {p["kind"] for p in prompts} == {"language-fr"}
