@@ -321,7 +321,7 @@ def agreement_by_confidence(head: SpecdecHeadModel, embed: torch.nn.Module, outp
     for start in range(0, len(examples), 8):
         batch = _collate(examples[start:start + 8], subset_index)
         agreed = head_losses(head, embed, output_rows, batch, bf16=bf16, per_position=True)["agreed1"].cpu()
-        bins = torch.bucketize(batch[4][:, 0].float(), bounds, right=True)
+        bins = torch.bucketize(batch[4][:, 0].float().contiguous(), bounds, right=True)
         agreed_sum += torch.bincount(bins, agreed.float(), minlength=len(edges) + 1)
         count += torch.bincount(bins, minlength=len(edges) + 1)
     names = [f"{low:g}-{high:g}" for low, high in zip((0.0, *edges), (*edges, 1.0))]
