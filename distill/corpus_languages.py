@@ -10,9 +10,9 @@ English (translate it, explain it in English), so the verifier answers about rea
 language. The passage itself becomes teacher-forced positions with `corpus-replies --teacher-forced`.
 
 The pages are read from a folder holding `<language>/man<N>/*.gz` (default /usr/share/man) and rendered with
-groff, or from a JSON file of the passages rendered on another machine (scripts/device_prepare.sh writes one for a
-device machine without groff); nothing of them is copied into the repository except the prompts of the shards
-written.
+groff, or from a JSON file of the passages rendered on another machine (scripts/device_prepare.sh writes one for
+a device machine, whose image lists neither the pages nor groff); nothing of them is copied into the repository
+except the prompts of the shards written.
 """
 
 from __future__ import annotations

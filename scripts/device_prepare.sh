@@ -22,8 +22,8 @@ split -b 30M -d -a 2 "$gguf" .device/part-
 md5sum "$gguf" | cut -d' ' -f1 >.device/md5
 version=$("$PY" -c "import transformers; print(transformers.__version__)")
 "$PY" -m pip download -q --no-deps -d .device/wheels "transformers==$version" gguf platformdirs
-# The translated manual pages, rendered here (the device image has no groff) into the passages corpus --source
-# languages reads: Debian's packages unpacked into .device/man.
+# The translated manual pages, rendered here into the passages `corpus --source languages` reads (the device
+# image lists neither the pages nor groff): Debian's packages unpacked into .device/man.
 (cd .device && apt-get download -q manpages-fr manpages-de manpages-es manpages-it manpages-pt-br manpages-zh)
 for deb in .device/*.deb; do dpkg -x "$deb" .device/man; done
 "$PY" -c "import json, sys; from pathlib import Path; from distill.corpus_languages import language_passages
