@@ -283,6 +283,16 @@ def _subset(head: SpecdecHeadModel, output: torch.Tensor) -> tuple[torch.Tensor,
     return output[ids.to(output.device)], subset_index
 
 
+def _scored_batches(head: SpecdecHeadModel, embed: torch.nn.Module, output: torch.Tensor, examples: list[Example],
+                    steps: int, bf16: bool | None, per_position: bool = False):
+    """(batch, head_losses) over `examples` in batches of 8, the head moved to the verifier's device."""
+    head.to(output.device)
+    output_rows, subset_index = _subset(head, output)
+    for start in range(0, len(examples), 8):
+        batch = _collate(examples[start:start + 8], subset_index)
+        yield batch, head_losses(head, embed, output_rows, batch, steps=steps, bf16=bf16, per_position=per_position)
+
+
 @torch.no_grad()
 def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: torch.Tensor,
                       examples: list[Example], steps: int, bf16: bool | None = None) -> dict[int, float]:
@@ -290,13 +300,9 @@ def agreement_by_step(head: SpecdecHeadModel, embed: torch.nn.Module, output: to
     (head_losses; `output` is the verifier's full output matrix). Step 1 estimates greedy acceptance at
     gamma 1 through the engine, which drafts at only some of the same positions. The head moves to the
     verifier's device."""
-    head.to(output.device)
-    output_rows, subset_index = _subset(head, output)
     sums, count = dict.fromkeys(range(1, steps + 1), 0.0), 0
-    for start in range(0, len(examples), 8):
-        batch = _collate(examples[start:start + 8], subset_index)
+    for batch, losses in _scored_batches(head, embed, output, examples, steps, bf16):
         n = int(batch[2].sum())
-        losses = head_losses(head, embed, output_rows, batch, steps=steps, bf16=bf16)
         for s in sums:
             sums[s] += float(losses[f"agreement{s}"]) * n
         count += n
@@ -314,13 +320,10 @@ def agreement_by_confidence(head: SpecdecHeadModel, embed: torch.nn.Module, outp
     (`edges` between the bins), each bin's share of the positions and the head's agreement in it. It splits a
     gap between two prompt sets into harder text (more positions where the verifier itself is unsure) and a
     head off its training distribution (lower agreement at the same certainty)."""
-    head.to(output.device)
-    output_rows, subset_index = _subset(head, output)
     bounds = torch.tensor(edges)
     agreed_sum, count = torch.zeros(len(edges) + 1), torch.zeros(len(edges) + 1)
-    for start in range(0, len(examples), 8):
-        batch = _collate(examples[start:start + 8], subset_index)
-        agreed = head_losses(head, embed, output_rows, batch, bf16=bf16, per_position=True)["agreed1"].cpu()
+    for batch, losses in _scored_batches(head, embed, output, examples, 1, bf16, per_position=True):
+        agreed = losses["agreed1"].cpu()
         bins = torch.bucketize(batch[4][:, 0].float().contiguous(), bounds, right=True)
         agreed_sum += torch.bincount(bins, agreed.float(), minlength=len(edges) + 1)
         count += torch.bincount(bins, minlength=len(edges) + 1)
