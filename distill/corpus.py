@@ -222,8 +222,22 @@ def corpus_to_replies(folder: Path, work: Path, *, teacher_forced: bool = False)
 # --------------------------------------------------------------------------- command line (python -m distill)
 
 
+def write_phrases(folder: Path, dest: Path) -> tuple[int, int]:
+    """The phrase store (specdec_core/drafting/phrases.py) of every reply in the corpus, written to `dest`:
+    (replies, tokens). Only the verifier's replies go in, not the prompts: the store is what it says."""
+    from specdec_core.drafting.phrases import PhraseStore
+
+    replies = [reply for path in shard_paths(folder) for reply in read_shard(path)[2]]
+    store = PhraseStore(replies)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    temporary = dest.with_name(dest.stem + ".partial.npz")
+    store.save(temporary)
+    os.replace(temporary, dest)
+    return len(store), store.tokens
+
+
 def add_steps(steps, load_verifier) -> None:
-    """The `corpus` and `corpus-replies` steps on distill's command line."""
+    """The `corpus`, `corpus-replies` and `phrases` steps on distill's command line."""
 
     def cmd_corpus(args) -> None:
         written = grow_corpus(load_verifier(args), args.folder, shards=args.shards, shard_size=args.shard_size,
@@ -256,3 +270,16 @@ def add_steps(steps, load_verifier) -> None:
     p.add_argument("--teacher-forced", action="store_true",
                    help="the prompts' own text counts as training positions too (corpustf-<index>.pt)")
     p.set_defaults(run_step=cmd_corpus_replies)
+
+    def cmd_phrases(args) -> None:
+        replies, tokens = write_phrases(args.folder, args.dest)
+        print(f"{replies} replies, {tokens} tokens -> {args.dest} ({args.dest.stat().st_size / 1e6:.2f} MB)")
+
+    from specdec_core.loading.resources import assets_dir
+    from specdec_core.drafting.phrases import FILE_NAME
+
+    p = steps.add_parser("phrases", help="the verifier's own phrases (n-gram store of the corpus's replies), "
+                         "shipped beside the draft head")
+    p.add_argument("--folder", type=Path, default=CORPUS_DIR)
+    p.add_argument("--dest", type=Path, default=assets_dir() / "smollm2-135m-draft" / FILE_NAME)
+    p.set_defaults(run_step=cmd_phrases)

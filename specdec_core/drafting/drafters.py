@@ -14,14 +14,16 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.draft_head import HeadCache
-from specdec_core.drafting.trees import (NO_COPY, Copy, CopyRecord, DraftTree, Worth, grow_tree, level_as_tree,
-                                    shared_ancestors)
+from specdec_core.drafting.phrases import PhraseStore, shipped_store
+from specdec_core.drafting.trees import (NO_COPY, PHRASE_ACCEPTANCE, Copy, CopyRecord, DraftTree, Worth, grow_tree,
+                                    level_as_tree, shared_ancestors)
 from specdec_core.events import DraftStop
 from specdec_core.verification.kv import CachedForward, common_prefix_length, supports_trees
 from specdec_core.verification.sampling import processed_probs, sample, seen_tokens, shown_probs
@@ -528,7 +530,7 @@ class HybridDrafter(DrafterBase):
     draft_probs are those of the drafter that proposed it."""
 
     def __init__(self, model_drafter: Drafter, model_tokens: int | None = None,
-                 lookup: PromptLookupDrafter | None = None):
+                 lookup: PromptLookupDrafter | None = None, phrases: PhraseStore | None = None):
         if model_tokens is not None and model_tokens < 1:
             from specdec_core.errors import ConfigError
 
@@ -537,8 +539,11 @@ class HybridDrafter(DrafterBase):
         self.lookup = lookup or PromptLookupDrafter()
         self.model_tokens = model_tokens
         self.name = f"{model_drafter.name} + prompt lookup"
+        self.phrases = phrases  # the verifier's own phrases (phrases.py): copied where the conversation has no match
         self.copies = CopyRecord()  # trees: how often copies were right here (chains take every copy anyway)
-        self._last_copy: tuple[list[int], tuple[int, ...]] | None = None  # (the text before it, the copy)
+        self.phrase_copies = CopyRecord(PHRASE_ACCEPTANCE)  # the same for the store's copies
+        # (the text before it, the copy, the record that judges it)
+        self._last_copy: tuple[list[int], tuple[int, ...], CopyRecord] | None = None
 
     def reset(self, seed: int) -> None:
         self.model_drafter.reset(seed)
@@ -565,6 +570,8 @@ class HybridDrafter(DrafterBase):
     def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
                 eos_token_ids: frozenset[int]) -> Draft:
         copied = self.lookup.propose(ids, max_tokens, config, vocab_size, eos_token_ids)
+        if not copied.token_ids and max_tokens > 0:
+            copied = self._phrase_copy(ids, max_tokens, vocab_size, eos_token_ids, copied)
         if copied.token_ids or max_tokens <= 0:
             return copied
         budget = max_tokens if self.model_tokens is None else min(max_tokens, self.model_tokens)
@@ -579,15 +586,35 @@ class HybridDrafter(DrafterBase):
         """The draft's tree with prompt lookup's copy as one more branch (`copied` where lookup finds none)."""
         ids = list(ids)
         if self._last_copy is not None:  # judge the last round's copy by what the verifier produced there
-            before, copy = self._last_copy
+            before, copy, record = self._last_copy
             if len(ids) > len(before) and ids[:len(before)] == before:
-                self.copies.record(copy, ids[len(before):])
-        found = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids)
-        self._last_copy = (ids, found.token_ids) if found.token_ids else None
-        branch = Copy(found.token_ids, self.copies.acceptance()) if found.token_ids else copied
+                record.record(copy, ids[len(before):])
+        found, record = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids), self.copies
+        if not found.token_ids:
+            found, record = self._phrase_copy(ids, max_depth, vocab_size, eos_token_ids, found), self.phrase_copies
+        self._last_copy = (ids, found.token_ids, record) if found.token_ids else None
+        branch = Copy(found.token_ids, record.acceptance()) if found.token_ids else copied
         tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config, vocab_size, eos_token_ids,
                                                branch, worth)
         return dataclasses.replace(tree, draft_s=tree.draft_s + found.draft_s)
+
+    def _phrase_copy(self, ids: Sequence[int], max_tokens: int, vocab_size: int, eos_token_ids: frozenset[int],
+                     nothing: Draft) -> Draft:
+        """The phrase store's continuation as a one-hot draft (`nothing`, the empty lookup, without a store)."""
+        if self.phrases is None:
+            return nothing
+        start = time.perf_counter()
+        tokens = [t for t in self.phrases.continuation(ids, max_tokens) if t < vocab_size]
+        ending = next((i for i, t in enumerate(tokens) if t in eos_token_ids), None)
+        if ending is not None:
+            tokens = tokens[:ending + 1]
+        if not tokens:
+            return dataclasses.replace(nothing, draft_s=nothing.draft_s + time.perf_counter() - start)
+        stop = (DraftStop.EOS if ending is not None else DraftStop.GAMMA if len(tokens) == max_tokens
+                else DraftStop.NO_MATCH)
+        probs = torch.nn.functional.one_hot(torch.tensor(tokens, dtype=torch.long), vocab_size).float()
+        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop,
+                     nothing.draft_s + time.perf_counter() - start)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)
@@ -605,6 +632,15 @@ def is_draft_head(draft: LoadedModel) -> bool:
 
 def drafter_for(draft: LoadedModel, *, with_lookup: bool = False, model_tokens: int | None = None) -> Drafter:
     """The drafter that runs this draft model: a HeadDrafter for a draft head, else a ModelDrafter;
-    `with_lookup` wraps it in a HybridDrafter (prompt lookup first, at most `model_tokens` from the model)."""
+    `with_lookup` wraps it in a HybridDrafter (prompt lookup first, at most `model_tokens` from the model), with
+    the phrase store that ships in the draft's folder, if one does (phrases.py)."""
     runs = HeadDrafter(draft) if is_draft_head(draft) else ModelDrafter(draft)
-    return HybridDrafter(runs, model_tokens=model_tokens) if with_lookup else runs
+    if not with_lookup:
+        return runs
+    return HybridDrafter(runs, model_tokens=model_tokens, phrases=shipped_store(draft_folder(draft)))
+
+
+def draft_folder(draft: LoadedModel) -> str | None:
+    """The local folder the draft's weights came from (where its phrase store would be), if it is one."""
+    folder = getattr(draft.model, "name_or_path", None) or getattr(draft.model.config, "_name_or_path", None)
+    return folder if folder and Path(folder).is_dir() else None

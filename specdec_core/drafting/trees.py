@@ -94,6 +94,9 @@ class DraftTree:
 # far (measured on the bundled prompts; docs/performance.md). The prior of CopyRecord, which learns the
 # conversation's own rates.
 LOOKUP_ACCEPTANCE = (0.54, 0.67, 0.81, 0.86)
+# The same for the phrase store's copies (phrases.py), before any has been judged: from a replay of the embedded
+# verifier's greedy replies to independent-heldout (docs/performance.md, "the verifier's own phrases").
+PHRASE_ACCEPTANCE = (0.45, 0.55, 0.6, 0.6)
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,15 @@ def test_draft_trees_follow_the_verifiers_processed_distribution(pair, config, k
     assert probe.stats.drafted > probe.stats.rounds  # more than one node per round: really a tree
     counts = sampled_joint(verifier, draft, config, runs=800, prompt=prompt, drafter=drafter)
     assert chi_square_p_value(counts, exact_joint(verifier, config, prompt)) > 1e-3
+
+
+def test_a_hybrid_copying_from_a_phrase_store_follows_the_verifiers_processed_distribution(pair):
+    from specdec_core.drafting.phrases import PhraseStore
+
+    verifier, draft = pair
+    store = PhraseStore([[3, 5, 7, 2, 6]] * 3)  # after "3 5" the store copies "7 2 6"; the prompt has no repeat
+    hybrid = drafters.HybridDrafter(ModelDrafter(draft), model_tokens=2, phrases=store)
+    assert hybrid.propose(PROMPT, 3, GenerationConfig(), VOCAB, frozenset()).token_ids == (7, 2, 6)
+    config = CONFIGS[1]
+    counts = sampled_joint(verifier, draft, config, drafter=hybrid)
+    assert chi_square_p_value(counts, exact_joint(verifier, config)) > 1e-3
