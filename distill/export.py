@@ -70,7 +70,10 @@ def export_draft(trained: Path, tokenizer, dest: Path, facts: dict, average_with
     history = json.loads((trained / "train.json").read_text())
     earlier = _earlier_runs(history)
     (partial / "distill.json").write_text(json.dumps({**facts, **history, "earlier_runs": earlier}, indent=2) + "\n")
-    for name in ("README.md", "card.json"):  # the card survives a re-export (`card` measures it again)
+    from specdec_core.drafting.phrases import FILE_NAME as PHRASES
+
+    # the card survives a re-export (`card` measures it again), and so does the verifier's phrase store
+    for name in ("README.md", "card.json", PHRASES):
         if (dest / name).exists():
             shutil.copy(dest / name, partial / name)
     shutil.rmtree(dest, ignore_errors=True)
