@@ -85,9 +85,8 @@ def _build_order(tokens: np.ndarray, starts: np.ndarray, n: int) -> _Order:
     pair_counts = np.diff(np.append(pair_at, len(keys)))
     by_count = np.lexsort((-pair_counts, pair_keys))  # within a key, its most frequent next token first
     pair_keys, pair_next, pair_counts = pair_keys[by_count], pair_next[by_count], pair_counts[by_count]
-    unique_keys, first, per_key = np.unique(pair_keys, return_index=True, return_counts=True)
+    unique_keys, first = np.unique(pair_keys, return_index=True)
     totals = np.add.reduceat(pair_counts, first) if len(first) else empty
-    del per_key
     return _Order(unique_keys, pair_next[first], pair_counts[first], totals)
 
 
@@ -156,9 +155,18 @@ class PhraseStore:
         return cls(np.split(tokens, ends[:-1]) if len(ends) else [], **settings)
 
 
+_LOADED: dict[tuple[str, float], PhraseStore] = {}  # (path, mtime) -> store: each engine over a draft shares one
+
+
 def shipped_store(folder: str | Path | None) -> PhraseStore | None:
-    """The store that ships in a draft's folder (FILE_NAME), or None where there is none."""
+    """The store that ships in a draft's folder (FILE_NAME), or None where there is none. Loaded once per file
+    (about half a second for the embedded verifier's); callers only read it."""
     if not folder:
         return None
     path = Path(folder) / FILE_NAME
-    return PhraseStore.load(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    key = (str(path.resolve()), path.stat().st_mtime)
+    if key not in _LOADED:
+        _LOADED[key] = PhraseStore.load(path)
+    return _LOADED[key]
