@@ -362,10 +362,12 @@ def _cmd_adapt_proxy(args, config, cases, pair, settings) -> int:
     cache = Path(args.replies).expanduser() if args.replies else None
     turns = record_turns(pair.engine, pair.verifier.tokenizer, pair.verifier.context_length, cases,
                          config.max_new_tokens, args.history, cache, progress=_say)
-    # The chain's rounds can be replayed for the embedded default's drafter only: lookup, else one head token.
-    one_token = isinstance(pair.engine.drafter, HybridDrafter) and pair.engine.drafter.model_tokens == 1
+    # The chain's rounds can be replayed for the embedded default's drafter only: lookup, else the phrase
+    # stores, else one head token.
+    hybrid = pair.engine.drafter
+    one_token = isinstance(hybrid, HybridDrafter) and hybrid.model_tokens == 1
     rounds = ChainRounds(config.gamma, config.max_new_tokens, pair.verifier.eos_token_ids,
-                         pair.engine.vocab_size) if one_token else None
+                         pair.engine.vocab_size, hybrid.phrases) if one_token else None
     result = run_proxy(head_drafter.model, pair.verifier.model, turns, settings, rounds, progress=_say)
     result["setup"] = {"prompt_file": args.prompts, "history": args.history, "max_new_tokens": config.max_new_tokens}
     print(format_proxy(result), file=sys.stderr if args.json == "-" else sys.stdout, flush=True)

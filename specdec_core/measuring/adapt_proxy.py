@@ -11,7 +11,8 @@ distill/head.py's agreement is measured). Turn by turn, in the order the app run
                  after[t]  = agreement of the adapted copy, which has learnt turns 1..t-1 only
                  then the copy observes turn t and adapts (HeadAdapter.observe, adapt)
 
-Step 1 is what the embedded default drafts (one head token per round where prompt lookup finds nothing),
+Step 1 is what the embedded default drafts (one head token per round where neither prompt lookup nor the
+phrase store finds anything),
 so after/before of step 1 estimates the head's share of the acceptance change in seconds per setting.
 """
 
@@ -29,6 +30,9 @@ import torch
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.adapt import AdaptSettings, HeadAdapter, verifier_states
 from specdec_core.drafting.draft_head import SpecdecHeadModel
+from specdec_core.drafting.drafters import Draft, HybridDrafter
+from specdec_core.drafting.phrases import PhraseStore
+from specdec_core.events import DraftStop
 from specdec_core.measuring.prompt_sets import PromptCase
 
 
@@ -73,12 +77,14 @@ def _replay_key(cases: Sequence[PromptCase], max_new_tokens: int, history: int, 
 @dataclass(frozen=True)
 class ChainRounds:
     """What the embedded default's chain (`--tree-nodes 0`) does each round: prompt lookup's copy of up to
-    `gamma` tokens where it finds one, else one token from the head (drafters.HybridDrafter, model_tokens 1)."""
+    `gamma` tokens where it finds one, else the phrase stores' copy, else one token from the head
+    (drafters.HybridDrafter, model_tokens 1; `phrases` is the store that ships with the head)."""
 
     gamma: int
     max_new_tokens: int
     eos_token_ids: frozenset[int]
     vocab_size: int
+    phrases: PhraseStore | None = None
 
 
 @torch.no_grad()
@@ -111,24 +117,37 @@ def agreement(predictions: list[torch.Tensor], turn: Turn) -> list[float]:
     return [float((picked == target).float().mean()) if len(target) else float("nan") for picked in predictions]
 
 
-def chain_rounds(turn: Turn, first_step: torch.Tensor, rounds: ChainRounds) -> dict:
-    """The greedy reply's rounds replayed without a model: each round drafts prompt lookup's copy, or else
-    the head's step-1 token (`first_step`, head_predictions' first tensor: exact for one head token, which
-    reads only the verifier's true states), keeps the prefix the reply agrees with, and commits one more
-    token. -> drafted, accepted, rounds and tokens, as the engine's tally counts them, and the head's own
-    share: head_drafted, head_accepted."""
-    from specdec_core.drafting.drafters import PromptLookupDrafter
+class _RecordedHead:
+    """A model drafter for the replay: its one token at reply position j is first_step[j]."""
 
-    lookup, config = PromptLookupDrafter(), GenerationConfig(max_new_tokens=rounds.max_new_tokens)
+    name = "the head, recorded"
+
+    def __init__(self, prompt_length: int, first_step: torch.Tensor):
+        self.prompt_length, self.first_step, self.calls = prompt_length, first_step, 0
+
+    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids) -> Draft:
+        self.calls += 1
+        token = int(self.first_step[len(ids) - self.prompt_length])
+        return Draft((token,), torch.zeros(1, vocab_size), (None,), DraftStop.GAMMA, 0.0)
+
+
+def chain_rounds(turn: Turn, first_step: torch.Tensor, rounds: ChainRounds) -> dict:
+    """The greedy reply's rounds replayed without a model: each round drafts what the embedded default's
+    hybrid would (prompt lookup's copy, else the phrase store's, else the head's step-1 token: `first_step`,
+    head_predictions' first tensor, exact for one head token, which reads only the verifier's true states), keeps the prefix the reply agrees with, and commits one more token. -> drafted,
+    accepted, rounds and tokens, as the engine's tally counts them, and the head's own share: head_drafted,
+    head_accepted."""
+    head = _RecordedHead(len(turn.prompt_ids), first_step)
+    hybrid = HybridDrafter(head, model_tokens=1, phrases=rounds.phrases)
+    config = GenerationConfig(max_new_tokens=rounds.max_new_tokens)
     reply, done = turn.reply_ids, 0
     drafted = accepted = calls = head_drafted = head_accepted = 0
     while done < len(reply):
         room = min(rounds.gamma, rounds.max_new_tokens - done - 1)
-        draft = list(lookup.propose(turn.prompt_ids + reply[:done], room, config, rounds.vocab_size,
+        asked = head.calls
+        draft = list(hybrid.propose(turn.prompt_ids + reply[:done], room, config, rounds.vocab_size,
                                     rounds.eos_token_ids).token_ids) if room > 0 else []
-        from_head = not draft and room > 0
-        if from_head:
-            draft = [int(first_step[done])]
+        from_head = head.calls > asked
         agreed = 0
         while agreed < len(draft) and done + agreed < len(reply) and draft[agreed] == reply[done + agreed]:
             agreed += 1

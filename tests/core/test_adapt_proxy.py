@@ -12,6 +12,7 @@ from specdec_core.commands.cli import main
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.adapt import AdaptSettings, verifier_states
 from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter
+from specdec_core.drafting.phrases import PhraseStore
 from specdec_core.engine import Engine
 from specdec_core.measuring.adapt_proxy import ChainRounds, Turn, chain_rounds, head_predictions, run_proxy
 from specdec_core.measuring.bench import time_reply
@@ -50,9 +51,16 @@ def test_each_turn_is_measured_before_the_head_learns_it_and_after_it_learnt_the
     assert all(torch.equal(head.state_dict()[k], v) for k, v in original.items())  # a copy adapted
 
 
-def test_the_chains_rounds_replayed_from_the_heads_first_step_match_the_engines(verifier, tiny_tokenizer):
+@pytest.mark.parametrize("with_store", [False, True])
+def test_the_chains_rounds_replayed_from_the_heads_first_step_match_the_engines(verifier, tiny_tokenizer,
+                                                                              with_store):
     head = tiny.make_head(verifier, scale=0.5)
-    engine = Engine(verifier, HybridDrafter(HeadDrafter(head), model_tokens=1))
+    phrases = None
+    if with_store:  # a store of the verifier's own reply: where lookup finds nothing, the hybrid copies it
+        plain = GenerationConfig(max_new_tokens=40, speculate=False, top_alternatives=0)
+        said = time_reply(Engine(verifier), tiny_tokenizer("A robot").input_ids, plain).token_ids
+        phrases = PhraseStore([said] * 3)
+    engine = Engine(verifier, HybridDrafter(HeadDrafter(head), model_tokens=1, phrases=phrases))
     config = GenerationConfig(max_new_tokens=40, gamma=3, tree_nodes=0, top_alternatives=0)
     prompt = tiny_tokenizer("Once upon a time there was a little robot. Once upon a time").input_ids
     reply = time_reply(engine, prompt, config)
@@ -61,7 +69,11 @@ def test_the_chains_rounds_replayed_from_the_heads_first_step_match_the_engines(
     rows = verifier.model.get_output_embeddings().weight.detach()[head.model.head_ids]
     predicted = head_predictions(head.model, verifier.model.get_input_embeddings(), rows, turn, states, 1)
     replayed = chain_rounds(turn, predicted[0], ChainRounds(config.gamma, config.max_new_tokens,
-                                                            verifier.eos_token_ids, engine.vocab_size))
+                                                            verifier.eos_token_ids, engine.vocab_size, phrases))
+    if with_store:  # the store drafted some rounds the head would have drafted without it
+        alone = chain_rounds(turn, predicted[0], ChainRounds(config.gamma, config.max_new_tokens,
+                                                             verifier.eos_token_ids, engine.vocab_size))
+        assert alone["head_drafted"] > replayed["head_drafted"]
     tally = reply.tally
     assert tally.accepted > 0 and tally.drafted > tally.accepted  # a mix of acceptances and rejections
     assert (replayed["drafted"], replayed["accepted"], replayed["rounds"]) == \
@@ -71,7 +83,7 @@ def test_the_chains_rounds_replayed_from_the_heads_first_step_match_the_engines(
     assert 0 < replayed["head_drafted"] < replayed["rounds"] and replayed["head_accepted"] <= replayed["head_drafted"]
     # The ceiling: the same rounds with a head right at every position.
     result = run_proxy(head.model, verifier.model, [turn, turn], AdaptSettings(steps=1), ChainRounds(
-        config.gamma, config.max_new_tokens, verifier.eos_token_ids, engine.vocab_size))
+        config.gamma, config.max_new_tokens, verifier.eos_token_ids, engine.vocab_size, phrases))
     ceiling, before = result["chain_ceiling"], result["chain_before"]
     assert ceiling["head_acceptance"] == 1.0 and ceiling["acceptance_rate"] > before["acceptance_rate"]
     assert before["acceptance_rate"] == replayed["accepted"] / replayed["drafted"]
