@@ -12,8 +12,7 @@ distill/head.py's agreement is measured). Turn by turn, in the order the app run
                  then the copy observes turn t and adapts (HeadAdapter.observe, adapt)
 
 Step 1 is what the embedded default drafts (one head token per round where neither prompt lookup nor the
-phrase store finds anything),
-so after/before of step 1 estimates the head's share of the acceptance change in seconds per setting.
+phrase store finds anything), so after/before of step 1 estimates the head's share of the acceptance change in seconds per setting.
 """
 
 from __future__ import annotations
