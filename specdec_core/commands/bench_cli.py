@@ -363,7 +363,7 @@ def _cmd_adapt_proxy(args, config, cases, pair, settings) -> int:
     turns = record_turns(pair.engine, pair.verifier.tokenizer, pair.verifier.context_length, cases,
                          config.max_new_tokens, args.history, cache, progress=_say)
     # The chain's rounds can be replayed for the embedded default's drafter only: lookup, else the phrase
-    # stores, else one head token.
+    # store, else one head token.
     hybrid = pair.engine.drafter
     one_token = isinstance(hybrid, HybridDrafter) and hybrid.model_tokens == 1
     rounds = ChainRounds(config.gamma, config.max_new_tokens, pair.verifier.eos_token_ids,

@@ -12,7 +12,8 @@ distill/head.py's agreement is measured). Turn by turn, in the order the app run
                  then the copy observes turn t and adapts (HeadAdapter.observe, adapt)
 
 Step 1 is what the embedded default drafts (one head token per round where neither prompt lookup nor the
-phrase store finds anything), so after/before of step 1 estimates the head's share of the acceptance change in seconds per setting.
+phrase store finds anything), so after/before of step 1 estimates the head's share of the acceptance change
+in seconds per setting.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _replay_key(cases: Sequence[PromptCase], max_new_tokens: int, history: int, 
 @dataclass(frozen=True)
 class ChainRounds:
     """What the embedded default's chain (`--tree-nodes 0`) does each round: prompt lookup's copy of up to
-    `gamma` tokens where it finds one, else the phrase stores' copy, else one token from the head
+    `gamma` tokens where it finds one, else the phrase store's copy, else one token from the head
     (drafters.HybridDrafter, model_tokens 1; `phrases` is the store that ships with the head)."""
 
     gamma: int
@@ -133,9 +134,9 @@ class _RecordedHead:
 def chain_rounds(turn: Turn, first_step: torch.Tensor, rounds: ChainRounds) -> dict:
     """The greedy reply's rounds replayed without a model: each round drafts what the embedded default's
     hybrid would (prompt lookup's copy, else the phrase store's, else the head's step-1 token: `first_step`,
-    head_predictions' first tensor, exact for one head token, which reads only the verifier's true states), keeps the prefix the reply agrees with, and commits one more token. -> drafted,
-    accepted, rounds and tokens, as the engine's tally counts them, and the head's own share: head_drafted,
-    head_accepted."""
+    head_predictions' first tensor, exact for one head token, which reads only the verifier's true states),
+    keeps the prefix the reply agrees with, and commits one more token. -> drafted, accepted, rounds and
+    tokens, as the engine's tally counts them, and the head's own share: head_drafted, head_accepted."""
     head = _RecordedHead(len(turn.prompt_ids), first_step)
     hybrid = HybridDrafter(head, model_tokens=1, phrases=rounds.phrases)
     config = GenerationConfig(max_new_tokens=rounds.max_new_tokens)
