@@ -67,11 +67,14 @@ def convert_gguf(gguf: Path, *, cache_dir: Path | None = None, progress: Progres
     return folder
 
 
-def converted_gguf(gguf: Path, *, cache_dir: Path, report: Reporter) -> tuple[Path, bool]:
-    """The transformers folder for a GGUF file, converting it on first use. `(folder, converted now)`."""
-    _check_gguf_header(gguf)
+def converted_gguf(gguf: Path, *, cache_dir: Path, report: Reporter, weights: bool = True) -> tuple[Path, bool]:
+    """The transformers folder for a GGUF file, converting it on first use. `(folder, converted now)`.
+
+    `weights=False`: only the config and tokenizer (`<cache>/gguf-meta/`), for a model that reads its weights from the
+    GGUF file itself in their own quantisation (packed_gguf.py)."""
+    check_gguf_header(gguf)
     digest = _sha256(gguf)
-    root = cache_dir / "gguf"
+    root = cache_dir / ("gguf" if weights else "gguf-meta")
     target = root / digest
     _remove_stale_partials(root)  # left by conversions that were killed, whether or not we convert now
     if _cache_is_complete(target, digest):
@@ -87,14 +90,14 @@ def converted_gguf(gguf: Path, *, cache_dir: Path, report: Reporter) -> tuple[Pa
             raise ModelLoadError(f"cannot use the model cache {cache_dir} ({error.strerror or error}): set "
                                  "SPECDEC_CACHE_DIR to a writable folder") from error
         try:
-            _convert(gguf, partial, digest, report)
+            (_convert if weights else _convert_meta)(gguf, partial, digest, report)
             _publish(partial, target, digest)
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     return target, True
 
 
-def _check_gguf_header(gguf: Path) -> None:
+def check_gguf_header(gguf: Path) -> None:
     """Catch a file that is not GGUF, or is cut short, before spending 20 s failing on it."""
     try:
         with gguf.open("rb") as file:
@@ -266,6 +269,38 @@ def _convert(gguf: Path, out: Path, digest: str, report: Reporter) -> None:
     except Exception as error:  # noqa: BLE001 - OSError (a full disk), or safetensors' own error for it
         raise ModelLoadError(f"cannot write the converted model to {out.parent}: {first_line(error)}") from error
     report("convert", 1.0, "Converted")
+
+
+def _convert_meta(gguf: Path, out: Path, digest: str, report: Reporter) -> None:
+    """Write `gguf`'s config, generation config and tokenizer to `out` as transformers files, without its weights."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    try:
+        with _parsed_once():
+            report("convert", 0.0, "Reading the GGUF tokenizer (first load only)")
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            report("convert", 0.6, "Reading the GGUF config (first load only)")
+            config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except ProgressError:
+        raise
+    except Exception as error:  # transformers raises many types for damaged files
+        raise ModelLoadError(f"cannot read {gguf}: {first_line(error)} (is it a valid, complete GGUF file "
+                             "of an architecture transformers supports?)") from error
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    try:
+        config.save_pretrained(out)
+        with contextlib.suppress(Exception):  # not every config yields generation defaults
+            GenerationConfig.from_model_config(config).save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        files = {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()}
+        marker = {"format": _CACHE_FORMAT, "sha256": digest, "source": str(gguf), "files": files,
+                  "files_sha256": {name: _file_sha256(out / name) for name in files}, "weights": "in the GGUF file",
+                  "transformers": _transformers_version()}
+        (out / _MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+    except OSError as error:
+        raise ModelLoadError(f"cannot write the model's config to {out.parent}: {first_line(error)}") from error
+    report("convert", 1.0, "Read")
 
 
 def _transformers_version() -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specdec_core.errors import ModelLoadError, first_line
-from specdec_core.loading import cpu_attention, cpu_speed, gguf_cache, specs
+from specdec_core.loading import cpu_attention, cpu_speed, gguf_cache, quantised, specs
 from specdec_core.loading.gguf_cache import default_cache_dir
 from specdec_core.loading.progress import ProgressCallback, ProgressError, Reporter, quiet_transformers_bars
 from specdec_core.loading.weights_check import check_weights
@@ -57,6 +57,10 @@ class LoadedModel:
     # A draft head's output layer (draft_head.py), made at load so that the CPU backend shapes it like every other
     # layer; drafters.HeadDrafter fills it with the verifier's rows of the head's ids. None for other models.
     head_output: torch.nn.Linear | None = None
+    # What the weights run as: a GGUF's own quantisation ("Q4_K 88 %, Q6_K 12 %"), "int8"/"int4" quantised at load,
+    # or the float dtype ("float32").
+    weights: str = ""
+    notes: tuple[str, ...] = ()  # lines for the user about how the model was loaded (a format fallen back from)
 
     @property
     def vocab_size(self) -> int:
@@ -67,7 +71,8 @@ class LoadedModel:
         """Token ids 0..n-1 this model can produce: its tokenizer's, cut to its output layer's rows
         (rows past the tokenizer are padding; a layer smaller than the tokenizer drops the rest)."""
         head = self.model.get_output_embeddings()
-        rows = int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
+        rows = int(getattr(head, "out_features", 0) or head.weight.shape[0]) if head is not None \
+            else int(self.model.config.vocab_size)
         return min(len(self.tokenizer), rows)
 
 
@@ -130,10 +135,18 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     raise ModelLoadError(f"unknown dtype {dtype!r}: use auto, float32 (fp32), bfloat16 (bf16) or float16 (fp16)")
 
 
+WEIGHT_FORMATS = ("auto", "float", "int8", "int4")
+
+
 def load_model(spec: str, *, device: str = "auto", dtype: str = "auto", trust_remote_code: bool = False,
                device_map: str | None = None, max_memory: dict | None = None,
-               progress: ProgressCallback | None = None, cache_dir: Path | None = None) -> LoadedModel:
+               progress: ProgressCallback | None = None, cache_dir: Path | None = None,
+               weights: str = "auto") -> LoadedModel:
     """Resolve `spec`, load its tokenizer and weights, and return them ready for generation.
+
+    `weights` (on a CPU): "auto" runs a quantised GGUF file in its own quantisation where the kernel takes it
+    (quantised.py), else floats; "float" always converts to floats (`dtype`); "int8" and "int4" quantise the float
+    weights at load (groups of 32). A format that cannot run here falls back to floats with a note saying why.
 
     `device_map="auto"` (with optional `max_memory`) lets accelerate spread a large model over GPUs and
     CPU; otherwise the whole model goes to `device`. An exception raised by `progress` aborts the load
@@ -146,16 +159,22 @@ def load_model(spec: str, *, device: str = "auto", dtype: str = "auto", trust_re
     try:
         with quiet_transformers_bars():
             return _load(spec, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                         device_map=device_map, max_memory=max_memory, report=report, cache=cache, start=start)
+                         device_map=device_map, max_memory=max_memory, report=report, cache=cache, start=start,
+                         weights=weights)
     except ProgressError as error:
         raise error.original from None
 
 
 def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device_map: str | None,
-          max_memory: dict | None, report: Reporter, cache: Path, start: float) -> LoadedModel:
+          max_memory: dict | None, report: Reporter, cache: Path, start: float, weights: str = "auto") -> LoadedModel:
     report("resolve", None, f"Resolving {spec}")
     target = resolve_device(device)
-    resolved = specs.resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache)
+    if weights not in WEIGHT_FORMATS:
+        raise ModelLoadError(f"unknown weight format {weights!r}: use {', '.join(WEIGHT_FORMATS)}")
+    own = weights == "auto" and target.type == "cpu" and device_map is None and dtype in ("auto", DRAFT_AUTO, "float32")
+    resolved = specs.resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache, quantised=own)
+    if resolved.gguf is not None:
+        return _load_quantised_gguf(spec, resolved, report=report, cache=cache, start=start)
     if dtype == DRAFT_AUTO:
         native = target.type == "cpu" and cpu_speed.packing_available(torch.bfloat16)
         dtype = "bfloat16" if native and not _is_draft_head(resolved.folder) else "auto"
@@ -181,11 +200,52 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
     loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
     loaded.cache_dir = cache
     loaded.head_output = _head_output_layer(model)
+    loaded.notes = (resolved.note,) if resolved.note else ()
+    if weights in ("int8", "int4"):
+        _quantise_at_load(loaded, int(weights[3:]), target, report)
     if device_map is None and target.type == "cpu":
         _apply_cpu_backend(loaded, report)
+    loaded.weights = quantised.weight_format(loaded.model)
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} from {resolved.source} in {loaded.load_s:.1f} s")
     return loaded
+
+
+def _load_quantised_gguf(spec: str, resolved: specs.Resolved, *, report: Reporter, cache: Path,
+                         start: float) -> LoadedModel:
+    """A GGUF file's model with its quantised weights read from the file (packed_gguf.py), on the CPU."""
+    from transformers import AutoTokenizer
+
+    from specdec_core.loading import packed_gguf
+
+    report("load", None, f"Loading {resolved.name} in its own quantisation (cpu)")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
+        model = packed_gguf.build(resolved.gguf, resolved.folder)
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelLoadError(f"could not load {spec!r} from {resolved.gguf}: {first_line(error)}") from error
+    loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
+    loaded.cache_dir = cache
+    loaded.weights = quantised.weight_format(model)
+    cpu_attention.attend_row_by_row(model)
+    loaded.load_s = time.perf_counter() - start
+    report("done", 1.0, f"Loaded {resolved.name} ({loaded.weights}) in {loaded.load_s:.1f} s")
+    return loaded
+
+
+def _quantise_at_load(loaded: LoadedModel, bits: int, target: torch.device, report: Reporter) -> None:
+    """`--weights int8/int4` on a float model: its linear layers quantised in groups of 32, or a note why not."""
+    from specdec_core.loading import qkernel
+
+    lib = qkernel.library(loaded.cache_dir) if target.type == "cpu" else None
+    if lib is None or loaded.head_output is not None:
+        why = "a draft head keeps float weights" if loaded.head_output is not None else (
+            qkernel.unavailable_reason() or f"the quantised kernel runs on the CPU only, not {target}")
+        loaded.notes += (f"{loaded.name} runs as {gguf_cache.dtype_name(loaded.dtype)} weights, not int{bits}: {why}",)
+        return
+    report("load", None, f"Quantising {loaded.name} to int{bits}")
+    quantised.quantise_linears(loaded.model.float(), bits=bits, lib=lib)
+    loaded.dtype = torch.float32
 
 
 def _is_draft_head(folder: Path) -> bool:
@@ -291,7 +351,10 @@ def _describe(model, tokenizer, *, spec: str, name: str, source: str, load_s: fl
             generation.pad_token_id = pad if pad is not None else (min(eos) if eos else None)
 
     embeddings = model.get_input_embeddings()
-    embeddings = embeddings.weight if embeddings is not None else next(model.parameters())  # a head has none
+    if isinstance(embeddings, quantised.QuantEmbedding):  # its `weight` would dequantise the whole table
+        embeddings = embeddings.storage.scales
+    else:
+        embeddings = embeddings.weight if embeddings is not None else next(model.parameters())  # a head has none
     return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, name=name, device=embeddings.device,
                        dtype=embeddings.dtype, context_length=_context_length(model.config),
                        eos_token_ids=frozenset(eos), load_s=load_s, source=source)

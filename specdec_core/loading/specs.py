@@ -13,6 +13,7 @@ Every failure a user can cause is a ModelLoadError whose message says what was t
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -77,11 +78,18 @@ class Resolved(NamedTuple):
     name: str  # short display name
     source: str  # for LoadedModel.source
     from_gguf_cache: bool = False  # a conversion made by an earlier load
+    gguf: Path | None = None  # the GGUF file whose quantised weights the model reads (folder: config and tokenizer)
+    note: str = ""  # one line for the user: why a GGUF file runs as floats
 
 
-def resolve(spec: str, *, report: Reporter, trust_remote_code: bool, cache_dir: Path) -> Resolved:
-    """Where a spec's transformers folder is; GGUF files come back converted (from the cache if possible)."""
+def resolve(spec: str, *, report: Reporter, trust_remote_code: bool, cache_dir: Path,
+            quantised: bool = False) -> Resolved:
+    """Where a spec's transformers folder is; GGUF files come back converted (from the cache if possible).
+
+    `quantised`: a GGUF file whose quantisation the CPU kernel takes keeps its weights in the file (`gguf` set, the
+    folder holds only its config and tokenizer); any other comes back converted, with a note saying why."""
     key = spec.strip().lower()
+    _from_gguf = functools.partial(_gguf_folder, quantised=quantised)
     if key in _EMBEDDED:
         return _from_gguf(embedded_gguf_path(key), _EMBEDDED[key][2], "embedded GGUF", cache_dir, report)
     if key in _SHIPPED:
@@ -126,10 +134,22 @@ def resolve(spec: str, *, report: Reporter, trust_remote_code: bool, cache_dir: 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def _from_gguf(gguf: Path, name: str, kind: str, cache_dir: Path, report: Reporter) -> Resolved:
+def _gguf_folder(gguf: Path, name: str, kind: str, cache_dir: Path, report: Reporter, *,
+                 quantised: bool = False) -> Resolved:
+    note = ""
+    if quantised:
+        from specdec_core.loading import packed_gguf
+
+        gguf_cache.check_gguf_header(gguf)
+        plan = packed_gguf.plan(gguf)
+        if plan.usable:
+            folder, _ = gguf_cache.converted_gguf(gguf, cache_dir=cache_dir, report=report, weights=False)
+            return Resolved(folder, name, f"{kind} (its own quantisation)", gguf=gguf)
+        if plan.reason != packed_gguf.NOT_QUANTISED:  # a float file running as floats needs no word
+            note = f"{name} runs as float32 weights: {plan.reason}"
     folder, converted = gguf_cache.converted_gguf(gguf, cache_dir=cache_dir, report=report)
     how = "converted on this load" if converted else "cached safetensors"
-    return Resolved(folder, name, f"{kind} ({how})", from_gguf_cache=not converted)
+    return Resolved(folder, name, f"{kind} ({how})", from_gguf_cache=not converted, note=note)
 
 
 def _check_remote_code(folder: Path, spec: str, trust_remote_code: bool) -> None:

@@ -1,0 +1,302 @@
+/* Products of float32 rows with weights held in their GGUF quantisation, for the CPU.
+ *
+ * One layout serves every supported GGUF type: a weight row is cut into groups of G values (G = 16 or 32), each
+ * stored as small integers q with a float scale d and offset m, so that w = d * q + m exactly as the file defines
+ * it. "u4" keeps q in 0..15 as nibbles (16 bytes per group of 32: low nibbles are values 0..15, high nibbles 16..31);
+ * "s8" keeps q as signed bytes.
+ *
+ * Activations are quantised per block of 32 to signed bytes with one float scale (as llama.cpp does for its
+ * quantised products), so a group's dot product is an exact integer sum scaled once.
+ *
+ * Batch invariance is the point of this file: each output value of each row is computed by the same sequence of
+ * operations whatever the number of rows in the call and however the outputs are split between threads. A check of
+ * k drafted tokens therefore computes, bit for bit, what k one-token steps would: greedy speculation reproduces the
+ * quantised verifier's own greedy output.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define SPECDEC_AVX2 1
+#else
+#define SPECDEC_AVX2 0
+#endif
+
+#define QBLOCK 32
+#define MAX_THREADS 64
+#define ROW_CHUNK 4
+
+typedef struct {
+    int kind; /* 0: u4, 1: s8 */
+    const uint8_t *w;
+    const float *wd, *wm;
+    int n, k, g;
+    const int8_t *xq;  /* [rows, k] */
+    const float *xd;   /* [rows, k / 32]: block scales */
+    const float *xs;   /* [rows, k / 16]: xd * (sum of q over each half block) */
+    int rows;
+    float *y;          /* [rows, n] */
+    int parts;
+} task_t;
+
+int specdec_has_avx2(void) { return SPECDEC_AVX2; }
+
+/* Where the value of half `h` of block `b` lies in a table of per-half values (the activations' half-block sums, and a
+ * weight's scales and offsets in groups of 16): whole quads of blocks keep their four first halves, then their four
+ * second halves, so that the AVX2 code loads them as one vector; the last 1-3 blocks keep their halves in order. */
+static inline size_t half_index(int b, int h, int blocks) {
+    int quads = blocks / 4;
+    return b < quads * 4 ? (size_t)8 * (b / 4) + 4 * h + (b % 4) : (size_t)2 * b + h;
+}
+
+/* x [rows, k] -> signed bytes, per-block scales and scaled half-block sums (k a multiple of 32). */
+static void quantise_rows(const float *x, int rows, int k, int8_t *xq, float *xd, float *xs) {
+    int blocks = k / QBLOCK;
+    for (int r = 0; r < rows; r++) {
+        for (int b = 0; b < blocks; b++) {
+            const float *src = x + (size_t)r * k + (size_t)b * QBLOCK;
+            float amax = 0.0f;
+            for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(src[j]));
+            float d = amax / 127.0f;
+            float inv = d > 0.0f ? 1.0f / d : 0.0f;
+            int8_t *dst = xq + (size_t)r * k + (size_t)b * QBLOCK;
+            int sums[2] = {0, 0};
+            for (int j = 0; j < QBLOCK; j++) {
+                int q = (int)lrintf(src[j] * inv);
+                q = q > 127 ? 127 : (q < -127 ? -127 : q);
+                dst[j] = (int8_t)q;
+                sums[j / 16] += q;
+            }
+            xd[(size_t)r * blocks + b] = d;
+            xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = d * (float)sums[0];
+            xs[(size_t)r * blocks * 2 + half_index(b, 1, blocks)] = d * (float)sums[1];
+        }
+    }
+}
+
+#if SPECDEC_AVX2
+static inline float hsum8(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static inline int hsum4i(__m128i v) {
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(v);
+}
+
+/* One block of 32 weights as bytes ready for maddubs: unsigned nibbles, or the absolute values of signed bytes
+ * (their signs go onto the activations). */
+static inline __m256i load_block(const task_t *t, int col, int b) {
+    if (t->kind == 0) {
+        __m128i packed = _mm_loadu_si128((const __m128i *)(t->w + (size_t)col * (t->k / 2) + (size_t)b * 16));
+        return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
+    }
+    return _mm256_loadu_si256((const __m256i *)(t->w + (size_t)col * t->k + (size_t)b * QBLOCK));
+}
+
+/* Eight int32 partial sums of one block's products (lanes 0-3: values 0-15, lanes 4-7: values 16-31). */
+static inline __m256i block_sums(const task_t *t, __m256i wq, int r, int b) {
+    __m256i xq = _mm256_loadu_si256((const __m256i *)(t->xq + (size_t)r * t->k + (size_t)b * QBLOCK));
+    __m256i wabs = wq, xs = xq;
+    if (t->kind != 0) { wabs = _mm256_sign_epi8(wq, wq); xs = _mm256_sign_epi8(xq, wq); }
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xs), _mm256_set1_epi16(1));
+}
+
+/* Products of one weight row with up to ROW_CHUNK activation rows. Four blocks at a time: their sums are folded
+ * into one vector [block 0..3, first halves | block 0..3, second halves], scaled by the groups' scales at once.
+ * Scales and offsets of four blocks lie together in the weight's tables (see `kernel_order` in qkernel.py). */
+static void row_avx2(const task_t *t, int col, int r0, int nr) {
+    const int blocks = t->k / QBLOCK, quads = blocks / 4, halves = t->g == 16, groups = t->k / t->g;
+    const float *wd = t->wd + (size_t)col * groups, *wm = t->wm + (size_t)col * groups;
+    __m256 acc[ROW_CHUNK];
+    for (int i = 0; i < nr; i++) acc[i] = _mm256_setzero_ps();
+    for (int quad = 0; quad < quads; quad++) {
+        int b = quad * 4;
+        __m256i w0 = load_block(t, col, b), w1 = load_block(t, col, b + 1);
+        __m256i w2 = load_block(t, col, b + 2), w3 = load_block(t, col, b + 3);
+        __m256 scale_w, offset_w;
+        if (halves) { scale_w = _mm256_loadu_ps(wd + 2 * b); offset_w = _mm256_loadu_ps(wm + 2 * b); }
+        else {
+            __m128 d4 = _mm_loadu_ps(wd + b), m4 = _mm_loadu_ps(wm + b);
+            scale_w = _mm256_set_m128(_mm_setzero_ps(), d4); offset_w = _mm256_set_m128(_mm_setzero_ps(), m4);
+        }
+        for (int i = 0; i < nr; i++) {
+            int r = r0 + i;
+            __m256i h01 = _mm256_hadd_epi32(block_sums(t, w0, r, b), block_sums(t, w1, r, b + 1));
+            __m256i h23 = _mm256_hadd_epi32(block_sums(t, w2, r, b + 2), block_sums(t, w3, r, b + 3));
+            __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(h01, h23));
+            __m128 dx = _mm_loadu_ps(t->xd + (size_t)r * blocks + b);
+            __m256 xsum = _mm256_loadu_ps(t->xs + (size_t)r * blocks * 2 + 2 * b);  /* kernel order too */
+            if (!halves) {
+                __m128 whole = _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
+                sums = _mm256_set_m128(_mm_setzero_ps(), whole);
+                xsum = _mm256_set_m128(_mm_setzero_ps(), _mm_add_ps(_mm256_castps256_ps128(xsum),
+                                                                    _mm256_extractf128_ps(xsum, 1)));
+            }
+            __m256 scale = _mm256_mul_ps(scale_w, _mm256_set_m128(dx, dx));
+            acc[i] = _mm256_fmadd_ps(sums, scale, acc[i]);
+            acc[i] = _mm256_fmadd_ps(offset_w, xsum, acc[i]);
+        }
+    }
+    for (int i = 0; i < nr; i++) {
+        int r = r0 + i;
+        float tail = 0.0f;
+        for (int b = quads * 4; b < blocks; b++) {  /* the last 1-3 blocks of a row whose length is not 128k */
+            __m256i s = block_sums(t, load_block(t, col, b), r, b);
+            int lo = hsum4i(_mm256_castsi256_si128(s)), hi = hsum4i(_mm256_extracti128_si256(s, 1));
+            float dx = t->xd[(size_t)r * blocks + b];
+            const float *xs = t->xs + (size_t)r * blocks * 2;
+            if (halves) {
+                tail += wd[2 * b] * dx * (float)lo + wm[2 * b] * xs[2 * b];
+                tail += wd[2 * b + 1] * dx * (float)hi + wm[2 * b + 1] * xs[2 * b + 1];
+            } else {
+                tail += wd[b] * dx * (float)(lo + hi) + wm[b] * (xs[2 * b] + xs[2 * b + 1]);
+            }
+        }
+        t->y[(size_t)r * t->n + col] = hsum8(acc[i]) + tail;
+    }
+}
+#endif
+
+/* The same products in plain C: integer sums per group, then the same scaling. */
+static void row_plain(const task_t *t, int col, int r0, int nr) {
+    const int blocks = t->k / QBLOCK, gpb = QBLOCK / t->g, groups = t->k / t->g;
+    const float *wd = t->wd + (size_t)col * groups, *wm = t->wm + (size_t)col * groups;
+    for (int i = 0; i < nr; i++) {
+        int r = r0 + i;
+        float acc = 0.0f;
+        for (int b = 0; b < blocks; b++) {
+            const int8_t *xq = t->xq + (size_t)r * t->k + (size_t)b * QBLOCK;
+            int sums[2] = {0, 0};
+            for (int j = 0; j < QBLOCK; j++) {
+                int q;
+                if (t->kind == 0) {
+                    uint8_t byte = t->w[(size_t)col * (t->k / 2) + (size_t)b * 16 + (j & 15)];
+                    q = j < 16 ? (byte & 0x0F) : (byte >> 4);
+                } else {
+                    q = ((const int8_t *)t->w)[(size_t)col * t->k + (size_t)b * QBLOCK + j];
+                }
+                sums[j / 16] += q * xq[j];
+            }
+            float dx = t->xd[(size_t)r * blocks + b];
+            const float *xs = t->xs + (size_t)r * blocks * 2;
+            size_t h0 = half_index(b, 0, blocks), h1 = half_index(b, 1, blocks);
+            if (gpb == 1) {
+                acc += wd[b] * dx * (float)(sums[0] + sums[1]) + wm[b] * (xs[h0] + xs[h1]);
+            } else {
+                acc += wd[h0] * dx * (float)sums[0] + wm[h0] * xs[h0];
+                acc += wd[h1] * dx * (float)sums[1] + wm[h1] * xs[h1];
+            }
+        }
+        t->y[(size_t)r * t->n + col] = acc;
+    }
+}
+
+#if !SPECDEC_AVX2
+#define row_avx2 row_plain
+#else
+static void (*const specdec_plain_rows)(const task_t *, int, int, int) __attribute__((unused)) = row_plain;
+#endif
+
+static void run_part(const task_t *t, int part) {
+    /* Output columns in contiguous slices of whole multiples of 8, one slice per part. */
+    int per = ((t->n + t->parts - 1) / t->parts + 7) / 8 * 8;
+    int start = part * per, end = start + per < t->n ? start + per : t->n;
+    for (int col = start; col < end; col++) {
+        for (int r0 = 0; r0 < t->rows; r0 += ROW_CHUNK) {
+            int nr = t->rows - r0 < ROW_CHUNK ? t->rows - r0 : ROW_CHUNK;
+            row_avx2(t, col, r0, nr);
+        }
+    }
+}
+
+/* A small pool of worker threads: each call hands every worker one slice of the output columns. Workers spin
+ * briefly between calls (a forward pass makes hundreds of calls a few microseconds apart), then sleep. */
+static task_t g_task;
+static atomic_int g_generation, g_done;
+static int g_workers;
+static pthread_t g_threads[MAX_THREADS];
+static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_wake = PTHREAD_COND_INITIALIZER;
+static int g_spin = 20000;
+static pthread_mutex_t g_pool = PTHREAD_MUTEX_INITIALIZER; /* one caller at a time uses the workers */
+
+static void *worker_main(void *arg) {
+    int id = (int)(intptr_t)arg, seen = 0;
+    for (;;) {
+        int spins = 0;
+        while (atomic_load_explicit(&g_generation, memory_order_acquire) == seen) {
+            if (++spins > g_spin) {
+                pthread_mutex_lock(&g_mutex);
+                while (atomic_load(&g_generation) == seen) pthread_cond_wait(&g_wake, &g_mutex);
+                pthread_mutex_unlock(&g_mutex);
+            }
+#if SPECDEC_AVX2
+            _mm_pause();
+#endif
+        }
+        seen = atomic_load(&g_generation);
+        if (id < g_task.parts) run_part(&g_task, id);
+        atomic_fetch_add_explicit(&g_done, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void ensure_workers(int wanted) {
+    while (g_workers < wanted && g_workers < MAX_THREADS - 1) {
+        if (pthread_create(&g_threads[g_workers], NULL, worker_main, (void *)(intptr_t)(g_workers + 1)) != 0) break;
+        pthread_detach(g_threads[g_workers]);
+        g_workers++;
+    }
+}
+
+void specdec_set_spin(int spin) { g_spin = spin; }
+
+/* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values.
+ * scratch: at least rows * (k + 12 * (k / 32)) bytes, 4-byte aligned. Returns 0, or -1 for shapes it cannot take. */
+int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
+                    const float *x, int rows, float *y, void *scratch, int threads) {
+    if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32) || rows < 1)
+        return -1;
+    int blocks = k / QBLOCK;
+    float *xd = (float *)scratch;
+    float *xs = xd + (size_t)rows * blocks;
+    int8_t *xq = (int8_t *)(xs + (size_t)rows * blocks * 2);
+    quantise_rows(x, rows, k, xq, xd, xs);
+    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, rows, y, 1};
+    int parts = threads < 1 ? 1 : (threads > MAX_THREADS ? MAX_THREADS : threads);
+    if (n < 64 * parts) parts = 1;  /* too little work to share */
+    /* A second thread calling while the workers are busy (a draft beside a verifier) computes alone: the values do
+     * not depend on how the columns are split. */
+    if (parts > 1 && pthread_mutex_trylock(&g_pool) != 0) parts = 1;
+    task.parts = parts;
+    if (parts == 1) {
+        run_part(&task, 0);
+        return 0;
+    }
+    ensure_workers(parts - 1);
+    if (g_workers < parts - 1) task.parts = parts = g_workers + 1;
+    g_task = task;
+    atomic_store(&g_done, 0);
+    pthread_mutex_lock(&g_mutex);
+    atomic_fetch_add_explicit(&g_generation, 1, memory_order_release);
+    pthread_cond_broadcast(&g_wake);
+    pthread_mutex_unlock(&g_mutex);
+    run_part(&g_task, 0);
+    while (atomic_load_explicit(&g_done, memory_order_acquire) < g_workers) {
+#if SPECDEC_AVX2
+        _mm_pause();
+#endif
+    }
+    pthread_mutex_unlock(&g_pool);
+    return 0;
+}

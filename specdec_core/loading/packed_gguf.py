@@ -1,0 +1,176 @@
+"""A GGUF file -> a transformers model whose weights stay in the file's own quantisation.
+
+The model's skeleton comes from its config (converted once from the file's metadata, with the tokenizer: gguf_cache);
+its weights are read from the memory-mapped file: each quantised linear layer becomes a QuantLinear over the same
+numbers the file holds, the embeddings a QuantEmbedding (shared with a tied output layer), and the small float
+tensors (norms, biases) float32 parameters. Nothing is written to disk but the small config and tokenizer.
+
+`plan(path)` says first whether this path applies (an architecture whose tensors map one to one, every large tensor
+of a type the kernel takes) and why not otherwise; the loader then converts the file to floats as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from specdec_core.loading import gguf_blocks, qkernel
+from specdec_core.loading.quantised import QuantEmbedding, QuantLinear, QuantStorage
+
+# GGUF architectures whose tensors map one to one onto a transformers model of the same name. "llama" files store
+# the query and key rows of each head with their rotary halves interleaved (llama.cpp's converter does this).
+_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}
+_INTERLEAVED = {"llama", "mistral"}
+_FLOAT_TYPES = {"F32", "F16", "BF16"}
+NOT_QUANTISED = "its weights are not quantised"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Whether a GGUF file can run in its own quantisation here, and the file's facts that decide it."""
+
+    usable: bool
+    reason: str  # why not, for the one line the loader prints; "" when usable
+    architecture: str
+    types: dict[str, int]  # GGUF type name -> weights of that type among 2-D tensors
+
+
+def plan(path: Path, reader=None) -> Plan:
+    import gguf
+
+    reader = reader or gguf.GGUFReader(str(path))
+    arch = _field(reader, "general.architecture") or "?"
+    types: dict[str, int] = {}
+    for tensor in reader.tensors:
+        if len(tensor.shape) == 2:
+            name = tensor.tensor_type.name
+            types[name] = types.get(name, 0) + int(np.prod(tensor.shape))
+    quantised = {name for name in types if name not in _FLOAT_TYPES}
+    if arch not in _ARCHITECTURES:
+        return Plan(False, f"its architecture {arch!r} has no quantised path here", arch, types)
+    if not quantised:
+        return Plan(False, NOT_QUANTISED, arch, types)
+    missing = sorted(name for name in quantised if not gguf_blocks.decodable(name))
+    if missing:
+        return Plan(False, f"no kernel for its {', '.join(missing)} tensors", arch, types)
+    if qkernel.library() is None:
+        return Plan(False, qkernel.unavailable_reason(), arch, types)
+    return Plan(True, "", arch, types)
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    value = field.parts[field.data[0]]
+    return bytes(value).decode("utf-8", "replace") if value.dtype == np.uint8 else value.tolist()[0]
+
+
+def build(path: Path, folder: Path) -> nn.Module:
+    """The model of `folder`'s config with the weights of the GGUF file `path`, quantised layers kept quantised."""
+    import gguf
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    reader = gguf.GGUFReader(str(path))
+    arch = _field(reader, "general.architecture")
+    config = AutoConfig.from_pretrained(folder)
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[_ARCHITECTURES[arch].upper()], config.num_hidden_layers)
+    tensors = {tensor.name: tensor for tensor in reader.tensors}
+    lib = qkernel.library()
+    storages: dict[str, QuantStorage] = {}
+
+    def storage(gguf_name: str, *, heads: int | None = None) -> QuantStorage:
+        if gguf_name not in storages:
+            storages[gguf_name] = QuantStorage(_grouped(tensors[gguf_name], heads), tensors[gguf_name].tensor_type.name)
+        return storages[gguf_name]
+
+    embed_name = names.get_name("model.embed_tokens.weight", try_suffixes=(".weight",))
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            full = f"{parent_name}.{child_name}" if parent_name else child_name
+            if isinstance(child, nn.Linear):
+                gguf_name = names.get_name(f"{full}.weight", try_suffixes=(".weight",))
+                if gguf_name not in tensors and full == "lm_head":
+                    gguf_name = embed_name  # a tied output layer: the embeddings' rows
+                heads = _interleaved_heads(config, full) if arch in _INTERLEAVED else None
+                bias = _float(tensors, names.get_name(f"{full}.bias", try_suffixes=(".bias",))) \
+                    if child.bias is not None else None
+                setattr(parent, child_name, _linear(tensors, gguf_name, heads, bias, storage, lib))
+            elif isinstance(child, nn.Embedding) and embed_name in tensors \
+                    and tensors[embed_name].tensor_type.name not in _FLOAT_TYPES:
+                setattr(parent, child_name, QuantEmbedding(storage(embed_name)))
+    _fill_floats(model, names, tensors)
+    model.eval()
+    return model
+
+
+def _linear(tensors: dict, gguf_name: str, heads: int | None, bias: torch.Tensor | None, storage, lib) -> QuantLinear:
+    tensor = tensors.get(gguf_name)
+    if tensor is None:
+        raise ValueError(f"the file has no tensor {gguf_name}")
+    if tensor.tensor_type.name in _FLOAT_TYPES:  # a float layer in a quantised file: 8 bits in groups of 32
+        weight = _rows_in_order(np.asarray(tensor.data, dtype=np.float32), heads)
+        grouped = gguf_blocks.requantise(weight, bits=8)
+        return QuantLinear(QuantStorage(grouped, f"{tensor.tensor_type.name}->int8"), bias, lib)
+    return QuantLinear(storage(gguf_name, heads=heads), bias, lib)
+
+
+def _grouped(tensor, heads: int | None) -> gguf_blocks.Grouped:
+    cols = int(tensor.shape[0])  # GGUF lists the row length first
+    grouped = gguf_blocks.decode(tensor.tensor_type.name, np.asarray(tensor.data), cols)
+    if heads is None:
+        return grouped
+    order = _deinterleave_order(grouped.q.shape[0], heads)
+    return gguf_blocks.Grouped(q=grouped.q[order], d=grouped.d[order], m=grouped.m[order], group=grouped.group,
+                               nibbles=grouped.nibbles)
+
+
+def _interleaved_heads(config, name: str) -> int | None:
+    if name.endswith("q_proj"):
+        return config.num_attention_heads
+    if name.endswith("k_proj"):
+        return config.num_key_value_heads
+    return None
+
+
+def _deinterleave_order(rows: int, heads: int) -> np.ndarray:
+    """Row order that undoes llama.cpp's interleaving of each head's rotary halves: `gguf_rows[order]` are the rows in
+    transformers' order (within a head, GGUF keeps pairs (j, half) where transformers keeps (half, j))."""
+    per_head = rows // heads // 2
+    return np.arange(rows).reshape(heads, per_head, 2).swapaxes(1, 2).reshape(rows)
+
+
+def _rows_in_order(weight: np.ndarray, heads: int | None) -> np.ndarray:
+    return weight if heads is None else weight[_deinterleave_order(weight.shape[0], heads)]
+
+
+def _float(tensors: dict, gguf_name: str) -> torch.Tensor:
+    tensor = tensors.get(gguf_name)
+    if tensor is None:
+        raise ValueError(f"the file has no tensor {gguf_name}")
+    if tensor.tensor_type.name not in _FLOAT_TYPES:
+        cols = int(tensor.shape[0])
+        raw = np.asarray(tensor.data).reshape(-1, np.asarray(tensor.data).shape[-1])
+        return torch.from_numpy(gguf_blocks.decode(tensor.tensor_type.name, raw, cols).dequantise().reshape(-1))
+    return torch.from_numpy(np.array(tensor.data, dtype=np.float32))
+
+
+def _fill_floats(model: nn.Module, names, tensors: dict) -> None:
+    """Every parameter still without data (norms, biases, float embeddings) from the file's float tensors."""
+    for module_name, module in model.named_modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if param.device.type != "meta":
+                continue
+            full = f"{module_name}.{name}" if module_name else name
+            gguf_name = names.get_name(full, try_suffixes=(".weight", ".bias"))
+            if gguf_name is None or gguf_name not in tensors:
+                raise ValueError(f"the file has no tensor for {full}")
+            values = _float(tensors, gguf_name).reshape(param.shape)
+            setattr(module, name, nn.Parameter(values, requires_grad=False))

@@ -1,0 +1,184 @@
+"""The quantised product kernel (kernels/qmatmul.c): compiled once per machine into the cache, called with ctypes.
+
+The C file is small and has no dependency but a C compiler and POSIX threads; it is built with the machine's own
+instruction set (`-march=native`), so the library is kept per source, compiler and CPU. Without a compiler, or where
+the build or its self-check fails, `library()` returns None with the reason in `unavailable_reason()`, and the loader
+runs the model's weights as floats instead, saying so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SOURCE = Path(__file__).with_name("kernels") / "qmatmul.c"
+_DISABLE = "SPECDEC_QUANT_KERNEL"  # "off": never build or use the kernel
+_FLAG_SETS = (["-march=native"], ["-mcpu=native"], [])
+_reason: list[str] = []
+
+
+def unavailable_reason() -> str:
+    return _reason[-1] if _reason else ""
+
+
+@functools.cache
+def library(cache_dir: Path | None = None) -> ctypes.CDLL | None:
+    """The compiled kernel, built into `<cache>/kernels/` on first use; None (and a reason) when it cannot be had."""
+    if os.environ.get(_DISABLE, "").lower() == "off":
+        _reason.append(f"{_DISABLE}=off")
+        return None
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        _reason.append("no C compiler (cc, gcc or clang) was found to build the quantised kernel")
+        return None
+    folder = _kernel_folder(cache_dir)
+    target = folder / f"qmatmul-{_build_key(compiler)}{'.dylib' if platform.system() == 'Darwin' else '.so'}"
+    if not target.is_file():
+        error = _build(compiler, target)
+        if error:
+            _reason.append(error)
+            return None
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as error:
+        _reason.append(f"the quantised kernel {target} does not load: {error}")
+        return None
+    _declare(lib)
+    if not _self_check(lib):
+        _reason.append("the quantised kernel built here computes wrong products (self-check failed)")
+        return None
+    return lib
+
+
+def _kernel_folder(cache_dir: Path | None) -> Path:
+    if cache_dir is None:
+        from specdec_core.loading.gguf_cache import default_cache_dir
+
+        cache_dir = default_cache_dir()
+    return Path(cache_dir) / "kernels"
+
+
+def _build_key(compiler: str) -> str:
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(compiler.encode())
+    digest.update(platform.machine().encode())
+    digest.update(_cpu_flags().encode())
+    return digest.hexdigest()[:16]
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _build(compiler: str, target: Path) -> str:
+    """Compile into `target` (atomically: a temporary name, then a rename); "" or why it failed."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"cannot write the quantised kernel into {target.parent}: {error.strerror or error}"
+    last = ""
+    for flags in _FLAG_SETS:
+        handle, partial = tempfile.mkstemp(prefix=".build-", suffix=target.suffix, dir=target.parent)
+        os.close(handle)
+        command = [compiler, "-O3", *flags, "-shared", "-fPIC", "-pthread", "-o", partial, str(SOURCE)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            if done.returncode == 0:
+                os.replace(partial, target)
+                return ""
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        except (OSError, subprocess.TimeoutExpired) as error:
+            last = str(error)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+    return f"the quantised kernel did not compile ({last})"
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    pointer, integer = ctypes.c_void_p, ctypes.c_int
+    lib.specdec_qmatmul.argtypes = [integer, pointer, pointer, pointer, integer, integer, integer, pointer, integer,
+                                    pointer, pointer, integer]
+    lib.specdec_qmatmul.restype = integer
+    lib.specdec_has_avx2.restype = integer
+
+
+def scratch_bytes(rows: int, cols: int) -> int:
+    return rows * (cols + 12 * (cols // 32)) + 64
+
+
+def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor,
+           group: int, x: torch.Tensor, threads: int) -> torch.Tensor:
+    """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32."""
+    rows, cols = x.shape
+    out = torch.empty((rows, scales.shape[0]), dtype=torch.float32)
+    scratch = torch.empty(scratch_bytes(rows, cols), dtype=torch.uint8)
+    status = lib.specdec_qmatmul(kind, data.data_ptr(), scales.data_ptr(), offsets.data_ptr(), scales.shape[0],
+                                 cols, group, x.data_ptr(), rows, out.data_ptr(), scratch.data_ptr(), threads)
+    if status != 0:
+        raise ValueError(f"the quantised kernel cannot take a weight of {cols} columns in groups of {group}")
+    return out
+
+
+def _self_check(lib: ctypes.CDLL) -> bool:
+    """Small products against the same maths in numpy, each row alone and all rows together, for each layout (4-bit,
+    8-bit, groups of 16), with a row length that leaves a tail after the last whole four blocks."""
+    from specdec_core.loading.gguf_blocks import Grouped, requantise
+
+    rng = np.random.default_rng(7)
+    weight = rng.standard_normal((96, 224)).astype(np.float32)
+    x = torch.from_numpy(rng.standard_normal((5, 224)).astype(np.float32))
+    eight = requantise(weight, bits=8)
+    sixteens = Grouped(q=eight.q, d=np.repeat(eight.d, 2, axis=1) * rng.uniform(0.5, 1.5, (96, 14)).astype(np.float32),
+                       m=rng.standard_normal((96, 14)).astype(np.float32) * 0.01, group=16, nibbles=False)
+    for grouped in (requantise(weight, bits=4), eight, sixteens):
+        kind = 0 if grouped.nibbles else 1
+        data = torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles))
+        scales = torch.from_numpy(kernel_order(grouped.d, grouped.group))
+        offsets = torch.from_numpy(kernel_order(grouped.m, grouped.group))
+        together = matmul(lib, kind, data, scales, offsets, grouped.group, x, 2)
+        alone = torch.cat([matmul(lib, kind, data, scales, offsets, grouped.group, x[i:i + 1].contiguous(), 1)
+                           for i in range(x.shape[0])])
+        expected = x.numpy() @ grouped.dequantise().T
+        if not torch.equal(together, alone) or not np.allclose(together.numpy(), expected, rtol=0.05, atol=0.5):
+            return False
+    return True
+
+
+def pack_rows(q: np.ndarray, *, nibbles: bool) -> np.ndarray:
+    """q [rows, cols] -> the kernel's layout: two 4-bit values a byte (value j and j + 16 of each group of 32 share
+    byte j), or the signed bytes as they are."""
+    if not nibbles:
+        return np.ascontiguousarray(q.astype(np.int8, copy=False))
+    rows, cols = q.shape
+    groups = q.reshape(rows, cols // 32, 2, 16).astype(np.uint8)
+    return np.ascontiguousarray((groups[:, :, 0, :] | (groups[:, :, 1, :] << 4)).reshape(rows, cols // 2))
+
+
+def kernel_order(table: np.ndarray, group: int) -> np.ndarray:
+    """A weight's per-group table [rows, groups] in the order the kernel reads it. Groups of 32 stay in order; groups
+    of 16 (two per block) are laid out per four blocks as their four first halves, then their four second halves,
+    with the last 1-3 blocks in order (the C file's `half_index`)."""
+    if group == 32:
+        return np.ascontiguousarray(table, dtype=np.float32)
+    rows, groups = table.shape
+    blocks = groups // 2
+    whole = blocks // 4 * 4
+    quads = table[:, :whole * 2].reshape(rows, whole // 4, 4, 2).transpose(0, 1, 3, 2).reshape(rows, whole * 2)
+    return np.ascontiguousarray(np.concatenate([quads, table[:, whole * 2:]], axis=1), dtype=np.float32)

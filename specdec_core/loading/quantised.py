@@ -1,0 +1,140 @@
+"""Linear and embedding layers that keep their weights quantised (gguf_blocks.Grouped) and multiply with qkernel.
+
+`QuantLinear` stands in for an `nn.Linear`: it takes float rows of any leading shape and gives float32 rows, each row
+computed by the same operations whatever the number of rows (see kernels/qmatmul.c), so a verify pass over k tokens
+gives every token the logits a one-token step gives it. `QuantEmbedding` looks up rows of the same storage, so a
+model whose output layer is tied to its embeddings keeps one quantised copy. Both can give their weight back as
+floats (`weight`, `rows`) for the few readers that need them (a draft head's output rows, the doctor's fingerprint).
+
+`quantise_linears` turns a float model's linear layers into QuantLinear (4 or 8 bits in groups of 32): the opt-in
+quantisation of a model that comes in float weights.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import torch
+from torch import nn
+
+from specdec_core.loading import qkernel
+from specdec_core.loading.gguf_blocks import Grouped, requantise
+
+
+class QuantStorage(nn.Module):
+    """One quantised matrix [rows, cols] in the kernel's layout, shared by the layers that read it."""
+
+    def __init__(self, grouped: Grouped, source_type: str) -> None:
+        super().__init__()
+        rows, cols = grouped.q.shape
+        self.shape = (rows, cols)
+        self.group = grouped.group
+        self.kind = 0 if grouped.nibbles else 1
+        self.source_type = source_type  # the GGUF type it came from ("Q4_K"), or "int4"/"int8" when quantised here
+        self.register_buffer("data", torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles)),
+                             persistent=False)
+        self.register_buffer("scales", torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group)),
+                             persistent=False)
+        self.register_buffer("offsets", torch.from_numpy(qkernel.kernel_order(grouped.m, grouped.group)),
+                             persistent=False)
+        natural = qkernel.kernel_order(np.arange(cols // grouped.group, dtype=np.float32)[None, :], grouped.group)
+        self.register_buffer("_natural", torch.from_numpy(natural[0]).long().argsort(), persistent=False)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.data, self.scales, self.offsets))
+
+    def rows(self, index: torch.Tensor) -> torch.Tensor:
+        """Rows `index` (any shape) as float32 [..., cols], exactly w = d * q + m."""
+        flat = index.reshape(-1).to(self.data.device)
+        raw = self.data[flat]
+        if self.kind == 0:
+            halves = torch.stack([raw & 0x0F, raw >> 4], dim=-2)  # [n, 2, cols / 2]: values j and j + 16 of a group
+            q = halves.reshape(flat.shape[0], 2, -1, 16).transpose(1, 2).reshape(flat.shape[0], -1)
+        else:
+            q = raw
+        groups = self.shape[1] // self.group
+        scales = self.scales[flat][:, self._natural].unsqueeze(-1)
+        offsets = self.offsets[flat][:, self._natural].unsqueeze(-1)
+        values = q.to(torch.float32).reshape(-1, groups, self.group) * scales + offsets
+        return values.reshape(*index.shape, self.shape[1])
+
+    def product(self, lib: ctypes.CDLL, x: torch.Tensor) -> torch.Tensor:
+        threads = max(1, torch.get_num_threads())
+        return qkernel.matmul(lib, self.kind, self.data, self.scales, self.offsets, self.group, x, threads)
+
+
+class QuantLinear(nn.Module):
+    """y = x @ W.T + b with W quantised; float32 out."""
+
+    def __init__(self, storage: QuantStorage, bias: torch.Tensor | None, lib: ctypes.CDLL) -> None:
+        super().__init__()
+        self.storage = storage
+        self.out_features, self.in_features = storage.shape
+        self.bias = nn.Parameter(bias.to(torch.float32), requires_grad=False) if bias is not None else None
+        self._lib = lib
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight as floats (a new tensor of out x in float32: for readers that need it once)."""
+        return self.storage.rows(torch.arange(self.out_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
+        out = self.storage.product(self._lib, rows)
+        if self.bias is not None:
+            out += self.bias
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, {self.storage.source_type}"
+
+
+class QuantEmbedding(nn.Module):
+    """Token embeddings looked up from quantised rows."""
+
+    def __init__(self, storage: QuantStorage) -> None:
+        super().__init__()
+        self.storage = storage
+        self.num_embeddings, self.embedding_dim = storage.shape
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.storage.rows(torch.arange(self.num_embeddings))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.storage.rows(ids)
+
+
+def quantise_linears(model: nn.Module, *, bits: int, lib: ctypes.CDLL) -> int:
+    """Replace every nn.Linear whose input width is a multiple of 32 by a QuantLinear of `bits` (4: asymmetric, 8:
+    symmetric, groups of 32); the number replaced. A tied output layer gets its own quantised copy."""
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and child.in_features % 32 == 0:
+                grouped = requantise(child.weight.detach().to(torch.float32).numpy(), bits=bits)
+                storage = QuantStorage(grouped, f"int{bits}")
+                bias = child.bias.detach() if child.bias is not None else None
+                setattr(parent, name, QuantLinear(storage, bias, lib))
+                replaced += 1
+    return replaced
+
+
+def weight_format(model: nn.Module) -> str:
+    """What a model's linear layers hold: "float32" etc. for float weights, or the quantised types with their
+    share of the weights, largest first ("Q4_K 88 %, Q6_K 12 %")."""
+    counts: dict[str, int] = {}
+    for module in model.modules():
+        if isinstance(module, QuantLinear):
+            kind = module.storage.source_type
+            counts[kind] = counts.get(kind, 0) + module.in_features * module.out_features
+    if not counts:
+        first = next((p for p in model.parameters()), None)
+        return str(first.dtype).removeprefix("torch.") if first is not None else "float32"
+    total = sum(counts.values())
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    if len(ranked) == 1:
+        return ranked[0][0]
+    return ", ".join(f"{kind} {100 * count / total:.0f} %" for kind, count in ranked)
