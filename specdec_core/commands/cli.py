@@ -64,7 +64,8 @@ def render(events: Iterable[Event], out: TextIO, color: bool) -> Iterator[Event]
         yield event
 
 
-def stats_line(finished: Finished) -> str:
+def stats_line(finished: Finished, weights: str = "") -> str:
+    """The figures of one reply on one line; `weights`: what the verifier's weights ran as (LoadedModel.weights)."""
     s = finished.stats
     parts = [f"{s.new_tokens} tokens in {s.decode_s:.2f} s ({s.tokens_per_s:.1f} tok/s)",
              f"{s.rounds} verifier calls"]
@@ -76,6 +77,8 @@ def stats_line(finished: Finished) -> str:
                   + f", verify {s.verify_s:.2f} s, c={s.c:.2f}",
                   f"predicted speedup {s.predicted_speedup:.2f}x"]
     parts.append(f"stop: {finished.stop_reason.value}")
+    if weights:
+        parts.append(f"verifier weights {weights}")
     if finished.error:
         parts.append(finished.error)
     return " · ".join(parts)
@@ -157,11 +160,11 @@ def cmd_generate(args) -> int:
         events = pair.engine.generate(ids, sample_config)
         if args.json:
             collected = list(events)
-            print(json.dumps(reply_json(collected)), flush=True)
+            print(json.dumps({**reply_json(collected), "verifier_weights": pair.verifier.weights}), flush=True)
         else:
             collected = list(render(events, sys.stdout, color))
             sys.stdout.write("\n")
-            print(stats_line(collected[-1]), file=sys.stderr if not args.stats_stdout else sys.stdout, flush=True)
+            print(stats_line(collected[-1], pair.verifier.weights), file=sys.stderr if not args.stats_stdout else sys.stdout, flush=True)
         finished = collected[-1]
         assert isinstance(finished, Finished)
         if finished.error:

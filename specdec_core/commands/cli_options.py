@@ -65,6 +65,11 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                        "bfloat16 and auto elsewhere; else --dtype's). The verifier checks every drafted token, so "
                        "the output is the same; a bfloat16 draft reads half the bytes per token. A draft head keeps "
                        "float32")
+    group.add_argument("--weights", default="auto", choices=("auto", "float", "int8", "int4"),
+                       help="what the models' weights run as on a CPU: auto runs a quantised GGUF file in its own "
+                       "quantisation (exact: the verifier is the model in that format) and anything else as floats "
+                       "(--dtype); float converts GGUF files to floats; int8 and int4 quantise float weights at "
+                       "load, in groups of 32 (default: auto)")
     group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")
     group.add_argument("--max-memory", metavar="DEV=SIZE,...", help="with --device-map: e.g. 0=20GiB,cpu=64GiB")
     group.add_argument("--trust-remote-code", action="store_true",
@@ -173,7 +178,12 @@ def load_from_args(args: Any):
     if args.draft_tokens is not None and (args.drafter in not_hybrid or (args.drafter is None and args.draft)):
         raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, draft_dtype=args.draft_dtype or "",
+                          weights=getattr(args, "weights", "auto"),
                           trust_remote_code=args.trust_remote_code,
                           device_map=args.device_map, max_memory=parse_max_memory(args.max_memory, args.device_map))
-    return load_pair(args.verifier, args.draft, args.drafter, options, progress=progress_bar(),
+    pair = load_pair(args.verifier, args.draft, args.drafter, options, progress=progress_bar(),
                      draft_tokens=args.draft_tokens)
+    for model in (pair.verifier, pair.draft):
+        for note in model.notes if model is not None else ():
+            print(f"note: {note}", file=sys.stderr, flush=True)
+    return pair

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec_core.drafting.draft_head import SpecdecHeadModel, with_layers
+from specdec_core.loading import quantised
 
 ADAPTED_FILE = "adapted.json"  # beside an exported head: what it learnt from
 
@@ -98,8 +99,7 @@ class HeadAdapter:
         # The copy trained here, in float32 whatever the live head's dtype; the original weights, for reset.
         self.head = SpecdecHeadModel(head.config).to(device)
         self.original = {name: value.detach().float().clone() for name, value in head.state_dict().items()}
-        output = verifier.get_output_embeddings().weight.detach()
-        self.rows = output[head.head_ids.to(output.device)].to(device, torch.float32)  # [K, d]
+        self.rows = quantised.output_rows(verifier.get_output_embeddings(), head.head_ids).to(device, torch.float32)
         self.rng = random.Random(settings.seed)
         self.reset()
 
@@ -216,7 +216,7 @@ def verifier_states(verifier: torch.nn.Module, sequences: list[list[int]], layer
     input_ids = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, ids in enumerate(sequences):
         input_ids[row, :len(ids)] = torch.tensor(ids)
-    device = verifier.get_input_embeddings().weight.device
+    device = quantised.device_of(verifier.get_input_embeddings())
     # The decoder's forward, not its __call__: the engine's hook on the decoder (kv.CachedForward keeps the
     # hidden states of the reply it runs) must not see this pass.
     output = verifier.base_model.forward(input_ids=input_ids.to(device), output_hidden_states=bool(layers))
@@ -248,7 +248,7 @@ def head_loss(head: SpecdecHeadModel, embed: torch.nn.Module, rows: torch.Tensor
     predicts state i + 1; step s scores position i only from i >= s (it needs s earlier predictions)."""
     inputs, target = states[:, :-1], states[:, 1:, :head.config.hidden_size]
     with torch.no_grad():
-        token_embeds = embed(ids[:, 1:].to(embed.weight.device)).to(states)
+        token_embeds = embed(ids[:, 1:].to(quantised.device_of(embed))).to(states)
         # The verifier's own distribution restricted to the head's tokens: softmax over their logits.
         target_p = torch.softmax(target[mask] @ rows.T, -1)  # [N, K]
     chain = head.forward_chain(inputs, token_embeds, steps)

@@ -25,6 +25,7 @@ from specdec_core.drafting.phrases import PhraseStore, shipped_store
 from specdec_core.drafting.trees import (NO_COPY, PHRASE_ACCEPTANCE, Copy, CopyRecord, DraftTree, Worth, grow_tree,
                                     level_as_tree, shared_ancestors)
 from specdec_core.events import DraftStop
+from specdec_core.loading import quantised
 from specdec_core.verification.kv import CachedForward, common_prefix_length, supports_trees
 from specdec_core.verification.sampling import processed_probs, sample, seen_tokens, shown_probs
 
@@ -317,12 +318,13 @@ class HeadDrafter(DrafterBase):
         self.verifier_forward = verifier_forward
         verifier_forward.record_hidden_states(self.model.config.feature_layers)
         self.embed = verifier.get_input_embeddings()
+        self.embed_device = quantised.device_of(self.embed)
         head_ids = self.model.head_ids
-        output = verifier.get_output_embeddings().weight
-        self.head_ids = head_ids[head_ids < output.shape[0]].to(output.device)
+        output = verifier.get_output_embeddings()
+        self.head_ids = head_ids[head_ids < quantised.row_count(output)].to(quantised.device_of(output))
         # The verifier's output rows of the head's ids, as a layer of their own: the one the loader made for the
         # head (on a CPU it takes the product form measured fastest here, as the models' layers do), else a plain one.
-        rows = output.detach()[self.head_ids].to(self.draft.device, self.draft.dtype)
+        rows = quantised.output_rows(output, self.head_ids).to(self.draft.device, self.draft.dtype)
         self.output = self.draft.head_output or torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False,
                                                                 device=rows.device, dtype=rows.dtype)
         self.output.weight = torch.nn.Parameter(rows, requires_grad=False)
@@ -345,7 +347,7 @@ class HeadDrafter(DrafterBase):
         of consecutive positions, or each pair's own; `sees` [n, cached + n]: which cached and new
         positions each pair attends to (default: all cached ones, and the new ones causally)."""
         device = self.draft.device
-        token_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.embed.weight.device)
+        token_ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.embed_device)
         embeds = self.embed(token_ids).to(device, self.draft.dtype)
         if isinstance(positions, int):
             positions = range(positions, positions + len(tokens))

@@ -120,7 +120,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 def scratch_bytes(rows: int, cols: int) -> int:
-    return rows * (cols + 12 * (cols // 32)) + 64
+    return rows * (2 * cols + 12 * (cols // 32)) + 64
 
 
 def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor,

@@ -138,3 +138,25 @@ def weight_format(model: nn.Module) -> str:
     if len(ranked) == 1:
         return ranked[0][0]
     return ", ".join(f"{kind} {100 * count / total:.0f} %" for kind, count in ranked)
+
+
+def output_rows(layer: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of a layer's weight as floats, without dequantising the rest of a quantised one."""
+    if isinstance(layer, (QuantLinear, QuantEmbedding)):
+        return layer.storage.rows(ids)
+    weight = layer.weight.detach()
+    return weight[ids.to(weight.device)]
+
+
+def device_of(layer: nn.Module) -> torch.device:
+    """Where a layer's weights are (a quantised layer's `weight` would be a dequantised copy)."""
+    if isinstance(layer, (QuantLinear, QuantEmbedding)):
+        return layer.storage.data.device
+    return layer.weight.device
+
+
+def row_count(layer: nn.Module) -> int:
+    """A layer's output rows (an embedding's: its tokens)."""
+    if isinstance(layer, (QuantLinear, QuantEmbedding)):
+        return layer.storage.shape[0]
+    return int(layer.weight.shape[0])

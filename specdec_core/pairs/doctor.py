@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specdec_core.errors import IncompatiblePairError
+from specdec_core.loading import quantised
 
 if TYPE_CHECKING:
     from specdec_core.drafting.cross_vocab import VocabMap
@@ -142,8 +143,8 @@ def _head_findings(verifier: LoadedModel, draft: LoadedModel) -> tuple[Finding, 
 
 def _output_rows(model) -> int | None:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if head is not None and getattr(head, "weight", None) is not None:
-        return int(head.weight.shape[0])
+    if head is not None and (hasattr(head, "storage") or getattr(head, "weight", None) is not None):
+        return quantised.row_count(head)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     return int(vocab) if vocab else None
 

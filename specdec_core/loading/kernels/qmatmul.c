@@ -5,8 +5,10 @@
  * it. "u4" keeps q in 0..15 as nibbles (16 bytes per group of 32: low nibbles are values 0..15, high nibbles 16..31);
  * "s8" keeps q as signed bytes.
  *
- * Activations are quantised per block of 32 to signed bytes with one float scale (as llama.cpp does for its
- * quantised products), so a group's dot product is an exact integer sum scaled once.
+ * Activations are quantised per block of 32 to two signed bytes each, a coarse one and the rounding left over in
+ * 1/256 steps (x = d * (hi + lo / 256)), so a group's dot product is an exact integer sum scaled once, with about
+ * 15 bits of each activation: one byte alone (as llama.cpp's quantised products use) moved the small embedded
+ * model's greedy replies away from its float replies.
  *
  * Batch invariance is the point of this file: each output value of each row is computed by the same sequence of
  * operations whatever the number of rows in the call and however the outputs are split between threads. A check of
@@ -35,8 +37,8 @@ typedef struct {
     const uint8_t *w;
     const float *wd, *wm;
     int n, k, g;
-    const int8_t *xq;  /* [rows, k] */
-    const float *xd;   /* [rows, k / 32]: block scales */
+    const int8_t *xq;  /* [rows, 2, k]: each row's coarse bytes, then its fine bytes */
+    const float *xd;   /* [rows, k / 32]: block scales (of the combined value 256 * hi + lo) */
     const float *xs;   /* [rows, k / 16]: xd * (sum of q over each half block) */
     int rows;
     float *y;          /* [rows, n] */
@@ -53,7 +55,7 @@ static inline size_t half_index(int b, int h, int blocks) {
     return b < quads * 4 ? (size_t)8 * (b / 4) + 4 * h + (b % 4) : (size_t)2 * b + h;
 }
 
-/* x [rows, k] -> signed bytes, per-block scales and scaled half-block sums (k a multiple of 32). */
+/* x [rows, k] -> two signed bytes per value, per-block scales and scaled half-block sums (k a multiple of 32). */
 static void quantise_rows(const float *x, int rows, int k, int8_t *xq, float *xd, float *xs) {
     int blocks = k / QBLOCK;
     for (int r = 0; r < rows; r++) {
@@ -63,17 +65,22 @@ static void quantise_rows(const float *x, int rows, int k, int8_t *xq, float *xd
             for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(src[j]));
             float d = amax / 127.0f;
             float inv = d > 0.0f ? 1.0f / d : 0.0f;
-            int8_t *dst = xq + (size_t)r * k + (size_t)b * QBLOCK;
+            int8_t *hi = xq + (size_t)r * 2 * k + (size_t)b * QBLOCK, *lo = hi + k;
             int sums[2] = {0, 0};
             for (int j = 0; j < QBLOCK; j++) {
-                int q = (int)lrintf(src[j] * inv);
-                q = q > 127 ? 127 : (q < -127 ? -127 : q);
-                dst[j] = (int8_t)q;
-                sums[j / 16] += q;
+                float scaled = src[j] * inv;
+                int coarse = (int)lrintf(scaled);
+                coarse = coarse > 127 ? 127 : (coarse < -127 ? -127 : coarse);
+                int fine = (int)lrintf((scaled - (float)coarse) * 256.0f);
+                fine = fine > 127 ? 127 : (fine < -127 ? -127 : fine);
+                hi[j] = (int8_t)coarse;
+                lo[j] = (int8_t)fine;
+                sums[j / 16] += 256 * coarse + fine;
             }
-            xd[(size_t)r * blocks + b] = d;
-            xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = d * (float)sums[0];
-            xs[(size_t)r * blocks * 2 + half_index(b, 1, blocks)] = d * (float)sums[1];
+            float unit = d / 256.0f;
+            xd[(size_t)r * blocks + b] = unit;
+            xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = unit * (float)sums[0];
+            xs[(size_t)r * blocks * 2 + half_index(b, 1, blocks)] = unit * (float)sums[1];
         }
     }
 }
@@ -105,10 +112,13 @@ static inline __m256i load_block(const task_t *t, int col, int b) {
 
 /* Eight int32 partial sums of one block's products (lanes 0-3: values 0-15, lanes 4-7: values 16-31). */
 static inline __m256i block_sums(const task_t *t, __m256i wq, int r, int b) {
-    __m256i xq = _mm256_loadu_si256((const __m256i *)(t->xq + (size_t)r * t->k + (size_t)b * QBLOCK));
-    __m256i wabs = wq, xs = xq;
-    if (t->kind != 0) { wabs = _mm256_sign_epi8(wq, wq); xs = _mm256_sign_epi8(xq, wq); }
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xs), _mm256_set1_epi16(1));
+    const int8_t *at = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK;
+    __m256i hi = _mm256_loadu_si256((const __m256i *)at), lo = _mm256_loadu_si256((const __m256i *)(at + t->k));
+    __m256i wabs = wq, ones = _mm256_set1_epi16(1);
+    if (t->kind != 0) { wabs = _mm256_sign_epi8(wq, wq); hi = _mm256_sign_epi8(hi, wq); lo = _mm256_sign_epi8(lo, wq); }
+    __m256i coarse = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, hi), ones);
+    __m256i fine = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, lo), ones);
+    return _mm256_add_epi32(_mm256_slli_epi32(coarse, 8), fine);
 }
 
 /* Products of one weight row with up to ROW_CHUNK activation rows. Four blocks at a time: their sums are folded
@@ -175,7 +185,7 @@ static void row_plain(const task_t *t, int col, int r0, int nr) {
         int r = r0 + i;
         float acc = 0.0f;
         for (int b = 0; b < blocks; b++) {
-            const int8_t *xq = t->xq + (size_t)r * t->k + (size_t)b * QBLOCK;
+            const int8_t *xq = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK, *xlo = xq + t->k;
             int sums[2] = {0, 0};
             for (int j = 0; j < QBLOCK; j++) {
                 int q;
@@ -185,7 +195,7 @@ static void row_plain(const task_t *t, int col, int r0, int nr) {
                 } else {
                     q = ((const int8_t *)t->w)[(size_t)col * t->k + (size_t)b * QBLOCK + j];
                 }
-                sums[j / 16] += q * xq[j];
+                sums[j / 16] += q * (256 * xq[j] + xlo[j]);
             }
             float dx = t->xd[(size_t)r * blocks + b];
             const float *xs = t->xs + (size_t)r * blocks * 2;
@@ -262,7 +272,7 @@ static void ensure_workers(int wanted) {
 void specdec_set_spin(int spin) { g_spin = spin; }
 
 /* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values.
- * scratch: at least rows * (k + 12 * (k / 32)) bytes, 4-byte aligned. Returns 0, or -1 for shapes it cannot take. */
+ * scratch: at least rows * (2 * k + 12 * (k / 32)) bytes, 4-byte aligned. Returns 0, or -1 for shapes it cannot take. */
 int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
                     const float *x, int rows, float *y, void *scratch, int threads) {
     if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32) || rows < 1)

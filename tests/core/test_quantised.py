@@ -1,0 +1,200 @@
+"""Models in their GGUF quantisation: exact decoding of every supported block type, a product kernel whose rows do not
+depend on the batch, and a verifier that is the quantised model itself (greedy speculation reproduces its own greedy
+output token for token, chains and trees; sampling keeps its distribution).
+
+Tiny llamas are written as GGUF files of each supported type by the tests themselves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tiny
+import torch
+from gguf import quants
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from test_lossless import PROMPT, VOCAB, chi_square_p_value, exact_joint, sampled_joint
+
+from specdec_core.config import GenerationConfig
+from specdec_core.drafting.drafters import drafter_for
+from specdec_core.engine import Engine
+from specdec_core.loading import gguf_blocks, qkernel, quantised
+from specdec_core.loading.models import load_model
+
+needs_kernel = pytest.mark.skipif(qkernel.library() is None,
+                                  reason=f"no quantised kernel here: {qkernel.unavailable_reason()}")
+
+
+def _blocks(values: np.ndarray, kind: GGMLQuantizationType, seed: int = 0) -> np.ndarray:
+    """`values` [rows, cols] in GGUF blocks of `kind`: quantised where the gguf package can, else random finite blocks."""
+    try:
+        return quants.quantize(values.astype(np.float32), kind)
+    except NotImplementedError:
+        per_block, size = GGML_QUANT_SIZES[kind]
+        rows, cols = values.shape
+        blocks = np.random.default_rng(seed).integers(0, 256, (rows * cols // per_block, size), dtype=np.uint8)
+        scale_at = {"Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}[kind.name]
+        for at in scale_at:  # small, finite float16 scales
+            scales = np.random.default_rng(seed + at).uniform(0.001, 0.01, len(blocks)).astype(np.float16)
+            blocks[:, at:at + 2] = scales.view(np.uint8).reshape(-1, 2)
+        return blocks.reshape(rows, cols // per_block * size)
+
+
+@pytest.mark.parametrize("name", sorted(gguf_blocks.DECODERS))
+def test_every_supported_block_type_decodes_to_what_the_gguf_package_dequantises(name):
+    kind = GGMLQuantizationType[name]
+    values = np.random.default_rng(1).standard_normal((6, 512)).astype(np.float32)
+    raw = _blocks(values, kind, seed=3)
+    grouped = gguf_blocks.decode(name, raw, 512)
+    np.testing.assert_array_equal(grouped.dequantise(), quants.dequantize(raw, kind).astype(np.float32))
+
+
+@needs_kernel
+@pytest.mark.parametrize("layout", ["int4", "int8", "groups-of-16"])
+def test_the_kernel_gives_each_row_the_same_bits_alone_or_in_a_batch_of_any_size(layout):
+    rng = np.random.default_rng(2)
+    weight = rng.standard_normal((200, 288)).astype(np.float32)  # 9 blocks: two whole quads and a tail
+    if layout == "groups-of-16":
+        grouped = gguf_blocks.decode("Q6_K", _blocks(np.zeros((200, 256)), GGMLQuantizationType.Q6_K, 4), 256)
+    else:
+        grouped = gguf_blocks.requantise(weight, bits=4 if layout == "int4" else 8)
+    storage = quantised.QuantStorage(grouped, layout)
+    layer = quantised.QuantLinear(storage, None, qkernel.library())
+    x = torch.from_numpy(rng.standard_normal((17, grouped.q.shape[1])).astype(np.float32))
+    alone = torch.cat([layer(x[i:i + 1]) for i in range(17)])
+    for rows in (2, 3, 4, 5, 9, 17):
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(layer(x[:rows]), alone[:rows]), (rows, threads)
+    expected = x.numpy() @ grouped.dequantise().T
+    scale = np.abs(expected).max()
+    assert np.abs(alone.numpy() - expected).max() < 0.02 * scale  # int8 activations: close, not equal
+
+
+@needs_kernel
+def test_a_quantised_layer_gives_back_its_rows_exactly_as_the_file_defines_them():
+    grouped = gguf_blocks.decode("Q4_K", _blocks(np.zeros((8, 512)), GGMLQuantizationType.Q4_K, 5), 512)
+    storage = quantised.QuantStorage(grouped, "Q4_K")
+    ids = torch.tensor([[5, 0], [7, 5]])
+    expected = torch.from_numpy(grouped.dequantise())[ids]
+    assert torch.equal(storage.rows(ids), expected)
+    assert torch.equal(quantised.QuantEmbedding(storage)(ids), expected)
+
+
+def write_quantised_llama(path, tokenizer, types: dict[str, str], *, seed: int, hidden: int = 64, noise: float = 0.0):
+    """A tiny llama GGUF whose matrices use `types` by GGUF name part ("attn_q": "Q4_0", "*": default for the rest)."""
+    model = tiny.make_model("llama", tokenizer, seed=seed, hidden=hidden, logit_scale=8.0, noise=noise, noise_seed=9)
+
+    def quantise(name: str, values: np.ndarray):
+        if values.ndim != 2:
+            return None
+        part = name.split(".")[-2]
+        kind = GGMLQuantizationType[types.get(part, types["*"])]
+        return _blocks(values, kind, seed=len(name)), kind
+
+    return tiny.write_gguf(path, model, tokenizer, quantise)
+
+
+@pytest.fixture(scope="module")
+def quantised_pair(tmp_path_factory, tiny_tokenizer):
+    folder = tmp_path_factory.mktemp("quantised")
+    types = {"*": "Q4_1", "attn_v": "Q8_0", "ffn_down": "Q5_0", "token_embd": "Q8_0", "output": "Q4_0"}
+    verifier = write_quantised_llama(folder / "verifier.gguf", tiny_tokenizer, types, seed=1)
+    draft = write_quantised_llama(folder / "draft.gguf", tiny_tokenizer, {**types, "*": "Q4_0"}, seed=1, noise=0.3)
+    cache = folder / "cache"
+    return (load_model(str(verifier), device="cpu", cache_dir=cache),
+            load_model(str(draft), device="cpu", cache_dir=cache), cache)
+
+
+@needs_kernel
+def test_a_quantised_gguf_runs_in_its_own_quantisation_with_no_float_copy_on_disk(quantised_pair):
+    verifier, _, cache = quantised_pair
+    assert verifier.weights.startswith("Q4_1") and "Q8_0" in verifier.weights and "Q5_0" in verifier.weights
+    assert "its own quantisation" in verifier.source
+    assert any(isinstance(m, quantised.QuantLinear) for m in verifier.model.modules())
+    assert not list(cache.rglob("*.safetensors"))  # only its config and tokenizer were written
+
+
+@needs_kernel
+def test_a_quantised_model_scores_a_check_of_k_tokens_bit_for_bit_as_k_single_steps(quantised_pair):
+    verifier = quantised_pair[0]
+    model, prompt, drafted = verifier.model, torch.tensor([[5, 9, 14, 3, 8, 21]]), [33, 7, 90, 12, 41]
+    with torch.no_grad():
+        past = model(prompt, use_cache=True).past_key_values
+        checked = model(torch.tensor([drafted]), past_key_values=past, use_cache=True).logits[0]
+        past = model(prompt, use_cache=True).past_key_values
+        steps = []
+        for token in drafted:
+            out = model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            steps.append(out.logits[0, -1])
+    assert torch.equal(checked, torch.stack(steps))
+
+
+@needs_kernel
+@pytest.mark.parametrize("tree_nodes", [0, 6])
+def test_greedy_speculation_reproduces_the_quantised_verifiers_own_greedy_output(quantised_pair, tree_nodes):
+    verifier, draft, _ = quantised_pair
+    engine = Engine(verifier, drafter_for(draft))
+    config = GenerationConfig(max_new_tokens=40, gamma=4, tree_nodes=tree_nodes)
+    for prompt in ([5, 9, 14], [40, 41, 42, 43, 44], [7]):
+        *_, alone = Engine(verifier, None).generate(prompt, config.with_(speculate=False))
+        *events, spoken = engine.generate(prompt, config)
+        assert spoken.token_ids == alone.token_ids
+    assert spoken.stats.drafted > 0 and spoken.stats.accepted > 0  # the draft was used, and partly accepted
+
+
+@needs_kernel
+def test_sampling_from_a_quantised_verifier_keeps_its_distribution(tiny_tokenizer):
+    def model(seed, bits):
+        m = tiny.make_model("llama", tiny_tokenizer, seed=seed, vocab_size=VOCAB, logit_scale=20.0, layers=1,
+                            hidden=32)
+        quantised.quantise_linears(m, bits=bits, lib=qkernel.library())
+        return tiny.as_loaded(m, tiny_tokenizer, eos_token_ids=frozenset())
+
+    verifier, draft = model(3, 4), model(4, 8)
+    config = GenerationConfig(temperature=1.0, max_new_tokens=2, gamma=2)
+    counts = sampled_joint(verifier, draft, config, runs=600)
+    assert chi_square_p_value(counts, exact_joint(verifier, config, PROMPT)) > 1e-3
+
+
+def test_without_the_kernel_a_quantised_gguf_runs_as_floats_and_says_why(tmp_path, tiny_tokenizer, monkeypatch):
+    path = write_quantised_llama(tmp_path / "q.gguf", tiny_tokenizer, {"*": "Q4_0"}, seed=2)
+    monkeypatch.setenv("SPECDEC_QUANT_KERNEL", "off")
+    qkernel.library.cache_clear()
+    try:
+        loaded = load_model(str(path), device="cpu", cache_dir=tmp_path / "cache")
+    finally:
+        monkeypatch.delenv("SPECDEC_QUANT_KERNEL")
+        qkernel.library.cache_clear()
+    assert loaded.weights == "float32"
+    assert len(loaded.notes) == 1 and "float32" in loaded.notes[0] and "SPECDEC_QUANT_KERNEL" in loaded.notes[0]
+
+
+def test_a_gguf_with_a_type_the_kernel_lacks_runs_as_floats_and_names_the_type(tmp_path, tiny_tokenizer):
+    path = write_quantised_llama(tmp_path / "k.gguf", tiny_tokenizer, {"*": "Q8_0", "ffn_up": "Q3_K"}, seed=2,
+                                 hidden=256)
+    loaded = load_model(str(path), device="cpu", cache_dir=tmp_path / "cache")
+    assert loaded.weights == "float32"
+    assert any("Q3_K" in note for note in loaded.notes)
+
+
+@needs_kernel
+def test_k_quant_types_load_quantised_and_agree_with_their_float_conversion(tmp_path, tiny_tokenizer):
+    types = {"*": "Q4_K", "attn_v": "Q6_K", "ffn_down": "Q5_K", "token_embd": "Q6_K", "output": "Q6_K"}
+    path = write_quantised_llama(tmp_path / "k.gguf", tiny_tokenizer, types, seed=4, hidden=256)
+    packed = load_model(str(path), device="cpu", cache_dir=tmp_path / "cache")
+    floats = load_model(str(path), device="cpu", cache_dir=tmp_path / "cache", weights="float")
+    assert packed.weights.startswith("Q4_K") and floats.weights == "float32"
+    ids = torch.tensor([[3, 17, 29, 4, 11]])
+    with torch.no_grad():
+        got, expected = packed.model(ids).logits, floats.model(ids).logits
+    # Same weights; only the activations' 8-bit rounding differs.
+    assert torch.allclose(got, expected, rtol=0.05, atol=0.05 * float(expected.abs().max()))
+
+
+@needs_kernel
+def test_a_float_model_can_be_quantised_at_load_and_says_so(tiny_models_dir):
+    loaded = load_model(str(tiny_models_dir["llama-verifier"]), device="cpu", weights="int8")
+    assert loaded.weights == "int8"
+    assert sum(isinstance(m, quantised.QuantLinear) for m in loaded.model.modules()) > 0
