@@ -34,6 +34,10 @@ _OLLAMA_REGISTRY, _OLLAMA_NAMESPACE = "registry.ollama.ai", "library"
 SOURCES = {"ollama": "Ollama", "lmstudio": "LM Studio", "hf": "Hugging Face cache", "gpt4all": "GPT4All",
            "jan": "Jan", "folder": "your folders"}
 
+PLATFORM = sys.platform  # which OS's folders to search (tests search another's)
+
+OLLAMA_SERVICE_MODELS = Path("/usr/share/ollama/.ollama/models")  # Ollama's Linux service runs as its own user
+
 _SPLIT_PART = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)  # llama.cpp's split files: part 2 of 3...
 
 
@@ -58,10 +62,12 @@ class Listing:
 def find_models(extra_dirs: Sequence[str | Path] = ()) -> Listing:
     """Every model found in the usual places and in `extra_dirs` (and SPECDEC_MODEL_DIRS)."""
     walk = _Walk()
-    found: dict[Path, FoundModel] = {}
+    found: dict[object, FoundModel] = {}
     for model in itertools.chain(_lmstudio(walk), _ollama(walk), _hub(walk), _gpt4all(walk), _jan(walk),
                                  _folders(walk, [*user_dirs(), *extra_dirs])):
-        found.setdefault(_real(model.path), model)  # one file reached two ways is listed once
+        # One file reached two ways (a folder named twice, a link) is listed once; Ollama's tags of one blob
+        # ("latest" and "1.5b") are names of their own.
+        found.setdefault(model.name if model.source == "ollama" else _real(model.path), model)
     return Listing(tuple(found.values()), tuple(walk.skipped))
 
 
@@ -79,9 +85,9 @@ def _home() -> Path:
 
 def _data_home() -> Path:
     """Where per-user application data lives on this OS (Jan and GPT4All keep models under it)."""
-    if sys.platform == "darwin":
+    if PLATFORM == "darwin":
         return _home() / "Library" / "Application Support"
-    if sys.platform == "win32":
+    if PLATFORM == "win32":
         return Path(os.environ.get("LOCALAPPDATA") or _home() / "AppData" / "Local")
     return Path(os.environ.get("XDG_DATA_HOME") or _home() / ".local" / "share")
 
@@ -94,8 +100,7 @@ def roots(source: str) -> list[Path]:
     if source == "ollama":
         if os.environ.get("OLLAMA_MODELS"):
             return [Path(os.environ["OLLAMA_MODELS"]).expanduser()]
-        return [home / ".ollama" / "models"] + ([Path("/usr/share/ollama/.ollama/models")]  # Linux service
-                                               if sys.platform.startswith("linux") else [])
+        return [home / ".ollama" / "models"] + ([OLLAMA_SERVICE_MODELS] if PLATFORM.startswith("linux") else [])
     if source == "hf":
         if os.environ.get("HF_HUB_CACHE"):
             return [Path(os.environ["HF_HUB_CACHE"]).expanduser()]
@@ -104,7 +109,7 @@ def roots(source: str) -> list[Path]:
     if source == "gpt4all":
         return [_data_home() / "nomic.ai" / "GPT4All"]
     if source == "jan":
-        roaming = Path(os.environ.get("APPDATA") or home) if sys.platform == "win32" else _data_home()
+        roaming = Path(os.environ.get("APPDATA") or home) if PLATFORM == "win32" else _data_home()
         data = roaming / "Jan" / "data"
         return [home / "jan" / "models", data / "models", data / "llamacpp" / "models"]
     raise ValueError(source)
