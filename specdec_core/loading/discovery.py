@@ -68,6 +68,7 @@ def find_models(extra_dirs: Sequence[str | Path] = ()) -> Listing:
         # One file reached two ways (a folder named twice, a link) is listed once; Ollama's tags of one blob
         # ("latest" and "1.5b") are names of their own.
         found.setdefault(model.name if model.source == "ollama" else _real(model.path), model)
+    model_facts.save_memo()
     return Listing(tuple(found.values()), tuple(walk.skipped))
 
 

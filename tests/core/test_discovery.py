@@ -211,3 +211,19 @@ def test_the_vocabulary_hash_leaves_out_trailing_padding_fillers_only():
     tokens = ["a", "b", "[PAD2]", "c"]
     assert gguf_header.vocabulary_hash(tokens + ["[PAD4]", "[PAD5]"]) == gguf_header.vocabulary_hash(tokens)
     assert gguf_header.vocabulary_hash(["a", "b", "c"]) != gguf_header.vocabulary_hash(tokens)
+
+
+def test_facts_are_kept_in_specdecs_cache_and_read_again_when_a_file_changes(home, ggufs, monkeypatch):
+    from specdec_core.loading import model_facts
+
+    path = fake_homes.write(home / ".lmstudio/models/pub/repo/m.gguf", ggufs["draft"])
+    first = discovery.find_models().models[0].facts
+    assert (home.parent / "specdec-cache" / "found-models.json").is_file()
+
+    with monkeypatch.context() as patched:
+        patched.setitem(model_facts._memo_state, "loaded_from", None)  # as a new process would start
+        patched.setattr(gguf_header, "read_gguf_facts", lambda *a, **k: pytest.fail("the kept facts were not used"))
+        assert discovery.find_models().models[0].facts == first
+
+    path.write_bytes(ggufs["other"])  # another size: read again
+    assert discovery.find_models().models[0].facts.vocabulary_hash != first.vocabulary_hash
