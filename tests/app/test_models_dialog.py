@@ -93,13 +93,15 @@ def test_using_a_pair_installs_what_is_missing_then_loads_it_as_verifier_and_dra
 
 @pytest.fixture
 def found_home(monkeypatch, tmp_path, tiny_tokenizer):
-    """A home with Ollama's verifier and a smaller draft of its vocabulary in LM Studio's folder."""
+    """A home where Ollama keeps a verifier and a smaller draft of its vocabulary (tiny stand-ins for its
+    qwen2.5-coder:1.5b and :0.5b), and LM Studio a model of another vocabulary."""
     import fake_homes
 
     home = fake_homes.isolate(monkeypatch, tmp_path / "home")
     ggufs = fake_homes.tiny_ggufs(tmp_path / "ggufs", tiny_tokenizer)
     fake_homes.ollama_model(home / ".ollama" / "models", "qwen2.5-coder", "1.5b", ggufs["verifier"])
-    fake_homes.write(home / ".lmstudio/models/pub/tiny-GGUF/tiny-q8.gguf", ggufs["draft"])
+    fake_homes.ollama_model(home / ".ollama" / "models", "qwen2.5-coder", "0.5b", ggufs["draft"])
+    fake_homes.write(home / ".lmstudio/models/pub/other-GGUF/other.gguf", ggufs["other"])
     return home, ggufs
 
 
@@ -108,14 +110,15 @@ def _found_names(dialog) -> list[str]:
 
 
 def test_models_found_on_this_machine_are_listed_and_load_with_their_best_draft_in_one_click(
-        qtbot, make_window, found_home):
+        qtbot, make_window, found_home, send_and_wait):
     from app.models_dialog import ModelsDialog
 
     window = make_window(load=False)
     dialog = ModelsDialog(window)
     qtbot.addWidget(dialog)
     dialog.show()
-    assert _found_names(dialog) == ["lmstudio:pub/tiny-GGUF/tiny-q8.gguf", "ollama:qwen2.5-coder:1.5b"]
+    assert _found_names(dialog) == ["lmstudio:pub/other-GGUF/other.gguf", "ollama:qwen2.5-coder:0.5b",
+                                    "ollama:qwen2.5-coder:1.5b"]
     row = _found_names(dialog).index("ollama:qwen2.5-coder:1.5b")
     assert dialog.found_table.item(row, 4).text() == "F32" and dialog.found_table.item(row, 3).text() == "llama"
     assert not dialog.best_pair_button.isEnabled()  # nothing selected yet
@@ -124,8 +127,10 @@ def test_models_found_on_this_machine_are_listed_and_load_with_their_best_draft_
     with qtbot.waitSignal(window.models_loaded, timeout=120_000):
         dialog.best_pair_button.click()
     assert window.settings_panel.verifier.spec() == "ollama:qwen2.5-coder:1.5b"
-    assert window.settings_panel.draft.spec() == "lmstudio:pub/tiny-GGUF/tiny-q8.gguf"
-    assert window.session.request.draft == "lmstudio:pub/tiny-GGUF/tiny-q8.gguf"
+    assert window.settings_panel.draft.spec() == "ollama:qwen2.5-coder:0.5b"  # its own vocabulary beats overlap
+    assert window.session.request.draft == "ollama:qwen2.5-coder:0.5b"
+    trace = send_and_wait(window, "The capital of France is")
+    assert any(round_.drafted for round_ in trace.rounds)  # speculating: the draft proposed tokens
 
 
 def test_a_folder_added_in_the_dialog_is_searched_and_kept_in_the_settings(qtbot, make_window, found_home, tmp_path):
