@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -167,6 +168,18 @@ class _Walk:
             self.skip(entry.path, _why(error))
             return False
 
+    def is_gguf(self, entry: os.DirEntry) -> bool:
+        """Whether the entry is a .gguf file (through links); one that cannot be reached gets a line."""
+        if not entry.name.lower().endswith(".gguf") or entry.name.startswith("."):
+            return False
+        try:
+            return not stat.S_ISDIR(entry.stat().st_mode)
+        except FileNotFoundError:
+            self.skip(entry.path, "a link to a file that does not exist")
+        except OSError as error:
+            self.skip(entry.path, _why(error))
+        return False
+
     def gguf(self, path: Path, name: str, source: str) -> FoundModel | None:
         """The model in a GGUF file, or None (with a line) when it is not one specdec can list."""
         if _SPLIT_PART.search(path.name):
@@ -191,8 +204,6 @@ class _Walk:
         return FoundModel(name, path, source, facts)
 
 
-def _is_gguf(entry: os.DirEntry) -> bool:
-    return entry.name.lower().endswith(".gguf") and not entry.name.startswith(".")
 
 
 def _why(error: BaseException) -> str:
@@ -220,7 +231,7 @@ def _gguf_trees(walk: _Walk, source: str, depth: int) -> Iterator[FoundModel]:
     for root in roots(source):
         for folder, entries in walk.tree(root, depth):
             for entry in entries:
-                if _is_gguf(entry) and not walk.is_dir(entry):
+                if walk.is_gguf(entry):
                     path = Path(entry.path)
                     model = walk.gguf(path, f"{source}:{_relative(path, root)}", source)
                     if model is not None:
@@ -307,7 +318,7 @@ def _hub_repo(walk: _Walk, repo: Path, repo_id: str) -> Iterator[FoundModel]:
             yield model
     for folder, entries in walk.tree(snapshot, depth=1):
         for entry in entries:
-            if _is_gguf(entry):
+            if walk.is_gguf(entry):
                 path = Path(entry.path)
                 model = walk.gguf(path, f"hf:{repo_id}/{_relative(path, snapshot)}", "hf")
                 if model is not None:
@@ -341,7 +352,7 @@ def _folders(walk: _Walk, folders: Iterable[Path]) -> Iterator[FoundModel]:
                 if model is not None:
                     yield model
             for entry in entries:
-                if _is_gguf(entry) and not walk.is_dir(entry):
+                if walk.is_gguf(entry):
                     model = walk.gguf(Path(entry.path), entry.path, "folder")
                     if model is not None:
                         yield model

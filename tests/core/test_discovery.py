@@ -159,6 +159,8 @@ def test_bad_input_is_skipped_one_line_each_and_the_good_model_still_listed(home
     not_gguf = fake_homes.write(home / ".lmstudio/models/pub/cut/text.gguf", b"hello, not a model")
     locked = home / ".lmstudio/models/locked"
     locked.mkdir()
+    nowhere = home / ".lmstudio/models/pub/good/gone.gguf"
+    nowhere.symlink_to(home / "deleted.gguf")  # a link to a file since deleted
     loop = home / ".lmstudio/models/pub/loop"
     loop.symlink_to(loop)  # a link to itself
     (home / ".lmstudio/models/pub/up").symlink_to(home / ".lmstudio/models")  # a link round a loop
@@ -175,7 +177,7 @@ def test_bad_input_is_skipped_one_line_each_and_the_good_model_still_listed(home
 
     assert [m.path for m in listing.models] == [good]
     expected = {broken: "not a valid Ollama manifest", dangling: "model blob sha256-", truncated: "cut short",
-                not_gguf: "not a GGUF file", locked: "Permission denied", loop: "symbolic links",
+                not_gguf: "not a GGUF file", nowhere: "a link to a file that does not exist", locked: "Permission denied", loop: "symbolic links",
                 home / ".lmstudio/models/pub/up": "a loop", crowded: "more than 4,096 entries"}
     for path, why in expected.items():
         lines = _skipped_for(listing, path)
