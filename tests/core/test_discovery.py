@@ -177,8 +177,9 @@ def test_bad_input_is_skipped_one_line_each_and_the_good_model_still_listed(home
 
     assert [m.path for m in listing.models] == [good]
     expected = {broken: "not a valid Ollama manifest", dangling: "model blob sha256-", truncated: "cut short",
-                not_gguf: "not a GGUF file", nowhere: "a link to a file that does not exist", locked: "Permission denied", loop: "symbolic links",
-                home / ".lmstudio/models/pub/up": "a loop", crowded: "more than 4,096 entries"}
+                not_gguf: "not a GGUF file", nowhere: "a link to a file that does not exist",
+                locked: "Permission denied", loop: "symbolic links", home / ".lmstudio/models/pub/up": "a loop",
+                crowded: "more than 4,096 entries"}
     for path, why in expected.items():
         lines = _skipped_for(listing, path)
         assert len(lines) == 1 and why in lines[0], (path, listing.skipped)
