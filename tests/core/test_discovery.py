@@ -230,3 +230,17 @@ def test_facts_are_kept_in_specdecs_cache_and_read_again_when_a_file_changes(hom
 
     path.write_bytes(ggufs["other"])  # another size: read again
     assert discovery.find_models().models[0].facts.vocabulary_hash != first.vocabulary_hash
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32"])
+def test_gpt4all_and_jan_are_searched_where_each_os_keeps_them(home, ggufs, monkeypatch, platform, tmp_path):
+    monkeypatch.setattr(discovery, "PLATFORM", platform)
+    if platform == "darwin":
+        gpt4all, jan = home / "Library/Application Support/nomic.ai/GPT4All", home / "Library/Application Support/Jan"
+    else:
+        monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "Local"))
+        monkeypatch.setenv("APPDATA", str(tmp_path / "Roaming"))
+        gpt4all, jan = tmp_path / "Local/nomic.ai/GPT4All", tmp_path / "Roaming/Jan"
+    fake_homes.write(gpt4all / "tiny.gguf", ggufs["draft"])
+    fake_homes.write(jan / "data/models/tiny/model.gguf", ggufs["draft"])
+    assert {m.name for m in discovery.find_models().models} == {"gpt4all:tiny.gguf", "jan:tiny/model.gguf"}
