@@ -3,6 +3,10 @@
 Every model known by name, installed or not, with its size and licence; Install fetches, checks and converts
 one in the background with a progress bar (catalog.install, the same as `specdec models install`), Remove
 deletes it, and each known pair (verifier + draft) can be put into the settings and loaded in one click.
+
+Below, the models found on this machine (discovery.py, as `specdec models list`): one can be put into the
+settings as verifier or draft, or loaded as verifier with the best draft found for it (pairs/suggestions.py,
+worked out in the background), and a folder of the user's can be added to the search.
 """
 
 from __future__ import annotations
@@ -21,17 +25,19 @@ from PySide6.QtWidgets import (
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
+    QWidget,
 )
 
 from app.fit import fit_to_screen
 from app.worker import FunctionWorker
-from specdec_core.loading import catalog
+from specdec_core.loading import catalog, discovery
+
+FOUND_COLUMNS = ("found model", "parameters", "size", "architecture", "quantisation", "where")
 
 if TYPE_CHECKING:
-    from PySide6.QtWidgets import QWidget
-
     from app.loading import LoadController
     from app.settings_panel import SettingsPanel
+    from app.store import Settings
 
 COLUMNS = ("model", "parameters", "size", "licence", "state")
 
@@ -41,6 +47,9 @@ class ModelsWindow(Protocol):
 
     settings_panel: SettingsPanel
     loader: LoadController
+    settings: Settings  # its model_dirs are searched too
+
+    def save_settings(self) -> None: ...
 
     def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): the dialog's parent
 
@@ -91,6 +100,9 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.table, 1)
         layout.addWidget(QLabel("Pairs (verifier + draft):"))
         layout.addLayout(self.pairs)
+        layout.addWidget(QLabel("Found on this machine (LM Studio, Ollama, Hugging Face cache, GPT4All, Jan, your "
+                                "folders):"))
+        layout.addWidget(self._build_found(), 1)
         layout.addWidget(self.status)
         layout.addWidget(self.progress)
         layout.addLayout(buttons)
@@ -114,6 +126,7 @@ class ModelsDialog(QDialog):
         self.table.resizeColumnsToContents()
         self._fill_pairs()
         self._selection_changed()
+        self.refresh_found()
 
     def _fill_pairs(self) -> None:
         while self.pairs.count():
@@ -235,6 +248,128 @@ class ModelsDialog(QDialog):
         panel.use_model.setChecked(True)
         self.status.setText(f"Loading {verifier} with {draft} as its draft…")
         self.window_.loader.load()
+
+    # ------------------------------------------------------------------ found on this machine
+
+    def _build_found(self) -> QWidget:
+        self.found: list[discovery.FoundModel] = []
+        self.found_table = QTableWidget(0, len(FOUND_COLUMNS))
+        self.found_table.setHorizontalHeaderLabels(FOUND_COLUMNS)
+        self.found_table.horizontalHeader().setStretchLastSection(True)
+        self.found_table.verticalHeader().setVisible(False)
+        self.found_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.found_table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.found_table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.found_table.itemSelectionChanged.connect(self._found_selection_changed)
+        self.found_note = QLabel()
+        self.found_note.setWordWrap(True)
+        self.use_verifier_button = QPushButton("Use as verifier")
+        self.use_verifier_button.clicked.connect(lambda: self.use_found("verifier"))
+        self.use_draft_button = QPushButton("Use as draft")
+        self.use_draft_button.clicked.connect(lambda: self.use_found("draft"))
+        self.best_pair_button = QPushButton("Load with its best draft")
+        self.best_pair_button.setToolTip("Finds the best draft on this machine for the selected model (its own "
+                                         "tokenizer first, smallest first) and loads the pair")
+        self.best_pair_button.clicked.connect(self.use_best_pair)
+        add_folder = QPushButton("Add a folder…")
+        add_folder.clicked.connect(self.add_folder)
+        buttons = QHBoxLayout()
+        for button in (self.use_verifier_button, self.use_draft_button, self.best_pair_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        buttons.addWidget(add_folder)
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.found_table, 1)
+        column.addWidget(self.found_note)
+        column.addLayout(buttons)
+        return box
+
+    def _model_dirs(self) -> list[str]:
+        return list(self.window_.settings.model_dirs)
+
+    def refresh_found(self) -> None:
+        """List the models found on this machine again (headers only: quick)."""
+        from specdec_core.commands.models_cli import bytes_text, count_text
+
+        listing = discovery.find_models(self._model_dirs())
+        self.found = list(listing.models)
+        self.found_table.setRowCount(len(self.found))
+        for index, model in enumerate(self.found):
+            facts = model.facts
+            cells = (model.name, count_text(facts.parameters), bytes_text(facts.size), facts.architecture or "?",
+                     facts.quantisation or "?", model.where)
+            for column, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(f"{model.name}\nvocabulary {facts.vocabulary_hash or 'unknown'}\n{model.path}")
+                self.found_table.setItem(index, column, item)
+        self.found_table.resizeColumnsToContents()
+        note = f"{len(self.found)} found." if self.found else "Nothing found: add a folder that holds models."
+        if listing.skipped:
+            note += f" {len(listing.skipped)} skipped (hover for why)."
+        self.found_note.setText(note)
+        self.found_note.setToolTip("\n".join(listing.skipped))
+        self._found_selection_changed()
+
+    def selected_found(self) -> discovery.FoundModel | None:
+        rows = self.found_table.selectionModel().selectedRows()
+        return self.found[rows[0].row()] if rows else None
+
+    def _found_selection_changed(self) -> None:
+        chosen = self.selected_found() is not None and not self.running
+        for button in (self.use_verifier_button, self.use_draft_button, self.best_pair_button):
+            button.setEnabled(chosen)
+
+    def use_found(self, role: str) -> None:
+        """Put the selected found model into the settings as verifier or draft (loaded with the next message)."""
+        model = self.selected_found()
+        if model is None:
+            return
+        panel = self.window_.settings_panel
+        (panel.verifier if role == "verifier" else panel.draft).setEditText(model.name)
+        if role == "draft":
+            panel.use_model.setChecked(True)
+        self.status.setText(f"{model.name} is the {role} in the settings: it loads with your next message.")
+
+    def use_best_pair(self) -> None:
+        """Find the best draft for the selected model in the background, then load the pair."""
+        model = self.selected_found()
+        if model is None:
+            return
+        from specdec_core.pairs.suggestions import suggest_drafts
+
+        extra = self._model_dirs()
+        self.worker = worker = FunctionWorker(
+            lambda progress, cancelled: suggest_drafts(model.name, discovery.find_models(extra)), name="pair-drafts")
+        worker.returned.connect(self._paired)
+        worker.errored.connect(lambda error: self.status.setText(f"No draft found: {error}"))
+        worker.finished.connect(lambda: (self._selection_changed(), self._found_selection_changed()))
+        self.status.setText(f"Looking for a draft for {model.name}…")
+        worker.start()
+        self._found_selection_changed()
+
+    def _paired(self, found) -> None:
+        best = found.best
+        if best is None:
+            self.status.setText(f"No draft on this machine suits {found.verifier.name}: it needs a smaller model "
+                                "with a tokenizer the doctor accepts.")
+            return
+        self._load_pair(found.verifier.name, best.draft.name)
+        self.status.setText(f"Loading {found.verifier.name} with {best.draft.name} ({best.verdict.summary()})…")
+
+    def add_folder(self, folder: str | None = None) -> None:
+        """Search a folder of the user's too (kept in the settings)."""
+        if not folder:
+            from PySide6.QtWidgets import QFileDialog
+
+            folder = QFileDialog.getExistingDirectory(self, "A folder that holds models")
+        if not folder:
+            return
+        if folder not in self.window_.settings.model_dirs:
+            self.window_.settings.model_dirs.append(folder)
+            self.window_.save_settings()
+        self.refresh_found()
 
     def closeEvent(self, event) -> None:  # noqa: N802
         # An install keeps running when the dialog closes (it resumes anyway); only the window's close stops it.

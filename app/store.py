@@ -957,6 +957,7 @@ class Settings:
     reading: bool = False  # reading mode: rejected drafts hidden inside replies
     calibrate: bool = True  # measure the verifier alone after loading (the speedup baseline)
     recent_specs: list[str] = field(default_factory=list)
+    model_dirs: list[str] = field(default_factory=list)  # searched for models besides other apps' folders
 
     @classmethod
     def load(cls, root: Path | None = None) -> Settings:

@@ -1,4 +1,5 @@
-"""`specdec models list|install|remove`: the models known by name, and their installs in the user cache."""
+"""`specdec models list|install|remove|pair`: the models known by name, their installs in the user cache, the models
+other apps keep on this machine (discovery.py), and the drafts found for a verifier (pairs/suggestions.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from specdec_core.loading import catalog
+from specdec_core.loading import catalog, discovery
+from specdec_core.loading.discovery import FoundModel, Listing
+from specdec_core.pairs.suggestions import Suggestions, suggest_drafts
 
 
 def add_parser(subparsers) -> None:
@@ -14,7 +17,12 @@ def add_parser(subparsers) -> None:
     models.add_argument("--cache-dir", metavar="DIR", help="the model cache (default: $SPECDEC_CACHE_DIR or the "
                                                            "user cache folder)")
     actions = models.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="known models: installed or not, size, licence; and good pairs")
+    actions.add_parser("list", help="known models: installed or not, size, licence; good pairs; and the models "
+                                    "found on this machine (LM Studio, Ollama, Hugging Face cache, GPT4All, Jan, "
+                                    "$SPECDEC_MODEL_DIRS)")
+    pair = actions.add_parser("pair", help="drafts found on this machine for a verifier: its own tokenizer first "
+                                           "(smallest first), then others the doctor accepts")
+    pair.add_argument("verifier", metavar="VERIFIER", help="a found model's name, a .gguf file or a model folder")
     install = actions.add_parser("install", help="fetch, check (size, SHA-256) and convert models; resumes")
     install.add_argument("names", nargs="+", metavar="NAME")
     remove = actions.add_parser("remove", help="delete an installed model and its converted copy")
@@ -32,6 +40,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     cache = _cache(args)
     if args.action == "list":
         print(list_text(cache))
+        print()
+        print(found_text(discovery.find_models()))
+        return 0
+    if args.action == "pair":
+        print(pair_text(suggest_drafts(args.verifier, discovery.find_models())))
         return 0
     if args.action == "remove":
         for name in args.names:
@@ -67,4 +80,64 @@ def list_text(cache: Path) -> str:
     for verifier, draft, ready in catalog.pairings(cache):
         hint = "" if ready else f"   (install: specdec models install {verifier} {draft})"
         lines.append(f"  {verifier} + {draft}{hint}")
+    return "\n".join(lines)
+
+
+def count_text(count: int) -> str:
+    """1,543,714,304 -> "1.54B"; 0 -> "?" (unknown)."""
+    if not count:
+        return "?"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return str(count)
+
+
+def bytes_text(size: int) -> str:
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB" if size >= 1e5 else f"{size:,} B"
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = "") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.ljust(width) for cell, width in zip(r, widths)).rstrip() for r in rows]
+
+
+def found_row(model: FoundModel) -> tuple[str, ...]:
+    facts = model.facts
+    return (model.name, count_text(facts.parameters), bytes_text(facts.size), facts.architecture or "?",
+            facts.quantisation or "?", facts.vocabulary_hash or "none", model.where)
+
+
+def found_text(listing: Listing) -> str:
+    """The "Found on this machine" section of `specdec models list`."""
+    lines = ["Found on this machine (each name works as a model spec):"]
+    if listing.models:
+        header = ("name", "params", "size", "arch", "quant", "vocabulary", "where")
+        lines += _table([header, *(found_row(m) for m in listing.models)], "  ")
+    else:
+        lines.append("  nothing in LM Studio's, Ollama's, GPT4All's or Jan's folders or the Hugging Face cache; name "
+                     "other folders in SPECDEC_MODEL_DIRS")
+    if listing.skipped:
+        lines.append("Skipped:")
+        lines += [f"  {line}" for line in listing.skipped]
+    return "\n".join(lines)
+
+
+def pair_text(found: Suggestions) -> str:
+    """`specdec models pair`: the drafts for one verifier, and the command that runs the best."""
+    verifier = found.verifier
+    lines = [f"Drafts on this machine for {verifier.name} ({count_text(verifier.facts.parameters)} parameters, "
+             f"vocabulary {verifier.facts.vocabulary_hash}):"]
+    for title, suggestions in (("Same tokenizer (smallest first):", found.same),
+                               ("Another tokenizer (most overlap first):", found.other)):
+        lines.append(title)
+        rows = [(s.draft.name, count_text(s.draft.facts.parameters), bytes_text(s.draft.facts.size),
+                 f"{s.overlap:.0%} overlap", s.verdict.summary()) for s in suggestions]
+        lines += _table(rows, "  ") if rows else ["  none"]
+    if found.skipped:
+        lines.append("Skipped:")
+        lines += [f"  {line}" for line in found.skipped]
+    best = found.best
+    if best is not None:
+        lines.append(f"Try: specdec chat --verifier {verifier.name} --draft {best.draft.name}")
     return "\n".join(lines)

