@@ -348,6 +348,7 @@ class ConversationStore:
         self.notices: list[str] = []  # what opening the store skipped or refused, for the window to show
         self.recovery_reason = ""  # why the last save_or_recover wrote a recovery file
         self.read_only = False
+        self.read_only_reason = ""  # why the store opened read-only, for what a refused save says
         self._read_only_mode = "mode=ro"  # how a read-only store opens the file (see _open_read_only)
         self._saved: dict[str, list[tuple]] = {}  # conversation id -> fingerprints of its stored messages
         self._pending: dict[str, ConversationInfo | None] = {}  # queued writes, for list(); None: deleted
@@ -390,6 +391,7 @@ class ConversationStore:
                 version = 0
         except (OSError, sqlite3.Error) as error:
             self.read_only = True
+            self.read_only_reason = str(error)
             if self._open_read_only():  # a full disk or a read-only folder: what is saved is still shown
                 self.notices.append(f"Saved conversations cannot be written ({error}); they are shown read-only "
                                     "and nothing new will be saved")
@@ -397,9 +399,11 @@ class ConversationStore:
             self.notices.append(f"Saved conversations cannot be opened ({error}); nothing will be saved")
             self._local.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             self._local.conn.executescript(_SCHEMA_1)
+            self._import_json_files(self._local.conn)  # recovery files still show, until the database is back
             return
         if version > SCHEMA_VERSION:
             self.read_only = True
+            self.read_only_reason = f"it was written by a newer version of specdec (schema {version})"
             self._local.conn = None
             self.notices.append(f"{self.db_path} was written by a newer version of specdec (schema {version}); "
                                 "conversations are open read-only")
@@ -542,8 +546,11 @@ class ConversationStore:
         """Queue the write of what changed in `conv`; the Future raises what the write raised (OSError,
         sqlite3.Error). Prepared here (O(changed messages)), written on the store's thread."""
         if self.read_only or conv.read_only:
+            with self._lock:  # a refused save is a failed one: closing keeps the chat in a recovery file
+                self._failed.add(conv.id)
             raise StoreReadOnlyError(f"“{conv.title}” was saved by a newer version of specdec and is read-only "
-                                     "here" if conv.read_only else "the conversation store is read-only")
+                                     "here" if conv.read_only else
+                                     f"the conversation store is read-only ({self.read_only_reason})")
         if not check_id(conv.id):
             raise ValueError(f"bad conversation id {conv.id!r}")
         conv.updated = time.time()
@@ -581,8 +588,12 @@ class ConversationStore:
         except (OSError, sqlite3.Error, SaveConflict) as error:
             reason = error
         self.recovery_reason = str(reason)  # also when the recovery file fails: the caller says both reasons
-        path = self.folder / f"{conv.id}{RECOVERED_SUFFIX}"
-        atomic_write_text(path, json.dumps(conv.to_dict(), ensure_ascii=False))
+        conv.updated = time.time()  # newer than its row: the next start's import takes this version
+        document = conv.to_dict()
+        if conv.read_only:  # a newer version's chat, never overwritten: what was added here comes back beside it
+            document.update(id=Conversation().id, title=f"{conv.title} (this window's copy)")
+        path = self.folder / f"{document['id']}{RECOVERED_SUFFIX}"
+        atomic_write_text(path, json.dumps(document, ensure_ascii=False))
         return path
 
     def keep_both(self, conv: Conversation, conflict: SaveConflict) -> str:
