@@ -33,6 +33,11 @@ Python start (~1.4 s on a 2-core AVX2 VM).
 What the window changes during a reply reaches the child through two shared bytes: cancel, and speculation on
 or off (Ctrl+D), read by the engine at each round. Events come back pickled over a pipe, in order; an error
 in the child arrives as the same exception (or, if it cannot be pickled, a SpecdecError with its message).
+
+A child can stop answering without dying (SIGSTOP, a debugger, a suspended or thrashing machine): a thread of
+its own writes the time into shared memory every HEARTBEAT_S. A reply whose Stop the child has not honoured
+within STOP_WAIT_S, or whose child shows no sign of life for SILENT_S, ends the child and says so
+(`Unresponsive`); the reply so far is kept, and the next one decodes in a freshly forked child.
 """
 
 from __future__ import annotations
@@ -61,6 +66,17 @@ DRAIN_TIMEOUT_S = 5.0  # a reply abandoned midway: how long to wait for the chil
 REPLY = "app.session:reply_events"  # a chat reply: (messages, system, config)
 RACE = "app.talk.context:race_events"  # a race, speculation off against on: (messages, system, config, pairs)
 _CANCEL, _SPECULATE = 0, 1  # the shared bytes: cancel (0/1), speculate (-1: the config's, 0 off, 1 on)
+HEARTBEAT_S = 0.25  # how often the child's heartbeat thread writes the time
+STOP_WAIT_S = 2.0  # after Stop: how long the child has to end the reply before it is ended
+# With no Stop: how long a child may show no sign of life. Its heartbeat thread needs only the GIL for a moment
+# every HEARTBEAT_S, which a decoding thread in a long forward pass still gives up: silence this long is a stop.
+SILENT_S = 15.0
+
+
+class Unresponsive(SpecdecError):
+    """The decoding process stopped answering and was ended. Said even after Stop (app.worker reports it)."""
+
+    reported_after_abort = True
 
 
 @dataclass(frozen=True)
@@ -206,10 +222,18 @@ def _computes_in_parallel() -> None:
     torch.ones(1 << 18).add_(1)
 
 
-def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> None:
+def _beat(heartbeat: Any) -> None:
+    """The child's sign of life: the time, in shared memory, every HEARTBEAT_S (the clock is the machine's)."""
+    while True:
+        heartbeat[0] = time.monotonic()
+        time.sleep(HEARTBEAT_S)
+
+
+def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int, heartbeat: Any) -> None:
     """The child: answer _Ready once PyTorch computes with the app's `threads`, then run each (job, args) it is
     sent, sending back every event and then _Ended (or _Failed). None, or the app gone, ends it."""
     app_end.close()  # the app's end of the pipe, inherited: closed, so that the app's exit reads as EOF here
+    threading.Thread(target=_beat, args=(heartbeat,), name="specdec-heartbeat", daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the app's to handle
     gc.freeze()  # the app's objects (its Qt objects among them) are never collected here
     gc.enable()  # the replies' own garbage is
@@ -253,10 +277,13 @@ class ReplyHost:
         self.failure: str | None = None
         self.last_reply: _Ended | None = None  # the decoding thread's CPU and wall seconds (for benchmarks)
         self.threads = 0  # PyTorch's threads per pass in the child, once it has started
+        self.unresponsive = False  # ended for not answering: a fresh child may take over (HostKeeper)
         self._process: Any = None
+        self._heartbeat: Any = None
         self._conn: Any = None
         self._flags: Any = None
         self._busy = False
+        self._closing = threading.Lock()
 
     @property
     def alive(self) -> bool:
@@ -269,9 +296,11 @@ class ReplyHost:
 
         ctx = multiprocessing.get_context("fork")
         self._flags = ctx.RawArray("b", 2)
+        self._heartbeat = ctx.RawArray("d", [time.monotonic()])
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_serve, args=(child, self._conn, self.session, self._flags,
-                                                         torch.get_num_threads()), daemon=True, name="specdec-host")
+                                                         torch.get_num_threads(), self._heartbeat),
+                                    daemon=True, name="specdec-host")
         forked: list[BaseException] = []
         forker = threading.Thread(target=self._fork, args=(forked,), name="specdec-host-fork")
         forker.start()
@@ -310,6 +339,7 @@ class ReplyHost:
             raise SpecdecError("The decoding process is already writing a reply.")
         self._busy, ended = True, False
         self._pass_controls(controls)
+        stopped_at = None  # when this side first saw the window's Stop
         try:
             self._send((job, args))
             while True:
@@ -318,6 +348,9 @@ class ReplyHost:
                     if not process.is_alive():
                         self._fail(f"the decoding process ended (exit code {process.exitcode})")
                         raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.")
+                    if stopped_at is None and controls.cancelled:
+                        stopped_at = time.monotonic()
+                    self._check_answering(stopped_at)
                     continue
                 msg = self._recv(process)
                 if isinstance(msg, _Render):
@@ -336,20 +369,22 @@ class ReplyHost:
             self._busy = False
 
     def close(self) -> None:
-        """End the child (it finishes nothing: a reply still running is cancelled)."""
-        if self._process is None:
+        """End the child (it finishes nothing: a reply still running is cancelled). The GUI thread and the
+        thread of a reply whose child stopped answering may both call this."""
+        with self._closing:
+            process, self._process = self._process, None
+        if process is None:
             return
         self._flags[_CANCEL] = 1
         try:
             self._conn.send(None)
         except (OSError, ValueError):
             pass
-        self._process.join(1.0)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(1.0)
+        process.join(1.0)
+        if process.is_alive():
+            process.kill()  # also ends a stopped process
+            process.join(1.0)
         self._conn.close()
-        self._process = None
         self.failure = self.failure or "closed"
 
     # -- the pipe ------------------------------------------------------------------------------------
@@ -380,6 +415,23 @@ class ReplyHost:
             self._fail(f"the decoding process cannot be reached ({exc})")
             raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
 
+    def _check_answering(self, stopped_at: float | None) -> None:
+        """End a child that has not honoured Stop within STOP_WAIT_S, or shows no sign of life for SILENT_S."""
+        now = time.monotonic()
+        silent = now - self._heartbeat[0]
+        if stopped_at is not None and now - stopped_at >= STOP_WAIT_S:
+            why = (f"stopped answering (no sign of life for {silent:.0f} s)" if silent > 4 * HEARTBEAT_S else
+                   f"did not stop the reply within {STOP_WAIT_S:g} s of Stop")
+        elif silent >= SILENT_S:
+            why = f"stopped answering (no sign of life for {silent:.0f} s)"
+        else:
+            return
+        self._fail(f"the decoding process {why}")
+        self.unresponsive = True
+        self.close()
+        raise Unresponsive(f"The {self.failure}, so it was ended; the reply so far is kept, and the next one "
+                           "decodes in a fresh process.")
+
     def _drain(self) -> None:
         """A reply left before its end (its consumer stopped reading): cancel it and read up to its end, so the
         next reply's events do not follow this one's; a child that does not end it in time is ended."""
@@ -401,8 +453,9 @@ class ReplyHost:
 
     def _fail(self, why: str) -> None:
         self.failure = why
-        if self._process is not None and self._process.is_alive():
-            self._process.kill()
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
 
 
 class HostKeeper:
@@ -421,7 +474,7 @@ class HostKeeper:
         process. Forks on the calling (GUI) thread."""
         key = (id(session), head_version)
         if self.host is not None and (self._key != key or not self.host.alive):
-            if self._key == key:  # it died: not again for this session and head
+            if self._key == key and not self.host.unresponsive:  # it died: not again for this session and head
                 self._failed = (key, self.host.failure or "the decoding process ended")
             self.close()
         reason = "the draft adapts between replies" if adapting else why_not(session)
