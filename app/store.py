@@ -36,6 +36,7 @@ from app.trace import MAPPED_MARK, MAPPED_NOTE, ReplyTrace, RoundRecord, TokenRe
 from app.validate import InvalidData, checked_fields, valid_text
 from specdec_core import defaults
 from specdec_core.events import TokenState
+from specdec_core.loading import kept_files
 
 FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
 SCHEMA_VERSION = 1  # of the database (PRAGMA user_version); migrations below bring older ones up
@@ -939,6 +940,9 @@ _GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens",
 # The settings panel's temperatures. A higher one in settings.json is refused at load: the panel would show it
 # as 2.00 while replies sampled at it, then silently write 2.0 back at the next edit. (The CLI takes any.)
 TEMPERATURE_MAX = 2.0
+# The settings panel's whole-number boxes hold at most these (Qt's spin boxes hold 32-bit integers: a larger
+# value in settings.json stopped the app at start with an OverflowError). A larger one is refused at load.
+PANEL_MAX = {"top_k": 100_000, "max_new_tokens": 32_768, "seed": 2**31 - 1}
 
 
 @dataclass
@@ -976,18 +980,16 @@ class Settings:
         path = (Path(root) if root else data_dir()) / "settings.json"
         s = cls()
         s.notices = []
-        try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
-        except FileNotFoundError:
-            return s
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
-            s.notices.append(f"The settings in {path} could not be read ({str(error)[:120]}); using the defaults")
-            return s
         problems: list[str] = []
-        try:
-            known, _ = checked_fields(cls, _whole_numbers(cls, data), finite=True, problems=problems)
-        except InvalidData as error:
-            s.notices.append(f"The settings in {path} are not settings ({error}); using the defaults")
+        try:  # a FIFO, a directory, a huge or deeply nested file: refused before it is read (kept_files.py)
+            data = kept_files.read_bytes(path, kept_files.JSON_LIMIT)
+            if data is None:
+                return s
+            known, _ = checked_fields(cls, _whole_numbers(cls, kept_files.parse_json(data)), finite=True,
+                                      problems=problems)
+        except (kept_files.DamagedFile, InvalidData) as error:
+            line = kept_files.set_aside(path, str(error), "the settings are the defaults")
+            s.notices.append(line.removeprefix("specdec: ").replace(" is damaged", " was damaged", 1))
             return s
         for name, value in known.items():
             problem = _setting_problem(name, value)
@@ -1020,6 +1022,8 @@ def _setting_problem(name: str, value: object) -> str | None:
         return f"{value!r} is not one of {', '.join(_CHOICES[name])}"
     if name == "draft_tokens" and isinstance(value, int) and not 0 <= value <= 128:
         return f"{value} is outside 0..128"
+    if name in PANEL_MAX and isinstance(value, int) and value > PANEL_MAX[name]:
+        return f"{value} is above {PANEL_MAX[name]}, the highest the settings panel offers"
     if name == "temperature" and isinstance(value, float) and value > TEMPERATURE_MAX:
         return f"{value:g} is above {TEMPERATURE_MAX:g}, the highest the settings panel offers"
     if name in _GENERATION_FIELDS:
