@@ -58,8 +58,7 @@ def list_text(cache: Path) -> str:
     for row in catalog.listing(cache):
         model = row.model
         size = f"{model.size / 1e9:.2f} GB" if model.size else "bundled"
-        state = "installed" + (", converted" if row.converted else "") if row.installed else "not installed"
-        rows.append((model.name, model.parameters, size, model.licence, state))
+        rows.append((model.name, model.parameters, size, model.licence, row.state))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(r, widths)).rstrip() for r in rows]
     lines.append("")

