@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from specdec_core.loading import catalog
@@ -38,14 +37,14 @@ def cmd_models(args: argparse.Namespace) -> int:
             removed = catalog.remove(name, cache)
             print(f"removed {name}" + (f" ({len(removed)} paths)" if removed else " (it was not installed)"))
         return 0
-    from specdec_core.loading.progress import tqdm_progress
+    from specdec_core.commands.cli_options import progress_bar
+    from specdec_core.loading.progress import LoadProgress
 
     for name in args.names:
-        draw = tqdm_progress(file=sys.stderr)
+        # The loads' bar: it remembers a line it left unfinished, so that an error starts a line of its own.
+        draw = progress_bar()
 
         def progress(step: catalog.InstallProgress, draw=draw) -> None:
-            from specdec_core.loading.progress import LoadProgress
-
             draw(LoadProgress(step.stage, step.fraction, step.message))
 
         path = catalog.install(name, cache, progress=progress)

