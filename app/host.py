@@ -37,11 +37,15 @@ in the child arrives as the same exception (or, if it cannot be pickled, a Specd
 A child can stop answering without dying (SIGSTOP, a debugger, a suspended or thrashing machine): a thread of
 its own writes the time into shared memory every HEARTBEAT_S. A reply whose Stop the child has not honoured
 within STOP_WAIT_S, or whose child shows no sign of life for SILENT_S, ends the child and says so
-(`Unresponsive`); the reply so far is kept, and the next one decodes in a freshly forked child.
+(`Unresponsive`); the reply so far is kept, and the next one decodes in a freshly forked child. A child stopped
+halfway through writing a message would block the app's read of it, where the reply's own checks cannot run: a
+watchdog thread applies the same limits while the app reads or writes the pipe, and ends the child, which ends
+the read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -284,6 +288,11 @@ class ReplyHost:
         self._flags: Any = None
         self._busy = False
         self._closing = threading.Lock()
+        self._controls: Any = None  # the running reply's (the watchdog reads its Stop)
+        self._stopped_at: float | None = None  # when this side first saw the running reply's Stop
+        self._in_pipe = False  # a read or write on the pipe is under way: the watchdog applies the limits
+        self._watched_out: str | None = None  # why the watchdog ended the child
+        self._watch_end = threading.Event()
 
     @property
     def alive(self) -> bool:
@@ -318,6 +327,7 @@ class ReplyHost:
             self._fail(f"the decoding process did not start within {READY_TIMEOUT_S:g} s")
             return False
         self.threads = ready.threads
+        threading.Thread(target=self._watch, name="specdec-host-watchdog", daemon=True).start()
         return True
 
     def _fork(self, failed: list[BaseException]) -> None:
@@ -338,8 +348,8 @@ class ReplyHost:
         if self._busy:
             raise SpecdecError("The decoding process is already writing a reply.")
         self._busy, ended = True, False
+        self._controls, self._stopped_at = controls, None
         self._pass_controls(controls)
-        stopped_at = None  # when this side first saw the window's Stop
         try:
             self._send((job, args))
             while True:
@@ -348,9 +358,7 @@ class ReplyHost:
                     if not process.is_alive():
                         self._fail(f"the decoding process ended (exit code {process.exitcode})")
                         raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.")
-                    if stopped_at is None and controls.cancelled:
-                        stopped_at = time.monotonic()
-                    self._check_answering(stopped_at)
+                    self._check_answering()
                     continue
                 msg = self._recv(process)
                 if isinstance(msg, _Render):
@@ -366,7 +374,7 @@ class ReplyHost:
         finally:
             if not ended and self.alive:
                 self._drain()
-            self._busy = False
+            self._busy, self._controls = False, None
 
     def close(self) -> None:
         """End the child (it finishes nothing: a reply still running is cancelled). The GUI thread and the
@@ -375,6 +383,7 @@ class ReplyHost:
             process, self._process = self._process, None
         if process is None:
             return
+        self._watch_end.set()
         self._flags[_CANCEL] = 1
         try:
             self._conn.send(None)
@@ -401,50 +410,86 @@ class ReplyHost:
             self._fail(f"the decoding process cannot be reached ({exc})")
             raise SpecdecError(f"The reply could not start: {self.failure}.") from exc
 
+    @contextlib.contextmanager
+    def _watched(self) -> Iterator[None]:
+        """Around a read or write that may block (on a message the child began and never finished): the watchdog
+        applies the limits meanwhile."""
+        self._in_pipe = True
+        try:
+            yield
+        finally:
+            self._in_pipe = False
+
     def _recv(self, process: Any) -> Any:
         try:
-            return self._conn.recv()
+            with self._watched():
+                return self._conn.recv()
         except (EOFError, OSError) as exc:
+            if self._watched_out is not None:
+                self._end_unresponsive(self._watched_out)
             self._fail(f"the decoding process ended (exit code {process.exitcode})")
             raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
 
     def _answer(self, request: _Render) -> None:
         try:
-            _render_for(self._conn, request)
+            with self._watched():
+                _render_for(self._conn, request)
         except (OSError, ValueError) as exc:
+            if self._watched_out is not None:
+                self._end_unresponsive(self._watched_out)
             self._fail(f"the decoding process cannot be reached ({exc})")
             raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
 
-    def _check_answering(self, stopped_at: float | None) -> None:
-        """End a child that has not honoured Stop within STOP_WAIT_S, or shows no sign of life for SILENT_S."""
-        now = time.monotonic()
-        silent = now - self._heartbeat[0]
+    def _unanswered(self) -> str | None:
+        """Why the child is to be ended: it has not honoured Stop within STOP_WAIT_S, or shows no sign of life
+        for SILENT_S; None while neither. Called by the reply's thread and the watchdog."""
+        controls, now = self._controls, time.monotonic()
+        if self._stopped_at is None and controls is not None and controls.cancelled:
+            self._stopped_at = now
+        stopped_at, silent = self._stopped_at, now - self._heartbeat[0]
         if stopped_at is not None and now - stopped_at >= STOP_WAIT_S:
-            why = (f"stopped answering (no sign of life for {silent:.0f} s)" if silent > 4 * HEARTBEAT_S else
-                   f"did not stop the reply within {STOP_WAIT_S:g} s of Stop")
-        elif silent >= SILENT_S:
-            why = f"stopped answering (no sign of life for {silent:.0f} s)"
-        else:
-            return
+            return (f"stopped answering (no sign of life for {silent:.0f} s)" if silent > 4 * HEARTBEAT_S else
+                    f"did not stop the reply within {STOP_WAIT_S:g} s of Stop")
+        if silent >= SILENT_S:
+            return f"stopped answering (no sign of life for {silent:.0f} s)"
+        return None
+
+    def _check_answering(self) -> None:
+        why = self._unanswered()
+        if why is not None:
+            self._end_unresponsive(why)
+
+    def _end_unresponsive(self, why: str) -> None:
         self._fail(f"the decoding process {why}")
         self.unresponsive = True
         self.close()
         raise Unresponsive(f"The {self.failure}, so it was ended; the reply so far is kept, and the next one "
                            "decodes in a fresh process.")
 
+    def _watch(self) -> None:
+        """The watchdog: while the reply's thread is blocked on the pipe, where its own checks cannot run, end a
+        child past the limits (its end closes the pipe, so the blocked read returns). Wakes every HEARTBEAT_S."""
+        while not self._watch_end.wait(HEARTBEAT_S):
+            why = self._unanswered() if self._in_pipe and self._watched_out is None else None
+            if why is not None:
+                self._watched_out = why
+                self._fail(f"the decoding process {why}")
+
     def _drain(self) -> None:
         """A reply left before its end (its consumer stopped reading): cancel it and read up to its end, so the
         next reply's events do not follow this one's; a child that does not end it in time is ended."""
         self._flags[_CANCEL] = 1
+        self._stopped_at = self._stopped_at or time.monotonic()  # a cancel: the watchdog's Stop limit applies
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         try:
             while time.monotonic() < deadline:
                 if not self._conn.poll(POLL_S):
                     continue
-                msg = self._conn.recv()
-                if isinstance(msg, _Render):  # refused: the job is being abandoned
-                    self._conn.send(_RenderAnswer(None, "was not rendered: the reply was stopped"))
-                elif isinstance(msg, (_Ended, _Failed)):
+                with self._watched():
+                    msg = self._conn.recv()
+                    if isinstance(msg, _Render):  # refused: the job is being abandoned
+                        self._conn.send(_RenderAnswer(None, "was not rendered: the reply was stopped"))
+                if isinstance(msg, (_Ended, _Failed)):
                     return
         except (EOFError, OSError):
             pass

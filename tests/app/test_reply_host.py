@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import sys
 
 import pytest
@@ -344,3 +345,35 @@ def test_a_reply_stopped_while_its_child_is_stopped_keeps_its_text_and_says_so(
     w.settings.max_new_tokens = 2  # stops before the third token: this child is not stopped
     send_and_wait(w, "hello again")
     assert w.hosts.host is not None and w.hosts.host is not stuck and w.hosts.host.alive
+
+
+@pytest.fixture
+def child_stops_mid_message(monkeypatch):
+    """Replies whose decoding child, after the first event, writes the first 8 KB of a 1 MiB message and sends
+    itself SIGSTOP: the app's read of that message would wait for the rest. Ask for it before the host forks."""
+    import app.session as session_module
+    from specdec_core.text import chat
+
+    app_pid, real = os.getpid(), session_module.reply_events
+
+    def stopping(*args):
+        events = real(*args)
+        yield next(events)
+        if os.getpid() != app_pid:
+            pipe = chat._renderer._conn  # the child's end of the pipe (app.host._AppRenderer holds it)
+            os.write(pipe.fileno(), struct.pack("!i", 1 << 20) + bytes(8192))  # the framing's length, then part
+            os.kill(os.getpid(), signal.SIGSTOP)
+        yield from events
+
+    monkeypatch.setattr(session_module, "reply_events", stopping)
+
+
+def test_a_child_stopped_halfway_through_a_message_is_ended_after_stop(session, child_stops_mid_message, host):
+    from app.host import Unresponsive
+
+    controls, seen = Controls(), []
+    with pytest.raises(Unresponsive, match="stopped answering .* the reply so far is kept"):
+        for ev in host.run(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=200)), controls):
+            seen.append(ev)
+            controls.cancel()  # Stop, pressed once the first event is in
+    assert len(seen) == 1 and not host.alive and host.unresponsive
