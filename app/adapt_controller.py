@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QFileDialog, QLabel, QMenu
 
 from app.session import Busy
+from specdec_core.loading.kept_files import kept_json, set_aside
 from app.worker import FunctionWorker, error_text
 
 FOLDER = "adapted-draft"
@@ -60,10 +61,8 @@ class AdaptController(QObject):
         # raise acceptance (docs/performance.md, online adaptation: 0.95x-1.00x over a 20-turn conversation),
         # and on a 2-core CPU its seconds of training after each reply compete with everything else. On is
         # one click in the Generation menu and is remembered.
-        try:
-            return bool(json.loads((self.root / "settings.json").read_text())["enabled"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return DEFAULT_ON
+        enabled = kept_json(self.root / "settings.json", _switch_in, "the switch is back to its default")
+        return DEFAULT_ON if enabled is None else enabled
 
     def _add_menu_actions(self) -> None:
         menu = next(a.menu() for a in self.window.menuBar().actions() if a.text() == "&Generation")
@@ -99,14 +98,14 @@ class AdaptController(QObject):
 
         if self.adapter is None and self.drafter is not None:
             self.adapter = HeadAdapter(self.drafter.model, self._verifier)
-            if self.enabled and (self._folder() / "model.safetensors").is_file():
+            if self.enabled and self._folder().exists():
                 try:
                     self.adapter.load(self._folder())
                     self.adapter.swap_into(self.drafter)
                     self.head_tokens = self.adapter.tokens
-                except (OSError, ValueError) as error:
-                    self.window.show_info(f"The adapted draft in {self._folder()} could not be read ({error}); "
-                                          "starting from the shipped one")
+                except (OSError, ValueError) as error:  # kept_files.DamagedFile among them
+                    self.window.show_info(set_aside(self._folder(), str(error), "the draft adapts afresh from the "
+                                                    "shipped one").removeprefix("specdec: "))
         return self.adapter
 
     def _folder(self) -> Path:
@@ -237,3 +236,11 @@ class AdaptController(QObject):
                    f"the verifier's text never changes ({menu}).")
         self.label.setText(text)
         self.label.setToolTip(tip)
+
+
+def _switch_in(content: object) -> bool:
+    """The adaptation switch in adapted-draft/settings.json's content (kept_files: anything else is damage)."""
+    enabled = content["enabled"]  # type: ignore[index]
+    if not isinstance(enabled, bool):
+        raise TypeError(f"its switch is {str(enabled)[:40]}, not true or false")
+    return enabled

@@ -273,7 +273,7 @@ class ConversationController:
         took turns out is not a reason to save: nothing is saved until the edited message is sent.)"""
         w = self.window
         conv = w.conv
-        if not conv.messages or conv.read_only or w.store.read_only:
+        if not conv.messages:
             return None
         if w.busy not in GENERATING and not w.store.save_failed(conv.id):
             return None

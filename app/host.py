@@ -33,10 +33,19 @@ Python start (~1.4 s on a 2-core AVX2 VM).
 What the window changes during a reply reaches the child through two shared bytes: cancel, and speculation on
 or off (Ctrl+D), read by the engine at each round. Events come back pickled over a pipe, in order; an error
 in the child arrives as the same exception (or, if it cannot be pickled, a SpecdecError with its message).
+
+A child can stop answering without dying (SIGSTOP, a debugger, a suspended or thrashing machine): a thread of
+its own writes the time into shared memory every HEARTBEAT_S. A reply whose Stop the child has not honoured
+within STOP_WAIT_S, or whose child shows no sign of life for SILENT_S, ends the child and says so
+(`Unresponsive`); the reply so far is kept, and the next one decodes in a freshly forked child. A child stopped
+halfway through writing a message would block the app's read of it, where the reply's own checks cannot run: a
+watchdog thread applies the same limits while the app reads or writes the pipe, and ends the child, which ends
+the read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -61,6 +70,17 @@ DRAIN_TIMEOUT_S = 5.0  # a reply abandoned midway: how long to wait for the chil
 REPLY = "app.session:reply_events"  # a chat reply: (messages, system, config)
 RACE = "app.talk.context:race_events"  # a race, speculation off against on: (messages, system, config, pairs)
 _CANCEL, _SPECULATE = 0, 1  # the shared bytes: cancel (0/1), speculate (-1: the config's, 0 off, 1 on)
+HEARTBEAT_S = 0.25  # how often the child's heartbeat thread writes the time
+STOP_WAIT_S = 2.0  # after Stop: how long the child has to end the reply before it is ended
+# With no Stop: how long a child may show no sign of life. Its heartbeat thread needs only the GIL for a moment
+# every HEARTBEAT_S, which a decoding thread in a long forward pass still gives up: silence this long is a stop.
+SILENT_S = 15.0
+
+
+class Unresponsive(SpecdecError):
+    """The decoding process stopped answering and was ended. Said even after Stop (app.worker reports it)."""
+
+    reported_after_abort = True
 
 
 @dataclass(frozen=True)
@@ -206,10 +226,18 @@ def _computes_in_parallel() -> None:
     torch.ones(1 << 18).add_(1)
 
 
-def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int) -> None:
+def _beat(heartbeat: Any) -> None:
+    """The child's sign of life: the time, in shared memory, every HEARTBEAT_S (the clock is the machine's)."""
+    while True:
+        heartbeat[0] = time.monotonic()
+        time.sleep(HEARTBEAT_S)
+
+
+def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int, heartbeat: Any) -> None:
     """The child: answer _Ready once PyTorch computes with the app's `threads`, then run each (job, args) it is
     sent, sending back every event and then _Ended (or _Failed). None, or the app gone, ends it."""
     app_end.close()  # the app's end of the pipe, inherited: closed, so that the app's exit reads as EOF here
+    threading.Thread(target=_beat, args=(heartbeat,), name="specdec-heartbeat", daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in a terminal is the app's to handle
     gc.freeze()  # the app's objects (its Qt objects among them) are never collected here
     gc.enable()  # the replies' own garbage is
@@ -253,10 +281,18 @@ class ReplyHost:
         self.failure: str | None = None
         self.last_reply: _Ended | None = None  # the decoding thread's CPU and wall seconds (for benchmarks)
         self.threads = 0  # PyTorch's threads per pass in the child, once it has started
+        self.unresponsive = False  # ended for not answering: a fresh child may take over (HostKeeper)
         self._process: Any = None
+        self._heartbeat: Any = None
         self._conn: Any = None
         self._flags: Any = None
         self._busy = False
+        self._closing = threading.Lock()
+        self._controls: Any = None  # the running reply's (the watchdog reads its Stop)
+        self._stopped_at: float | None = None  # when this side first saw the running reply's Stop
+        self._in_pipe = False  # a read or write on the pipe is under way: the watchdog applies the limits
+        self._watched_out: str | None = None  # why the watchdog ended the child
+        self._watch_end = threading.Event()
 
     @property
     def alive(self) -> bool:
@@ -269,9 +305,11 @@ class ReplyHost:
 
         ctx = multiprocessing.get_context("fork")
         self._flags = ctx.RawArray("b", 2)
+        self._heartbeat = ctx.RawArray("d", [time.monotonic()])
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_serve, args=(child, self._conn, self.session, self._flags,
-                                                         torch.get_num_threads()), daemon=True, name="specdec-host")
+                                                         torch.get_num_threads(), self._heartbeat),
+                                    daemon=True, name="specdec-host")
         forked: list[BaseException] = []
         forker = threading.Thread(target=self._fork, args=(forked,), name="specdec-host-fork")
         forker.start()
@@ -289,6 +327,7 @@ class ReplyHost:
             self._fail(f"the decoding process did not start within {READY_TIMEOUT_S:g} s")
             return False
         self.threads = ready.threads
+        threading.Thread(target=self._watch, name="specdec-host-watchdog", daemon=True).start()
         return True
 
     def _fork(self, failed: list[BaseException]) -> None:
@@ -309,6 +348,7 @@ class ReplyHost:
         if self._busy:
             raise SpecdecError("The decoding process is already writing a reply.")
         self._busy, ended = True, False
+        self._controls, self._stopped_at = controls, None
         self._pass_controls(controls)
         try:
             self._send((job, args))
@@ -318,6 +358,7 @@ class ReplyHost:
                     if not process.is_alive():
                         self._fail(f"the decoding process ended (exit code {process.exitcode})")
                         raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.")
+                    self._check_answering()
                     continue
                 msg = self._recv(process)
                 if isinstance(msg, _Render):
@@ -333,23 +374,26 @@ class ReplyHost:
         finally:
             if not ended and self.alive:
                 self._drain()
-            self._busy = False
+            self._busy, self._controls = False, None
 
     def close(self) -> None:
-        """End the child (it finishes nothing: a reply still running is cancelled)."""
-        if self._process is None:
+        """End the child (it finishes nothing: a reply still running is cancelled). The GUI thread and the
+        thread of a reply whose child stopped answering may both call this."""
+        with self._closing:
+            process, self._process = self._process, None
+        if process is None:
             return
+        self._watch_end.set()
         self._flags[_CANCEL] = 1
         try:
             self._conn.send(None)
         except (OSError, ValueError):
             pass
-        self._process.join(1.0)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join(1.0)
+        process.join(1.0)
+        if process.is_alive():
+            process.kill()  # also ends a stopped process
+            process.join(1.0)
         self._conn.close()
-        self._process = None
         self.failure = self.failure or "closed"
 
     # -- the pipe ------------------------------------------------------------------------------------
@@ -366,33 +410,86 @@ class ReplyHost:
             self._fail(f"the decoding process cannot be reached ({exc})")
             raise SpecdecError(f"The reply could not start: {self.failure}.") from exc
 
+    @contextlib.contextmanager
+    def _watched(self) -> Iterator[None]:
+        """Around a read or write that may block (on a message the child began and never finished): the watchdog
+        applies the limits meanwhile."""
+        self._in_pipe = True
+        try:
+            yield
+        finally:
+            self._in_pipe = False
+
     def _recv(self, process: Any) -> Any:
         try:
-            return self._conn.recv()
+            with self._watched():
+                return self._conn.recv()
         except (EOFError, OSError) as exc:
+            if self._watched_out is not None:
+                self._end_unresponsive(self._watched_out)
             self._fail(f"the decoding process ended (exit code {process.exitcode})")
             raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
 
     def _answer(self, request: _Render) -> None:
         try:
-            _render_for(self._conn, request)
+            with self._watched():
+                _render_for(self._conn, request)
         except (OSError, ValueError) as exc:
+            if self._watched_out is not None:
+                self._end_unresponsive(self._watched_out)
             self._fail(f"the decoding process cannot be reached ({exc})")
             raise SpecdecError(f"The reply stopped: {self.failure}. The next one decodes in the app.") from exc
+
+    def _unanswered(self) -> str | None:
+        """Why the child is to be ended: it has not honoured Stop within STOP_WAIT_S, or shows no sign of life
+        for SILENT_S; None while neither. Called by the reply's thread and the watchdog."""
+        controls, now = self._controls, time.monotonic()
+        if self._stopped_at is None and controls is not None and controls.cancelled:
+            self._stopped_at = now
+        stopped_at, silent = self._stopped_at, now - self._heartbeat[0]
+        if stopped_at is not None and now - stopped_at >= STOP_WAIT_S:
+            return (f"stopped answering (no sign of life for {silent:.0f} s)" if silent > 4 * HEARTBEAT_S else
+                    f"did not stop the reply within {STOP_WAIT_S:g} s of Stop")
+        if silent >= SILENT_S:
+            return f"stopped answering (no sign of life for {silent:.0f} s)"
+        return None
+
+    def _check_answering(self) -> None:
+        why = self._unanswered()
+        if why is not None:
+            self._end_unresponsive(why)
+
+    def _end_unresponsive(self, why: str) -> None:
+        self._fail(f"the decoding process {why}")
+        self.unresponsive = True
+        self.close()
+        raise Unresponsive(f"The {self.failure}, so it was ended; the reply so far is kept, and the next one "
+                           "decodes in a fresh process.")
+
+    def _watch(self) -> None:
+        """The watchdog: while the reply's thread is blocked on the pipe, where its own checks cannot run, end a
+        child past the limits (its end closes the pipe, so the blocked read returns). Wakes every HEARTBEAT_S."""
+        while not self._watch_end.wait(HEARTBEAT_S):
+            why = self._unanswered() if self._in_pipe and self._watched_out is None else None
+            if why is not None:
+                self._watched_out = why
+                self._fail(f"the decoding process {why}")
 
     def _drain(self) -> None:
         """A reply left before its end (its consumer stopped reading): cancel it and read up to its end, so the
         next reply's events do not follow this one's; a child that does not end it in time is ended."""
         self._flags[_CANCEL] = 1
+        self._stopped_at = self._stopped_at or time.monotonic()  # a cancel: the watchdog's Stop limit applies
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         try:
             while time.monotonic() < deadline:
                 if not self._conn.poll(POLL_S):
                     continue
-                msg = self._conn.recv()
-                if isinstance(msg, _Render):  # refused: the job is being abandoned
-                    self._conn.send(_RenderAnswer(None, "was not rendered: the reply was stopped"))
-                elif isinstance(msg, (_Ended, _Failed)):
+                with self._watched():
+                    msg = self._conn.recv()
+                    if isinstance(msg, _Render):  # refused: the job is being abandoned
+                        self._conn.send(_RenderAnswer(None, "was not rendered: the reply was stopped"))
+                if isinstance(msg, (_Ended, _Failed)):
                     return
         except (EOFError, OSError):
             pass
@@ -401,8 +498,9 @@ class ReplyHost:
 
     def _fail(self, why: str) -> None:
         self.failure = why
-        if self._process is not None and self._process.is_alive():
-            self._process.kill()
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
 
 
 class HostKeeper:
@@ -421,7 +519,7 @@ class HostKeeper:
         process. Forks on the calling (GUI) thread."""
         key = (id(session), head_version)
         if self.host is not None and (self._key != key or not self.host.alive):
-            if self._key == key:  # it died: not again for this session and head
+            if self._key == key and not self.host.unresponsive:  # it died: not again for this session and head
                 self._failed = (key, self.host.failure or "the decoding process ended")
             self.close()
         reason = "the draft adapts between replies" if adapting else why_not(session)

@@ -158,10 +158,12 @@ class LoadController(QObject):
         from specdec_core.pairs.draft_candidates import draft_candidates, installed_hub_models
 
         tokenizer = session.verifier.tokenizer
-        specs = installed_names() + list(self.window.settings.recent_specs)
+        specs = list(self.window.settings.recent_specs)
         exclude = self.window.settings.verifier
+        # installed_names() on the worker too: an installed file changed since its last check is hashed first
         worker = FunctionWorker(lambda progress, cancelled: draft_candidates(
-            tokenizer, installed_hub_models() + specs, exclude=exclude, cancelled=cancelled), name="drafts")
+            tokenizer, installed_hub_models() + installed_names() + specs, exclude=exclude, cancelled=cancelled),
+            name="drafts")
         worker.returned.connect(self.window.settings_panel.offer_drafts)
         self.drafts_worker = worker
         worker.start()

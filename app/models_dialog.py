@@ -118,8 +118,7 @@ class ModelsDialog(QDialog):
         for index, row in enumerate(rows):
             model = row.model
             size = f"{model.size / 1e9:.2f} GB" if model.size else "comes with specdec"
-            state = ("installed" + (", converted" if row.converted else "")) if row.installed else "not installed"
-            for column, text in enumerate((model.name, model.parameters, size, model.licence, state)):
+            for column, text in enumerate((model.name, model.parameters, size, model.licence, row.state)):
                 item = QTableWidgetItem(text)
                 item.setToolTip(f"{model.title}: {model.summary}")
                 self.table.setItem(index, column, item)
@@ -148,9 +147,9 @@ class ModelsDialog(QDialog):
         model = self.selected()
         busy = self.running
         downloadable = model is not None and model.download is not None
-        installed = model is not None and catalog.is_installed(model, self.cache_dir)
-        self.install_button.setEnabled(not busy and downloadable and not installed)
-        self.remove_button.setEnabled(not busy and downloadable and installed)
+        path, damage = catalog.install_state(model, self.cache_dir) if downloadable else (None, None)
+        self.install_button.setEnabled(not busy and downloadable and path is None)
+        self.remove_button.setEnabled(not busy and (path is not None or damage is not None))  # damaged: removable
 
     # ------------------------------------------------------------------ install / remove
 

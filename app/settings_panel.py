@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store import TEMPERATURE_MAX, Settings
+from app.store import PANEL_MAX, TEMPERATURE_MAX, Settings
 from specdec_core.defaults import GAMMA_CEILING, HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT
 from specdec_core.defaults import VERIFIER as DEFAULT_VERIFIER
 
@@ -231,7 +231,7 @@ class SettingsPanel(QScrollArea):
         self.temperature.setSpecialValueText("0 (greedy)")
         g.addRow("Temperature", self.temperature)
         self.top_k = QSpinBox()
-        self.top_k.setRange(0, 100000)
+        self.top_k.setRange(0, PANEL_MAX["top_k"])
         self.top_k.setSpecialValueText("off")
         g.addRow("Top-k", self.top_k)
         self.top_p = QDoubleSpinBox()
@@ -249,11 +249,11 @@ class SettingsPanel(QScrollArea):
                                    "still writes exactly what the verifier alone would. 1.1–1.3 is typical.")
         g.addRow("Repetition penalty", self.repetition)
         self.max_new = QSpinBox()
-        self.max_new.setRange(1, 32768)
+        self.max_new.setRange(1, PANEL_MAX["max_new_tokens"])
         self.max_new.setSingleStep(64)
         g.addRow("Max new tokens", self.max_new)
         self.seed = QSpinBox()
-        self.seed.setRange(0, 2**31 - 1)
+        self.seed.setRange(0, PANEL_MAX["seed"])
         g.addRow("Seed", self.seed)
         self.system = QPlainTextEdit()
         self.system.setPlaceholderText("This chat's system prompt (optional; always kept when old turns are "

@@ -36,6 +36,7 @@ from app.trace import MAPPED_MARK, MAPPED_NOTE, ReplyTrace, RoundRecord, TokenRe
 from app.validate import InvalidData, checked_fields, valid_text
 from specdec_core import defaults
 from specdec_core.events import TokenState
+from specdec_core.loading import kept_files
 
 FORMAT_VERSION = 1  # of one conversation (JSON export and rows); a higher one is read-only here
 SCHEMA_VERSION = 1  # of the database (PRAGMA user_version); migrations below bring older ones up
@@ -348,6 +349,7 @@ class ConversationStore:
         self.notices: list[str] = []  # what opening the store skipped or refused, for the window to show
         self.recovery_reason = ""  # why the last save_or_recover wrote a recovery file
         self.read_only = False
+        self.read_only_reason = ""  # why the store opened read-only, for what a refused save says
         self._read_only_mode = "mode=ro"  # how a read-only store opens the file (see _open_read_only)
         self._saved: dict[str, list[tuple]] = {}  # conversation id -> fingerprints of its stored messages
         self._pending: dict[str, ConversationInfo | None] = {}  # queued writes, for list(); None: deleted
@@ -390,6 +392,7 @@ class ConversationStore:
                 version = 0
         except (OSError, sqlite3.Error) as error:
             self.read_only = True
+            self.read_only_reason = str(error)
             if self._open_read_only():  # a full disk or a read-only folder: what is saved is still shown
                 self.notices.append(f"Saved conversations cannot be written ({error}); they are shown read-only "
                                     "and nothing new will be saved")
@@ -397,9 +400,11 @@ class ConversationStore:
             self.notices.append(f"Saved conversations cannot be opened ({error}); nothing will be saved")
             self._local.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             self._local.conn.executescript(_SCHEMA_1)
+            self._import_json_files(self._local.conn)  # recovery files still show, until the database is back
             return
         if version > SCHEMA_VERSION:
             self.read_only = True
+            self.read_only_reason = f"it was written by a newer version of specdec (schema {version})"
             self._local.conn = None
             self.notices.append(f"{self.db_path} was written by a newer version of specdec (schema {version}); "
                                 "conversations are open read-only")
@@ -542,8 +547,11 @@ class ConversationStore:
         """Queue the write of what changed in `conv`; the Future raises what the write raised (OSError,
         sqlite3.Error). Prepared here (O(changed messages)), written on the store's thread."""
         if self.read_only or conv.read_only:
+            with self._lock:  # a refused save is a failed one: closing keeps the chat in a recovery file
+                self._failed.add(conv.id)
             raise StoreReadOnlyError(f"“{conv.title}” was saved by a newer version of specdec and is read-only "
-                                     "here" if conv.read_only else "the conversation store is read-only")
+                                     "here" if conv.read_only else
+                                     f"the conversation store is read-only ({self.read_only_reason})")
         if not check_id(conv.id):
             raise ValueError(f"bad conversation id {conv.id!r}")
         conv.updated = time.time()
@@ -581,8 +589,12 @@ class ConversationStore:
         except (OSError, sqlite3.Error, SaveConflict) as error:
             reason = error
         self.recovery_reason = str(reason)  # also when the recovery file fails: the caller says both reasons
-        path = self.folder / f"{conv.id}{RECOVERED_SUFFIX}"
-        atomic_write_text(path, json.dumps(conv.to_dict(), ensure_ascii=False))
+        conv.updated = time.time()  # newer than its row: the next start's import takes this version
+        document = conv.to_dict()
+        if conv.read_only:  # a newer version's chat, never overwritten: what was added here comes back beside it
+            document.update(id=Conversation().id, title=f"{conv.title} (this window's copy)")
+        path = self.folder / f"{document['id']}{RECOVERED_SUFFIX}"
+        atomic_write_text(path, json.dumps(document, ensure_ascii=False))
         return path
 
     def keep_both(self, conv: Conversation, conflict: SaveConflict) -> str:
@@ -928,6 +940,9 @@ _GENERATION_FIELDS = ("temperature", "top_k", "top_p", "seed", "max_new_tokens",
 # The settings panel's temperatures. A higher one in settings.json is refused at load: the panel would show it
 # as 2.00 while replies sampled at it, then silently write 2.0 back at the next edit. (The CLI takes any.)
 TEMPERATURE_MAX = 2.0
+# The settings panel's whole-number boxes hold at most these (Qt's spin boxes hold 32-bit integers: a larger
+# value in settings.json stopped the app at start with an OverflowError). A larger one is refused at load.
+PANEL_MAX = {"top_k": 100_000, "max_new_tokens": 32_768, "seed": 2**31 - 1}
 
 
 @dataclass
@@ -966,18 +981,16 @@ class Settings:
         path = (Path(root) if root else data_dir()) / "settings.json"
         s = cls()
         s.notices = []
-        try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
-        except FileNotFoundError:
-            return s
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
-            s.notices.append(f"The settings in {path} could not be read ({str(error)[:120]}); using the defaults")
-            return s
         problems: list[str] = []
-        try:
-            known, _ = checked_fields(cls, _whole_numbers(cls, data), finite=True, problems=problems)
-        except InvalidData as error:
-            s.notices.append(f"The settings in {path} are not settings ({error}); using the defaults")
+        try:  # a FIFO, a directory, a huge or deeply nested file: refused before it is read (kept_files.py)
+            data = kept_files.read_bytes(path, kept_files.JSON_LIMIT)
+            if data is None:
+                return s
+            known, _ = checked_fields(cls, _whole_numbers(cls, kept_files.parse_json(data)), finite=True,
+                                      problems=problems)
+        except (kept_files.DamagedFile, InvalidData) as error:
+            line = kept_files.set_aside(path, str(error), "the settings are the defaults")
+            s.notices.append(line.removeprefix("specdec: ").replace(" is damaged", " was damaged", 1))
             return s
         for name, value in known.items():
             problem = _setting_problem(name, value)
@@ -1010,6 +1023,8 @@ def _setting_problem(name: str, value: object) -> str | None:
         return f"{value!r} is not one of {', '.join(_CHOICES[name])}"
     if name == "draft_tokens" and isinstance(value, int) and not 0 <= value <= 128:
         return f"{value} is outside 0..128"
+    if name in PANEL_MAX and isinstance(value, int) and value > PANEL_MAX[name]:
+        return f"{value} is above {PANEL_MAX[name]}, the highest the settings panel offers"
     if name == "temperature" and isinstance(value, float) and value > TEMPERATURE_MAX:
         return f"{value:g} is above {TEMPERATURE_MAX:g}, the highest the settings panel offers"
     if name in _GENERATION_FIELDS:

@@ -86,8 +86,9 @@ class BaseWorker(QObject):
             pass
         except Exception as exc:  # noqa: BLE001 - reported to the user, never swallowed silently
             # After an abort, whatever the work raised on its way out (a loader wrapping our Cancelled
-            # in its own error, say) is the cancellation, not a failure to report.
-            if not self._abort.is_set():
+            # in its own error, say) is the cancellation, not a failure to report: unless the error says it
+            # must be said all the same (app.host.Unresponsive: a decoding process ended for not stopping).
+            if not self._abort.is_set() or getattr(exc, "reported_after_abort", False):
                 error = exc
         finally:
             self._done.set()

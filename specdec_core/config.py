@@ -72,8 +72,9 @@ class GenerationConfig:
             raise ConfigError(f"gamma_max ({self.gamma_max}) must be at least gamma ({self.gamma})")
         if self.temperature < 0:
             raise ConfigError(f"temperature must be >= 0 (got {self.temperature})")
-        if self.repetition_penalty <= 0:
-            raise ConfigError(f"repetition penalty must be > 0 (got {self.repetition_penalty})")
+        if not REPETITION_PENALTY_MIN <= self.repetition_penalty <= 1 / REPETITION_PENALTY_MIN:
+            raise ConfigError(f"repetition penalty must be from {REPETITION_PENALTY_MIN:g} to "
+                              f"{1 / REPETITION_PENALTY_MIN:g} (got {self.repetition_penalty:g})")
         if not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"top-p must be in (0, 1] (got {self.top_p})")
         if self.top_k < 0:
@@ -95,6 +96,9 @@ _INTS = ("top_k", "seed", "max_new_tokens", "gamma", "gamma_max", "top_alternati
 _LABELS = {"top_p": "top-p", "top_k": "top-k", "max_new_tokens": "max new tokens",
            "confidence_cutoff": "confidence cutoff",
            "repetition_penalty": "repetition penalty", "gamma_max": "gamma_max", "top_alternatives": "top alternatives"}
+# A penalty divides (or multiplies) a logit: beyond a factor of 100 either way logits overflow half precision
+# (1e-300 made them infinite, and the error blamed the dtype) and no reply reads any better.
+REPETITION_PENALTY_MIN = 0.01
 _GAMMA_LIMIT = 128  # more drafts per round than any draft gets accepted; larger values only waste memory
 _TREE_LIMIT = 512  # one verifier pass over this many candidates is already slower than any gain
 

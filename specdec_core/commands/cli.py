@@ -312,17 +312,74 @@ def _error(message: str) -> int:
     return 2
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the process is so that clean-ups run (a partial download, a progress line)."""
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    raise _Terminated()
+
+
+def _output_gone() -> None:
+    """After a broken pipe: later writes (the interpreter's last flush) go nowhere instead of failing again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """A file an option names as output (--json OUT, --plot PNG) must be writable before a run, not after it."""
+    from pathlib import Path
+
+    for option in ("json", "plot"):
+        target = getattr(args, option, None)
+        if not isinstance(target, str) or target == "-":
+            continue
+        path = Path(target)
+        if path.is_dir():
+            raise UsageError(f"--{option} {target}: that is a folder; name a file in it")
+        if not path.parent.is_dir():
+            raise UsageError(f"--{option} {target}: the folder {path.parent} does not exist")
+        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise UsageError(f"--{option} {target}: it cannot be written here")
+
+
 def main(argv: list[str] | None = None) -> int:
     from specdec_core.commands.threads import prefer_passive_waiting
 
     prefer_passive_waiting()  # before torch loads: idle OpenMP threads sleep rather than spin
+    if sys.stderr is None:  # started with 2>&-: errors go nowhere rather than into the output
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
+    if sys.stdout is None:  # started with >&-
+        _error("standard output is closed, so nothing could be written (redirect it to a file or /dev/null)")
+        return 1
     parser = build_parser()
     try:
         for i, arg in enumerate(sys.argv[1:] if argv is None else argv):
             _checked_text(arg, f"argument {i + 1}")
         args = parser.parse_args(argv)
+        _check_outputs(args)
     except UsageError as error:
         return _error(str(error))
+    on_term = _on_sigterm()
+    try:
+        return _run(args)
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
+
+
+def _on_sigterm() -> object:
+    """Install the SIGTERM handler (only the main thread may); returns the one it replaced, None if none was."""
+    try:
+        return signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # main() called from another thread
+        return None
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except IncompatiblePairError as error:
@@ -335,8 +392,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("\ninterrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
+    except _Terminated:
+        print("\nterminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except BrokenPipeError:  # the reader left (`| head`): as a filter killed by SIGPIPE
+        _output_gone()
+        return 128 + getattr(signal, "SIGPIPE", 13)
     except OSError as error:  # a full disk, a read-only or missing folder: the system's own words
         return _error(str(error))
     except Exception as error:

@@ -4,7 +4,6 @@ other apps keep on this machine (discovery.py), and the drafts found for a verif
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from specdec_core.loading import catalog, discovery
@@ -51,14 +50,14 @@ def cmd_models(args: argparse.Namespace) -> int:
             removed = catalog.remove(name, cache)
             print(f"removed {name}" + (f" ({len(removed)} paths)" if removed else " (it was not installed)"))
         return 0
-    from specdec_core.loading.progress import tqdm_progress
+    from specdec_core.commands.cli_options import progress_bar
+    from specdec_core.loading.progress import LoadProgress
 
     for name in args.names:
-        draw = tqdm_progress(file=sys.stderr)
+        # The loads' bar: it remembers a line it left unfinished, so that an error starts a line of its own.
+        draw = progress_bar()
 
         def progress(step: catalog.InstallProgress, draw=draw) -> None:
-            from specdec_core.loading.progress import LoadProgress
-
             draw(LoadProgress(step.stage, step.fraction, step.message))
 
         path = catalog.install(name, cache, progress=progress)
@@ -71,8 +70,7 @@ def list_text(cache: Path) -> str:
     for row in catalog.listing(cache):
         model = row.model
         size = f"{model.size / 1e9:.2f} GB" if model.size else "bundled"
-        state = "installed" + (", converted" if row.converted else "") if row.installed else "not installed"
-        rows.append((model.name, model.parameters, size, model.licence, state))
+        rows.append((model.name, model.parameters, size, model.licence, row.state))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(r, widths)).rstrip() for r in rows]
     lines.append("")

@@ -22,11 +22,20 @@ import sys
 from specdec_core.defaults import available_cpus
 
 
+# More threads than this many per logical CPU only wait for each other; OpenMP asked for 100,000 crashed.
+THREADS_PER_CPU = 4
+
+
+def max_threads() -> int:
+    return THREADS_PER_CPU * available_cpus()
+
+
 def default_threads() -> int | None:
-    """$SPECDEC_THREADS, else 1 on a machine with at most 2 logical CPUs, else None (PyTorch decides)."""
+    """$SPECDEC_THREADS (at most max_threads()), else 1 on a machine with at most 2 logical CPUs, else None
+    (PyTorch decides)."""
     chosen = os.environ.get("SPECDEC_THREADS", "").strip()
     if chosen.isdigit() and int(chosen) > 0:
-        return int(chosen)
+        return min(int(chosen), max_threads())
     return 1 if available_cpus() <= 2 else None
 
 
@@ -47,9 +56,10 @@ def set_threads(threads: int | None) -> int:
     import torch
 
     if threads is not None:
-        if threads < 1:
+        if not 1 <= threads <= max_threads():
             from specdec_core.errors import ConfigError
 
-            raise ConfigError(f"--threads must be at least 1 (got {threads})")
+            raise ConfigError(f"--threads must be from 1 to {max_threads()}, {THREADS_PER_CPU} per logical CPU "
+                              f"here (got {threads})")
         torch.set_num_threads(threads)
     return torch.get_num_threads()

@@ -31,9 +31,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 
 from specdec_core.drafting.draft_head import SpecdecHeadModel, with_layers
 from specdec_core.loading import quantised
+from specdec_core.loading.kept_files import DamagedFile, read_bytes, read_json
 
 ADAPTED_FILE = "adapted.json"  # beside an exported head: what it learnt from
 
@@ -197,14 +199,34 @@ class HeadAdapter:
         (folder / ADAPTED_FILE).write_text(json.dumps({"tokens": self.tokens}) + "\n")
 
     def load(self, folder: Path) -> None:
-        """Continue from a head `save` wrote (weights and count; the optimiser and buffer start empty)."""
-        saved = SpecdecHeadModel.from_pretrained(folder)
+        """Continue from a head `save` wrote (weights and count; the optimiser and buffer start empty). Raises
+        DamagedFile (kept_files.py) for a folder `save` did not write, before anything is changed."""
+        folder = Path(folder)
+        tokens = read_json(folder / ADAPTED_FILE, _adapted_tokens)
+        # No more than twice the live head's bytes: a header claiming terabytes is refused before it is read.
+        limit = 2 * sum(t.numel() * t.element_size() for t in self.head.state_dict().values()) + (1 << 20)
+        for name in ("config.json", "model.safetensors"):
+            if read_bytes(folder / name, limit) is None:
+                raise DamagedFile(f"its {name} is missing")
+        try:
+            saved = SpecdecHeadModel.from_pretrained(folder)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, RecursionError,
+                SafetensorError) as error:
+            raise DamagedFile(f"its weights cannot be read ({type(error).__name__}: {str(error)[:80]})") from error
         if saved.config.hidden_size != self.head.config.hidden_size or \
                 not torch.equal(saved.head_ids.cpu(), self.head.head_ids.cpu()):
-            raise ValueError(f"{folder} holds a head of another shape or token set")
+            raise DamagedFile(f"{folder} holds a head of another shape or token set")
         self.reset()
         copy_weights(saved, self.head)
-        self.tokens = int(json.loads((Path(folder) / ADAPTED_FILE).read_text()).get("tokens", 0))
+        self.tokens = tokens or 0
+
+
+def _adapted_tokens(content: object) -> int:
+    """The count in adapted.json's content; ValueError or TypeError for anything `save` would not write."""
+    tokens = content["tokens"]  # type: ignore[index]
+    if type(tokens) is not int or not 0 <= tokens < 1 << 53:
+        raise ValueError(f"its token count is {str(tokens)[:40]}")
+    return tokens
 
 
 @torch.no_grad()

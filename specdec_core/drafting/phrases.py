@@ -16,13 +16,18 @@ phrases`) and sits next to the draft head (`phrases.npz`: the replies' token ids
 
 from __future__ import annotations
 
+import io
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from specdec_core.loading.kept_files import DamagedFile, read_bytes, read_or_set_aside
+
 FILE_NAME = "phrases.npz"
+FILE_LIMIT = 256 << 20  # bytes of a store, and of each array in it: the embedded verifier's is about 1 MB
 _MULTIPLIER = 0x9E3779B97F4A7C15  # the 64-bit golden-ratio constant: spreads consecutive ids over the key space
 _MASK = (1 << 64) - 1
 
@@ -150,23 +155,51 @@ class PhraseStore:
 
     @classmethod
     def load(cls, path: Path, **settings) -> PhraseStore:
-        with np.load(path) as data:
-            tokens, ends = data["tokens"].astype(np.int64), data["ends"]
+        """The store `save` wrote; DamagedFile (kept_files.py) for anything else (no pickles are read)."""
+        data = read_bytes(path, FILE_LIMIT)
+        if data is None:
+            raise DamagedFile("it is missing")
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                if any(member.file_size > FILE_LIMIT for member in archive.infolist()):
+                    raise DamagedFile("an array in it is larger than a store may be")
+            with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+                tokens, ends = arrays["tokens"], arrays["ends"]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, MemoryError) as error:
+            raise DamagedFile(f"it is not a phrase store ({type(error).__name__}: {str(error)[:80]})") from error
+        _check_arrays(tokens, ends)
+        tokens = tokens.astype(np.int64)
         return cls(np.split(tokens, ends[:-1]) if len(ends) else [], **settings)
+
+
+def _check_arrays(tokens: np.ndarray, ends: np.ndarray) -> None:
+    """DamagedFile unless `tokens` is a row of token ids and `ends` where each reply in it ends."""
+    if tokens.ndim != 1 or ends.ndim != 1 or tokens.dtype.kind not in "iu" or ends.dtype.kind not in "iu":
+        raise DamagedFile(f"its arrays are {tokens.dtype} {tokens.shape} and {ends.dtype} {ends.shape}, not rows "
+                          "of whole numbers")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= 1 << 32):
+        raise DamagedFile("a token id in it is out of range")
+    if ends.size and (ends[0] < 0 or ends[-1] != len(tokens) or bool(np.any(np.diff(ends) < 0))):
+        raise DamagedFile("where its replies end does not match its tokens")
 
 
 _LOADED: dict[tuple[str, float], PhraseStore] = {}  # (path, mtime) -> store: each engine over a draft shares one
 
 
 def shipped_store(folder: str | Path | None) -> PhraseStore | None:
-    """The store that ships in a draft's folder (FILE_NAME), or None where there is none. Loaded once per file
-    (about half a second for the embedded verifier's); callers only read it."""
+    """The store that ships in a draft's folder (FILE_NAME), or None where there is none or it is damaged (then
+    set aside and said: a speed aid never stops a reply). Loaded once per file (about half a second for the
+    embedded verifier's); callers only read it."""
     if not folder:
         return None
     path = Path(folder) / FILE_NAME
-    if not path.is_file():
+    try:
+        key = (str(path.resolve()), path.stat().st_mtime)
+    except (OSError, RuntimeError):  # missing, or a link loop
         return None
-    key = (str(path.resolve()), path.stat().st_mtime)
     if key not in _LOADED:
-        _LOADED[key] = PhraseStore.load(path)
+        store = read_or_set_aside(path, PhraseStore.load, "replies are drafted without it")
+        if store is None:
+            return None
+        _LOADED[key] = store
     return _LOADED[key]

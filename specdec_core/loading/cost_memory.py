@@ -10,12 +10,12 @@ writes its own after each reply; fresh timings replace the recalled ones as they
 
 One small JSON file per machine, verifier and precision, in the cache folder beside the CPU's product plans
 (<cache>/verify-costs/). `SPECDEC_COST_MEMORY=off` turns it off (the test suite does, so that no test depends
-on what an earlier one measured). A missing, damaged or unwritable file only means measuring afresh.
+on what an earlier one measured). A missing or unwritable file only means measuring afresh; a damaged one is
+set aside first (kept_files.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.loading.cpu_speed import machine_key, measurement_file, write_measurement
+from specdec_core.loading.kept_files import kept_json
 
 if TYPE_CHECKING:
     from specdec_core.loading.models import LoadedModel
@@ -54,13 +55,16 @@ def recalled(model: LoadedModel) -> dict[int, float]:
     path = memory_file(model)
     if path is None:
         return {}
-    try:
-        raw = json.loads(path.read_text())
-        seconds = {int(rows): float(took) for rows, took in raw["seconds"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
+    seconds = kept_json(path, costs_in, "the costs are measured afresh")
+    return seconds or {}
+
+
+def costs_in(raw: object) -> dict[int, float]:
+    """The figures of a cost memory file's content; ValueError (or a lookup's error) when this module did not
+    write them."""
+    seconds = {int(rows): float(took) for rows, took in raw["seconds"].items()}  # type: ignore[index]
     if any(rows < 1 or not 0 < took < 3600 for rows, took in seconds.items()):
-        return {}  # not figures this module wrote
+        raise ValueError("a figure is out of range")
     return seconds
 
 

@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec_core.loading import memory
+from specdec_core.loading import kept_files, memory
 
 # Row counts timed: every count a chain of γ ≤ 8 feeds, then steps up to a tree of 32 nodes plus its
 # root. A pass over r rows uses the plan of the smallest timed count ≥ r; longer passes (a prefill)
@@ -471,7 +471,7 @@ def cpu_name() -> str:
 def _read_plans(cache_dir: Path | None, dtype: torch.dtype) -> dict[tuple[int, int], RowPlan]:
     path = _plan_file(cache_dir, dtype)
     try:
-        raw = json.loads(path.read_text()) if path else []
+        raw = (kept_files.kept_json(path, kept_files.instance_of(list), "plans are timed again") or []) if path else []
         plans = [RowPlan(shape=tuple(item["shape"]),
                          forms={int(rows): str(form) for rows, form in item["forms"].items()},
                          ms={str(name): {int(rows): float(took) for rows, took in by_rows.items()}

@@ -69,6 +69,73 @@ def test_closing_after_the_lock_refused_a_save_keeps_the_chat_and_says_so(make_w
     assert reopened_messages(data_dir, w.conv.id) == [m.content for m in w.conv.messages]
 
 
+@contextlib.contextmanager
+def store_refusing(reason: str, data_dir, monkeypatch):
+    """What makes every save of the window's store fail, for one of the reasons of issue 56; `damage` strikes
+    once the window is open (yielded: call it), the others hold from the start. Undone when the block ends."""
+    from app import store
+
+    db = data_dir / store.DB_NAME
+    damage = []
+    monkeypatch.setattr(store, "BUSY_TIMEOUT_S", 0.1)
+    store.ConversationStore(data_dir).close()
+    holder = None
+    if reason == "exclusive lock":  # another process in SQLite's EXCLUSIVE locking mode keeps its lock
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("COMMIT")
+    elif reason == "a directory":
+        for path in data_dir.glob(f"{store.DB_NAME}*"):
+            path.unlink()
+        db.mkdir()
+    elif reason == "read-only":  # what SQLite says of a read-only file or folder (root ignores permissions)
+        real_connect = sqlite3.connect
+
+        def connect(database, *args, **kwargs):
+            if not kwargs.get("uri"):
+                raise sqlite3.OperationalError("attempt to write a readonly database")
+            return real_connect(database, *args, **kwargs)
+
+        monkeypatch.setattr(store.sqlite3, "connect", connect)
+    elif reason == "damage":
+        def strike() -> None:
+            with contextlib.closing(sqlite3.connect(db)) as other:
+                other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.write_bytes(b"not a database " * 4096)
+        damage.append(strike)
+    try:
+        yield damage[0] if damage else (lambda: None)
+    finally:
+        monkeypatch.undo()
+        if holder is not None:
+            holder.close()
+        if db.is_dir():
+            db.rmdir()
+
+
+@pytest.mark.parametrize("reason", ["exclusive lock", "a directory", "read-only", "damage"])
+def test_a_chat_the_store_refuses_is_kept_at_close_said_on_stderr_and_back_at_the_next_start(
+        make_window, send_and_wait, data_dir, monkeypatch, capfd, reason):
+    """Issue 56: with the store open read-only (another process's EXCLUSIVE lock, a directory at the
+    database's path, a read-only file) `save_at_close` returned early: no recovery file, nothing on
+    stderr, exit 0, the chat gone. Damage mid-session is the fourth way a save is refused."""
+    from app.store import RECOVERED_SUFFIX, ConversationStore
+
+    with store_refusing(reason, data_dir, monkeypatch) as strike:
+        w = make_window()
+        strike()
+        send_and_wait(w, "Hello")
+        w.close()
+        assert not w.isVisible()
+        err = capfd.readouterr().err
+        assert "could not be saved" in err and RECOVERED_SUFFIX in err and "Traceback" not in err
+        assert (data_dir / "conversations" / f"{w.conv.id}{RECOVERED_SUFFIX}").is_file()
+    again = ConversationStore(data_dir)
+    assert [m.content for m in again.load(w.conv.id).messages] == [m.content for m in w.conv.messages]
+    assert any("could not be saved when specdec last closed" in n for n in again.notices)
+
+
 def test_closing_mid_reply_under_a_lock_keeps_the_partial_reply(make_window, qtbot, data_dir, monkeypatch, capfd):
     """Issue 25: closing mid-reply under a lock raised `database is locked` out of closeEvent."""
     from app import store

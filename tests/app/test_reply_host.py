@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import sys
 
 import pytest
@@ -247,3 +248,132 @@ def test_the_windows_race_and_talks_race_decode_in_the_same_child_as_the_replies
     assert w.hosts.host is host and host.last_reply is not before  # the same child ran it: no second fork
     assert view.result is not None and view.result.spread is not None
     dlg.close()
+
+
+# ---- a child that stops answering (issue 56) ----------------------------------------------------------
+
+
+@pytest.fixture
+def child_stops_itself(monkeypatch):
+    """Replies whose decoding child sends itself SIGSTOP after a few tokens, as a debugger or a suspended
+    machine would stop it (the app's process, where replies may also decode, never stops)."""
+    import app.session as session_module
+    from specdec_core.events import TokenCommitted
+
+    app_pid, real = os.getpid(), session_module.reply_events
+
+    def stopping(*args):
+        committed = 0
+        for ev in real(*args):
+            yield ev
+            committed += isinstance(ev, TokenCommitted)
+            if committed == 3 and os.getpid() != app_pid:
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+    monkeypatch.setattr(session_module, "reply_events", stopping)
+
+
+def _events_until_stop(run, controls: Controls, config: GenerationConfig) -> list:
+    """The reply's events, pressing Stop once three tokens have arrived; the error it ends with is raised."""
+    from specdec_core.events import TokenCommitted
+
+    seen = []
+    for ev in run(REPLY, (MESSAGES, None, config), controls):
+        seen.append(ev)
+        if sum(isinstance(e, TokenCommitted) for e in seen) == 3:
+            controls.cancel()
+    return seen
+
+
+def test_a_stopped_child_is_ended_after_stop_and_the_next_reply_forks_a_fresh_one(session, child_stops_itself):
+    from app.host import Unresponsive
+
+    keeper = HostKeeper()
+    try:
+        run = keeper.runner(session)
+        stuck = keeper.host
+        config = GenerationConfig(max_new_tokens=200, gamma=3, tree_nodes=0)
+        with pytest.raises(Unresponsive, match="stopped answering .* the reply so far is kept"):
+            _events_until_stop(run, Controls(), config)
+        assert not stuck.alive and stuck._process is None  # ended: nothing is left stopped behind
+        again = keeper.runner(session)
+        assert keeper.host is not None and keeper.host is not stuck and keeper.host.alive
+        assert "process of their own" in keeper.note
+        controls = Controls()
+        controls.cancel()
+        _evs, end = _reply(again(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), controls))
+        assert end.stop_reason is StopReason.CANCELLED
+    finally:
+        keeper.close()
+
+
+def test_a_child_silent_past_the_limit_is_ended_without_a_stop(session, host, monkeypatch):
+    import app.host as host_module
+
+    monkeypatch.setattr(host_module, "SILENT_S", 0.5)
+    os.kill(host._process.pid, signal.SIGSTOP)
+    with pytest.raises(host_module.Unresponsive, match="no sign of life"):
+        list(host.run(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), Controls()))
+    assert not host.alive and host.unresponsive
+
+
+def test_a_reply_stopped_while_its_child_is_stopped_keeps_its_text_and_says_so(
+        make_window, send_and_wait, qtbot, one_thread, child_stops_itself):
+    """Issue 56: after SIGSTOP on the decoding child, Stop left the window "Stopping…" for minutes."""
+    from specdec_core.events import TokenCommitted
+
+    w = make_window(max_new_tokens=200)
+    committed = []
+
+    def stop_at_the_third_token(ev) -> None:  # the child stops itself once it has sent it
+        committed.extend([ev] * isinstance(ev, TokenCommitted))
+        if len(committed) == 3:
+            w.stop()
+
+    w.generation_event.connect(stop_at_the_third_token)
+    with qtbot.waitSignal(w.error_shown, timeout=60_000) as shown:
+        w.composer.setPlainText("hello there")
+        w.send_from_composer()
+    assert "stopped answering" in shown.args[0] and "fresh process" in shown.args[0]
+    qtbot.waitUntil(lambda: w.busy == "", timeout=10_000)
+    reply = w.conv.messages[-1]
+    assert reply.role == "assistant" and reply.content and reply.content == reply.trace.text
+    stuck = w.hosts.host
+    assert stuck is None or not stuck.alive
+    w.generation_event.disconnect()
+    w.new_chat()
+    w.settings.max_new_tokens = 2  # stops before the third token: this child is not stopped
+    send_and_wait(w, "hello again")
+    assert w.hosts.host is not None and w.hosts.host is not stuck and w.hosts.host.alive
+
+
+@pytest.fixture
+def child_stops_mid_message(monkeypatch):
+    """Replies whose decoding child, after the first event, writes the first 8 KB of a 1 MiB message and sends
+    itself SIGSTOP: the app's read of that message would wait for the rest. Ask for it before the host forks."""
+    import app.session as session_module
+    from specdec_core.text import chat
+
+    app_pid, real = os.getpid(), session_module.reply_events
+
+    def stopping(*args):
+        events = real(*args)
+        yield next(events)
+        if os.getpid() != app_pid:
+            pipe = chat._renderer._conn  # the child's end of the pipe (app.host._AppRenderer holds it)
+            os.write(pipe.fileno(), struct.pack("!i", 1 << 20) + bytes(8192))  # the framing's length, then part
+            os.kill(os.getpid(), signal.SIGSTOP)
+        yield from events
+
+    monkeypatch.setattr(session_module, "reply_events", stopping)
+
+
+def test_a_child_stopped_halfway_through_a_message_is_ended_after_stop(session, child_stops_mid_message, host):
+    from app.host import Unresponsive
+
+    controls, seen = Controls(), []
+    with pytest.raises(Unresponsive, match="stopped answering .* the reply so far is kept"):
+        for ev in host.run(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=200)), controls):
+            seen.append(ev)
+            controls.cancel()  # Stop, pressed once the first event is in
+    assert len(seen) == 1 and not host.alive and host.unresponsive

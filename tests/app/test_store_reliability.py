@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import shutil
 import sqlite3
@@ -307,3 +308,31 @@ def test_a_conflict_at_close_keeps_both_instead_of_a_recovery_file(tmp_path):
     assert in_second.id != original.id and "deleted in another specdec window" in second.notices[-1]
     assert contents(ConversationStore(tmp_path).load(in_second.id)) == contents(in_second)
 
+
+
+def test_a_store_that_cannot_open_still_lists_the_chats_kept_in_recovery_files(tmp_path):
+    """Issue 56: while the database's path is a directory, a chat kept at close is listed all the same."""
+    first = ConversationStore(tmp_path / "data")
+    first.db_path.unlink()
+    first.db_path.mkdir()
+    stuck = ConversationStore(tmp_path / "data")
+    conv = chat_of(1)
+    with pytest.raises(store_module.StoreReadOnlyError, match="read-only"):
+        stuck.save(conv)
+    assert stuck.save_failed(conv.id)
+    assert stuck.save_or_recover(conv).name == f"{conv.id}{store_module.RECOVERED_SUFFIX}"
+    again = ConversationStore(tmp_path / "data")
+    assert [c.id for c in again.list()] == [conv.id]
+    assert again.load(conv.id).messages == conv.messages
+
+
+def test_what_was_added_to_a_newer_versions_chat_is_kept_beside_it(tmp_path):
+    store = ConversationStore(tmp_path)
+    conv = chat_of(1)
+    conv.format = store_module.FORMAT_VERSION + 1
+    conv.read_only = True
+    conv.messages.append(Message("user", "added here"))
+    path = store.save_or_recover(conv)
+    kept = Conversation.from_dict(json.loads(path.read_text()))
+    assert kept.id != conv.id and "this window's copy" in kept.title
+    assert kept.messages[-1].content == "added here"

@@ -99,7 +99,7 @@ def test_the_cli_takes_a_repetition_penalty_and_refuses_a_bad_one(capsys, tmp_pa
     assert main(["generate", "hi", "--verifier", str(verifier), "--repetition-penalty", "0", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
-        "error: repetition penalty must be > 0 (got 0.0)"]
+        "error: repetition penalty must be from 0.01 to 100 (got 0)"]
 
 
 def test_a_draft_identical_to_the_verifier_is_always_accepted_with_the_penalty(lossless_pair):
