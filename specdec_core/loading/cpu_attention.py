@@ -83,13 +83,14 @@ def _visible(mask: torch.Tensor | None, batch: int, rows: int, keys: int) -> tor
 
 
 def _seen(key: torch.Tensor, value: torch.Tensor, visible: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """A row's keys and values [kv_heads, n, d], in order: a prefix as a copy of it, any other set gathered."""
+    """A row's keys and values [kv_heads, n, d], in order: a prefix as a view of it (the kernel reads rows through
+    their strides, in the same order either way), any other set gathered."""
     if visible is None:
-        return key.contiguous(), value.contiguous()
+        return key, value
     index = visible.nonzero().flatten()
     count = int(index.numel())
     if count and int(index[-1]) == count - 1:  # a prefix
-        return key[:, :count].contiguous(), value[:, :count].contiguous()
+        return key[:, :count], value[:, :count]
     return key.index_select(1, index), value.index_select(1, index)
 
 

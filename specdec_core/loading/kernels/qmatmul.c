@@ -102,8 +102,10 @@ static inline int hsum4i(__m128i v) {
 
 /* One block of 32 weights as bytes ready for maddubs: unsigned nibbles, or the absolute values of signed bytes
  * (their signs go onto the activations). */
-static inline __m256i load_block(const task_t *t, int col, int b) {
-    if (t->kind == 0) {
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE __m256i load_block(const task_t *t, int kind, int col, int b) {
+    if (kind == 0) {
         __m128i packed = _mm_loadu_si128((const __m128i *)(t->w + (size_t)col * (t->k / 2) + (size_t)b * 16));
         return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0F));
     }
@@ -111,11 +113,11 @@ static inline __m256i load_block(const task_t *t, int col, int b) {
 }
 
 /* Eight int32 partial sums of one block's products (lanes 0-3: values 0-15, lanes 4-7: values 16-31). */
-static inline __m256i block_sums(const task_t *t, __m256i wq, int r, int b) {
+ALWAYS_INLINE __m256i block_sums(const task_t *t, int kind, __m256i wq, int r, int b) {
     const int8_t *at = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK;
     __m256i hi = _mm256_loadu_si256((const __m256i *)at), lo = _mm256_loadu_si256((const __m256i *)(at + t->k));
     __m256i wabs = wq, ones = _mm256_set1_epi16(1);
-    if (t->kind != 0) { wabs = _mm256_sign_epi8(wq, wq); hi = _mm256_sign_epi8(hi, wq); lo = _mm256_sign_epi8(lo, wq); }
+    if (kind != 0) { wabs = _mm256_sign_epi8(wq, wq); hi = _mm256_sign_epi8(hi, wq); lo = _mm256_sign_epi8(lo, wq); }
     __m256i coarse = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, hi), ones);
     __m256i fine = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, lo), ones);
     return _mm256_add_epi32(_mm256_slli_epi32(coarse, 8), fine);
@@ -124,15 +126,15 @@ static inline __m256i block_sums(const task_t *t, __m256i wq, int r, int b) {
 /* Products of one weight row with up to ROW_CHUNK activation rows. Four blocks at a time: their sums are folded
  * into one vector [block 0..3, first halves | block 0..3, second halves], scaled by the groups' scales at once.
  * Scales and offsets of four blocks lie together in the weight's tables (see `kernel_order` in qkernel.py). */
-static void row_avx2(const task_t *t, int col, int r0, int nr) {
-    const int blocks = t->k / QBLOCK, quads = blocks / 4, halves = t->g == 16, groups = t->k / t->g;
+ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves, int col, int r0, int nr) {
+    const int blocks = t->k / QBLOCK, quads = blocks / 4, groups = t->k / t->g;
     const float *wd = t->wd + (size_t)col * groups, *wm = t->wm + (size_t)col * groups;
     __m256 acc[ROW_CHUNK];
     for (int i = 0; i < nr; i++) acc[i] = _mm256_setzero_ps();
     for (int quad = 0; quad < quads; quad++) {
         int b = quad * 4;
-        __m256i w0 = load_block(t, col, b), w1 = load_block(t, col, b + 1);
-        __m256i w2 = load_block(t, col, b + 2), w3 = load_block(t, col, b + 3);
+        __m256i w0 = load_block(t, kind, col, b), w1 = load_block(t, kind, col, b + 1);
+        __m256i w2 = load_block(t, kind, col, b + 2), w3 = load_block(t, kind, col, b + 3);
         __m256 scale_w, offset_w;
         if (halves) { scale_w = _mm256_loadu_ps(wd + 2 * b); offset_w = _mm256_loadu_ps(wm + 2 * b); }
         else {
@@ -141,8 +143,8 @@ static void row_avx2(const task_t *t, int col, int r0, int nr) {
         }
         for (int i = 0; i < nr; i++) {
             int r = r0 + i;
-            __m256i h01 = _mm256_hadd_epi32(block_sums(t, w0, r, b), block_sums(t, w1, r, b + 1));
-            __m256i h23 = _mm256_hadd_epi32(block_sums(t, w2, r, b + 2), block_sums(t, w3, r, b + 3));
+            __m256i h01 = _mm256_hadd_epi32(block_sums(t, kind, w0, r, b), block_sums(t, kind, w1, r, b + 1));
+            __m256i h23 = _mm256_hadd_epi32(block_sums(t, kind, w2, r, b + 2), block_sums(t, kind, w3, r, b + 3));
             __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(h01, h23));
             __m128 dx = _mm_loadu_ps(t->xd + (size_t)r * blocks + b);
             __m256 xsum = _mm256_loadu_ps(t->xs + (size_t)r * blocks * 2 + 2 * b);  /* kernel order too */
@@ -161,7 +163,7 @@ static void row_avx2(const task_t *t, int col, int r0, int nr) {
         int r = r0 + i;
         float tail = 0.0f;
         for (int b = quads * 4; b < blocks; b++) {  /* the last 1-3 blocks of a row whose length is not 128k */
-            __m256i s = block_sums(t, load_block(t, col, b), r, b);
+            __m256i s = block_sums(t, kind, load_block(t, kind, col, b), r, b);
             int lo = hsum4i(_mm256_castsi256_si128(s)), hi = hsum4i(_mm256_extracti128_si256(s, 1));
             float dx = t->xd[(size_t)r * blocks + b];
             const float *xs = t->xs + (size_t)r * blocks * 2;
@@ -174,6 +176,17 @@ static void row_avx2(const task_t *t, int col, int r0, int nr) {
         }
         t->y[(size_t)r * t->n + col] = hsum8(acc[i]) + tail;
     }
+}
+
+/* The four layouts as functions of their own, so that no test of the layout is left in the inner loops. */
+static void row_u4(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 0, 0, col, r0, nr); }
+static void row_s8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 0, col, r0, nr); }
+static void row_s8_16(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 1, col, r0, nr); }
+
+static void row_avx2(const task_t *t, int col, int r0, int nr) {
+    if (t->kind == 0) row_u4(t, col, r0, nr);
+    else if (t->g == 16) row_s8_16(t, col, r0, nr);
+    else row_s8(t, col, r0, nr);
 }
 #endif
 
