@@ -57,20 +57,14 @@ def test_a_reply_renders_markdown_with_every_tokens_colour_and_a_monospace_code_
     assert QFontInfo(code.font()).fixedPitch() or code.fontFamilies() == view._mono
     rejected = char_format_at(view, "prunt")
     assert rejected.fontStrikeOut() and rejected.fontFamilies() == view._mono
-    doc = view.document()
-    view.resize(500, 300)
-    view.show()
-    qtbot.waitExposed(view)
-
-    def height(block) -> float:
-        return doc.documentLayout().blockBoundingRect(block).height()
-
-    title, body = height(doc.firstBlock()), height(doc.firstBlock().next())
-    assert title > 1.3 * body  # a level-1 heading is larger than the text
+    # Sizes as the code sets them (point sizes resolved against the view's font), not laid-out pixels,
+    # which depend on the machine's fonts.
+    title, body = char_format_at(view, "Title").font().pointSizeF(), char_format_at(view, "Here").font().pointSizeF()
+    assert body == view.font().pointSizeF() and title > 1.3 * body  # a level-1 heading is larger than the text
     bigger = view.font()
     bigger.setPointSizeF(bigger.pointSizeF() * 2)  # presenter mode's larger type
     view.setFont(bigger)
-    assert height(doc.firstBlock()) > 1.8 * title  # the heading grows with it
+    assert char_format_at(view, "Title").font().pointSizeF() > 1.8 * title  # the heading grows with it
 
     # Every token is still found where it shows (hover), including those split across lines.
     shown = [view.trace.tokens[i].text for i in view._token_index]

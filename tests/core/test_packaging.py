@@ -1,4 +1,5 @@
-"""What a wheel carries: every package, and the shipped files as package data (.ci/run installs one)."""
+"""What a wheel carries: every package, and the shipped files as package data (.ci/run installs one); the system
+packages .ci/run installs."""
 
 from __future__ import annotations
 
@@ -24,3 +25,12 @@ def test_the_shipped_files_are_found_through_the_package():
 
     assert (assets_dir() / EMBEDDED_DRAFT / "config.json").is_file()
     assert (assets_dir() / "prompts" / "chat.jsonl").is_file()
+
+
+def test_ci_installs_the_system_packages_the_readme_lists_and_no_more():
+    import re
+
+    readme = re.search(r"`apt-get install ([^`]+)`", (ROOT / "README.md").read_text())
+    ci = re.search(r"PACKAGES=\(([^)]+)\)", (ROOT / ".ci" / "run").read_text())
+    assert readme and ci
+    assert sorted(readme.group(1).split()) == sorted(ci.group(1).split())

@@ -1,6 +1,8 @@
-"""The shipped draft (assets/smollm2-135m-draft) with the real embedded verifier: it loads offline, the
-doctor passes the pair, greedy speculation reproduces the verifier's own output, and the figures its
-model card states still hold (so the card cannot drift from the model)."""
+"""The shipped draft (assets/smollm2-135m-draft) with the real embedded verifier (SmolLM2-135M-Instruct from its
+GGUF), offline: it loads, the doctor passes the pair, greedy speculation reproduces the verifier's own output,
+the figures its model card states still hold (so the card cannot drift from the model), and the embedded default
+pair generates. Every test of the session's embedded pair is in this file, so that `make test`'s test processes
+(whole files each) load it once."""
 
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ import pytest
 from distill.measure import measure_pair
 from distill.prompts import read_jsonl
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.drafters import HeadDrafter, drafter_for
+from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, drafter_for
 from specdec_core.engine import Engine
-from specdec_core.events import Finished
+from specdec_core.events import Finished, TokenCommitted, TokenState
 from specdec_core.loading.resources import assets_dir
 from specdec_core.loading.specs import EMBEDDED_DRAFT
 from specdec_core.pairs.doctor import check_models
+from specdec_core.text.chat import build_prompt
 
 pytestmark = pytest.mark.slow
 
@@ -58,8 +61,6 @@ def test_doctor_passes_the_embedded_pair(pair):
 def test_greedy_speculation_reproduces_the_verifier(pair):
     verifier, draft = pair
     engine = Engine(verifier, drafter_for(draft))
-    from specdec_core.text.chat import build_prompt
-
     for messages in read_jsonl(HELD_OUT)[:3]:
         ids = build_prompt(verifier.tokenizer, messages, context_length=verifier.context_length).ids
         replies = []
@@ -90,3 +91,34 @@ def test_model_card_figures_hold(pair, card):
     assert stated and float(stated.group(1)) == pytest.approx(card["as_shipped"]["acceptance_rate"], abs=0.005)
     stated = re.search(r"greedy acceptance rate[^0-9]*([0-9.]+)", alone_part, re.IGNORECASE)
     assert stated and float(stated.group(1)) == pytest.approx(card["greedy_acceptance_rate"], abs=0.005)
+
+
+# The embedded default pair as `load_pair()` builds it: the shipped head with prompt lookup.
+
+def test_the_embedded_default_pair_is_the_shipped_head_with_prompt_lookup(embedded_pair):
+    drafter = embedded_pair.drafter
+    assert isinstance(drafter, HybridDrafter) and isinstance(drafter.model_drafter, HeadDrafter)
+    assert drafter.model_tokens == 1
+    assert embedded_pair.verdict is not None and embedded_pair.verdict.compatible
+
+
+def test_capital_of_france_is_paris_with_speculation_on_and_off_and_identical(embedded_pair):
+    ids = build_prompt(embedded_pair.verifier.tokenizer,
+                       [{"role": "user", "content": "What is the capital of France?"}],
+                       context_length=embedded_pair.verifier.context_length).ids
+    config = GenerationConfig(max_new_tokens=40)
+    *_, on = embedded_pair.engine.generate(ids, config)
+    *_, off = embedded_pair.engine.generate(ids, config.with_(speculate=False))
+    assert "Paris" in on.text and "Paris" in off.text
+    assert on.token_ids == off.token_ids
+    assert on.stats.drafted > 0 and off.stats.drafted == 0
+
+
+def test_prompt_lookup_accepts_copied_text_when_rewriting(embedded_pair):
+    text = "The quick brown fox jumps over the lazy dog near the quiet river bank."
+    ids = build_prompt(embedded_pair.verifier.tokenizer,
+                       [{"role": "user", "content": f"Repeat this sentence exactly: {text}"}],
+                       context_length=embedded_pair.verifier.context_length).ids
+    events = list(embedded_pair.engine.generate(ids, GenerationConfig(max_new_tokens=30, gamma=6)))
+    accepted = [e for e in events if isinstance(e, TokenCommitted) and e.state is TokenState.ACCEPTED]
+    assert len(accepted) >= 5 and events[-1].stats.acceptance_rate > 0.2
