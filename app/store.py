@@ -430,6 +430,12 @@ class ConversationStore:
         tables; see _open for a damaged schema version), or None."""
         try:
             problems = [row[0] for row in conn.execute("PRAGMA integrity_check(5)")]
+            # A damaged schema text can name a table that does not exist (a foreign key to "c$nversations"):
+            # integrity_check passes, and the first write fails. The key check reads the schema as a write would.
+            # Keys are enforced on every connection (_connect), so a row that breaks one is damage too.
+            broken = sorted({row[0] for row in conn.execute("PRAGMA foreign_key_check")})
+            if broken:
+                problems = [p for p in problems if p != "ok"] + [f"rows of {', '.join(broken)} refer to nothing"]
             tables = _table_names(conn)
             altered = [table for table in sorted(_TABLES & tables) if _columns(conn, table) != _COLUMNS[table]]
         except (sqlite3.DatabaseError, UnicodeDecodeError) as error:

@@ -85,7 +85,7 @@ def render_page(path: Path) -> str:
     for a paragraph); "" where groff fails."""
     try:
         source = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        done = subprocess.run(["groff", "-k", "-man", "-Tutf8", "-P-cbou", "-rHY=0", "-rLL=500n"], input=source,
+        done = subprocess.run(["groff", "-k", "-Kutf-8", "-man", "-Tutf8", "-P-cbou", "-rHY=0", "-rLL=500n"], input=source,
                               capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.SubprocessError):
         return ""
