@@ -434,8 +434,6 @@ class ConversationStore:
             # integrity_check passes, and the first write fails. The key check reads the schema as a write would.
             # Keys are enforced on every connection (_connect), so a row that breaks one is damage too.
             broken = sorted({row[0] for row in conn.execute("PRAGMA foreign_key_check")})
-            if broken:
-                problems = [p for p in problems if p != "ok"] + [f"rows of {', '.join(broken)} refer to nothing"]
             tables = _table_names(conn)
             altered = [table for table in sorted(_TABLES & tables) if _columns(conn, table) != _COLUMNS[table]]
         except (sqlite3.DatabaseError, UnicodeDecodeError) as error:
@@ -447,7 +445,9 @@ class ConversationStore:
             return f"the columns of {', '.join(altered)} are not the ones this version writes"
         if len(missing) > 1:
             return f"the tables {', '.join(missing)} are missing"
-        return f"the table {missing[0]} is missing" if missing else None
+        if missing:
+            return f"the table {missing[0]} is missing"
+        return f"rows of {', '.join(broken)} refer to nothing" if broken else None
 
     def _recover(self, damaged: sqlite3.Connection, damage: str) -> sqlite3.Connection:
         """Copy what can still be read into a fresh database, keep the damaged file aside, and say what was
