@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.code_marks import code_token_format, replaced_drafts
 from app.fit import ElidedLabel
 from app.markdown import BOLD, CODE, CODE_LINE, FENCE_CLOSE, FENCE_OPEN, HEADING, ITALIC, mark_line
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
@@ -119,6 +120,11 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
         rows.append(f"<tr><td>drafting stopped</td><td>&nbsp;{html.escape(DRAFT_STOP_WORDS.get(rnd.stop, rnd.stop))}"
                     "</td></tr>")
     rows.append("</table>")
+    replaced = replaced_drafts(tok, trace)
+    if replaced:  # plain code leaves rejected drafts out of the text: the correction's tooltip names them
+        rows.append(f"<div style='margin-top:4px'>replaced the rejected draft <span style='font-family:monospace;"
+                    f"color:rgb(215,58,73);text-decoration:line-through'>{html.escape(visible(replaced))}</span>"
+                    "</div>")
     if tok.alternatives:
         alts = "".join(
             f"<tr><td style='font-family:monospace'>{html.escape(visible(text))}</td>"
@@ -132,9 +138,10 @@ class TokenTextView(QTextBrowser):
 
     The line being written is appended token by token as it arrives; when a line ends it is drawn once more
     with its Markdown (app/markdown.py): headings, bullets, bold, italic, inline code and fenced code blocks
-    in a monospace font, each with a "Copy code" link. Every token keeps its state's colour throughout, and
-    no flush touches the document before the start of the line that is open (a long reply costs each tick
-    only what arrived)."""
+    in a monospace font, each with a "Copy code" link. Every token keeps its state's colour throughout, except
+    inside fenced code unless `code_colored`: there the code reads plain, rejected drafts are left out and each
+    correction has a thin underline (app/code_marks.py); the tooltip still tells everything. No flush touches
+    the document before the start of the line that is open (a long reply costs each tick only what arrived)."""
 
     code_copied = Signal(str)
 
@@ -166,6 +173,7 @@ class TokenTextView(QTextBrowser):
         self.trace: ReplyTrace | None = None
         self.colored = True
         self.show_rejected = True  # rejected drafts inline (off in reading mode and without colours)
+        self.code_colored = False  # fenced code coloured token by token too (else plain, with thin marks)
         self._reset()
         self._fit()
 
@@ -190,18 +198,22 @@ class TokenTextView(QTextBrowser):
         self.trace = None
         self.setPlainText(text)
 
-    def set_trace(self, trace: ReplyTrace, colored: bool, reading: bool = False) -> None:
-        """Render a whole trace (used when opening a conversation or flipping the colour or reading switch)."""
+    def set_trace(self, trace: ReplyTrace, colored: bool, reading: bool = False, code_colored: bool = False) -> None:
+        """Render a whole trace (used when opening a conversation or flipping the colour, reading or code switch)."""
         self.trace = trace
         self.colored = colored
         self.show_rejected = colored and not reading
+        self.code_colored = code_colored
         self.clear()
         self._reset()
         self.render_pending()
 
     # -- formats --
-    def _format(self, state: str, flags: int = 0, heading: int = 0) -> QTextCharFormat:
-        fmt = token_format(state if self.colored else TokenState.PLAIN.value, self.colored)
+    def _format(self, state: str, flags: int = 0, heading: int = 0, plain_code: bool = False) -> QTextCharFormat:
+        if plain_code and self.colored:
+            fmt = code_token_format(state)
+        else:
+            fmt = token_format(state if self.colored else TokenState.PLAIN.value, self.colored)
         if flags & CODE:
             fmt.setFontFamilies(self._mono)
         if flags & BOLD or heading:
@@ -218,6 +230,11 @@ class TokenTextView(QTextBrowser):
             fmt.setBackground(QColor(127, 127, 127, 30))
             fmt.setLeftMargin(6)
         return fmt
+
+    @property
+    def _plain_code(self) -> bool:
+        """The open line is fenced code, shown plain (no per-token colours, rejected drafts left out)."""
+        return self._in_code and not self.code_colored
 
     def _record(self, token: int, pos: int) -> None:
         """Where token `token` starts on screen (once per token, even when it spans lines)."""
@@ -243,8 +260,8 @@ class TokenTextView(QTextBrowser):
         cursor.beginEditBlock()
         for i, tok in enumerate(new, start=self.rendered):
             rejected = tok.state == TokenState.REJECTED.value
-            if rejected and not self.show_rejected:
-                continue  # rejected drafts are not part of the reply
+            if rejected and (not self.show_rejected or self._plain_code):
+                continue  # rejected drafts are not part of the reply (nor of plain code: their tooltip keeps them)
             if not tok.text:
                 continue
             if rejected:
@@ -273,19 +290,20 @@ class TokenTextView(QTextBrowser):
         if not pieces:
             return
         flags = CODE if self._in_code else 0
+        plain = self._plain_code
         pos = cursor.position()
         run: list[str] = []
         run_state: str | None = None
         for token, text, _rejected in pieces:
             state = self.trace.tokens[token].state
             if state != run_state and run:
-                cursor.insertText("".join(run), self._format(run_state, flags))
+                cursor.insertText("".join(run), self._format(run_state, flags, plain_code=plain))
                 run.clear()
             run_state = state
             run.append(text)
             self._record(token, pos)
             pos += _utf16_len(text)
-        cursor.insertText("".join(run), self._format(run_state, flags))
+        cursor.insertText("".join(run), self._format(run_state, flags, plain_code=plain))
         self._raw = len(self._line)
 
     def _draw_line(self, cursor: QTextCursor, breaking: int | None) -> None:
@@ -306,6 +324,7 @@ class TokenTextView(QTextBrowser):
         elif marked.kind == FENCE_CLOSE:
             cursor.setBlockFormat(self._block_format(False))  # the block ended: its fence line is not code
         code = CODE if marked.kind == CODE_LINE else 0
+        plain = bool(code) and not self.code_colored
         heading = marked.level if marked.kind == HEADING else 0
         # Runs of one (state, style) go in with one insertText each, as in _append_raw.
         pos, offset = cursor.position(), 0
@@ -320,13 +339,13 @@ class TokenTextView(QTextBrowser):
                 if not shown:
                     continue
                 if run and (state, flags) != run_key:
-                    cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
+                    cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading, plain))
                     run.clear()
                 run_key = (state, flags)
                 run.append(shown)
                 pos += _utf16_len(shown)
         if run:
-            cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
+            cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading, plain))
         if breaking is not None:
             self._record(breaking, cursor.position())
             cursor.insertBlock(self._block_format(in_code), QTextCharFormat())
@@ -589,6 +608,7 @@ class ChatView(QScrollArea):
         self.bubbles: list[MessageBubble] = []
         self.colored = True
         self.reading = False  # reading mode: rejected drafts hidden inline (tooltips, tree and replay keep them)
+        self.code_colored = False  # fenced code coloured token by token (else plain, with thin marks)
         self._streaming: MessageBubble | None = None
         self._footer_stale = False  # tokens of the streaming reply arrived that its footer does not count yet
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
@@ -663,7 +683,7 @@ class ChatView(QScrollArea):
     def add_assistant(self, trace: ReplyTrace, index: int, streaming: bool = False,
                       above: bool = False) -> MessageBubble:
         b = MessageBubble("assistant", index)
-        b.body.set_trace(trace, self.colored, self.reading)
+        b.body.set_trace(trace, self.colored, self.reading, self.code_colored)
         b.update_footer()
         b.set_streaming(streaming)
         self._add_bubble(b, (0, 30), above)
@@ -765,10 +785,17 @@ class ChatView(QScrollArea):
         self.reading = reading
         self._rerender()
 
+    def set_code_colored(self, on: bool) -> None:
+        """Fenced code coloured token by token, or plain with a thin mark at each correction (the default)."""
+        if on == self.code_colored:
+            return
+        self.code_colored = on
+        self._rerender()
+
     def _rerender(self) -> None:
         for b in self.bubbles:
             if b.trace is not None:
-                b.body.set_trace(b.trace, self.colored, self.reading)
+                b.body.set_trace(b.trace, self.colored, self.reading, self.code_colored)
 
     # -- scrolling ----------------------------------------------------------------------------------
     def _on_scroll(self, value: int) -> None:
@@ -820,6 +847,7 @@ class Legend(QWidget):
 
     toggled = Signal(bool)
     reading_toggled = Signal(bool)
+    code_toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -836,9 +864,16 @@ class Legend(QWidget):
                                 "the tree view and the replay still show them)")
         self.reading.toggled.connect(self.reading_toggled)
         lay.addWidget(self.reading)
+        self.code = QCheckBox("Colour code")
+        self.code.setToolTip("Colour the tokens inside code blocks too. Off, code reads plain: a thin underline "
+                             "marks each correction (where the verifier rejected the draft), and hovering a "
+                             "token still tells everything")
+        self.code.toggled.connect(self.code_toggled)
+        lay.addWidget(self.code)
         self.swatches: list[QLabel] = []
         self._texts: list[tuple[QWidget, str, str]] = [(self.check, "Colour tokens", "Colours"),
-                                                          (self.reading, "Reading mode", "Reading")]
+                                                          (self.reading, "Reading mode", "Reading"),
+                                                          (self.code, "Colour code", "Code")]
         for state in (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.CORRECTED, TokenState.BONUS,
                       TokenState.PLAIN):
             bg, fg = STATE_STYLE[state.value]

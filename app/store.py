@@ -955,6 +955,7 @@ class Settings:
     stop_sequences: list[str] = field(default_factory=list)  # a reply ends at the first of these it writes
     colored: bool = True
     reading: bool = False  # reading mode: rejected drafts hidden inside replies
+    code_colored: bool = False  # fenced code coloured token by token (off: plain, a thin mark at each correction)
     calibrate: bool = True  # measure the verifier alone after loading (the speedup baseline)
     recent_specs: list[str] = field(default_factory=list)
 

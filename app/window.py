@@ -173,11 +173,14 @@ class MainWindow(QMainWindow):
         self.legend.toggled.connect(self.set_colored)
         self.legend.reading.setChecked(self.settings.reading)
         self.legend.reading_toggled.connect(self.set_reading)
+        self.legend.code.setChecked(self.settings.code_colored)
+        self.legend.code_toggled.connect(self.set_code_colored)
         v.addWidget(self.legend)
 
         self.chat = ChatView()
         self.chat.colored = self.settings.colored
         self.chat.reading = self.settings.reading
+        self.chat.code_colored = self.settings.code_colored
         self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
         self.chat.edit_requested.connect(self.conversations.edit)
         self.chat.regenerate_requested.connect(self.regenerate)
@@ -297,6 +300,11 @@ class MainWindow(QMainWindow):
         colour.setChecked(self.settings.colored)
         colour.toggled.connect(self.legend.check.setChecked)
         self.legend.check.toggled.connect(colour.setChecked)
+        code = self._action(v, "Colour code blocks", None, "Ctrl+Shift+K")
+        code.setCheckable(True)
+        code.setChecked(self.settings.code_colored)
+        code.toggled.connect(self.legend.code.setChecked)
+        self.legend.code.toggled.connect(code.setChecked)
         self._action(v, "Settings", lambda: (self.left_dock.show(), self.left_tabs.setCurrentIndex(1)), "Ctrl+,")
 
         h = mb.addMenu("&Help")
@@ -726,6 +734,11 @@ class MainWindow(QMainWindow):
     def set_colored(self, on: bool) -> None:
         self.settings.colored = on
         self.chat.set_colored(on)
+        self.save_settings()
+
+    def set_code_colored(self, on: bool) -> None:
+        self.settings.code_colored = on
+        self.chat.set_code_colored(on)
         self.save_settings()
 
     def set_reading(self, on: bool) -> None:

@@ -47,7 +47,7 @@ def test_a_line_shows_its_markdown_and_hides_its_markers():
 def test_a_reply_renders_markdown_with_every_tokens_colour_and_a_monospace_code_block(qtbot):
     view = TokenTextView()
     qtbot.addWidget(view)
-    view.set_trace(trace_of(REPLY), colored=True)
+    view.set_trace(trace_of(REPLY), colored=True, code_colored=True)
     assert view.toPlainText() == SHOWN
 
     bold = char_format_at(view, "bold")
@@ -84,6 +84,7 @@ def test_a_reply_renders_markdown_with_every_tokens_colour_and_a_monospace_code_
 def test_reading_mode_hides_rejected_drafts_and_keeps_the_colours(qtbot):
     chat = ChatView()
     qtbot.addWidget(chat)
+    chat.code_colored = True  # plain code leaves rejected drafts out whatever the reading mode
     bubble = chat.add_assistant(trace_of(REPLY), 1)
     chat.set_reading(True)
     assert "prunt" not in bubble.body.toPlainText() and "print(1)" in bubble.body.toPlainText()
@@ -98,7 +99,7 @@ def test_streaming_renders_the_same_reply_and_never_redraws_lines_that_ended(qtb
     view = TokenTextView()
     qtbot.addWidget(view)
     trace = trace_of([], finished=False)
-    view.set_trace(trace, colored=True)
+    view.set_trace(trace, colored=True, code_colored=True)
     changes: list[tuple[int, int, int]] = []
     view.document().contentsChange.connect(lambda pos, removed, added: changes.append((pos, removed, added)))
     long_reply = REPLY + [(f" word{i}" + ("\n" if i % 7 == 6 else ""), "accepted") for i in range(60)]
@@ -114,7 +115,7 @@ def test_streaming_renders_the_same_reply_and_never_redraws_lines_that_ended(qtb
             assert sum(removed for _, removed, _ in changes) < 80  # at most the open line is redrawn
     whole = TokenTextView()
     qtbot.addWidget(whole)
-    whole.set_trace(trace, colored=True)
+    whole.set_trace(trace, colored=True, code_colored=True)
     assert view.toPlainText() == whole.toPlainText() and view._starts == whole._starts
 
 
