@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.disk_use import size_cell
 from app.fit import fit_to_screen
 from app.worker import FunctionWorker
 from specdec_core.loading import catalog
@@ -105,11 +106,11 @@ class ModelsDialog(QDialog):
         self.table.setRowCount(len(rows))
         for index, row in enumerate(rows):
             model = row.model
-            size = f"{model.size / 1e9:.2f} GB" if model.size else "comes with specdec"
+            size, size_tip = size_cell(model, self.cache_dir)  # the download, or what it takes here once installed
             state = ("installed" + (", converted" if row.converted else "")) if row.installed else "not installed"
             for column, text in enumerate((model.name, model.parameters, size, model.licence, state)):
                 item = QTableWidgetItem(text)
-                item.setToolTip(f"{model.title}: {model.summary}")
+                item.setToolTip(size_tip if column == 2 else f"{model.title}: {model.summary}")
                 self.table.setItem(index, column, item)
         self.table.resizeColumnsToContents()
         self._fill_pairs()
