@@ -377,6 +377,11 @@ class TokenTextView(QTextBrowser):
                 QGuiApplication.clipboard().setText(text)
                 self.code_copied.emit(text)
 
+    def token_spans(self) -> list[tuple[int, int, int]]:
+        """(trace index, document start, document end) of each token shown, in order."""
+        ends = [*self._starts[1:], self.document().characterCount() - 1]
+        return list(zip(self._token_index, self._starts, ends))
+
     def token_at(self, pos: QPointF) -> TokenRecord | None:
         if self.trace is None or not self._starts:
             return None
