@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.code_marks import code_token_format, replaced_drafts
+from app.code_marks import code_token_format, drawn_state, replaced_drafts
 from app.fit import ElidedLabel
 from app.markdown import BOLD, CODE, CODE_LINE, FENCE_CLOSE, FENCE_OPEN, HEADING, ITALIC, mark_line
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
@@ -332,12 +332,13 @@ class TokenTextView(QTextBrowser):
         run_key: tuple[str, int] | None = None
         for token, piece, rejected in self._line:
             self._record(token, pos)
-            state = self.trace.tokens[token].state
+            token_state = self.trace.tokens[token].state
             chars = ((piece, code),) if rejected else marked.chars[offset:offset + len(piece)]
             offset += 0 if rejected else len(piece)
             for shown, flags in chars:
                 if not shown:
                     continue
+                state = drawn_state(token_state, shown, piece) if plain else token_state
                 if run and (state, flags) != run_key:
                     cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading, plain))
                     run.clear()

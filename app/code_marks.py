@@ -26,6 +26,14 @@ def code_token_format(state: str) -> QTextCharFormat:
     return fmt
 
 
+def drawn_state(state: str, char: str, token_text: str) -> str:
+    """The state a character of a token is drawn with in plain code: a correction's spaces are left unmarked (an
+    underline under indentation reads as a misaligned line), unless the whole correction is spaces."""
+    if state in MARKED and char.isspace() and not token_text.isspace():
+        return TokenState.PLAIN.value
+    return state
+
+
 def replaced_drafts(tok: TokenRecord, trace: ReplyTrace | None) -> str:
     """The rejected draft tokens a correction replaced (its round's), as one text; "" for any other token."""
     if trace is None or tok.state != TokenState.CORRECTED.value:

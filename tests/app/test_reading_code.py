@@ -103,3 +103,18 @@ def test_the_window_keeps_the_code_switch_in_its_settings_and_view_menu(make_win
     assert w.legend.code.isChecked() and w.settings.code_colored and w.chat.code_colored
     w.legend.code.setChecked(False)
     assert not action.isChecked() and not w.settings.code_colored
+
+
+def test_a_corrections_leading_spaces_are_not_underlined_so_the_mark_does_not_reach_into_the_indentation(qtbot):
+    view = TokenTextView()
+    qtbot.addWidget(view)
+    view.set_trace(trace_of([("```\n", "accepted", 0), ("if a:\n", "accepted", 0), ("   ", "accepted", 1),
+                             ("z", "rejected", 2), (" elif", "corrected", 2), (" b:\n", "accepted", 3),
+                             ("\n  ", "corrected", 4), ("pass\n", "accepted", 5),
+                             ("```", "accepted", 6)]), colored=True)
+    assert "\n    elif b:" in view.toPlainText()
+    space = fmt_at(view, "    elif", 4)  # the correction's own leading space
+    assert space.underlineStyle() == QTextCharFormat.UnderlineStyle.NoUnderline
+    assert fmt_at(view, "elif", 1).underlineStyle() == QTextCharFormat.UnderlineStyle.SingleUnderline
+    spaces_only = fmt_at(view, "\n  pass", 2)  # a correction of nothing but spaces keeps its mark
+    assert spaces_only.underlineStyle() == QTextCharFormat.UnderlineStyle.SingleUnderline
