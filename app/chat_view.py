@@ -843,7 +843,9 @@ COLOURS_HELP = (
     "Green: a draft token the verifier accepted.\nRed, struck through: a draft token the verifier "
     "rejected (kept where it was proposed; not part of the reply).\nAmber: the verifier's correction "
     "that replaced it.\nBlue: the bonus token the verifier adds after a fully accepted round.\n"
-    "No colour: decoded by the verifier alone (speculation off).\n\nHover any token for its round, "
+    "No colour: decoded by the verifier alone (speculation off).\n\nInside code blocks the tokens are not "
+    "coloured unless Colour code is on (View ▸ Colour code blocks): a thin amber underline marks each "
+    "correction, and the rejected draft it replaced is in its tooltip.\n\nHover any token for its round, "
     "position, draft and verifier probabilities, acceptance probability and the verifier's top "
     "alternatives.")
 
