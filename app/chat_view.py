@@ -61,6 +61,7 @@ def _utf16_len(text: str) -> int:
 
 
 COPY_CODE = "copy-code:"  # the href of a code block's copy link
+CODE_COLOURS = "code-colours:"  # the href of a code block's link that colours code blocks or makes them plain
 HEADING_SIZE = {1: 2, 2: 1}  # headings' size steps by level (Qt's: 1.2x, 1.5x the text; deeper ones: bold only)
 
 
@@ -140,10 +141,12 @@ class TokenTextView(QTextBrowser):
     with its Markdown (app/markdown.py): headings, bullets, bold, italic, inline code and fenced code blocks
     in a monospace font, each with a "Copy code" link. Every token keeps its state's colour throughout, except
     inside fenced code unless `code_colored`: there the code reads plain, rejected drafts are left out and each
-    correction has a thin underline (app/code_marks.py); the tooltip still tells everything. No flush touches
+    correction has a thin underline (app/code_marks.py), and the block's "Colour code" link flips that for every
+    reply; the tooltip still tells everything. No flush touches
     the document before the start of the line that is open (a long reply costs each tick only what arrived)."""
 
     code_copied = Signal(str)
+    code_colours_requested = Signal(bool)  # a code block's "Colour code" / "Plain code" link: for every reply
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -368,10 +371,19 @@ class TokenTextView(QTextBrowser):
         link.setForeground(QColor(59, 130, 246))
         link.setToolTip("Copy this code block")
         cursor.insertText("Copy code", link)
+        if self.colored:  # the switch for code's colours, where the code is (also View ▸ Colour code blocks)
+            cursor.insertText("  ", muted)
+            switch = QTextCharFormat(link)
+            switch.setAnchorHref(CODE_COLOURS)
+            switch.setToolTip("Code blocks plain, with a thin underline at each correction (hover a token for "
+                              "everything)" if self.code_colored else "Colour the tokens inside code blocks too")
+            cursor.insertText("Plain code" if self.code_colored else "Colour code", switch)
 
     def _on_anchor(self, url) -> None:
         href = url.toString()
-        if href.startswith(COPY_CODE):
+        if href == CODE_COLOURS:
+            self.code_colours_requested.emit(not self.code_colored)
+        elif href.startswith(COPY_CODE):
             block = int(href[len(COPY_CODE):])
             if 0 <= block < len(self.code_blocks):
                 text = "\n".join(self.code_blocks[block])
@@ -599,6 +611,7 @@ class ChatView(QScrollArea):
     regenerate_requested = Signal(object)
     graphs_requested = Signal(object)
     branch_requested = Signal(object, int)
+    code_colours_requested = Signal(bool)  # a code block's link: colour code blocks (True) or make them plain
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -755,6 +768,7 @@ class ChatView(QScrollArea):
         b.regenerate_requested.connect(self.regenerate_requested)
         b.graphs_requested.connect(self.graphs_requested)
         b.branch_requested.connect(self.branch_requested)
+        b.body.code_colours_requested.connect(self.code_colours_requested)
 
     # -- streaming ----------------------------------------------------------------------------------
     @property
@@ -844,7 +858,7 @@ COLOURS_HELP = (
     "rejected (kept where it was proposed; not part of the reply).\nAmber: the verifier's correction "
     "that replaced it.\nBlue: the bonus token the verifier adds after a fully accepted round.\n"
     "No colour: decoded by the verifier alone (speculation off).\n\nInside code blocks the tokens are not "
-    "coloured unless Colour code is on (View ▸ Colour code blocks): a thin amber underline marks each "
+    "coloured (the Colour code link above a block, or View ▸ Colour code blocks): a thin amber underline marks each "
     "correction, and the rejected draft it replaced is in its tooltip.\n\nHover any token for its round, "
     "position, draft and verifier probabilities, acceptance probability and the verifier's top "
     "alternatives.")
@@ -855,7 +869,6 @@ class Legend(QWidget):
 
     toggled = Signal(bool)
     reading_toggled = Signal(bool)
-    code_toggled = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -872,16 +885,9 @@ class Legend(QWidget):
                                 "the tree view and the replay still show them)")
         self.reading.toggled.connect(self.reading_toggled)
         lay.addWidget(self.reading)
-        self.code = QCheckBox("Colour code")
-        self.code.setToolTip("Colour the tokens inside code blocks too. Off, code reads plain: a thin underline "
-                             "marks each correction (where the verifier rejected the draft), and hovering a "
-                             "token still tells everything")
-        self.code.toggled.connect(self.code_toggled)
-        lay.addWidget(self.code)
         self.swatches: list[QLabel] = []
         self._texts: list[tuple[QWidget, str, str]] = [(self.check, "Colour tokens", "Colours"),
-                                                          (self.reading, "Reading mode", "Reading"),
-                                                          (self.code, "Colour code", "Code")]
+                                                          (self.reading, "Reading mode", "Reading")]
         for state in (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.CORRECTED, TokenState.BONUS,
                       TokenState.PLAIN):
             bg, fg = STATE_STYLE[state.value]

@@ -173,8 +173,6 @@ class MainWindow(QMainWindow):
         self.legend.toggled.connect(self.set_colored)
         self.legend.reading.setChecked(self.settings.reading)
         self.legend.reading_toggled.connect(self.set_reading)
-        self.legend.code.setChecked(self.settings.code_colored)
-        self.legend.code_toggled.connect(self.set_code_colored)
         v.addWidget(self.legend)
 
         self.chat = ChatView()
@@ -300,11 +298,13 @@ class MainWindow(QMainWindow):
         colour.setChecked(self.settings.colored)
         colour.toggled.connect(self.legend.check.setChecked)
         self.legend.check.toggled.connect(colour.setChecked)
-        code = self._action(v, "Colour code blocks", None, "Ctrl+Shift+K")
-        code.setCheckable(True)
-        code.setChecked(self.settings.code_colored)
-        code.toggled.connect(self.legend.code.setChecked)
-        self.legend.code.toggled.connect(code.setChecked)
+        # Code blocks plain (a thin mark at each correction) or coloured token by token; each block's own link
+        # flips it too.
+        self.code_action = self._action(v, "Colour code blocks", None, "Ctrl+Shift+K")
+        self.code_action.setCheckable(True)
+        self.code_action.setChecked(self.settings.code_colored)
+        self.code_action.toggled.connect(self.set_code_colored)
+        self.chat.code_colours_requested.connect(self.code_action.setChecked)
         self._action(v, "Settings", lambda: (self.left_dock.show(), self.left_tabs.setCurrentIndex(1)), "Ctrl+,")
 
         h = mb.addMenu("&Help")

@@ -15,7 +15,7 @@ REPLY = [  # (text, state) of a reply's tokens, as a streaming engine emits them
     ("`x`", "accepted"), (":\n", "accepted"), ("- item", "plain"), ("\n```py", "accepted"), ("thon\n", "bonus"),
     ("print(", "accepted"), ("prunt", "rejected"), ("1)\n", "corrected"), ("```", "accepted"), ("\nDone.", "bonus"),
 ]
-SHOWN = "Title\nHere is bold and x:\n• item\npython  Copy code\nprint(prunt1)\n\nDone."
+SHOWN = "Title\nHere is bold and x:\n• item\npython  Copy code  Plain code\nprint(prunt1)\n\nDone."
 
 
 def trace_of(tokens, finished: bool = True) -> ReplyTrace:

@@ -95,14 +95,21 @@ def test_without_colours_code_has_no_marks_either(qtbot):
         QTextCharFormat.UnderlineStyle.NoUnderline
 
 
-def test_the_window_keeps_the_code_switch_in_its_settings_and_view_menu(make_window):
+def test_the_window_keeps_the_code_switch_in_its_settings_view_menu_and_each_code_blocks_link(make_window):
+    from PySide6.QtCore import QUrl
+
+    from app.store import Settings
+
     w = make_window(load=False)
-    action = next(a for a in w.findChildren(type(w.toggle_action)) if a.text() == "Colour code blocks")
-    assert not w.settings.code_colored and not action.isChecked() and not w.chat.code_colored
-    action.trigger()
-    assert w.legend.code.isChecked() and w.settings.code_colored and w.chat.code_colored
-    w.legend.code.setChecked(False)
-    assert not action.isChecked() and not w.settings.code_colored
+    assert not w.settings.code_colored and not w.code_action.isChecked() and not w.chat.code_colored
+    w.code_action.trigger()  # View ▸ Colour code blocks
+    assert w.settings.code_colored and w.chat.code_colored
+    assert Settings.load(w.store.root).code_colored  # saved
+    bubble = w.chat.add_assistant(trace_of(REPLY), 1)
+    assert "Plain code" in bubble.body.toPlainText()
+    bubble.body._on_anchor(QUrl("code-colours:"))  # the block's own link
+    assert not w.code_action.isChecked() and not w.settings.code_colored and not w.chat.code_colored
+    assert "Colour code" in bubble.body.toPlainText() and "return yx" not in bubble.body.toPlainText()
 
 
 def test_a_corrections_leading_spaces_are_not_underlined_so_the_mark_does_not_reach_into_the_indentation(qtbot):
