@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.code_marks import code_token_format, drawn_state, replaced_drafts
 from app.fit import ElidedLabel
 from app.markdown import BOLD, CODE, CODE_LINE, FENCE_CLOSE, FENCE_OPEN, HEADING, ITALIC, mark_line
 from app.theme import STATE_LABEL, STATE_SOLID, STATE_STYLE, css_rgba, token_format
@@ -60,6 +61,7 @@ def _utf16_len(text: str) -> int:
 
 
 COPY_CODE = "copy-code:"  # the href of a code block's copy link
+CODE_COLOURS = "code-colours:"  # the href of a code block's link that colours code blocks or makes them plain
 HEADING_SIZE = {1: 2, 2: 1}  # headings' size steps by level (Qt's: 1.2x, 1.5x the text; deeper ones: bold only)
 
 
@@ -119,6 +121,11 @@ def token_tooltip(tok: TokenRecord, trace: ReplyTrace | None = None) -> str:
         rows.append(f"<tr><td>drafting stopped</td><td>&nbsp;{html.escape(DRAFT_STOP_WORDS.get(rnd.stop, rnd.stop))}"
                     "</td></tr>")
     rows.append("</table>")
+    replaced = replaced_drafts(tok, trace)
+    if replaced:  # plain code leaves rejected drafts out of the text: the correction's tooltip names them
+        rows.append(f"<div style='margin-top:4px'>replaced the rejected draft <span style='font-family:monospace;"
+                    f"color:rgb(215,58,73);text-decoration:line-through'>{html.escape(visible(replaced))}</span>"
+                    "</div>")
     if tok.alternatives:
         alts = "".join(
             f"<tr><td style='font-family:monospace'>{html.escape(visible(text))}</td>"
@@ -132,11 +139,14 @@ class TokenTextView(QTextBrowser):
 
     The line being written is appended token by token as it arrives; when a line ends it is drawn once more
     with its Markdown (app/markdown.py): headings, bullets, bold, italic, inline code and fenced code blocks
-    in a monospace font, each with a "Copy code" link. Every token keeps its state's colour throughout, and
-    no flush touches the document before the start of the line that is open (a long reply costs each tick
-    only what arrived)."""
+    in a monospace font, each with a "Copy code" link. Every token keeps its state's colour throughout, except
+    inside fenced code unless `code_colored`: there the code reads plain, rejected drafts are left out and each
+    correction has a thin underline (app/code_marks.py), and the block's "Colour code" link flips that for every
+    reply; the tooltip still tells everything. No flush touches
+    the document before the start of the line that is open (a long reply costs each tick only what arrived)."""
 
     code_copied = Signal(str)
+    code_colours_requested = Signal(bool)  # a code block's "Colour code" / "Plain code" link: for every reply
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -166,6 +176,7 @@ class TokenTextView(QTextBrowser):
         self.trace: ReplyTrace | None = None
         self.colored = True
         self.show_rejected = True  # rejected drafts inline (off in reading mode and without colours)
+        self.code_colored = False  # fenced code coloured token by token too (else plain, with thin marks)
         self._reset()
         self._fit()
 
@@ -190,18 +201,22 @@ class TokenTextView(QTextBrowser):
         self.trace = None
         self.setPlainText(text)
 
-    def set_trace(self, trace: ReplyTrace, colored: bool, reading: bool = False) -> None:
-        """Render a whole trace (used when opening a conversation or flipping the colour or reading switch)."""
+    def set_trace(self, trace: ReplyTrace, colored: bool, reading: bool = False, code_colored: bool = False) -> None:
+        """Render a whole trace (used when opening a conversation or flipping the colour, reading or code switch)."""
         self.trace = trace
         self.colored = colored
         self.show_rejected = colored and not reading
+        self.code_colored = code_colored
         self.clear()
         self._reset()
         self.render_pending()
 
     # -- formats --
-    def _format(self, state: str, flags: int = 0, heading: int = 0) -> QTextCharFormat:
-        fmt = token_format(state if self.colored else TokenState.PLAIN.value, self.colored)
+    def _format(self, state: str, flags: int = 0, heading: int = 0, plain_code: bool = False) -> QTextCharFormat:
+        if plain_code and self.colored:
+            fmt = code_token_format(state)
+        else:
+            fmt = token_format(state if self.colored else TokenState.PLAIN.value, self.colored)
         if flags & CODE:
             fmt.setFontFamilies(self._mono)
         if flags & BOLD or heading:
@@ -218,6 +233,11 @@ class TokenTextView(QTextBrowser):
             fmt.setBackground(QColor(127, 127, 127, 30))
             fmt.setLeftMargin(6)
         return fmt
+
+    @property
+    def _plain_code(self) -> bool:
+        """The open line is fenced code, shown plain (no per-token colours, rejected drafts left out)."""
+        return self._in_code and not self.code_colored
 
     def _record(self, token: int, pos: int) -> None:
         """Where token `token` starts on screen (once per token, even when it spans lines)."""
@@ -243,8 +263,8 @@ class TokenTextView(QTextBrowser):
         cursor.beginEditBlock()
         for i, tok in enumerate(new, start=self.rendered):
             rejected = tok.state == TokenState.REJECTED.value
-            if rejected and not self.show_rejected:
-                continue  # rejected drafts are not part of the reply
+            if rejected and (not self.show_rejected or self._plain_code):
+                continue  # rejected drafts are not part of the reply (nor of plain code: their tooltip keeps them)
             if not tok.text:
                 continue
             if rejected:
@@ -273,19 +293,20 @@ class TokenTextView(QTextBrowser):
         if not pieces:
             return
         flags = CODE if self._in_code else 0
+        plain = self._plain_code
         pos = cursor.position()
         run: list[str] = []
         run_state: str | None = None
         for token, text, _rejected in pieces:
             state = self.trace.tokens[token].state
             if state != run_state and run:
-                cursor.insertText("".join(run), self._format(run_state, flags))
+                cursor.insertText("".join(run), self._format(run_state, flags, plain_code=plain))
                 run.clear()
             run_state = state
             run.append(text)
             self._record(token, pos)
             pos += _utf16_len(text)
-        cursor.insertText("".join(run), self._format(run_state, flags))
+        cursor.insertText("".join(run), self._format(run_state, flags, plain_code=plain))
         self._raw = len(self._line)
 
     def _draw_line(self, cursor: QTextCursor, breaking: int | None) -> None:
@@ -306,6 +327,7 @@ class TokenTextView(QTextBrowser):
         elif marked.kind == FENCE_CLOSE:
             cursor.setBlockFormat(self._block_format(False))  # the block ended: its fence line is not code
         code = CODE if marked.kind == CODE_LINE else 0
+        plain = bool(code) and not self.code_colored
         heading = marked.level if marked.kind == HEADING else 0
         # Runs of one (state, style) go in with one insertText each, as in _append_raw.
         pos, offset = cursor.position(), 0
@@ -313,20 +335,21 @@ class TokenTextView(QTextBrowser):
         run_key: tuple[str, int] | None = None
         for token, piece, rejected in self._line:
             self._record(token, pos)
-            state = self.trace.tokens[token].state
+            token_state = self.trace.tokens[token].state
             chars = ((piece, code),) if rejected else marked.chars[offset:offset + len(piece)]
             offset += 0 if rejected else len(piece)
             for shown, flags in chars:
                 if not shown:
                     continue
+                state = drawn_state(token_state, shown, piece) if plain else token_state
                 if run and (state, flags) != run_key:
-                    cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
+                    cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading, plain))
                     run.clear()
                 run_key = (state, flags)
                 run.append(shown)
                 pos += _utf16_len(shown)
         if run:
-            cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading))
+            cursor.insertText("".join(run), self._format(run_key[0], run_key[1], heading, plain))
         if breaking is not None:
             self._record(breaking, cursor.position())
             cursor.insertBlock(self._block_format(in_code), QTextCharFormat())
@@ -348,15 +371,29 @@ class TokenTextView(QTextBrowser):
         link.setForeground(QColor(59, 130, 246))
         link.setToolTip("Copy this code block")
         cursor.insertText("Copy code", link)
+        if self.colored:  # the switch for code's colours, where the code is (also View ▸ Colour code blocks)
+            cursor.insertText("  ", muted)
+            switch = QTextCharFormat(link)
+            switch.setAnchorHref(CODE_COLOURS)
+            switch.setToolTip("Code blocks plain, with a thin underline at each correction (hover a token for "
+                              "everything)" if self.code_colored else "Colour the tokens inside code blocks too")
+            cursor.insertText("Plain code" if self.code_colored else "Colour code", switch)
 
     def _on_anchor(self, url) -> None:
         href = url.toString()
-        if href.startswith(COPY_CODE):
+        if href == CODE_COLOURS:
+            self.code_colours_requested.emit(not self.code_colored)
+        elif href.startswith(COPY_CODE):
             block = int(href[len(COPY_CODE):])
             if 0 <= block < len(self.code_blocks):
                 text = "\n".join(self.code_blocks[block])
                 QGuiApplication.clipboard().setText(text)
                 self.code_copied.emit(text)
+
+    def token_spans(self) -> list[tuple[int, int, int]]:
+        """(trace index, document start, document end) of each token shown, in order."""
+        ends = [*self._starts[1:], self.document().characterCount() - 1]
+        return list(zip(self._token_index, self._starts, ends))
 
     def token_at(self, pos: QPointF) -> TokenRecord | None:
         if self.trace is None or not self._starts:
@@ -574,6 +611,7 @@ class ChatView(QScrollArea):
     regenerate_requested = Signal(object)
     graphs_requested = Signal(object)
     branch_requested = Signal(object, int)
+    code_colours_requested = Signal(bool)  # a code block's link: colour code blocks (True) or make them plain
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -589,6 +627,7 @@ class ChatView(QScrollArea):
         self.bubbles: list[MessageBubble] = []
         self.colored = True
         self.reading = False  # reading mode: rejected drafts hidden inline (tooltips, tree and replay keep them)
+        self.code_colored = False  # fenced code coloured token by token (else plain, with thin marks)
         self._streaming: MessageBubble | None = None
         self._footer_stale = False  # tokens of the streaming reply arrived that its footer does not count yet
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
@@ -663,7 +702,7 @@ class ChatView(QScrollArea):
     def add_assistant(self, trace: ReplyTrace, index: int, streaming: bool = False,
                       above: bool = False) -> MessageBubble:
         b = MessageBubble("assistant", index)
-        b.body.set_trace(trace, self.colored, self.reading)
+        b.body.set_trace(trace, self.colored, self.reading, self.code_colored)
         b.update_footer()
         b.set_streaming(streaming)
         self._add_bubble(b, (0, 30), above)
@@ -729,6 +768,7 @@ class ChatView(QScrollArea):
         b.regenerate_requested.connect(self.regenerate_requested)
         b.graphs_requested.connect(self.graphs_requested)
         b.branch_requested.connect(self.branch_requested)
+        b.body.code_colours_requested.connect(self.code_colours_requested)
 
     # -- streaming ----------------------------------------------------------------------------------
     @property
@@ -765,10 +805,17 @@ class ChatView(QScrollArea):
         self.reading = reading
         self._rerender()
 
+    def set_code_colored(self, on: bool) -> None:
+        """Fenced code coloured token by token, or plain with a thin mark at each correction (the default)."""
+        if on == self.code_colored:
+            return
+        self.code_colored = on
+        self._rerender()
+
     def _rerender(self) -> None:
         for b in self.bubbles:
             if b.trace is not None:
-                b.body.set_trace(b.trace, self.colored, self.reading)
+                b.body.set_trace(b.trace, self.colored, self.reading, self.code_colored)
 
     # -- scrolling ----------------------------------------------------------------------------------
     def _on_scroll(self, value: int) -> None:
@@ -810,7 +857,9 @@ COLOURS_HELP = (
     "Green: a draft token the verifier accepted.\nRed, struck through: a draft token the verifier "
     "rejected (kept where it was proposed; not part of the reply).\nAmber: the verifier's correction "
     "that replaced it.\nBlue: the bonus token the verifier adds after a fully accepted round.\n"
-    "No colour: decoded by the verifier alone (speculation off).\n\nHover any token for its round, "
+    "No colour: decoded by the verifier alone (speculation off).\n\nInside code blocks the tokens are not "
+    "coloured (the Colour code link above a block, or View ▸ Colour code blocks): a thin amber underline marks each "
+    "correction, and the rejected draft it replaced is in its tooltip.\n\nHover any token for its round, "
     "position, draft and verifier probabilities, acceptance probability and the verifier's top "
     "alternatives.")
 

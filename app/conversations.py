@@ -183,6 +183,8 @@ class ConversationController:
         if branches.flip(w.conv.messages, bubble.index, step):
             self.render()
             self.show_graphs_of_last_reply()
+            shown = w.conv.messages[bubble.index].trace  # the status line's figures are this version's now
+            w.say(shown.summary() if shown is not None and shown.rounds else "Ready")
             self.save()
 
     def show_graphs_for(self, bubble: MessageBubble) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QWidget
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QSizePolicy, QSplitter, QTableView, QWidget
 
 # Window decorations (title bar, frame) a window manager adds outside a top-level widget's geometry,
 # before the window has been shown once and Qt knows them.
@@ -100,3 +100,23 @@ class ElidedLabel(QLabel):
         painter = QPainter(self)
         self.style().drawItemText(painter, self.contentsRect(), int(self.alignment()), self.palette(),
                                   self.isEnabled(), self.shown_text(), self.foregroundRole())
+
+
+def rows_height(table: QTableView) -> int:
+    """How tall `table` is with every row in view: its header, its rows and its frame."""
+    return table.horizontalHeader().sizeHint().height() + table.verticalHeader().length() + 2 * table.frameWidth() + 2
+
+
+def give_rows(split: QSplitter, table: QTableView) -> None:
+    """In a vertical `split` with `table` in its lower part, grow that part to show every row, taking the height
+    from the part above down to its minimum: the replay's numbers stayed at three rows on a full screen. Never
+    shrinks it (a part dragged larger stays so)."""
+    sizes = split.sizes()
+    total = sum(sizes)
+    if len(sizes) != 2 or total <= 0:
+        return
+    top = split.widget(0)
+    top_min = top.minimumSizeHint().expandedTo(top.minimumSize()).height()
+    bottom = min(rows_height(table), total - top_min)
+    if bottom > sizes[1]:
+        split.setSizes([total - bottom, bottom])

@@ -55,6 +55,7 @@ from app.speedup import (
     why_they_differ,
 )
 from app.theme import ACCENT, DRAFT_COLOR, OVERHEAD_COLOR, STATE_SOLID, VERIFY_COLOR, is_dark
+from app.toggle_marks import SwitchMarks
 from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace
 from specdec_core.stats import StatsAccumulator, predicted_speedup
 from specdec_core.verification.cost import VerifyCost
@@ -523,6 +524,7 @@ class LiveGraphs(QWidget):
                       "cost": self.cost_plot}
         # 8. the open chat's replies, one point each (not a panel of the reply: fed by `ChatAcceptance.show`)
         self.history = ChatAcceptance()
+        self.switch_marks = SwitchMarks(self.plots)  # where speculation was switched mid-reply (Ctrl+D)
         self._set_ranges(force=True)
         self.set_columns(2)
 
@@ -583,6 +585,7 @@ class LiveGraphs(QWidget):
         self._n = 0
         self._drew_final = False
         self._reset_buffers()
+        self.switch_marks.clear()
         self._ranges = {}
         self._copy_rounds()
         self._draw()
@@ -610,6 +613,7 @@ class LiveGraphs(QWidget):
             self.b_drafted.append(r.checked)  # a tree round: every candidate the verifier checked
             self.b_accepted.append(r.accepted)
             r.fold_into(self.tally)
+            self.switch_marks.observe(r)
             self._max_gamma = max(self._max_gamma, r.gamma if r.drafted else 0, r.drafted)
             self.b_rate.append(self.tally.accepted / self.tally.drafted if self.tally.drafted else np.nan)
             self.b_draft_ms.append(r.draft_s * 1e3)
@@ -687,6 +691,7 @@ class LiveGraphs(QWidget):
 
     def _draw_panel(self, name: str) -> None:
         self.updates += 1
+        self.switch_marks.draw(name)
         n = self.b_t.n
         edges = np.arange(n + 1, dtype=float) + 0.5  # step curves: round i spans [i+0.5, i+1.5]
         if name == "tps":
@@ -761,7 +766,9 @@ class LiveGraphs(QWidget):
         if tps:
             parts.append(f"<b>{tps:.1f} tok/s</b>")
         spread = trace.rate_spread() if trace is not None else None
-        if sp is not None and self.tally.drafted and spread is None:
+        if self.switch_marks.switches:  # tokens/s over decoding with and without speculation: no one ratio
+            parts.append("mixed reply (speculation switched mid-reply): no single speedup")
+        elif sp is not None and self.tally.drafted and spread is None:
             parts.append(f"too short for a speedup (under {MIN_SPEEDUP_TOKENS} tokens)")
         elif sp is not None and self.tally.drafted:
             if self.baseline_like:

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.disk_use import size_cell
 from app.fit import fit_to_screen
 from app.worker import FunctionWorker
 from specdec_core.loading import catalog, discovery
@@ -117,10 +118,10 @@ class ModelsDialog(QDialog):
         self.table.setRowCount(len(rows))
         for index, row in enumerate(rows):
             model = row.model
-            size = f"{model.size / 1e9:.2f} GB" if model.size else "comes with specdec"
+            size, size_tip = size_cell(model, self.cache_dir)  # the download, or what it takes here once installed
             for column, text in enumerate((model.name, model.parameters, size, model.licence, row.state)):
                 item = QTableWidgetItem(text)
-                item.setToolTip(f"{model.title}: {model.summary}")
+                item.setToolTip(size_tip if column == 2 else f"{model.title}: {model.summary}")
                 self.table.setItem(index, column, item)
         self.table.resizeColumnsToContents()
         self._fill_pairs()

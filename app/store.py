@@ -176,6 +176,15 @@ class Conversation:
                 line = " ".join(first.split())
                 self.title = line[:48] + ("…" if len(line) > 48 else "")
 
+    def full_title(self) -> str:
+        """The title as exports write it: an automatic title cut short with "…" is its first message whole."""
+        if self.title.endswith("…"):
+            first = next((m.content for m in self.messages if m.role == "user" and m.content.strip()), "")
+            line = " ".join(first.split())
+            if len(line) >= len(self.title) and line.startswith(self.title[:-1]):
+                return line
+        return self.title
+
     def to_dict(self) -> dict:
         return {**self.extra, "format": max(self.format, FORMAT_VERSION), "id": self.id, "title": self.title,
                 "created": self.created, "updated": self.updated, "system": self.system,
@@ -976,6 +985,7 @@ class Settings:
     stop_sequences: list[str] = field(default_factory=list)  # a reply ends at the first of these it writes
     colored: bool = True
     reading: bool = False  # reading mode: rejected drafts hidden inside replies
+    code_colored: bool = False  # fenced code coloured token by token (off: plain, a thin mark at each correction)
     calibrate: bool = True  # measure the verifier alone after loading (the speedup baseline)
     recent_specs: list[str] = field(default_factory=list)
     model_dirs: list[str] = field(default_factory=list)  # searched for models besides other apps' folders
@@ -1050,7 +1060,7 @@ def _setting_problem(name: str, value: object) -> str | None:
 # ---- exports ------------------------------------------------------------------------------------
 
 def to_markdown(conv: Conversation) -> str:
-    lines = [f"# {conv.title}", ""]
+    lines = [f"# {conv.full_title()}", ""]
     if conv.system:
         lines += [f"*System prompt:* {conv.system}", ""]
     for m in conv.messages:
@@ -1095,7 +1105,7 @@ def to_html(conv: Conversation) -> str:
     """A standalone page; replies keep their token colours (and per-token hover titles)."""
     out = [
         "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(conv.title)}</title><style>",
+        f"<title>{html.escape(conv.full_title())}</title><style>",
         "body{font-family:system-ui,sans-serif;max-width:860px;margin:2em auto;line-height:1.5;padding:0 1em}",
         ".msg{border-radius:12px;padding:.6em 1em;margin:.8em 0;border:1px solid rgba(127,127,127,.3)}",
         ".user{background:rgba(124,92,230,.12);margin-left:4em}",
@@ -1105,7 +1115,7 @@ def to_html(conv: Conversation) -> str:
         ".legend span{padding:1px 6px;margin-right:6px;border-radius:3px}",
         "@media (prefers-color-scheme: dark){body{background:#1e1e22;color:#ddd}}",
         "</style></head><body>",
-        f"<h1>{html.escape(conv.title)}</h1>",
+        f"<h1>{html.escape(conv.full_title())}</h1>",
         "<div class='legend'>" + "".join(f"<span style='{st}'>{name}</span>"
                                           for name, st in _HTML_STYLE.items() if st) + "</div>",
     ]

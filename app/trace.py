@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
+from app.toggles import mixed_words
 from specdec_core.events import (
     Finished,
     Prefilled,
@@ -271,9 +272,13 @@ class ReplyTrace:
         if s and s.drafted:
             parts.append(f"acceptance {s.acceptance_rate:.0%}")
             parts.append(f"{s.mean_accepted_length:.2f} tokens/call")
+            parts.append(f"{s.accepted}/{s.drafted} drafted tokens accepted")  # the counts, as LM Studio gives them
         elif self.all_plain:
             parts.append("speculation off")
-        if self.speedup() is not None and self.speculative:
+        mixed = mixed_words(self)
+        if mixed:  # its tokens/s averages decoding with and without speculation: no one speedup
+            parts.append(mixed)
+        elif self.speedup() is not None and self.speculative:
             words = self.speedup_words()
             parts.append(words + (f" ({self.baseline_note})" if self.baseline_note and "±" in words else ""))
         if self.stop_reason and self.stop_reason not in ("eos", "stop_string"):

@@ -178,6 +178,7 @@ class MainWindow(QMainWindow):
         self.chat = ChatView()
         self.chat.colored = self.settings.colored
         self.chat.reading = self.settings.reading
+        self.chat.code_colored = self.settings.code_colored
         self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
         self.chat.edit_requested.connect(self.conversations.edit)
         self.chat.regenerate_requested.connect(self.regenerate)
@@ -297,6 +298,13 @@ class MainWindow(QMainWindow):
         colour.setChecked(self.settings.colored)
         colour.toggled.connect(self.legend.check.setChecked)
         self.legend.check.toggled.connect(colour.setChecked)
+        # Code blocks plain (a thin mark at each correction) or coloured token by token; each block's own link
+        # flips it too.
+        self.code_action = self._action(v, "Colour code blocks", None, "Ctrl+Shift+K")
+        self.code_action.setCheckable(True)
+        self.code_action.setChecked(self.settings.code_colored)
+        self.code_action.toggled.connect(self.set_code_colored)
+        self.chat.code_colours_requested.connect(self.code_action.setChecked)
         self._action(v, "Settings", lambda: (self.left_dock.show(), self.left_tabs.setCurrentIndex(1)), "Ctrl+,")
 
         h = mb.addMenu("&Help")
@@ -726,6 +734,11 @@ class MainWindow(QMainWindow):
     def set_colored(self, on: bool) -> None:
         self.settings.colored = on
         self.chat.set_colored(on)
+        self.save_settings()
+
+    def set_code_colored(self, on: bool) -> None:
+        self.settings.code_colored = on
+        self.chat.set_code_colored(on)
         self.save_settings()
 
     def set_reading(self, on: bool) -> None:

@@ -11,8 +11,10 @@ import html
 import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.chat_view import TokenTextView
 from app.talk import style as ts
 from app.talk.context import Lane, TalkContext, engine_lane, head_alone, prompt_lookup_alone
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun
@@ -38,6 +40,32 @@ def draft_lane(ctx: TalkContext) -> Lane:
 
 def agreeing_prefix(a: str, b: str) -> int:
     return len(os.path.commonprefix([a, b]))
+
+
+def mark_parting(view: TokenTextView, agreeing: int) -> None:
+    """Tint the draft's tokens inside the first `agreeing` characters of its text green and the rest red, over the
+    view's own rendering: its code keeps its monospace font and indentation (a rich-text copy of the text lost
+    both)."""
+    trace = view.trace
+    if trace is None:
+        return
+    ends, at = {}, 0
+    for i, tok in enumerate(trace.tokens):
+        if tok.in_reply:
+            at += len(tok.text)
+            ends[i] = at
+    agree, part = QTextCharFormat(), QTextCharFormat()
+    agree.setBackground(QColor(ts.ACCEPTED.red(), ts.ACCEPTED.green(), ts.ACCEPTED.blue(), 90))
+    part.setForeground(ts.REJECTED)
+    cursor = QTextCursor(view.document())
+    cursor.beginEditBlock()
+    for index, start, end in view.token_spans():
+        if end <= start or index not in ends:
+            continue
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        cursor.mergeCharFormat(agree if ends[index] <= agreeing else part)
+    cursor.endEditBlock()
 
 
 class DraftAloneView(QWidget):
@@ -119,10 +147,6 @@ class DraftAloneView(QWidget):
                      "Verification keeps every token the verifier would have chosen; the draft only saves time "
                      "where it guessed right.")
         self.summary.setText(words)
-        # Mark where the draft parts from the verified reply.
-        agree, rest = html.escape(draft[:n]), html.escape(draft[n:])
-        self.panes["draft"].text.setHtml(
-            f"<span style='background:{ts.STATE_BG['accepted']}'>{agree}</span>"
-            f"<span style='color:{ts.REJECTED.name()}'>{rest}</span>".replace("\n", "<br>"))
+        mark_parting(self.panes["draft"].text, n)
         self.status.setText("Green: where the draft agrees with the verified reply; red: where it parts.")
         self.finished.emit((draft, verified))

@@ -51,6 +51,7 @@ class Explainer(QWidget):
         self.measured: tuple[float, float] | None = None  # (mean γ, measured speedup)
         self.tree: TreePrediction | None = None  # a live reply that drafted trees: what its trees predict
         self.tree_measured: float | None = None
+        self.tree_gamma = 0.0  # the trees' mean main line: where their prediction is plotted
         self.live_source = ""
         lay = QVBoxLayout(self)
         lay.setContentsMargins(14, 12, 14, 12)
@@ -149,6 +150,7 @@ class Explainer(QWidget):
         if self.tree is not None:  # a tree's nodes are not a chain's γ: its main line is
             mains = [r.drafted for r in trace.rounds if r.tree]
             gamma = sum(mains) / len(mains)
+            self.tree_gamma = gamma
         self.measured = (gamma, sp) if sp else None
         self.set_values(s.acceptance_rate, round(gamma), s.c,
                         f"live: α, γ and c measured in the reply by {trace.verifier or 'the verifier'}"
@@ -203,11 +205,30 @@ class Explainer(QWidget):
             self.slider_labels[name].setText(text)
         curve = np.array([predicted_speedup(a, x, c) for x in GAMMAS])
         self.curve.setData(GAMMAS, curve)
-        self.point.setData([g], [sp])
+        self._draw_point(g, sp)
         if self.measured is not None:
             self.measured_point.setData([self.measured[0]], [self.measured[1]])
         else:
             self.measured_point.setData([], [])
-        top = max(float(curve.max()), sp, self.measured[1] if self.measured else 0.0, 1.2)
+        shown = self.point.getData()[1]
+        top = max(float(curve.max()), float(shown[0]) if shown is not None and len(shown) else sp,
+                  self.measured[1] if self.measured else 0.0, 1.2)
         self.plot.getPlotItem().setYRange(0, top * 1.1)
         self.values_changed.emit(a, g, c)
+
+    def _draw_point(self, gamma: int, chain: float) -> None:
+        """The dot: the chain's prediction at this γ; for a reply that drafted trees, what its trees predict (none
+        without the measured costs a tree's prediction needs), beside the measured star."""
+        legend = self.plot.getPlotItem().legend
+        label = legend.getLabel(self.point) if legend is not None else None
+        if self.tree is None:
+            self.point.setData([gamma], [chain])
+            text = "at this γ"
+        elif self.tree.speedup is not None:
+            self.point.setData([self.tree_gamma], [self.tree.speedup])
+            text = "predicted from its trees"
+        else:
+            self.point.setData([], [])
+            text = "predicted from its trees (needs a baseline)"
+        if label is not None and label.text != text:
+            label.setText(text)

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.fit import available, fit_to_screen, scrolling, wrap_labels
+from app.fit import available, fit_to_screen, give_rows, scrolling, wrap_labels
 from app.talk import style as ts
 from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy, round_info
 from app.theme import STATE_SOLID
@@ -434,6 +434,7 @@ class ReplayWidget(QWidget):
         bottom.setSizes([560, 520])
         split.addWidget(bottom)
         split.setSizes([520, 260])
+        self.split = split
         lay.addWidget(split, 1)
 
         # The transport controls: a widget of their own, so a dialog can keep them in view below a scrolled
@@ -595,10 +596,15 @@ class ReplayWidget(QWidget):
             self.render()
 
     # -- drawing -----------------------------------------------------------------------------------------
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        give_rows(self.split, self.numbers)  # a larger window: room for more of the round's rows
+
     def render(self) -> None:
         st = self.state
         self.stage.show_beat(st.story, st.step, len(st.rounds), self.greedy)
         self.numbers.show_beat(st.story, st.step, self.greedy)
+        give_rows(self.split, self.numbers)  # every row of the round in view, where the stage can spare the room
         self.caption.setText(st.caption())
         tokens = st.committed_tokens()
         self.reply.setHtml(f"<div>{ts.tokens_html(tokens)}</div>" if tokens else

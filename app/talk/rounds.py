@@ -205,8 +205,8 @@ class ReplayState:
                 node = tree[s.i]
                 parent = int(node["parent"])
                 after = ("the context" if parent < 0 else
-                         f"candidate {parent + 1} “{tree[parent].get('text', '')}”")
-                return (f"The draft grows its tree: candidate {s.i + 1} of {nodes}, “{node.get('text', '')}”, "
+                         f"candidate {parent + 1} {quoted(tree[parent].get('text', ''))}")
+                return (f"The draft grows its tree: candidate {s.i + 1} of {nodes}, {quoted(node.get('text', ''))}, "
                         f"after {after} (its most likely continuations first).")
             return f"The draft proposes token {s.i + 1} of {k}, given {given}."
         if s.beat is Beat.VERIFY:
@@ -241,6 +241,19 @@ class ReplayState:
                     + ": the verifier's correction takes its place, 1 token for one call.")
         return (f"{n} of {k} accepted; the first rejected draft and everything after it are thrown away, "
                 f"and the verifier's correction takes its place: {n + 1} tokens for one call.")
+
+
+NO_BREAK = "\u00a0"  # a space the caption's line breaking keeps
+
+
+def quoted(text: str) -> str:
+    """A token's text in a caption's quotes, never broken across lines: its line breaks and tabs drawn as ↵ and ⇥
+    (a newline token broke the caption inside its quotes), its spaces kept from wrapping, "∅" for no text."""
+    if not text:
+        return "“∅”"
+    shown = text.replace("\n", "↵").replace("\t", "⇥")
+    shown = shown.replace(" ", "␣") if not shown.strip() else shown.replace(" ", NO_BREAK)
+    return f"“{shown}”"
 
 
 STOP_WORDS = {  # why drafting stopped (a DraftStop value), in words a room reads without the code

@@ -15,7 +15,7 @@ REPLY = [  # (text, state) of a reply's tokens, as a streaming engine emits them
     ("`x`", "accepted"), (":\n", "accepted"), ("- item", "plain"), ("\n```py", "accepted"), ("thon\n", "bonus"),
     ("print(", "accepted"), ("prunt", "rejected"), ("1)\n", "corrected"), ("```", "accepted"), ("\nDone.", "bonus"),
 ]
-SHOWN = "Title\nHere is bold and x:\n• item\npython  Copy code\nprint(prunt1)\n\nDone."
+SHOWN = "Title\nHere is bold and x:\n• item\npython  Copy code  Plain code\nprint(prunt1)\n\nDone."
 
 
 def trace_of(tokens, finished: bool = True) -> ReplyTrace:
@@ -47,7 +47,7 @@ def test_a_line_shows_its_markdown_and_hides_its_markers():
 def test_a_reply_renders_markdown_with_every_tokens_colour_and_a_monospace_code_block(qtbot):
     view = TokenTextView()
     qtbot.addWidget(view)
-    view.set_trace(trace_of(REPLY), colored=True)
+    view.set_trace(trace_of(REPLY), colored=True, code_colored=True)
     assert view.toPlainText() == SHOWN
 
     bold = char_format_at(view, "bold")
@@ -78,6 +78,7 @@ def test_a_reply_renders_markdown_with_every_tokens_colour_and_a_monospace_code_
 def test_reading_mode_hides_rejected_drafts_and_keeps_the_colours(qtbot):
     chat = ChatView()
     qtbot.addWidget(chat)
+    chat.code_colored = True  # plain code leaves rejected drafts out whatever the reading mode
     bubble = chat.add_assistant(trace_of(REPLY), 1)
     chat.set_reading(True)
     assert "prunt" not in bubble.body.toPlainText() and "print(1)" in bubble.body.toPlainText()
@@ -92,7 +93,7 @@ def test_streaming_renders_the_same_reply_and_never_redraws_lines_that_ended(qtb
     view = TokenTextView()
     qtbot.addWidget(view)
     trace = trace_of([], finished=False)
-    view.set_trace(trace, colored=True)
+    view.set_trace(trace, colored=True, code_colored=True)
     changes: list[tuple[int, int, int]] = []
     view.document().contentsChange.connect(lambda pos, removed, added: changes.append((pos, removed, added)))
     long_reply = REPLY + [(f" word{i}" + ("\n" if i % 7 == 6 else ""), "accepted") for i in range(60)]
@@ -108,7 +109,7 @@ def test_streaming_renders_the_same_reply_and_never_redraws_lines_that_ended(qtb
             assert sum(removed for _, removed, _ in changes) < 80  # at most the open line is redrawn
     whole = TokenTextView()
     qtbot.addWidget(whole)
-    whole.set_trace(trace, colored=True)
+    whole.set_trace(trace, colored=True, code_colored=True)
     assert view.toPlainText() == whole.toPlainText() and view._starts == whole._starts
 
 
