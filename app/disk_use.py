@@ -41,8 +41,8 @@ def folder_bytes(folder: Path) -> int:
 
 def disk_use(model: catalog.KnownModel, cache_dir: Path) -> DiskUse | None:
     """What an installed downloadable model takes here; None when it is not installed (or comes with specdec)."""
-    path = catalog.installed_file(model, cache_dir)
-    if path is None or model.download is None:
+    path, damage = catalog.install_state(model, cache_dir)  # a damaged file is listed as such, not raised here
+    if path is None or damage or model.download is None:
         return None
     converted = Path(cache_dir) / "gguf" / model.download.sha256
     return DiskUse(path.stat().st_size, folder_bytes(converted) if converted.is_dir() else 0)

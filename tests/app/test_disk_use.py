@@ -3,6 +3,9 @@ was made), not only what it downloads."""
 
 from __future__ import annotations
 
+import hashlib
+from types import SimpleNamespace
+
 from app.disk_use import disk_use, size_cell
 from specdec_core.loading import catalog
 from specdec_core.loading.catalog import ChunkedGguf, KnownModel
@@ -12,7 +15,7 @@ GGUF = b"GGUF" + bytes(2_000)
 
 def known_model(monkeypatch) -> KnownModel:
     model = KnownModel("tiny-listed", "tiny", "1M", "Apache-2.0", "test",
-                       ChunkedGguf(("tiny-listed-part1",), "1.0", len(GGUF), "ab" * 32))
+                       ChunkedGguf(("tiny-listed-part1",), "1.0", len(GGUF), hashlib.sha256(GGUF).hexdigest()))
     monkeypatch.setitem(catalog.KNOWN, model.name, model)
     return model
 
@@ -47,6 +50,8 @@ def test_the_models_dialog_shows_the_on_disk_size_of_an_installed_model(qtbot, m
     catalog.gguf_path(model, tmp_path).write_bytes(GGUF)
 
     class Window:  # the dialog's parent; installing and loading are not used here
+        settings = SimpleNamespace(model_dirs=[])  # folders of the user's own to search for models: none
+
         def window(self):
             return None
 
