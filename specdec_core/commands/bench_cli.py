@@ -97,10 +97,12 @@ def _engines_table(result: dict) -> str:
             rows.append([lane["lane"], "-", "-", "-", "-", "-", f"{why}: {lane[why]}"])
             continue
         same = [row["same_text_as_ours"] for row in lane["per_prompt"] if "same_text_as_ours" in row]
+        notes = [f"same text as ours on {sum(same)}/{len(same)} prompts"] if same else []
+        if lane["draft"] and not lane["drafted"]:
+            notes.append("the server drafted nothing")  # a draft it loaded but never used: the lane is plain
         rows.append([lane["lane"], _fmt(lane["tokens_per_s"], ".1f"), _fmt(lane["end_to_end_tokens_per_s"], ".1f"),
                      _fmt(lane["acceptance_rate"], ".0%"), _fmt(lane.get("mean_accepted_length")),
-                     _fmt(lane.get("over_ours_alone")) + "x",
-                     f"same text as ours on {sum(same)}/{len(same)} prompts" if same else ""])
+                     _fmt(lane.get("over_ours_alone")) + "x", "; ".join(notes)])
     head = (f"Beside llama.cpp ({llama['version'] or llama['server']}, {llama['threads']} thread(s), "
             f"prompts: {llama['prompt_format']})")
     return head + "\n\n" + _table(["engine", "tok/s", "end to end", "accept", "tok/call", "vs specdec alone", "note"],

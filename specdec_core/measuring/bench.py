@@ -272,7 +272,6 @@ def chat_prompts(verifier: LoadedModel, cases: Sequence[PromptCase], config: Gen
                          reserve_new_tokens=config.max_new_tokens).ids for case in cases]
 
 
-
 @dataclass(frozen=True)
 class BenchSettings:
     repeats: int = 3

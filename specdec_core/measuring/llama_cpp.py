@@ -147,8 +147,10 @@ class LlamaServer:
                    "--threads", threads, "--threads-batch", threads, "--ctx-size", str(self.context),
                    "--parallel", "1", "--metrics"]
         if self.draft is not None:
-            command += ["--model-draft", str(self.draft), "--threads-draft", threads, "--threads-batch-draft", threads,
-                        "--spec-draft-n-max", str(self.settings.draft_max)]
+            # --spec-type: a plain model's GGUF names no kind of speculation, and without one the server (0.94.0's
+            # sources) loads the draft and never drafts.
+            command += ["--model-draft", str(self.draft), "--spec-type", "draft-simple", "--threads-draft", threads,
+                        "--threads-batch-draft", threads, "--spec-draft-n-max", str(self.settings.draft_max)]
         return command
 
     def __enter__(self) -> LlamaServer:
@@ -316,9 +318,9 @@ def run_lane(lane: str, binary: Path, model: Path, draft: Path | None, prompts: 
                 replies[p].append(server.complete(prompt, settings.max_new_tokens))
         after = server.metrics()
     result = {"lane": lane, "model": str(model), "draft": str(draft) if draft else None,
-              **lane_figures(replies, settings.repeats), **_speculation(before, after)}
+              **lane_figures(replies, settings.repeats)}
     if draft is not None:
-        result["draft_max"] = settings.draft_max
+        result.update(draft_max=settings.draft_max, **_speculation(before, after))
     result["per_prompt"] = _prompt_rows(names, replies, ours)
     return result
 

@@ -168,7 +168,7 @@ def test_the_draft_lane_passes_the_draft_and_reads_acceptance_and_tokens_per_ste
     model, draft = tmp_path / "verifier.gguf", tmp_path / "draft.gguf"
     lane = run_lane(WITH_DRAFT, binary, model, draft, PROMPTS, ["a", "b"], SETTINGS)
     argv = recorded(record, "argv")[0]
-    assert argv[argv.index("--model-draft") + 1] == str(draft)
+    assert argv[argv.index("--model-draft") + 1] == str(draft) and argv[argv.index("--spec-type") + 1] == "draft-simple"
     assert argv[argv.index("--spec-draft-n-max") + 1] == "3" and argv[argv.index("--threads-draft") + 1] == "2"
     assert lane["acceptance_rate"] == pytest.approx(0.5) and lane["drafted"] == 4 * 4 * 4
     assert lane["verify_steps"] == 4 * 4 and lane["mean_accepted_length"] == pytest.approx(3.0)
@@ -206,7 +206,8 @@ def test_lanes_without_gguf_files_are_skipped_with_the_reason_and_start_nothing(
     folder = str(tiny_models_dir["llama-verifier"])
     assert lane_models(folder, None, tmp_path).verifier_skip == f"the verifier {folder!r} is not a GGUF file"
     both = lane_models(str(gguf), folder, tmp_path)
-    assert both.verifier == gguf and both.draft is None and both.draft_skip == f"the draft {folder!r} is not a GGUF file"
+    assert both.verifier == gguf and both.draft is None
+    assert both.draft_skip == f"the draft {folder!r} is not a GGUF file"
     assert lane_models(str(tmp_path), str(gguf), tmp_path).draft == gguf  # a folder with one GGUF file means it
     result = run_llama_cpp(binary, lane_models(folder, str(gguf), tmp_path), PROMPTS, ["a", "b"], SETTINGS)
     assert [lane["skipped"] for lane in result["lanes"]] == [f"the verifier {folder!r} is not a GGUF file"] * 2
