@@ -75,7 +75,38 @@ def format_bench(result: dict) -> str:
         text += "\n\n" + _table(["category", "prompts", "speedup", "accept", "tok/call"], [
             [row["category"], str(row["prompts"]), _fmt(row["speedup"]) + "x", _fmt(row["acceptance_rate"], ".0%"),
              _fmt(row["mean_accepted_length"])] for row in categories])
+    if "llama_cpp" in result:
+        text += "\n\n" + _engines_table(result)
     return text
+
+
+def _engines_table(result: dict) -> str:
+    """Our lanes and llama.cpp's side by side, or the one line that says why llama.cpp's did not run."""
+    llama = result["llama_cpp"]
+    if "skipped" in llama:
+        return f"llama.cpp lanes: skipped, {llama['skipped']}"
+    base, spec = result["baseline"], result["speculative"]
+    rows = [["specdec alone", _fmt(base["tokens_per_s"], ".1f"), _fmt(base["end_to_end_tokens_per_s"], ".1f"), "-",
+             "-", "1.00x", ""],
+            ["specdec speculative", _fmt(spec["tokens_per_s"], ".1f"), _fmt(spec["end_to_end_tokens_per_s"], ".1f"),
+             _fmt(spec["acceptance_rate"], ".0%"), _fmt(spec["mean_accepted_length"]), _fmt(result["speedup"]) + "x",
+             ""]]
+    for lane in llama["lanes"]:
+        if "tokens_per_s" not in lane:
+            why = "skipped" if "skipped" in lane else "failed"
+            rows.append([lane["lane"], "-", "-", "-", "-", "-", f"{why}: {lane[why]}"])
+            continue
+        same = [row["same_text_as_ours"] for row in lane["per_prompt"] if "same_text_as_ours" in row]
+        notes = [f"same text as ours on {sum(same)}/{len(same)} prompts"] if same else []
+        if lane["draft"] and not lane["drafted"]:
+            notes.append("the server drafted nothing")  # a draft it loaded but never used: the lane is plain
+        rows.append([lane["lane"], _fmt(lane["tokens_per_s"], ".1f"), _fmt(lane["end_to_end_tokens_per_s"], ".1f"),
+                     _fmt(lane["acceptance_rate"], ".0%"), _fmt(lane.get("mean_accepted_length")),
+                     _fmt(lane.get("over_ours_alone")) + "x", "; ".join(notes)])
+    head = (f"Beside llama.cpp ({llama['version'] or llama['server']}, {llama['threads']} thread(s), "
+            f"prompts: {llama['prompt_format']})")
+    return head + "\n\n" + _table(["engine", "tok/s", "end to end", "accept", "tok/call", "vs specdec alone", "note"],
+                                   rows, text_columns=(0, 6))
 
 
 def _bench_figures(result: dict) -> list[tuple[str, str]]:
@@ -279,6 +310,7 @@ def cmd_bench(args) -> int:
         cases = [c if c.system else PromptCase(c.name, c.messages, args.system) for c in cases]
     if (args.proxy or args.replies) and not args.adapt:
         raise BenchError("--proxy and --replies measure online adaptation: add --adapt")
+    server = _llama_cpp_server(args)  # before the models load: a wrong path is a one-line error at once
     pair = load_from_args(args)
     if args.adapt:
         return _cmd_adapt(args, config, cases, pair)
@@ -299,6 +331,8 @@ def cmd_bench(args) -> int:
     result = run_bench(pair.engine, pair.verifier, pair.draft, cases, config, settings, progress=_say)
     result["setup"]["prompt_file"] = args.prompts
     result["memory"] = memory_figures(pair.verifier, pair.draft)
+    result["llama_cpp"] = _llama_cpp_lanes(args, server, pair, cases, config, result) if server else \
+        {"skipped": "no --llama-cpp PATH"}
     table_out = sys.stderr if args.json == "-" else sys.stdout
     print(format_bench(result), file=table_out, flush=True)
     _write_json(result, args.json)
@@ -306,6 +340,40 @@ def cmd_bench(args) -> int:
         plot_bench(result, args.plot)
         _say(f"wrote {args.plot}")
     return 0
+
+
+def _llama_cpp_server(args):
+    """--llama-cpp's llama-server binary (None without the flag)."""
+    if not args.llama_cpp:
+        return None
+    if args.adapt:
+        raise BenchError("--llama-cpp runs beside the plain bench, not --adapt: drop one of them")
+    from specdec_core.measuring.llama_cpp import find_server
+
+    return find_server(args.llama_cpp)
+
+
+def _llama_cpp_lanes(args, server, pair, cases, config, result: dict) -> dict:
+    """llama.cpp alone and with the draft (llama_cpp.py), on our GGUF files, prompts and thread count."""
+    import torch
+
+    from specdec_core.loading.gguf_cache import default_cache_dir
+    from specdec_core.measuring.bench import chat_prompts
+    from specdec_core.measuring.llama_cpp import LaneSettings, lane_models, run_llama_cpp
+
+    models = lane_models(args.verifier or defaults.VERIFIER, pair.draft.spec if pair.draft else None,
+                         default_cache_dir())
+    settings = LaneSettings(threads=torch.get_num_threads(), max_new_tokens=config.max_new_tokens,
+                            repeats=args.repeats, draft_max=config.gamma, temperature=config.temperature,
+                            top_k=config.top_k, top_p=config.top_p, seed=config.seed)
+    ours = [row["text"] for row in result["per_prompt"]] if config.greedy else None
+    out = run_llama_cpp(server, models, chat_prompts(pair.verifier, cases, config), [case.name for case in cases],
+                        settings, ours, say=_say)
+    alone = result["baseline"]["tokens_per_s"]
+    for lane in out["lanes"]:
+        if lane.get("tokens_per_s") and alone:
+            lane["over_ours_alone"] = lane["tokens_per_s"] / alone
+    return out
 
 
 def _cmd_adapt(args, config, cases, pair) -> int:
@@ -444,6 +512,10 @@ def add_parser(subparsers) -> None:
     bench.add_argument("--json", metavar="OUT", help="write the results as one JSON object (- for stdout)")
     bench.add_argument("--plot", metavar="PNG", help="draw speedup per prompt, acceptance by position and "
                                                      "predicted against measured speedup (needs matplotlib)")
+    bench.add_argument("--llama-cpp", metavar="PATH",
+                       help="also run llama.cpp's llama-server (PATH: a build folder or the binary; "
+                            "scripts/build_llama_cpp.sh builds one) on the verifier's GGUF file alone and with the "
+                            "draft's, on the same prompts at the same thread count")
     _add_adapt_options(bench)
     add_threads_option(bench)
     add_model_options(bench)

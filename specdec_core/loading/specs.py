@@ -143,6 +143,26 @@ def resolve(spec: str, *, report: Reporter, trust_remote_code: bool, cache_dir: 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
+def gguf_file(spec: str, cache_dir: Path) -> Path | None:
+    """The GGUF file a spec loads from, found as `resolve` finds it but converting nothing; None when the
+    spec names a model in transformers format (a folder, the shipped draft, a hub id) or nothing at all.
+    Other engines that read GGUF files (llama.cpp, measuring/llama_cpp.py) run the same file through it."""
+    key = spec.strip().lower()
+    if key in _EMBEDDED:
+        try:
+            return embedded_gguf_path(key)
+        except ModelLoadError:
+            return None
+    listed = catalog.known(key)
+    if listed is not None and listed.download is not None:
+        return catalog.installed_file(listed, cache_dir)
+    path = Path(spec).expanduser()
+    if path.is_dir() and not (path / "config.json").is_file():
+        ggufs = sorted(path.glob("*.gguf"))
+        return ggufs[0] if len(ggufs) == 1 else None
+    return path if path.suffix.lower() == ".gguf" and path.is_file() else None
+
+
 def _gguf_folder(gguf: Path, name: str, kind: str, cache_dir: Path, report: Reporter, *,
                  quantised: bool = False) -> Resolved:
     note = ""

@@ -263,6 +263,15 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
 # --------------------------------------------------------------------------- bench
 
 
+def chat_prompts(verifier: LoadedModel, cases: Sequence[PromptCase], config: GenerationConfig) -> list[list[int]]:
+    """Each case through the verifier's chat template, as every lane reads it (llama.cpp's too: llama_cpp.py)."""
+    from specdec_core.text.chat import build_prompt
+
+    return [build_prompt(verifier.tokenizer, list(case.messages), system=case.system,
+                         context_length=verifier.context_length,
+                         reserve_new_tokens=config.max_new_tokens).ids for case in cases]
+
+
 @dataclass(frozen=True)
 class BenchSettings:
     repeats: int = 3
@@ -275,16 +284,12 @@ def run_bench(engine: Engine, verifier: LoadedModel, draft: LoadedModel | None, 
               config: GenerationConfig, settings: BenchSettings,
               progress: Callable[[str], None] | None = None) -> dict:
     """Time every prompt with speculation off and on (and transformers' reference), alternating."""
-    from specdec_core.text.chat import build_prompt
-
     say = progress or (lambda message: None)
     if settings.repeats < 1:
         raise ConfigError(f"--repeats must be at least 1 (got {settings.repeats})")
     if engine.drafter is None:
         raise ConfigError("the benchmark needs a drafter (a draft model or prompt lookup)")
-    prompts = [build_prompt(verifier.tokenizer, list(case.messages), system=case.system,
-                            context_length=verifier.context_length,
-                            reserve_new_tokens=config.max_new_tokens).ids for case in cases]
+    prompts = chat_prompts(verifier, cases, config)
     off, on = config.with_(speculate=False), config.with_(speculate=True)
     kinds = ["off", "on"] + (["hf"] if settings.hf_reference else [])
     hf_draft = draft
@@ -518,14 +523,11 @@ def rank_drafts(engine: Engine, verifier: LoadedModel, candidates: list[Candidat
     from specdec_core.drafting.drafters import PromptLookupDrafter
     from specdec_core.pairs.doctor import check_models
     from specdec_core.pairs.pairing import make_drafter
-    from specdec_core.text.chat import build_prompt
 
     say = progress or (lambda message: None)
     if repeats < 1:
         raise ConfigError(f"--repeats must be at least 1 (got {repeats})")
-    prompts = [build_prompt(verifier.tokenizer, list(case.messages), system=case.system,
-                            context_length=verifier.context_length,
-                            reserve_new_tokens=config.max_new_tokens).ids for case in cases]
+    prompts = chat_prompts(verifier, cases, config)
     rows = []
     for candidate in candidates:
         row: dict[str, Any] = {"draft": candidate.spec or "prompt lookup",
