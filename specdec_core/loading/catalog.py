@@ -452,7 +452,7 @@ def _convert(target: Path, cache_dir: Path, report: InstallCallback) -> None:
     def forward(progress: LoadProgress) -> None:
         report(InstallProgress("convert", progress.fraction, progress.message))
 
-    gguf_cache.convert_gguf(target, cache_dir=cache_dir, progress=forward)
+    gguf_cache.convert_gguf(target, cache_dir=cache_dir, progress=forward, weights=gguf_cache.needs_float_copy(target))
 
 
 # --------------------------------------------------------------------------- remove and list

@@ -47,15 +47,28 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def convert_gguf(gguf: Path, *, cache_dir: Path | None = None, progress: ProgressCallback | None = None) -> Path:
-    """Convert a GGUF file into the cache now (nothing when it is there already); its folder."""
+def convert_gguf(gguf: Path, *, cache_dir: Path | None = None, progress: ProgressCallback | None = None,
+                 weights: bool = True) -> Path:
+    """Convert a GGUF file into the cache now (nothing when it is there already); its folder. `weights=False`:
+    only its config and tokenizer, for a file that runs in its own quantisation."""
     try:
         with quiet_transformers_bars():
             folder, _ = converted_gguf(Path(gguf), cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
-                                        report=Reporter(progress))
+                                        report=Reporter(progress), weights=weights)
     except ProgressError as error:
         raise error.original from None
     return folder
+
+
+def needs_float_copy(gguf: Path) -> bool:
+    """Whether a load of `gguf` on this CPU (with the default weight format) reads a float conversion from the cache,
+    rather than the file's own quantised weights: what an install prepares in advance."""
+    from specdec_core.loading import packed_gguf
+
+    try:
+        return not packed_gguf.plan(Path(gguf)).usable
+    except (OSError, ValueError):
+        return True
 
 
 def converted_gguf(gguf: Path, *, cache_dir: Path, report: Reporter, weights: bool = True) -> tuple[Path, bool]:

@@ -132,7 +132,7 @@ def test_modules_outside_the_main_window_use_only_its_public_surface():
 
 
 QT_FREE_APP_MODULES = ("session", "trace", "store", "speedup", "branches", "validate", "markdown", "ports", "host",
-                       "talk/context", "talk/rounds", "talk/drafters")
+                       "talk/context", "talk/rounds", "talk/drafters", "toggles")
 
 
 def test_the_apps_qt_free_modules_import_no_qt_not_even_inside_a_function():
