@@ -48,6 +48,9 @@ class GgufFacts:
     parameters: int  # elements over all tensors
     tensor_types: dict[int, int] = field(default_factory=dict)  # ggml type -> elements of matrices of that type
     tokens: tuple[str, ...] | None = None  # only when asked for (read_gguf_facts(keep_tokens=True))
+    # (name, dims with the row length first as GGUF lists them, ggml type, offset of its data from data_start)
+    tensors: tuple[tuple[str, tuple[int, ...], int, int], ...] = ()
+    data_start: int = 0  # where the tensors' data begins in the file (aligned to general.alignment)
 
     @property
     def architecture(self) -> str:
@@ -125,8 +128,12 @@ class _Parser:
                 self.array(key)
             else:
                 metadata[key] = self.value(value_type)
-        parameters, types = self.tensor_table(tensor_count)
-        return GgufFacts(metadata, self.token_count, self.tokens_hash, parameters, types, self.tokens)
+        parameters, types, tensors = self.tensor_table(tensor_count)
+        alignment = metadata.get("general.alignment", 32)
+        alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
+        data_start = -(-self.pos // alignment) * alignment
+        return GgufFacts(metadata, self.token_count, self.tokens_hash, parameters, types, self.tokens,
+                         tuple(tensors), data_start)
 
     # ---------------------------------------------------------------- primitives
 
@@ -196,19 +203,21 @@ class _Parser:
         self.take(pos - self.pos)  # one bounds check for the lot: a length past the end lands here
         return starts
 
-    def tensor_table(self, tensor_count: int) -> tuple[int, dict[int, int]]:
-        parameters, types = 0, {}
+    def tensor_table(self, tensor_count: int) -> tuple[int, dict[int, int], list]:
+        parameters, types, tensors = 0, {}, []
         for _ in range(tensor_count):
-            self.string()
+            name = self.string().decode("utf-8", "replace")
             dims = self.u32()
             if dims > 8:
                 raise GgufHeaderError(f"its header is damaged (a tensor of {dims} dimensions)")
+            shape = tuple(self.count() for _ in range(dims))
             elements = 1
-            for _ in range(dims):
-                elements *= self.count()
+            for size in shape:
+                elements *= size
             ggml_type = self.u32()
-            self.take(8)  # the tensor's offset in the data section
+            offset = _U64.unpack_from(self.view, self.take(8))[0]  # the tensor's offset in the data section
+            tensors.append((name, shape, ggml_type, offset))
             parameters += elements
             if dims >= 2:
                 types[ggml_type] = types.get(ggml_type, 0) + elements
-        return parameters, types
+        return parameters, types, tensors

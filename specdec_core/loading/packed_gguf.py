@@ -39,16 +39,52 @@ class Plan:
     types: dict[str, int]  # GGUF type name -> weights of that type among 2-D tensors
 
 
-def plan(path: Path, reader=None) -> Plan:
+@dataclass(frozen=True)
+class _Tensor:
+    """One tensor of the file: its GGML type's name, GGUF shape (row length first) and data, mapped, not read:
+    [rows, bytes per row] uint8 for a quantised type, the values for a float one."""
+
+    name: str
+    type_name: str
+    shape: tuple[int, ...]
+    data: np.ndarray
+
+
+def _read(path: Path) -> tuple[dict, dict[str, _Tensor]]:
+    """The file's metadata (without its big arrays) and its tensors, mapped read-only. The header is read by
+    gguf_header (the gguf package's reader parses a 150k-token vocabulary field by field: ~20 s)."""
     import gguf
 
-    reader = reader or gguf.GGUFReader(str(path))
-    arch = _field(reader, "general.architecture") or "?"
+    from specdec_core.loading.gguf_header import read_gguf_facts
+
+    facts = read_gguf_facts(path)
+    mapped = np.memmap(path, dtype=np.uint8, mode="r")
+    tensors = {}
+    for name, shape, ggml_type, offset in facts.tensors:
+        kind = gguf.GGMLQuantizationType(ggml_type)
+        per_block, size = gguf.GGML_QUANT_SIZES[kind]
+        cols, rows = int(shape[0]), int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+        start = facts.data_start + offset
+        row_bytes = cols // per_block * size
+        raw = mapped[start:start + rows * row_bytes]
+        if raw.size != rows * row_bytes or cols % per_block:
+            raise ValueError(f"the tensor {name} lies outside the file or does not fill its blocks")
+        raw = raw.reshape(rows, row_bytes)
+        if kind.name in _FLOAT_TYPES:
+            raw = raw.view({"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[kind.name])
+            if kind.name == "BF16":
+                raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        tensors[name] = _Tensor(name, kind.name, tuple(int(s) for s in shape), raw)
+    return facts.metadata, tensors
+
+
+def plan(path: Path) -> Plan:
+    metadata, tensors = _read(path)
+    arch = str(metadata.get("general.architecture") or "?")
     types: dict[str, int] = {}
-    for tensor in reader.tensors:
+    for tensor in tensors.values():
         if len(tensor.shape) == 2:
-            name = tensor.tensor_type.name
-            types[name] = types.get(name, 0) + int(np.prod(tensor.shape))
+            types[tensor.type_name] = types.get(tensor.type_name, 0) + int(np.prod(tensor.shape))
     quantised = {name for name in types if name not in _FLOAT_TYPES}
     if arch not in _ARCHITECTURES:
         return Plan(False, f"its architecture {arch!r} has no quantised path here", arch, types)
@@ -62,33 +98,24 @@ def plan(path: Path, reader=None) -> Plan:
     return Plan(True, "", arch, types)
 
 
-def _field(reader, key: str):
-    field = reader.fields.get(key)
-    if field is None:
-        return None
-    value = field.parts[field.data[0]]
-    return bytes(value).decode("utf-8", "replace") if value.dtype == np.uint8 else value.tolist()[0]
-
-
 def build(path: Path, folder: Path) -> nn.Module:
     """The model of `folder`'s config with the weights of the GGUF file `path`, quantised layers kept quantised."""
     import gguf
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    reader = gguf.GGUFReader(str(path))
-    arch = _field(reader, "general.architecture")
+    metadata, tensors = _read(path)
+    arch = str(metadata.get("general.architecture"))
     config = AutoConfig.from_pretrained(folder)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[_ARCHITECTURES[arch].upper()], config.num_hidden_layers)
-    tensors = {tensor.name: tensor for tensor in reader.tensors}
     lib = qkernel.library()
     storages: dict[str, QuantStorage] = {}
 
     def storage(gguf_name: str, *, heads: int | None = None) -> QuantStorage:
         if gguf_name not in storages:
-            storages[gguf_name] = QuantStorage(_grouped(tensors[gguf_name], heads), tensors[gguf_name].tensor_type.name)
+            storages[gguf_name] = QuantStorage(_grouped(tensors[gguf_name], heads), tensors[gguf_name].type_name)
         return storages[gguf_name]
 
     embed_name = names.get_name("model.embed_tokens.weight", try_suffixes=(".weight",))
@@ -104,7 +131,7 @@ def build(path: Path, folder: Path) -> nn.Module:
                     if child.bias is not None else None
                 setattr(parent, child_name, _linear(tensors, gguf_name, heads, bias, storage, lib))
             elif isinstance(child, nn.Embedding) and embed_name in tensors \
-                    and tensors[embed_name].tensor_type.name not in _FLOAT_TYPES:
+                    and tensors[embed_name].type_name not in _FLOAT_TYPES:
                 setattr(parent, child_name, QuantEmbedding(storage(embed_name)))
     _fill_floats(model, names, tensors)
     model.eval()
@@ -115,16 +142,16 @@ def _linear(tensors: dict, gguf_name: str, heads: int | None, bias: torch.Tensor
     tensor = tensors.get(gguf_name)
     if tensor is None:
         raise ValueError(f"the file has no tensor {gguf_name}")
-    if tensor.tensor_type.name in _FLOAT_TYPES:  # a float layer in a quantised file: 8 bits in groups of 32
+    if tensor.type_name in _FLOAT_TYPES:  # a float layer in a quantised file: 8 bits in groups of 32
         weight = _rows_in_order(np.asarray(tensor.data, dtype=np.float32), heads)
         grouped = gguf_blocks.requantise(weight, bits=8)
-        return QuantLinear(QuantStorage(grouped, f"{tensor.tensor_type.name}->int8"), bias, lib)
+        return QuantLinear(QuantStorage(grouped, f"{tensor.type_name}->int8"), bias, lib)
     return QuantLinear(storage(gguf_name, heads=heads), bias, lib)
 
 
 def _grouped(tensor, heads: int | None) -> gguf_blocks.Grouped:
     cols = int(tensor.shape[0])  # GGUF lists the row length first
-    grouped = gguf_blocks.decode(tensor.tensor_type.name, np.asarray(tensor.data), cols)
+    grouped = gguf_blocks.decode(tensor.type_name, np.asarray(tensor.data), cols)
     if heads is None:
         return grouped
     order = _deinterleave_order(grouped.q.shape[0], heads)
@@ -155,11 +182,11 @@ def _float(tensors: dict, gguf_name: str) -> torch.Tensor:
     tensor = tensors.get(gguf_name)
     if tensor is None:
         raise ValueError(f"the file has no tensor {gguf_name}")
-    if tensor.tensor_type.name not in _FLOAT_TYPES:
+    if tensor.type_name not in _FLOAT_TYPES:
         cols = int(tensor.shape[0])
         raw = np.asarray(tensor.data).reshape(-1, np.asarray(tensor.data).shape[-1])
-        return torch.from_numpy(gguf_blocks.decode(tensor.tensor_type.name, raw, cols).dequantise().reshape(-1))
-    return torch.from_numpy(np.array(tensor.data, dtype=np.float32))
+        return torch.from_numpy(gguf_blocks.decode(tensor.type_name, raw, cols).dequantise().reshape(-1))
+    return torch.from_numpy(np.array(tensor.data, dtype=np.float32).reshape(-1))
 
 
 def _fill_floats(model: nn.Module, names, tensors: dict) -> None:

@@ -26,7 +26,7 @@ needs_kernel = pytest.mark.skipif(qkernel.library() is None,
 
 
 def _blocks(values: np.ndarray, kind: GGMLQuantizationType, seed: int = 0) -> np.ndarray:
-    """`values` [rows, cols] in GGUF blocks of `kind`: quantised where the gguf package can, else random finite blocks."""
+    """`values` [rows, cols] in GGUF blocks of `kind`: quantised where the gguf package can, else random blocks."""
     try:
         return quants.quantize(values.astype(np.float32), kind)
     except NotImplementedError:

@@ -285,7 +285,8 @@ static void ensure_workers(int wanted) {
 void specdec_set_spin(int spin) { g_spin = spin; }
 
 /* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values.
- * scratch: at least rows * (2 * k + 12 * (k / 32)) bytes, 4-byte aligned. Returns 0, or -1 for shapes it cannot take. */
+ * scratch: at least rows * (2 * k + 12 * (k / 32)) bytes, 4-byte aligned.
+ * Returns 0, or -1 for shapes it cannot take. */
 int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
                     const float *x, int rows, float *y, void *scratch, int threads) {
     if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32) || rows < 1)
