@@ -420,8 +420,8 @@ class MainWindow(QMainWindow):
         if s is None:
             self.model_label.setText("No models loaded — Settings ▸ Load models")
             return
-        dtype = str(getattr(s.verifier, "dtype", "")).replace("torch.", "")
-        draft_dtype = str(getattr(s.draft, "dtype", "")).replace("torch.", "") if s.drafter is not None else ""
+        dtype = _weights_text(s.verifier)
+        draft_dtype = _weights_text(s.draft) if s.drafter is not None else ""
         dtype += f" (draft {draft_dtype})" if draft_dtype and draft_dtype != dtype else ""
         dev = f"{getattr(s.verifier, 'device', '')} {dtype}"
         parts = [f"<b>{s.verifier_name}</b>"]
@@ -435,7 +435,8 @@ class MainWindow(QMainWindow):
             parts.append(f"· verifier alone {baseline.tokens_per_s:.1f} tok/s")
         self.model_label.setText(" ".join(parts))
         tip = f"Baseline for the speedup: {baseline.how}" if baseline else ""
-        self.model_label.setToolTip("\n".join(t for t in (tip, self.hosts.note) if t))  # where replies decode
+        notes = [*getattr(s.verifier, "notes", ()), *getattr(s.draft, "notes", ())]  # a format fallen back from
+        self.model_label.setToolTip("\n".join(t for t in (tip, self.hosts.note, *notes) if t))  # where replies decode
 
     def show_error(self, text: str) -> None:
         if self._closing:
@@ -833,3 +834,10 @@ def shutdown_clean(timeout: float = 1.5) -> bool:
 
 
 __all__ = ["Busy", "MainWindow", "Composer", "error_text"]
+
+
+def _weights_text(model) -> str:
+    """What a model's weights run as: a quantisation ("Q4_K 72 %, Q6_K 28 %", "int8"), else its float dtype."""
+    weights = getattr(model, "weights", "")
+    dtype = str(getattr(model, "dtype", "")).replace("torch.", "")
+    return weights if weights and weights not in ("float32", "bfloat16", "float16") else dtype

@@ -62,7 +62,8 @@ def _table(header: list[str], rows: list[list[str]], text_columns: tuple[int, ..
 def format_bench(result: dict) -> str:
     """The benchmark as text: the set-up, the headline figures, then a table per prompt and per category."""
     setup = result["setup"]
-    head = (f"{setup['verifier']} + {setup['drafter']}, gamma {setup['gamma']}"
+    head = (f"{setup['verifier']} ({setup.get('verifier_weights') or setup.get('dtype')}) + {setup['drafter']}, "
+            f"gamma {setup['gamma']}"
             f"{' (adaptive)' if setup['adaptive'] else ''}, {setup['max_new_tokens']} new tokens, "
             f"temperature {setup['temperature']}, {setup['prompts']} prompts x {setup['repeats']} repeats, "
             f"{setup['torch_threads']} thread(s), {setup['machine']}")
