@@ -126,6 +126,33 @@ def check_gguf_header(gguf: Path) -> None:
     if end > size:
         raise ModelLoadError(f"{gguf} is truncated: its tensors need {end:,} bytes but the file has {size:,} "
                              "(an interrupted download or copy?)")
+    _check_gguf_sizes(gguf)
+
+
+# The sizes a GGUF's metadata may claim before a model is built from it: far above any released model, far below
+# what would build a model of millions of layers from a file of a few kilobytes.
+_GGUF_LIMITS = {"block_count": 1024, "embedding_length": 1 << 17, "feed_forward_length": 1 << 20,
+                "attention.head_count": 1024, "attention.head_count_kv": 1024, "context_length": 1 << 24}
+
+
+def _check_gguf_sizes(gguf: Path) -> None:
+    """Refuse metadata that claims sizes no model has, or more layers than the file holds tensors for."""
+    from specdec_core.loading.gguf_header import GgufHeaderError, read_gguf_facts
+
+    try:
+        facts = read_gguf_facts(gguf)
+    except (GgufHeaderError, OSError) as error:
+        raise ModelLoadError(f"{gguf} is not a valid GGUF file ({error})") from error
+    arch = str(facts.metadata.get("general.architecture", ""))
+    for key, limit in _GGUF_LIMITS.items():
+        value = facts.metadata.get(f"{arch}.{key}")
+        if isinstance(value, int) and not 0 <= value <= limit:
+            raise ModelLoadError(f"{gguf} claims {arch}.{key} = {value:,}, more than any model has (at most "
+                                 f"{limit:,}): refused before building anything from it")
+    layers = {name.split(".")[1] for name, *_ in facts.tensors if name.startswith("blk.")}
+    claimed = facts.metadata.get(f"{arch}.block_count")
+    if isinstance(claimed, int) and facts.tensors and claimed > len(layers):
+        raise ModelLoadError(f"{gguf} claims {claimed:,} layers but holds tensors for {len(layers):,}: refused")
 
 
 def _sha256(path: Path) -> str:

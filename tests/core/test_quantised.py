@@ -198,3 +198,16 @@ def test_a_float_model_can_be_quantised_at_load_and_says_so(tiny_models_dir):
     loaded = load_model(str(tiny_models_dir["llama-verifier"]), device="cpu", weights="int8")
     assert loaded.weights == "int8"
     assert sum(isinstance(m, quantised.QuantLinear) for m in loaded.model.modules()) > 0
+
+
+def test_a_gguf_claiming_a_million_layers_is_refused_before_anything_is_built(tmp_path, tiny_tokenizer):
+    import gguf
+
+    from specdec_core.errors import ModelLoadError
+
+    path = write_quantised_llama(tmp_path / "q.gguf", tiny_tokenizer, {"*": "Q8_0"}, seed=2)
+    reader = gguf.GGUFReader(str(path), "r+")
+    reader.fields["llama.block_count"].parts[-1][0] = 1_000_000  # the same file, one number changed in place
+    del reader
+    with pytest.raises(ModelLoadError, match="block_count = 1,000,000"):
+        load_model(str(path), device="cpu", cache_dir=tmp_path / "cache")
