@@ -1,4 +1,5 @@
-"""The real embedded model: converted from GGUF once (about 20 s), then loaded from the cache."""
+"""The real embedded model: its config and tokenizer read from the GGUF once, its weights always from the file in their
+own quantisation (Q4_1, with Q8_0 embeddings)."""
 
 import importlib.util
 
@@ -16,7 +17,7 @@ pytestmark = [
 ]
 
 
-def test_the_embedded_verifier_converts_once_loads_fast_from_cache_and_knows_paris(tmp_path, monkeypatch):
+def test_the_embedded_verifier_runs_in_its_own_quantisation_with_nothing_but_its_config_cached_and_knows_paris(tmp_path, monkeypatch):
     # The CPU's kernel timings (cpu_speed.py, ~14 s into a new cache folder on a 2-core AVX2 CPU) are not what
     # this test is about: the session's embedded pair, loaded through the user cache, runs with them.
     monkeypatch.setenv(cpu_speed._DISABLE, "off")
@@ -25,14 +26,15 @@ def test_the_embedded_verifier_converts_once_loads_fast_from_cache_and_knows_par
     second = load_model(EMBEDDED_VERIFIER, device="cpu", cache_dir=tmp_path, progress=again.append)
 
     assert "convert" in {p.stage for p in stages}
-    assert first.source == "embedded GGUF (converted on this load)"
-    assert second.source == "embedded GGUF (cached safetensors)"
-    assert "convert" not in {p.stage for p in again}  # fast from the cache: nothing converted a second time
+    assert first.source == second.source == "embedded GGUF (its own quantisation)"
+    assert second.weights.startswith("Q4_1") and "Q8_0" in second.weights
+    assert "convert" not in {p.stage for p in again}  # the config and tokenizer come from the cache
+    assert not list(tmp_path.rglob("*.safetensors"))  # and no float copy of the weights was written
     assert second.name == "SmolLM2-135M-Instruct"
     assert second.context_length == 8192 and second.vocab_size == 49_152
     assert second.eos_token_ids == frozenset({second.tokenizer.convert_tokens_to_ids("<|im_end|>")})
-    embedding = "model.embed_tokens.weight"
-    assert torch.equal(first.model.state_dict()[embedding], second.model.state_dict()[embedding])
+    ids = torch.arange(0, 49_152, 97)
+    assert torch.equal(first.model.get_input_embeddings()(ids), second.model.get_input_embeddings()(ids))
 
     tokenizer = second.tokenizer
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
