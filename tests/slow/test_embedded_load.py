@@ -17,7 +17,7 @@ pytestmark = [
 ]
 
 
-def test_the_embedded_verifier_runs_in_its_own_quantisation_caching_only_its_config_and_knows_paris(tmp_path, monkeypatch):
+def test_the_embedded_verifier_runs_quantised_caching_only_its_config_and_knows_paris(tmp_path, monkeypatch):
     # The CPU's kernel timings (cpu_speed.py, ~14 s into a new cache folder on a 2-core AVX2 CPU) are not what
     # this test is about: the session's embedded pair, loaded through the user cache, runs with them.
     monkeypatch.setenv(cpu_speed._DISABLE, "off")
