@@ -211,3 +211,30 @@ def test_a_gguf_claiming_a_million_layers_is_refused_before_anything_is_built(tm
     del reader
     with pytest.raises(ModelLoadError, match="block_count = 1,000,000"):
         load_model(str(path), device="cpu", cache_dir=tmp_path / "cache")
+
+
+@needs_kernel
+def test_a_forked_child_multiplies_with_workers_of_its_own(tmp_path):
+    """The app decodes in a forked process: the parent's worker threads do not exist there."""
+    import os
+    import signal
+    import time
+
+    grouped = gguf_blocks.requantise(np.random.default_rng(3).standard_normal((512, 256)).astype(np.float32), bits=4)
+    layer = quantised.QuantLinear(quantised.QuantStorage(grouped, "int4"), None, qkernel.library())
+    x = torch.randn(3, 256)
+    torch.set_num_threads(2)
+    expected = layer(x)  # the parent's workers start here
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 when its own product matches
+        os._exit(0 if torch.equal(layer(x), expected) else 1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the child hung waiting for its parent's worker threads")

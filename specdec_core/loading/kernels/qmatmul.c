@@ -284,6 +284,21 @@ static void ensure_workers(int wanted) {
 
 void specdec_set_spin(int spin) { g_spin = spin; }
 
+/* A forked child (the app decodes in one) has only the thread that forked: forget the parent's workers and locks,
+ * so that its first call starts workers of its own instead of waiting for ones that do not exist there. */
+static void forget_workers_after_fork(void) {
+    g_workers = 0;
+    atomic_store(&g_generation, 0);
+    atomic_store(&g_done, 0);
+    pthread_mutex_init(&g_mutex, NULL);
+    pthread_cond_init(&g_wake, NULL);
+    pthread_mutex_init(&g_pool, NULL);
+}
+
+__attribute__((constructor)) static void register_fork_handler(void) {
+    pthread_atfork(NULL, NULL, forget_workers_after_fork);
+}
+
 /* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values.
  * scratch: at least rows * (2 * k + 12 * (k / 32)) bytes, 4-byte aligned.
  * Returns 0, or -1 for shapes it cannot take. */
