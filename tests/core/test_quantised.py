@@ -62,10 +62,14 @@ def test_the_kernel_gives_each_row_the_same_bits_alone_or_in_a_batch_of_any_size
     layer = quantised.QuantLinear(storage, None, qkernel.library())
     x = torch.from_numpy(rng.standard_normal((17, grouped.q.shape[1])).astype(np.float32))
     alone = torch.cat([layer(x[i:i + 1]) for i in range(17)])
-    for rows in (2, 3, 4, 5, 9, 17):
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            assert torch.equal(layer(x[:rows]), alone[:rows]), (rows, threads)
+    before = torch.get_num_threads()
+    try:
+        for rows in (2, 3, 4, 5, 9, 17):
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                assert torch.equal(layer(x[:rows]), alone[:rows]), (rows, threads)
+    finally:
+        torch.set_num_threads(before)  # the worker's other tests keep their threads
     expected = x.numpy() @ grouped.dequantise().T
     scale = np.abs(expected).max()
     assert np.abs(alone.numpy() - expected).max() < 0.02 * scale  # int8 activations: close, not equal
@@ -223,11 +227,13 @@ def test_a_forked_child_multiplies_with_workers_of_its_own(tmp_path):
     grouped = gguf_blocks.requantise(np.random.default_rng(3).standard_normal((512, 256)).astype(np.float32), bits=4)
     layer = quantised.QuantLinear(quantised.QuantStorage(grouped, "int4"), None, qkernel.library())
     x = torch.randn(3, 256)
+    before = torch.get_num_threads()
     torch.set_num_threads(2)
     expected = layer(x)  # the parent's workers start here
     pid = os.fork()
-    if pid == 0:  # the child: exit 0 when its own product matches
+    if pid == 0:  # the child, still asking for 2 threads: exit 0 when its own product matches
         os._exit(0 if torch.equal(layer(x), expected) else 1)
+    torch.set_num_threads(before)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
