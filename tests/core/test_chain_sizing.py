@@ -44,6 +44,21 @@ def test_the_drafting_time_counts_against_a_longer_chain():
     assert sizer.best_length([0.7] * 4, gamma=4) < 4
 
 
+def test_one_slow_first_draft_step_does_not_price_the_draft_out():
+    """A draft's first step is slow while it warms (~1 s in the app's first reply): until it has been timed
+    SETTLED times, the fastest timing prices it, and once settled the median does."""
+    sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.051, 3: 0.052, 4: 0.053, 5: 0.054}))
+    sizer.observe_draft(expansions=1, draft_s=1.0)  # warming up
+    sizer.observe_draft(expansions=4, draft_s=0.008)
+    assert sizer.draft_per_expansion == pytest.approx(0.002)
+    assert sizer.best_length([0.8] * 4, gamma=4) == 4  # still worth drafting the whole chain
+    sizer.observe_draft(expansions=2, draft_s=0.006)
+    assert sizer.draft_settled and sizer.draft_per_expansion == pytest.approx(0.003)  # median of 1.0, .002, .003
+    for _ in range(VerifyCost.WINDOW):
+        sizer.observe_draft(expansions=1, draft_s=0.2)  # a draft that really is slow is priced out once settled
+    assert sizer.best_length([0.8] * 4, gamma=4) == 0
+
+
 def test_the_position_record_follows_the_rounds_and_drifts_back_to_its_prior():
     record = PositionRecord(prior=(0.5, 0.5))
     for _ in range(30):
