@@ -227,7 +227,7 @@ def _load_quantised_gguf(spec: str, resolved: specs.Resolved, *, report: Reporte
     loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
     loaded.cache_dir = cache
     loaded.weights = quantised.weight_format(model)
-    cpu_attention.attend_row_by_row(model)
+    _run_quantised(model)
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} ({loaded.weights}) in {loaded.load_s:.1f} s")
     return loaded
@@ -246,6 +246,15 @@ def _quantise_at_load(loaded: LoadedModel, bits: int, target: torch.device, repo
     report("load", None, f"Quantising {loaded.name} to int{bits}")
     quantised.quantise_linears(loaded.model.float(), bits=bits, lib=lib)
     loaded.dtype = torch.float32
+    _run_quantised(loaded.model)
+
+
+def _run_quantised(model: PreTrainedModel) -> None:
+    """A model with quantised layers: batch-invariant attention, and the lean decoder layers where they fit."""
+    from specdec_core.loading import lean_layers
+
+    cpu_attention.attend_row_by_row(model)
+    lean_layers.streamline(model)
 
 
 def _is_draft_head(folder: Path) -> bool:

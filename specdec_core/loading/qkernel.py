@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +118,13 @@ def _declare(lib: ctypes.CDLL) -> None:
                                     pointer, pointer, integer]
     lib.specdec_qmatmul.restype = integer
     lib.specdec_has_avx2.restype = integer
+    single, long = ctypes.c_float, ctypes.c_long
+    lib.specdec_rmsnorm.argtypes = [pointer, pointer, single, integer, integer, pointer]
+    lib.specdec_rope.argtypes = [pointer, long, integer, integer, integer, pointer, pointer]
+    lib.specdec_attend.argtypes = [pointer, long, integer, integer, integer, pointer, pointer, long, long, integer,
+                                   integer, pointer, single, pointer, pointer]
+    for name in ("specdec_rmsnorm", "specdec_rope", "specdec_attend"):
+        getattr(lib, name).restype = None
 
 
 def scratch_bytes(rows: int, cols: int) -> int:
@@ -128,11 +136,50 @@ def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor
     """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32."""
     rows, cols = x.shape
     out = torch.empty((rows, scales.shape[0]), dtype=torch.float32)
-    scratch = torch.empty(scratch_bytes(rows, cols), dtype=torch.uint8)
+    scratch = _scratch(scratch_bytes(rows, cols))
     status = lib.specdec_qmatmul(kind, data.data_ptr(), scales.data_ptr(), offsets.data_ptr(), scales.shape[0],
                                  cols, group, x.data_ptr(), rows, out.data_ptr(), scratch.data_ptr(), threads)
     if status != 0:
         raise ValueError(f"the quantised kernel cannot take a weight of {cols} columns in groups of {group}")
+    return out
+
+
+_local = threading.local()
+
+
+def _scratch(nbytes: int) -> torch.Tensor:
+    """A work buffer of at least `nbytes` for this thread's calls (kept between calls; a draft thread has its own)."""
+    held = getattr(_local, "buffer", None)
+    if held is None or held.numel() < nbytes:
+        held = _local.buffer = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8)
+    return held
+
+
+def rms_norm(lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Row-wise RMSNorm of x [rows, cols] float32 contiguous, each row alone."""
+    out = torch.empty_like(x)
+    lib.specdec_rmsnorm(x.data_ptr(), weight.data_ptr(), eps, x.shape[0], x.shape[1], out.data_ptr())
+    return out
+
+
+def rope_(lib: ctypes.CDLL, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, dim: int) -> None:
+    """Rotary embedding in place on x [rows, heads * dim] (rows may be strided); cos, sin [rows, dim] contiguous."""
+    lib.specdec_rope(x.data_ptr(), x.stride(0), x.shape[0], heads, dim, cos.data_ptr(), sin.data_ptr())
+
+
+def attend(lib: ctypes.CDLL, query: torch.Tensor, heads: int, key: torch.Tensor, value: torch.Tensor,
+           visible: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Each query row's attention alone over the keys it may see. query [rows, heads * dim] (rows may be strided);
+    key, value [kv_heads, keys, dim] with the same strides; visible [rows, keys] uint8 contiguous, or None for causal
+    rows that end the keys. Returns [rows, heads * dim]."""
+    rows, dim = query.shape[0], key.shape[-1]
+    kv_heads, keys = key.shape[0], key.shape[1]
+    assert key.stride() == value.stride() and key.stride(2) == 1 and query.stride(1) == 1
+    out = torch.empty((rows, heads * dim), dtype=torch.float32)
+    scratch = _scratch(4 * keys)
+    lib.specdec_attend(query.data_ptr(), query.stride(0), rows, heads, dim, key.data_ptr(), value.data_ptr(),
+                       key.stride(0), key.stride(1), kv_heads, keys,
+                       None if visible is None else visible.data_ptr(), scale, out.data_ptr(), scratch.data_ptr())
     return out
 
 

@@ -41,6 +41,27 @@ class QuantStorage(nn.Module):
         natural = qkernel.kernel_order(np.arange(cols // grouped.group, dtype=np.float32)[None, :], grouped.group)
         self.register_buffer("_natural", torch.from_numpy(natural[0]).long().argsort(), persistent=False)
 
+    @classmethod
+    def joined(cls, parts: list[QuantStorage]) -> QuantStorage:
+        """One storage with the rows of `parts` (all of one layout) in order, for one product over all of them;
+        each part's tensors become views of their rows in it, so the weights are held once."""
+        first = parts[0]
+        whole = cls.__new__(cls)
+        nn.Module.__init__(whole)
+        whole.shape = (sum(part.shape[0] for part in parts), first.shape[1])
+        whole.group, whole.kind = first.group, first.kind
+        whole.source_type = "+".join(sorted({part.source_type for part in parts}))
+        for name in ("data", "scales", "offsets"):
+            joined = torch.cat([getattr(part, name) for part in parts])
+            whole.register_buffer(name, joined, persistent=False)
+            start = 0
+            for part in parts:
+                stop = start + part.shape[0]
+                setattr(part, name, joined[start:stop])
+                start = stop
+        whole.register_buffer("_natural", first._natural, persistent=False)
+        return whole
+
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.data, self.scales, self.offsets))

@@ -339,3 +339,86 @@ int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm
     pthread_mutex_unlock(&g_pool);
     return 0;
 }
+
+/* ---- The other row-wise steps of a decoder layer, for the lean layers (lean_layers.py) ----
+ * Each computes every row alone, in a fixed order, so they are batch-invariant like the products above. */
+
+/* y = w * x / sqrt(mean(x^2) + eps) for each of `rows` rows of `cols` values (y may be x). */
+void specdec_rmsnorm(const float *x, const float *w, float eps, int rows, int cols, float *y) {
+    for (int r = 0; r < rows; r++) {
+        const float *src = x + (size_t)r * cols;
+        float sum = 0.0f;
+        for (int j = 0; j < cols; j++) sum += src[j] * src[j];
+        float inv = 1.0f / sqrtf(sum / (float)cols + eps);
+        float *dst = y + (size_t)r * cols;
+        for (int j = 0; j < cols; j++) dst[j] = w[j] * (src[j] * inv);
+    }
+}
+
+/* Rotary position embedding in place, halves rotated (as transformers' llama applies it): for each row's heads,
+ * x[i] = x[i] cos[i] - x[i + d/2] sin[i] and x[i + d/2] = x[i + d/2] cos[i + d/2] + x[i] sin[i + d/2].
+ * x: rows of `heads * dim` values `stride` floats apart; cos, sin: [rows, dim]. */
+void specdec_rope(float *x, long stride, int rows, int heads, int dim, const float *cos_, const float *sin_) {
+    int half = dim / 2;
+    for (int r = 0; r < rows; r++) {
+        const float *c = cos_ + (size_t)r * dim, *s = sin_ + (size_t)r * dim;
+        for (int h = 0; h < heads; h++) {
+            float *p = x + (size_t)r * stride + (size_t)h * dim;
+            for (int i = 0; i < half; i++) {
+                float a = p[i], b = p[i + half];
+                p[i] = a * c[i] - b * s[i];
+                p[i + half] = b * c[i + half] + a * s[i + half];
+            }
+        }
+    }
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+#if SPECDEC_AVX2
+    if (n % 8 == 0) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+        return hsum8(acc);
+    }
+#endif
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+/* Attention of each query row alone over the keys it may see, in key order: softmax(scale q.k) . v per head, query
+ * head h reading key head h / (heads / kv_heads).
+ * q: rows of heads * dim values, `q_stride` floats apart. k, v: [kv_heads, keys, dim] with strides (in floats) between
+ * heads and between positions. visible: [rows, keys] bytes (nonzero: may attend), or NULL for causal rows that end
+ * the keys (row r sees keys 0 .. keys - rows + r). out: [rows, heads * dim]. scratch: `keys` floats. */
+void specdec_attend(const float *q, long q_stride, int rows, int heads, int dim, const float *k, const float *v,
+                    long head_stride, long pos_stride, int kv_heads, int keys, const uint8_t *visible, float scale,
+                    float *out, float *scratch) {
+    int group = heads / kv_heads;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *seen = visible ? visible + (size_t)r * keys : NULL;
+        int last = visible ? keys - 1 : keys - rows + r;
+        for (int h = 0; h < heads; h++) {
+            const float *qh = q + (size_t)r * q_stride + (size_t)h * dim;
+            const float *kh = k + (size_t)(h / group) * head_stride, *vh = v + (size_t)(h / group) * head_stride;
+            float *o = out + (size_t)r * heads * dim + (size_t)h * dim;
+            float top = -INFINITY;
+            for (int j = 0; j <= last; j++) {
+                if (seen && !seen[j]) continue;
+                scratch[j] = scale * dot(qh, kh + (size_t)j * pos_stride, dim);
+                if (scratch[j] > top) top = scratch[j];
+            }
+            float total = 0.0f;
+            for (int i = 0; i < dim; i++) o[i] = 0.0f;
+            for (int j = 0; j <= last; j++) {
+                if (seen && !seen[j]) continue;
+                float weight = expf(scratch[j] - top);
+                total += weight;
+                const float *vj = vh + (size_t)j * pos_stride;
+                for (int i = 0; i < dim; i++) o[i] += weight * vj[i];
+            }
+            float inv = total > 0.0f ? 1.0f / total : 0.0f;
+            for (int i = 0; i < dim; i++) o[i] *= inv;
+        }
+    }
+}

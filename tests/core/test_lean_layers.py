@@ -1,0 +1,88 @@
+"""The lean decoder layers of a quantised model (loading/lean_layers.py): the same maths as transformers' layers,
+for Llama, Qwen2 (biased q, k and v) and Qwen3 (normed q and k heads), and still batch-invariant."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import tiny
+import torch
+from transformers import AutoModelForCausalLM, Qwen3Config
+
+from specdec_core.loading import cpu_attention, lean_layers, qkernel, quantised
+
+pytestmark = pytest.mark.skipif(qkernel.library() is None,
+                                reason=f"no quantised kernel here: {qkernel.unavailable_reason()}")
+
+PROMPT = [[5, 9, 14, 3, 8, 21, 17]]
+DRAFTED = [33, 7, 90, 12, 41]
+
+
+def _float_model(arch: str, tokenizer) -> torch.nn.Module:
+    if arch != "qwen3":
+        return tiny.make_model(arch, tokenizer, seed=3, logit_scale=8.0, hidden=64)
+    torch.manual_seed(3)
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+                         tie_word_embeddings=False, bos_token_id=0, eos_token_id=tokenizer.eos_token_id)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+def quantised_models(request, tiny_tokenizer):
+    """(transformers' layers, lean layers) over the same 4-bit weights, both attending row by row."""
+    model = _float_model(request.param, tiny_tokenizer)
+    lean = copy.deepcopy(model)
+    for each in (model, lean):  # the same weights, quantised the same way
+        quantised.quantise_linears(each, bits=4, lib=qkernel.library())
+        cpu_attention.attend_row_by_row(each)
+    assert lean_layers.streamline(lean) == model.config.num_hidden_layers
+    return model, lean
+
+
+def _logits(model, ids, past=None):
+    with torch.no_grad():
+        out = model(torch.tensor(ids), past_key_values=past, use_cache=True)
+    return out.logits[0], out.past_key_values
+
+
+def test_the_lean_layers_compute_what_transformers_layers_do(quantised_models):
+    reference, lean = quantised_models
+    expected, past_expected = _logits(reference, PROMPT)
+    got, past_got = _logits(lean, PROMPT)  # a prompt: attention in one call, as transformers does it
+    _assert_near(got, expected)
+    expected = _logits(reference, [DRAFTED], past_expected)[0]
+    got = _logits(lean, [DRAFTED], past_got)[0]  # a check of five tokens: each row attends alone
+    _assert_near(got, expected)
+
+
+def _assert_near(got: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal up to rounding: a last-bit difference can move an activation across a quantisation step, so the
+    bound is relative to the logits' scale."""
+    assert (got - expected).abs().max() <= 1e-4 * expected.abs().max()
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+
+
+def test_the_lean_layers_score_a_check_of_k_tokens_bit_for_bit_as_k_single_steps(quantised_models):
+    lean = quantised_models[1]
+    checked = _logits(lean, [DRAFTED], _logits(lean, PROMPT)[1])[0]
+    past, steps = _logits(lean, PROMPT)[1], []
+    for token in DRAFTED:
+        logits, past = _logits(lean, [[token]], past)
+        steps.append(logits[-1])
+    assert torch.equal(checked, torch.stack(steps))
+
+
+def test_a_layer_with_float_projections_keeps_transformers_forward(tiny_tokenizer):
+    model = tiny.make_model("llama", tiny_tokenizer, seed=3, hidden=64)
+    assert lean_layers.streamline(model) == 0
+
+
+def test_joined_projections_hold_their_weights_once(quantised_models):
+    lean = quantised_models[1]
+    attention = next(m for m in lean.modules() if hasattr(m, "q_proj"))
+    q, k = attention.q_proj.storage.data, attention.k_proj.storage.data
+    assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()  # views of one joined tensor
+    rows = torch.arange(attention.k_proj.out_features)
+    assert torch.equal(attention.k_proj.storage.rows(rows), attention.k_proj.weight)
