@@ -111,12 +111,10 @@ def build(path: Path, folder: Path) -> nn.Module:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[_ARCHITECTURES[arch].upper()], config.num_hidden_layers)
     lib = qkernel.library()
-    storages: dict[str, QuantStorage] = {}
+    storages = _decode_all(tensors, config, arch, lib)
 
     def storage(gguf_name: str, *, heads: int | None = None) -> QuantStorage:
-        if gguf_name not in storages:
-            storages[gguf_name] = QuantStorage(_grouped(tensors[gguf_name], heads), tensors[gguf_name].type_name)
-        return storages[gguf_name]
+        return storages[gguf_name]  # decoded with its rows in transformers' order already
 
     embed_name = names.get_name("model.embed_tokens.weight", try_suffixes=(".weight",))
     for parent_name, parent in list(model.named_modules()):
@@ -138,6 +136,55 @@ def build(path: Path, folder: Path) -> nn.Module:
     return model
 
 
+# Projections that read the same input: decoded side by side, so that a lean layer multiplies them in one call.
+_SIDE_BY_SIDE = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
+
+
+def _decode_all(tensors: dict, config, arch: str, lib) -> dict[str, QuantStorage]:
+    """Every quantised matrix of the file, decoded by the kernel library straight from the mapped file into the
+    kernel's layout; q, k and v (and gate and up) of a layer into one storage when they share a type."""
+    storages: dict[str, QuantStorage] = {}
+    for layer in range(config.num_hidden_layers):
+        for group in _SIDE_BY_SIDE:
+            names = [f"blk.{layer}.{part}.weight" for part in group]
+            found = [tensors.get(name) for name in names]
+            if all(t is not None and t.type_name in qkernel.DECODED for t in found) \
+                    and len({(t.type_name, t.shape[0]) for t in found}) == 1:
+                storages.update(_decode_together(names, found, config, arch, lib))
+    for name, tensor in tensors.items():
+        if name not in storages and len(tensor.shape) == 2 and tensor.type_name in qkernel.DECODED:
+            storages.update(_decode_together([name], [tensor], config, arch, lib))
+    return storages
+
+
+def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, lib) -> dict[str, QuantStorage]:
+    type_name, cols = found[0].type_name, int(found[0].shape[0])
+    counts = [int(t.data.shape[0]) for t in found]
+    data_shape, table_shape = qkernel.decoded_shapes(type_name, sum(counts), cols)
+    _, _, group, nibbles = qkernel.DECODED[type_name]
+    data = torch.empty(data_shape, dtype=torch.uint8 if nibbles else torch.int8)
+    scales, offsets = torch.empty(table_shape, dtype=torch.float32), torch.empty(table_shape, dtype=torch.float32)
+    start = 0
+    for name, tensor, count in zip(names, found, counts):
+        heads = _file_heads(config, name) if arch in _INTERLEAVED else None
+        order = None if heads is None else _deinterleave_order(count, heads)
+        qkernel.decode_into(lib, type_name, np.asarray(tensor.data), cols, order, data[start:start + count],
+                            scales[start:start + count], offsets[start:start + count])
+        start += count
+    whole = QuantStorage.of_tensors(data, scales, offsets, cols=cols, group=group, nibbles=nibbles,
+                                    source_type=type_name)
+    if len(names) == 1:
+        return {names[0]: whole}
+    starts = np.cumsum([0, *counts])
+    return {name: whole.part(int(a), int(b), type_name) for name, a, b in zip(names, starts[:-1], starts[1:])}
+
+
+def _file_heads(config, gguf_name: str) -> int | None:
+    """The heads whose rotary halves a llama GGUF interleaves in this tensor's rows (q and k), else None."""
+    part = gguf_name.split(".")[-2]
+    return {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}.get(part)
+
+
 def _linear(tensors: dict, gguf_name: str, heads: int | None, bias: torch.Tensor | None, storage, lib) -> QuantLinear:
     tensor = tensors.get(gguf_name)
     if tensor is None:
@@ -147,16 +194,6 @@ def _linear(tensors: dict, gguf_name: str, heads: int | None, bias: torch.Tensor
         grouped = gguf_blocks.requantise(weight, bits=8)
         return QuantLinear(QuantStorage(grouped, f"{tensor.type_name}->int8"), bias, lib)
     return QuantLinear(storage(gguf_name, heads=heads), bias, lib)
-
-
-def _grouped(tensor, heads: int | None) -> gguf_blocks.Grouped:
-    cols = int(tensor.shape[0])  # GGUF lists the row length first
-    grouped = gguf_blocks.decode(tensor.type_name, np.asarray(tensor.data), cols)
-    if heads is None:
-        return grouped
-    order = _deinterleave_order(grouped.q.shape[0], heads)
-    return gguf_blocks.Grouped(q=grouped.q[order], d=grouped.d[order], m=grouped.m[order], group=grouped.group,
-                               nibbles=grouped.nibbles)
 
 
 def _interleaved_heads(config, name: str) -> int | None:

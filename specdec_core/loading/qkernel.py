@@ -123,6 +123,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_rope.argtypes = [pointer, long, integer, integer, integer, pointer, pointer]
     lib.specdec_attend.argtypes = [pointer, long, integer, integer, integer, pointer, pointer, long, long, integer,
                                    integer, pointer, single, pointer, pointer]
+    lib.specdec_decode.argtypes = [integer, pointer, integer, integer, pointer, pointer, pointer, pointer]
+    lib.specdec_decode.restype = integer
     for name in ("specdec_rmsnorm", "specdec_rope", "specdec_attend"):
         getattr(lib, name).restype = None
 
@@ -145,6 +147,32 @@ def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor
 
 
 _local = threading.local()
+# GGUF block types the C decoder takes, by its numbering (specdec_decode); each value: (values per block, group,
+# nibble-packed)
+DECODED = {"Q4_0": (0, 32, 32, True), "Q4_1": (1, 32, 32, True), "Q5_0": (2, 32, 32, False),
+           "Q5_1": (3, 32, 32, False), "Q8_0": (4, 32, 32, False), "Q4_K": (5, 256, 32, True),
+           "Q5_K": (6, 256, 32, False), "Q6_K": (7, 256, 16, False)}
+
+
+def decoded_shapes(type_name: str, rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The shapes of a decoded tensor's data [rows, bytes] and of its scale and offset tables [rows, groups]."""
+    _, _, group, nibbles = DECODED[type_name]
+    return (rows, cols // 2 if nibbles else cols), (rows, cols // group)
+
+
+def decode_into(lib: ctypes.CDLL, type_name: str, raw: np.ndarray, cols: int, order: np.ndarray | None,
+                data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor) -> None:
+    """A GGUF tensor's blocks raw [rows, bytes per row] -> data, scales and offsets (contiguous, of decoded_shapes),
+    in the kernel's layout; output row i is raw row order[i] when an order is given."""
+    number = DECODED[type_name][0]
+    raw = np.ascontiguousarray(raw)
+    rows = data.shape[0]
+    index = None if order is None else np.ascontiguousarray(order, dtype=np.int32)
+    assert data.is_contiguous() and scales.is_contiguous() and offsets.is_contiguous()
+    status = lib.specdec_decode(number, raw.ctypes.data, rows, cols, None if index is None else index.ctypes.data,
+                                data.data_ptr(), scales.data_ptr(), offsets.data_ptr())
+    if status != 0:
+        raise ValueError(f"the kernel cannot decode a {type_name} tensor of {cols} columns")
 
 
 def _scratch(nbytes: int) -> torch.Tensor:

@@ -42,10 +42,43 @@ class QuantStorage(nn.Module):
         self.register_buffer("_natural", torch.from_numpy(natural[0]).long().argsort(), persistent=False)
 
     @classmethod
+    def of_tensors(cls, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, *, cols: int, group: int,
+                   nibbles: bool, source_type: str) -> QuantStorage:
+        """A storage over tensors already in the kernel's layout (qkernel.decode_into)."""
+        storage = cls.__new__(cls)
+        nn.Module.__init__(storage)
+        storage.shape, storage.group, storage.kind = (data.shape[0], cols), group, 0 if nibbles else 1
+        storage.source_type = source_type
+        data = data if nibbles else data.view(torch.int8)  # signed values (the kernel reads either as bytes)
+        for name, tensor in (("data", data), ("scales", scales), ("offsets", offsets)):
+            storage.register_buffer(name, tensor, persistent=False)
+        natural = qkernel.kernel_order(np.arange(cols // group, dtype=np.float32)[None, :], group)
+        storage.register_buffer("_natural", torch.from_numpy(natural[0]).long().argsort(), persistent=False)
+        return storage
+
+    def part(self, start: int, stop: int, source_type: str) -> QuantStorage:
+        """Rows start..stop-1 as a storage of their own that shares this one's tensors (`home`: this storage, for
+        `joined` to find again)."""
+        piece = QuantStorage.of_tensors(self.data[start:stop], self.scales[start:stop], self.offsets[start:stop],
+                                        cols=self.shape[1], group=self.group, nibbles=self.kind == 0,
+                                        source_type=source_type)
+        piece.home = (self, start)
+        return piece
+
+    @classmethod
     def joined(cls, parts: list[QuantStorage]) -> QuantStorage:
         """One storage with the rows of `parts` (all of one layout) in order, for one product over all of them;
         each part's tensors become views of their rows in it, so the weights are held once."""
         first = parts[0]
+        home = getattr(first, "home", (None, 0))[0]
+        start = 0
+        for part in parts:  # parts of one storage, in order and covering it: that storage is the join
+            if getattr(part, "home", (None, -1)) != (home, start):
+                break
+            start += part.shape[0]
+        else:
+            if home is not None and start == home.shape[0]:
+                return home
         whole = cls.__new__(cls)
         nn.Module.__init__(whole)
         whole.shape = (sum(part.shape[0] for part in parts), first.shape[1])

@@ -76,6 +76,23 @@ def test_the_kernel_gives_each_row_the_same_bits_alone_or_in_a_batch_of_any_size
 
 
 @needs_kernel
+@pytest.mark.parametrize("name", sorted(gguf_blocks.DECODERS))
+def test_the_kernels_decoder_lays_out_every_block_type_as_the_reference_decoder_and_packer_do(name):
+    kind = GGMLQuantizationType[name]
+    raw = _blocks(np.random.default_rng(4).standard_normal((8, 512)).astype(np.float32), kind, seed=6)
+    grouped = gguf_blocks.decode(name, raw, 512)
+    order = np.array([3, 0, 7, 1, 2, 6, 5, 4])
+    data_shape, table_shape = qkernel.decoded_shapes(name, 8, 512)
+    data = torch.empty(data_shape, dtype=torch.uint8)
+    scales, offsets = torch.empty(table_shape), torch.empty(table_shape)
+    qkernel.decode_into(qkernel.library(), name, raw, 512, order, data, scales, offsets)
+    expected = qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles)[order]
+    np.testing.assert_array_equal(data.numpy().view(expected.dtype), expected)
+    np.testing.assert_array_equal(scales.numpy(), qkernel.kernel_order(grouped.d, grouped.group)[order])
+    np.testing.assert_array_equal(offsets.numpy(), qkernel.kernel_order(grouped.m, grouped.group)[order])
+
+
+@needs_kernel
 def test_a_quantised_layer_gives_back_its_rows_exactly_as_the_file_defines_them():
     grouped = gguf_blocks.decode("Q4_K", _blocks(np.zeros((8, 512)), GGMLQuantizationType.Q4_K, 5), 512)
     storage = quantised.QuantStorage(grouped, "Q4_K")

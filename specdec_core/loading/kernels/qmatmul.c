@@ -422,3 +422,127 @@ void specdec_attend(const float *q, long q_stride, int rows, int heads, int dim,
         }
     }
 }
+
+/* ---- Decoding a GGUF tensor's blocks straight into the layout above (the loader's fast path) ----
+ * The same numbers as gguf_blocks.py's decoders followed by qkernel.pack_rows and kernel_order: tested equal. */
+
+static float half_to_float(const uint8_t *at) {
+    uint16_t h = (uint16_t)(at[0] | (at[1] << 8));
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF, bits;
+    if (exponent == 0) {
+        if (mantissa == 0) bits = sign;
+        else {  /* subnormal: normalise */
+            int shift = 0;
+            while (!(mantissa & 0x400)) { mantissa <<= 1; shift++; }
+            bits = sign | ((uint32_t)(113 - shift) << 23) | ((mantissa & 0x3FF) << 13);
+        }
+    } else if (exponent == 31) bits = sign | 0x7F800000u | (mantissa << 13);
+    else bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+enum { T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0, T_Q4_K, T_Q5_K, T_Q6_K };
+
+static void k_scales(const uint8_t *s, float *sc, float *mn) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = (float)(s[j] & 63);
+        mn[j] = (float)(s[j + 4] & 63);
+        sc[j + 4] = (float)((s[j + 8] & 0x0F) | ((s[j] >> 6) << 4));
+        mn[j + 4] = (float)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+/* One block of `type`: its values into q (nibble-packed for the u4 types, else signed bytes) and its groups' scales
+ * and offsets into d and m, in natural group order. */
+static void decode_block(int type, const uint8_t *b, uint8_t *q, float *d, float *m) {
+    switch (type) {
+    case T_Q4_0: d[0] = half_to_float(b); m[0] = -8.0f * d[0]; memcpy(q, b + 2, 16); break;
+    case T_Q4_1: d[0] = half_to_float(b); m[0] = half_to_float(b + 2); memcpy(q, b + 4, 16); break;
+    case T_Q5_0: case T_Q5_1: {
+        int one = type == T_Q5_1, at = one ? 4 : 2;
+        const uint8_t *qs = b + at + 4;
+        uint32_t qh = (uint32_t)b[at] | ((uint32_t)b[at + 1] << 8) | ((uint32_t)b[at + 2] << 16) | ((uint32_t)b[at + 3] << 24);
+        d[0] = half_to_float(b);
+        m[0] = one ? half_to_float(b + 2) : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            int low = j < 16 ? (qs[j] & 0x0F) : (qs[j - 16] >> 4);
+            int value = low | (int)(((qh >> j) & 1) << 4);
+            ((int8_t *)q)[j] = (int8_t)(one ? value : value - 16);
+        }
+        break;
+    }
+    case T_Q8_0: d[0] = half_to_float(b); m[0] = 0.0f; memcpy(q, b + 2, 32); break;
+    case T_Q4_K: case T_Q5_K: {
+        float dd = half_to_float(b), dmin = half_to_float(b + 2), sc[8], mn[8];
+        k_scales(b + 4, sc, mn);
+        for (int g = 0; g < 8; g++) { d[g] = dd * sc[g]; m[g] = -(dmin * mn[g]); }
+        if (type == T_Q4_K) {
+            for (int c = 0; c < 4; c++) {
+                const uint8_t *qs = b + 16 + 32 * c;
+                uint8_t *lo = q + 32 * c, *hi = lo + 16;  /* groups 2c and 2c + 1, 16 bytes each */
+                for (int j = 0; j < 16; j++) {
+                    lo[j] = (uint8_t)((qs[j] & 0x0F) | ((qs[j + 16] & 0x0F) << 4));
+                    hi[j] = (uint8_t)((qs[j] >> 4) | (qs[j + 16] & 0xF0));
+                }
+            }
+        } else {
+            const uint8_t *qh = b + 16, *qs = b + 48;
+            for (int c = 0; c < 4; c++)
+                for (int l = 0; l < 32; l++) {
+                    int low = qs[32 * c + l] & 0x0F, high = qs[32 * c + l] >> 4;
+                    ((int8_t *)q)[64 * c + l] = (int8_t)(low | (((qh[l] >> (2 * c)) & 1) << 4));
+                    ((int8_t *)q)[64 * c + 32 + l] = (int8_t)(high | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+                }
+        }
+        break;
+    }
+    case T_Q6_K: {
+        float dd = half_to_float(b + 208);
+        for (int g = 0; g < 16; g++) { d[g] = dd * (float)(int8_t)b[192 + g]; m[g] = 0.0f; }
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = b + 64 * h, *qh = b + 128 + 32 * h;
+            for (int k = 0; k < 4; k++)
+                for (int l = 0; l < 32; l++) {
+                    int low = k == 0 ? ql[l] & 0x0F : k == 1 ? ql[32 + l] & 0x0F : k == 2 ? ql[l] >> 4 : ql[32 + l] >> 4;
+                    int high = (qh[l] >> (2 * k)) & 3;
+                    ((int8_t *)q)[128 * h + 32 * k + l] = (int8_t)((low | (high << 4)) - 32);
+                }
+        }
+        break;
+    }
+    }
+}
+
+/* A tensor's rows [rows, bytes per row] of GGUF blocks of `type` -> the kernel's layout: q [rows, cols (/ 2 for the
+ * u4 types)], d and m [rows, cols / group] in kernel order. Output row i is input row order[i] (order may be NULL).
+ * Returns 0, or -1 for a type or shape it does not take. */
+int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *order, uint8_t *q, float *d, float *m) {
+    static const int per_block[] = {32, 32, 32, 32, 32, 256, 256, 256};
+    static const int block_bytes[] = {18, 20, 22, 24, 34, 144, 176, 210};
+    static const int groups_per_block[] = {1, 1, 1, 1, 1, 8, 8, 16};
+    if (type < 0 || type > T_Q6_K || cols % per_block[type] != 0 || rows < 0) return -1;
+    int nibbles = type == T_Q4_0 || type == T_Q4_1 || type == T_Q4_K;
+    int blocks = cols / per_block[type], gpb = groups_per_block[type], groups = blocks * gpb;
+    int group = per_block[type] / gpb, qbytes = nibbles ? cols / 2 : cols, qblock = nibbles ? per_block[type] / 2 : per_block[type];
+    float *nd = group == 16 ? malloc(sizeof(float) * 2 * (size_t)groups) : NULL, *nm = nd ? nd + groups : NULL;
+    if (group == 16 && !nd) return -1;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *src = raw + (size_t)(order ? order[r] : r) * blocks * block_bytes[type];
+        float *dr = group == 16 ? nd : d + (size_t)r * groups, *mr = group == 16 ? nm : m + (size_t)r * groups;
+        for (int b = 0; b < blocks; b++)
+            decode_block(type, src + (size_t)b * block_bytes[type], q + (size_t)r * qbytes + (size_t)b * qblock,
+                         dr + (size_t)b * gpb, mr + (size_t)b * gpb);
+        if (group == 16) {  /* groups of 16 in kernel order (half_index over blocks of 32) */
+            int halves_blocks = cols / QBLOCK;
+            for (int b = 0; b < halves_blocks; b++)
+                for (int h = 0; h < 2; h++) {
+                    d[(size_t)r * groups + half_index(b, h, halves_blocks)] = nd[2 * b + h];
+                    m[(size_t)r * groups + half_index(b, h, halves_blocks)] = nm[2 * b + h];
+                }
+        }
+    }
+    free(nd);
+    return 0;
+}
