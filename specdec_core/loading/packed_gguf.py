@@ -11,6 +11,7 @@ of a type the kernel takes) and why not otherwise; the loader then converts the 
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,9 +51,9 @@ class _Tensor:
     data: np.ndarray
 
 
-def _read(path: Path) -> tuple[dict, dict[str, _Tensor]]:
-    """The file's metadata (without its big arrays) and its tensors, mapped read-only. The header is read by
-    gguf_header (the gguf package's reader parses a 150k-token vocabulary field by field: ~20 s)."""
+def _read(path: Path) -> tuple[dict, dict[str, _Tensor], np.memmap]:
+    """The file's metadata (without its big arrays), its tensors, and the read-only mapping they lie in. The header
+    is read by gguf_header (the gguf package's reader parses a large vocabulary field by field, slowly)."""
     import gguf
 
     from specdec_core.loading.gguf_header import read_gguf_facts
@@ -75,11 +76,11 @@ def _read(path: Path) -> tuple[dict, dict[str, _Tensor]]:
             if kind.name == "BF16":
                 raw = (raw.astype(np.uint32) << 16).view(np.float32)
         tensors[name] = _Tensor(name, kind.name, tuple(int(s) for s in shape), raw)
-    return facts.metadata, tensors
+    return facts.metadata, tensors, mapped
 
 
 def plan(path: Path) -> Plan:
-    metadata, tensors = _read(path)
+    metadata, tensors, _ = _read(path)
     arch = str(metadata.get("general.architecture") or "?")
     types: dict[str, int] = {}
     for tensor in tensors.values():
@@ -104,14 +105,14 @@ def build(path: Path, folder: Path) -> nn.Module:
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    metadata, tensors = _read(path)
+    metadata, tensors, mapped = _read(path)
     arch = str(metadata.get("general.architecture"))
     config = AutoConfig.from_pretrained(folder)
     with init_empty_weights(include_buffers=False):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[_ARCHITECTURES[arch].upper()], config.num_hidden_layers)
     lib = qkernel.library()
-    storages = _decode_all(tensors, config, arch, lib)
+    storages = _decode_all(tensors, config, arch, lib, mapped)
 
     def storage(gguf_name: str, *, heads: int | None = None) -> QuantStorage:
         return storages[gguf_name]  # decoded with its rows in transformers' order already
@@ -140,7 +141,7 @@ def build(path: Path, folder: Path) -> nn.Module:
 _SIDE_BY_SIDE = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
 
 
-def _decode_all(tensors: dict, config, arch: str, lib) -> dict[str, QuantStorage]:
+def _decode_all(tensors: dict, config, arch: str, lib, root: np.memmap | None = None) -> dict[str, QuantStorage]:
     """Every quantised matrix of the file, decoded by the kernel library straight from the mapped file into the
     kernel's layout; q, k and v (and gate and up) of a layer into one storage when they share a type."""
     storages: dict[str, QuantStorage] = {}
@@ -150,14 +151,15 @@ def _decode_all(tensors: dict, config, arch: str, lib) -> dict[str, QuantStorage
             found = [tensors.get(name) for name in names]
             if all(t is not None and t.type_name in qkernel.DECODED for t in found) \
                     and len({(t.type_name, t.shape[0]) for t in found}) == 1:
-                storages.update(_decode_together(names, found, config, arch, lib))
+                storages.update(_decode_together(names, found, config, arch, lib, root))
     for name, tensor in tensors.items():
         if name not in storages and len(tensor.shape) == 2 and tensor.type_name in qkernel.DECODED:
-            storages.update(_decode_together([name], [tensor], config, arch, lib))
+            storages.update(_decode_together([name], [tensor], config, arch, lib, root))
     return storages
 
 
-def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, lib) -> dict[str, QuantStorage]:
+def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, lib,
+                     root: np.memmap | None = None) -> dict[str, QuantStorage]:
     type_name, cols = found[0].type_name, int(found[0].shape[0])
     counts = [int(t.data.shape[0]) for t in found]
     data_shape, table_shape = qkernel.decoded_shapes(type_name, sum(counts), cols)
@@ -170,6 +172,8 @@ def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, 
         order = None if heads is None else _deinterleave_order(count, heads)
         qkernel.decode_into(lib, type_name, np.asarray(tensor.data), cols, order, data[start:start + count],
                             scales[start:start + count], offsets[start:start + count])
+        if root is not None:
+            _release(root, np.asarray(tensor.data))
         start += count
     whole = QuantStorage.of_tensors(data, scales, offsets, cols=cols, group=group, nibbles=nibbles,
                                     source_type=type_name)
@@ -177,6 +181,22 @@ def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, 
         return {names[0]: whole}
     starts = np.cumsum([0, *counts])
     return {name: whole.part(int(a), int(b), type_name) for name, a, b in zip(names, starts[:-1], starts[1:])}
+
+
+def _release(root: np.memmap, part: np.ndarray) -> None:
+    """Let go of the file's pages under a decoded tensor `part` of the mapping `root`: they stay in the page cache,
+    but no longer count in this process's memory, so a load never holds the file and its decoded weights at once."""
+    handle = getattr(root, "_mmap", None)
+    if handle is None or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    start = part.ctypes.data - root.ctypes.data
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages only: neighbours may share the edge pages
+    length = (start + part.nbytes - first) // mmap.PAGESIZE * mmap.PAGESIZE
+    if length > 0:
+        try:
+            handle.madvise(mmap.MADV_DONTNEED, first, length)
+        except (OSError, ValueError):
+            pass
 
 
 def _file_heads(config, gguf_name: str) -> int | None:
