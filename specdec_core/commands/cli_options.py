@@ -70,6 +70,10 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                        "quantisation (exact: the verifier is the model in that format) and anything else as floats "
                        "(--dtype); float converts GGUF files to floats; int8 and int4 quantise float weights at "
                        "load, in groups of 32 (default: auto)")
+    group.add_argument("--activations", type=int, default=16, choices=(16, 8),
+                       help="quantised weights: how finely each product quantises its input, 16 bits (about 15 "
+                       "significant) or 8, as llama.cpp does: half the integer work, and a small model's replies may "
+                       "change (default: 16)")
     group.add_argument("--device-map", choices=("auto",), help="spread a large verifier over GPUs and CPU")
     group.add_argument("--max-memory", metavar="DEV=SIZE,...", help="with --device-map: e.g. 0=20GiB,cpu=64GiB")
     group.add_argument("--trust-remote-code", action="store_true",
@@ -179,6 +183,7 @@ def load_from_args(args: Any):
         raise UsageError("--draft-tokens applies to --drafter hybrid only")
     options = LoadOptions(device=args.device, dtype=args.dtype, draft_dtype=args.draft_dtype or "",
                           weights=getattr(args, "weights", "auto"),
+                          activation_bits=getattr(args, "activations", 16),
                           trust_remote_code=args.trust_remote_code,
                           device_map=args.device_map, max_memory=parse_max_memory(args.max_memory, args.device_map))
     pair = load_pair(args.verifier, args.draft, args.drafter, options, progress=progress_bar(),

@@ -115,7 +115,7 @@ def _build(compiler: str, target: Path) -> str:
 def _declare(lib: ctypes.CDLL) -> None:
     pointer, integer = ctypes.c_void_p, ctypes.c_int
     lib.specdec_qmatmul.argtypes = [integer, pointer, pointer, pointer, integer, integer, integer, pointer, integer,
-                                    pointer, pointer, integer]
+                                    pointer, pointer, integer, integer]
     lib.specdec_qmatmul.restype = integer
     lib.specdec_has_avx2.restype = integer
     single, long = ctypes.c_float, ctypes.c_long
@@ -134,13 +134,15 @@ def scratch_bytes(rows: int, cols: int) -> int:
 
 
 def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor,
-           group: int, x: torch.Tensor, threads: int) -> torch.Tensor:
-    """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32."""
+           group: int, x: torch.Tensor, threads: int, activation_bytes: int = 2) -> torch.Tensor:
+    """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32. `activation_bytes`: 2 (about
+    15 bits of each activation) or 1 (as llama.cpp's quantised products)."""
     rows, cols = x.shape
     out = torch.empty((rows, scales.shape[0]), dtype=torch.float32)
     scratch = _scratch(scratch_bytes(rows, cols))
     status = lib.specdec_qmatmul(kind, data.data_ptr(), scales.data_ptr(), offsets.data_ptr(), scales.shape[0],
-                                 cols, group, x.data_ptr(), rows, out.data_ptr(), scratch.data_ptr(), threads)
+                                 cols, group, x.data_ptr(), rows, out.data_ptr(), scratch.data_ptr(), threads,
+                                 int(activation_bytes == 2))
     if status != 0:
         raise ValueError(f"the quantised kernel cannot take a weight of {cols} columns in groups of {group}")
     return out
@@ -227,12 +229,13 @@ def _self_check(lib: ctypes.CDLL) -> bool:
         data = torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles))
         scales = torch.from_numpy(kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(kernel_order(grouped.m, grouped.group))
-        together = matmul(lib, kind, data, scales, offsets, grouped.group, x, 2)
-        alone = torch.cat([matmul(lib, kind, data, scales, offsets, grouped.group, x[i:i + 1].contiguous(), 1)
-                           for i in range(x.shape[0])])
         expected = x.numpy() @ grouped.dequantise().T
-        if not torch.equal(together, alone) or not np.allclose(together.numpy(), expected, rtol=0.05, atol=0.5):
-            return False
+        for size in (2, 1):
+            together = matmul(lib, kind, data, scales, offsets, grouped.group, x, 2, size)
+            alone = torch.cat([matmul(lib, kind, data, scales, offsets, grouped.group, x[i:i + 1].contiguous(), 1,
+                                      size) for i in range(x.shape[0])])
+            if not torch.equal(together, alone) or not np.allclose(together.numpy(), expected, rtol=0.05, atol=0.5):
+                return False
     return True
 
 

@@ -93,6 +93,11 @@ class QuantStorage(nn.Module):
                 setattr(part, name, joined[start:stop])
                 start = stop
         whole.register_buffer("_natural", first._natural, persistent=False)
+        whole.activation_bytes = first.activation_bytes
+        start = 0
+        for part in parts:
+            part.home = (whole, start)  # for set_activation_bytes, and a later join of the same parts
+            start += part.shape[0]
         return whole
 
     @property
@@ -114,9 +119,12 @@ class QuantStorage(nn.Module):
         values = q.to(torch.float32).reshape(-1, groups, self.group) * scales + offsets
         return values.reshape(*index.shape, self.shape[1])
 
+    activation_bytes = 2  # how finely each product quantises its input rows (set_activation_bytes)
+
     def product(self, lib: ctypes.CDLL, x: torch.Tensor) -> torch.Tensor:
         threads = max(1, torch.get_num_threads())
-        return qkernel.matmul(lib, self.kind, self.data, self.scales, self.offsets, self.group, x, threads)
+        return qkernel.matmul(lib, self.kind, self.data, self.scales, self.offsets, self.group, x, threads,
+                              self.activation_bytes)
 
 
 class QuantLinear(nn.Module):
@@ -174,6 +182,27 @@ def quantise_linears(model: nn.Module, *, bits: int, lib: ctypes.CDLL) -> int:
                 setattr(parent, name, QuantLinear(storage, bias, lib))
                 replaced += 1
     return replaced
+
+
+def set_activation_bytes(model: nn.Module, size: int) -> int:
+    """Quantise the rows every quantised layer of `model` multiplies to `size` bytes per value: 2 (about 15 bits, the
+    default) or 1 (as llama.cpp does: faster, and a small model's replies may change). The layers set."""
+    if size not in (1, 2):
+        raise ValueError(f"activations are quantised to 1 or 2 bytes, not {size}")
+    storages = {id(m.storage): m.storage for m in model.modules() if isinstance(m, (QuantLinear, QuantEmbedding))}
+    for module in model.modules():  # joined storages of the lean layers hang off their parts
+        home = getattr(module, "home", None)
+        if home is not None:
+            storages[id(home[0])] = home[0]
+    for storage in storages.values():
+        storage.activation_bytes = size
+    return len(storages)
+
+
+def activation_bytes(model: nn.Module) -> int | None:
+    """How finely a quantised model's layers quantise their input rows (None: no quantised layer)."""
+    sizes = {m.storage.activation_bytes for m in model.modules() if isinstance(m, QuantLinear)}
+    return min(sizes) if sizes else None
 
 
 def weight_format(model: nn.Module) -> str:

@@ -42,6 +42,7 @@ class LoadOptions:
     dtype: str = "auto"
     draft_dtype: str = ""  # the draft's dtype ("": see draft_dtype_for); every drafted token is checked
     weights: str = "auto"  # what weights run as on a CPU (models.WEIGHT_FORMATS): a GGUF's own quantisation by default
+    activation_bits: int = 16  # how finely quantised weights quantise their input rows (8: as llama.cpp)
     trust_remote_code: bool = False
     device_map: str | None = None
     max_memory: dict | None = None
@@ -141,7 +142,7 @@ def draft_dtype_for(dtype: str, draft_dtype: str = "") -> str:
 
 def _model_loader(options: LoadOptions, progress: ProgressCallback | None) -> ModelLoader:
     load = dict(device=options.device, dtype=options.dtype, trust_remote_code=options.trust_remote_code,
-                progress=progress, weights=options.weights)
+                progress=progress, weights=options.weights, activation_bits=options.activation_bits)
 
     def loader(role: str, spec: str) -> LoadedModel:
         if role == "verifier":  # only the verifier may be spread over devices

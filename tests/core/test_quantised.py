@@ -261,3 +261,21 @@ def test_a_forked_child_multiplies_with_workers_of_its_own(tmp_path):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the child hung waiting for its parent's worker threads")
+
+
+@needs_kernel
+def test_on_a_cpu_with_avx2_the_kernel_is_built_with_it_and_compiles_without_warnings(tmp_path):
+    """A native build that fails falls back to plain C (20 times slower) without a word: the source must build."""
+    import platform
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    flags = qkernel._cpu_flags().split()
+    if platform.machine() not in ("x86_64", "AMD64") or not {"avx2", "fma"} <= set(flags):
+        pytest.skip("this CPU has no AVX2 and FMA")
+    assert qkernel.library().specdec_has_avx2() == 1
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    done = subprocess.run([compiler, "-O3", "-march=native", "-Wall", "-fsyntax-only", str(qkernel.SOURCE)],
+                          capture_output=True, text=True, cwd=Path(tmp_path))
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr

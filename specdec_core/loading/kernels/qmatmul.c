@@ -7,8 +7,9 @@
  *
  * Activations are quantised per block of 32 to two signed bytes each, a coarse one and the rounding left over in
  * 1/256 steps (x = d * (hi + lo / 256)), so a group's dot product is an exact integer sum scaled once, with about
- * 15 bits of each activation: one byte alone (as llama.cpp's quantised products use) moved the small embedded
- * model's greedy replies away from its float replies.
+ * 15 bits of each activation. Or, when the caller asks (`fine` = 0), to one byte, as llama.cpp's quantised products
+ * do: half the integer work, and the replies llama.cpp gives on the same file (a small model's can differ from its
+ * float replies; see docs/performance.md).
  *
  * Batch invariance is the point of this file: each output value of each row is computed by the same sequence of
  * operations whatever the number of rows in the call and however the outputs are split between threads. A check of
@@ -43,6 +44,7 @@ typedef struct {
     int rows;
     float *y;          /* [rows, n] */
     int parts;
+    int fine;          /* 1: two bytes per activation (coarse and fine); 0: one byte, as llama.cpp's products use */
 } task_t;
 
 int specdec_has_avx2(void) { return SPECDEC_AVX2; }
@@ -55,8 +57,9 @@ static inline size_t half_index(int b, int h, int blocks) {
     return b < quads * 4 ? (size_t)8 * (b / 4) + 4 * h + (b % 4) : (size_t)2 * b + h;
 }
 
-/* x [rows, k] -> two signed bytes per value, per-block scales and scaled half-block sums (k a multiple of 32). */
-static void quantise_rows(const float *x, int rows, int k, int8_t *xq, float *xd, float *xs) {
+/* x [rows, k] -> two signed bytes per value (one when !fine), per-block scales and scaled half-block sums (k a multiple
+ * of 32). */
+static void quantise_rows(const float *x, int rows, int k, int fine, int8_t *xq, float *xd, float *xs) {
     int blocks = k / QBLOCK;
     for (int r = 0; r < rows; r++) {
         for (int b = 0; b < blocks; b++) {
@@ -71,13 +74,14 @@ static void quantise_rows(const float *x, int rows, int k, int8_t *xq, float *xd
                 float scaled = src[j] * inv;
                 int coarse = (int)lrintf(scaled);
                 coarse = coarse > 127 ? 127 : (coarse < -127 ? -127 : coarse);
-                int fine = (int)lrintf((scaled - (float)coarse) * 256.0f);
-                fine = fine > 127 ? 127 : (fine < -127 ? -127 : fine);
                 hi[j] = (int8_t)coarse;
-                lo[j] = (int8_t)fine;
-                sums[j / 16] += 256 * coarse + fine;
+                if (!fine) { sums[j / 16] += coarse; continue; }
+                int rest = (int)lrintf((scaled - (float)coarse) * 256.0f);
+                rest = rest > 127 ? 127 : (rest < -127 ? -127 : rest);
+                lo[j] = (int8_t)rest;
+                sums[j / 16] += 256 * coarse + rest;
             }
-            float unit = d / 256.0f;
+            float unit = fine ? d / 256.0f : d;
             xd[(size_t)r * blocks + b] = unit;
             xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = unit * (float)sums[0];
             xs[(size_t)r * blocks * 2 + half_index(b, 1, blocks)] = unit * (float)sums[1];
@@ -113,20 +117,24 @@ ALWAYS_INLINE __m256i load_block(const task_t *t, int kind, int col, int b) {
 }
 
 /* Eight int32 partial sums of one block's products (lanes 0-3: values 0-15, lanes 4-7: values 16-31). */
-ALWAYS_INLINE __m256i block_sums(const task_t *t, int kind, __m256i wq, int r, int b) {
+ALWAYS_INLINE __m256i block_sums(const task_t *t, int kind, int fine, __m256i wq, int r, int b) {
     const int8_t *at = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK;
-    __m256i hi = _mm256_loadu_si256((const __m256i *)at), lo = _mm256_loadu_si256((const __m256i *)(at + t->k));
+    __m256i hi = _mm256_loadu_si256((const __m256i *)at);
     __m256i wabs = wq, ones = _mm256_set1_epi16(1);
-    if (kind != 0) { wabs = _mm256_sign_epi8(wq, wq); hi = _mm256_sign_epi8(hi, wq); lo = _mm256_sign_epi8(lo, wq); }
+    if (kind != 0) { wabs = _mm256_sign_epi8(wq, wq); hi = _mm256_sign_epi8(hi, wq); }
     __m256i coarse = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, hi), ones);
-    __m256i fine = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, lo), ones);
-    return _mm256_add_epi32(_mm256_slli_epi32(coarse, 8), fine);
+    if (!fine) return coarse;
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(at + t->k));
+    if (kind != 0) lo = _mm256_sign_epi8(lo, wq);
+    __m256i rest = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, lo), ones);
+    return _mm256_add_epi32(_mm256_slli_epi32(coarse, 8), rest);
 }
 
 /* Products of one weight row with up to ROW_CHUNK activation rows. Four blocks at a time: their sums are folded
  * into one vector [block 0..3, first halves | block 0..3, second halves], scaled by the groups' scales at once.
  * Scales and offsets of four blocks lie together in the weight's tables (see `kernel_order` in qkernel.py). */
-ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves, int col, int r0, int nr) {
+ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves, const int fine, int col, int r0,
+                               int nr) {
     const int blocks = t->k / QBLOCK, quads = blocks / 4, groups = t->k / t->g;
     const float *wd = t->wd + (size_t)col * groups, *wm = t->wm + (size_t)col * groups;
     __m256 acc[ROW_CHUNK];
@@ -143,8 +151,10 @@ ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves
         }
         for (int i = 0; i < nr; i++) {
             int r = r0 + i;
-            __m256i h01 = _mm256_hadd_epi32(block_sums(t, kind, w0, r, b), block_sums(t, kind, w1, r, b + 1));
-            __m256i h23 = _mm256_hadd_epi32(block_sums(t, kind, w2, r, b + 2), block_sums(t, kind, w3, r, b + 3));
+            __m256i h01 = _mm256_hadd_epi32(block_sums(t, kind, fine, w0, r, b),
+                                            block_sums(t, kind, fine, w1, r, b + 1));
+            __m256i h23 = _mm256_hadd_epi32(block_sums(t, kind, fine, w2, r, b + 2),
+                                            block_sums(t, kind, fine, w3, r, b + 3));
             __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(h01, h23));
             __m128 dx = _mm_loadu_ps(t->xd + (size_t)r * blocks + b);
             __m256 xsum = _mm256_loadu_ps(t->xs + (size_t)r * blocks * 2 + 2 * b);  /* kernel order too */
@@ -163,7 +173,7 @@ ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves
         int r = r0 + i;
         float tail = 0.0f;
         for (int b = quads * 4; b < blocks; b++) {  /* the last 1-3 blocks of a row whose length is not 128k */
-            __m256i s = block_sums(t, kind, load_block(t, kind, col, b), r, b);
+            __m256i s = block_sums(t, kind, fine, load_block(t, kind, col, b), r, b);
             int lo = hsum4i(_mm256_castsi256_si128(s)), hi = hsum4i(_mm256_extracti128_si256(s, 1));
             float dx = t->xd[(size_t)r * blocks + b];
             const float *xs = t->xs + (size_t)r * blocks * 2;
@@ -178,15 +188,24 @@ ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves
     }
 }
 
-/* The four layouts as functions of their own, so that no test of the layout is left in the inner loops. */
-static void row_u4(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 0, 0, col, r0, nr); }
-static void row_s8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 0, col, r0, nr); }
-static void row_s8_16(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 1, col, r0, nr); }
+/* The layouts and precisions as functions of their own, so that no test of either is left in the inner loops. */
+static void row_u4(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 0, 0, 1, col, r0, nr); }
+static void row_s8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 0, 1, col, r0, nr); }
+static void row_s8_16(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 1, 1, col, r0, nr); }
+static void row_u4_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 0, 0, 0, col, r0, nr); }
+static void row_s8_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 0, 0, col, r0, nr); }
+static void row_s8_16_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 1, 0, col, r0, nr); }
 
 static void row_avx2(const task_t *t, int col, int r0, int nr) {
-    if (t->kind == 0) row_u4(t, col, r0, nr);
-    else if (t->g == 16) row_s8_16(t, col, r0, nr);
-    else row_s8(t, col, r0, nr);
+    if (t->fine) {
+        if (t->kind == 0) row_u4(t, col, r0, nr);
+        else if (t->g == 16) row_s8_16(t, col, r0, nr);
+        else row_s8(t, col, r0, nr);
+    } else {
+        if (t->kind == 0) row_u4_a8(t, col, r0, nr);
+        else if (t->g == 16) row_s8_16_a8(t, col, r0, nr);
+        else row_s8_a8(t, col, r0, nr);
+    }
 }
 #endif
 
@@ -208,7 +227,7 @@ static void row_plain(const task_t *t, int col, int r0, int nr) {
                 } else {
                     q = ((const int8_t *)t->w)[(size_t)col * t->k + (size_t)b * QBLOCK + j];
                 }
-                sums[j / 16] += q * (256 * xq[j] + xlo[j]);
+                sums[j / 16] += q * (t->fine ? 256 * xq[j] + xlo[j] : xq[j]);
             }
             float dx = t->xd[(size_t)r * blocks + b];
             const float *xs = t->xs + (size_t)r * blocks * 2;
@@ -303,15 +322,16 @@ __attribute__((constructor)) static void register_fork_handler(void) {
  * scratch: at least rows * (2 * k + 12 * (k / 32)) bytes, 4-byte aligned.
  * Returns 0, or -1 for shapes it cannot take. */
 int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
-                    const float *x, int rows, float *y, void *scratch, int threads) {
+                    const float *x, int rows, float *y, void *scratch, int threads, int fine) {
     if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32) || rows < 1)
         return -1;
     int blocks = k / QBLOCK;
     float *xd = (float *)scratch;
     float *xs = xd + (size_t)rows * blocks;
     int8_t *xq = (int8_t *)(xs + (size_t)rows * blocks * 2);
-    quantise_rows(x, rows, k, xq, xd, xs);
-    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, rows, y, 1};
+    fine = fine != 0;
+    quantise_rows(x, rows, k, fine, xq, xd, xs);
+    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, rows, y, 1, fine};
     int parts = threads < 1 ? 1 : (threads > MAX_THREADS ? MAX_THREADS : threads);
     if (n < 64 * parts) parts = 1;  /* too little work to share */
     /* A second thread calling while the workers are busy (a draft beside a verifier) computes alone: the values do
