@@ -153,9 +153,12 @@ def test_a_quantised_model_scores_a_check_of_k_tokens_bit_for_bit_as_k_single_st
 
 
 @needs_kernel
-@pytest.mark.parametrize("tree_nodes", [0, 6])
-def test_greedy_speculation_reproduces_the_quantised_verifiers_own_greedy_output(quantised_pair, tree_nodes):
+@pytest.mark.parametrize("tree_nodes,activation_bytes", [(0, 2), (6, 2), (0, 1), (6, 1)])
+def test_greedy_speculation_reproduces_the_quantised_verifiers_own_greedy_output(quantised_pair, tree_nodes,
+                                                                                activation_bytes):
     verifier, draft, _ = quantised_pair
+    for model in (verifier.model, draft.model):
+        quantised.set_activation_bytes(model, activation_bytes)
     engine = Engine(verifier, drafter_for(draft))
     config = GenerationConfig(max_new_tokens=40, gamma=4, tree_nodes=tree_nodes)
     for prompt in ([5, 9, 14], [40, 41, 42, 43, 44], [7]):
@@ -163,6 +166,9 @@ def test_greedy_speculation_reproduces_the_quantised_verifiers_own_greedy_output
         *events, spoken = engine.generate(prompt, config)
         assert spoken.token_ids == alone.token_ids
     assert spoken.stats.drafted > 0 and spoken.stats.accepted > 0  # the draft was used, and partly accepted
+    for model in (verifier.model, draft.model):
+        quantised.set_activation_bytes(model, 2)  # the module's other tests use the default
+    assert quantised.activation_bytes(verifier.model) == 2
 
 
 @needs_kernel
@@ -279,3 +285,14 @@ def test_on_a_cpu_with_avx2_the_kernel_is_built_with_it_and_compiles_without_war
     done = subprocess.run([compiler, "-O3", "-march=native", "-Wall", "-fsyntax-only", str(qkernel.SOURCE)],
                           capture_output=True, text=True, cwd=Path(tmp_path))
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+
+
+@needs_kernel
+def test_eight_bit_activations_are_asked_for_at_load_and_shown_in_the_format(tmp_path, tiny_tokenizer):
+    types = {"*": "Q4_0", "token_embd": "Q8_0", "output": "Q8_0"}
+    path = write_quantised_llama(tmp_path / "a8.gguf", tiny_tokenizer, types, seed=2)
+    loaded = load_model(str(path), device="cpu", cache_dir=tmp_path / "cache", activation_bits=8)
+    assert loaded.weights.endswith("8-bit activations") and quantised.activation_bytes(loaded.model) == 1
+    joined = {id(m.home[0]) for m in loaded.model.modules() if hasattr(m, "home")}
+    assert joined  # the lean layers' joined products run at the same precision as their parts
+    assert all(m.home[0].activation_bytes == 1 for m in loaded.model.modules() if hasattr(m, "home"))
