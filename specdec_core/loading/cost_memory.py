@@ -16,6 +16,7 @@ set aside first (kept_files.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +41,10 @@ def memory_file(model: LoadedModel) -> Path | None:
     kind = ("" if model.device.type == "cpu" else f"-{model.device.type}-{_device_name(model.device)}")
     # The CPU's product plans change the curve (cpu_speed.py): whether they are on is part of the key.
     plans = "-plain" if os.environ.get("SPECDEC_CPU_MATMUL", "").lower() == "off" else ""
-    key = f"v{_VERSION}-{machine_key()}{kind}-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}"
+    # So do quantised weights and how finely their products quantise activations ("Q4_K 72 %, ..., 8-bit ...").
+    weights = f"-{hashlib.sha256(model.weights.encode()).hexdigest()[:8]}" if model.weights else ""
+    key = (f"v{_VERSION}-{machine_key()}{kind}-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}"
+           f"{weights}")
     return measurement_file(model.cache_dir, "verify-costs", key)
 
 

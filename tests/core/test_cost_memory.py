@@ -88,3 +88,11 @@ def test_an_engine_told_not_to_remember_leaves_the_memory_as_it_was(pair, tiny_t
     calibrating.remembers = False  # the app's calibration: timed with the window idle (app/session.py)
     rounds_of(calibrating, tiny_tokenizer("Once upon a time").input_ids, n=8)
     assert calibrating.sizer.cost.passes and cost_memory.recalled(verifier) == {1: 0.5, 4: 0.6}
+
+
+def test_a_model_in_another_weight_format_keeps_costs_of_its_own(pair, tmp_path, remembering):
+    verifier = dataclasses.replace(pair[0], cache_dir=tmp_path)
+    quantised = dataclasses.replace(verifier, weights="Q4_K 72 %, Q6_K 28 %")
+    eight_bit = dataclasses.replace(verifier, weights="Q4_K 72 %, Q6_K 28 %, 8-bit activations")
+    files = {cost_memory.memory_file(m) for m in (verifier, quantised, eight_bit)}
+    assert len(files) == 3 and None not in files  # a float model's cost curve says nothing of its quantised forms
