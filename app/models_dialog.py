@@ -370,6 +370,9 @@ class ModelsDialog(QDialog):
             self.window_.settings.model_dirs.append(folder)
             self.window_.save_settings()
         self.refresh_found()
+        offers = getattr(self.window_, "found_offers", None)
+        if offers is not None:  # the settings' drop-downs offer what this folder holds too
+            offers.refresh()
 
     def closeEvent(self, event) -> None:  # noqa: N802
         # An install keeps running when the dialog closes (it resumes anyway); only the window's close stops it.
