@@ -126,6 +126,8 @@ class _Header:
             return
         if end > self.size:
             raise GgufHeaderError(f"its header is cut short (it needs byte {end:,} of {self.size:,})")
+        if end > HEADER_LIMIT:
+            raise GgufHeaderError(f"its header runs past {HEADER_LIMIT >> 20} MB, far beyond any model's: damaged")
         # Growing by at least the size read so far (up to _STEP) keeps the number of reads small.
         want = min(self.size, max(end, len(self.data) + min(max(len(self.data), _FIRST_READ), _STEP)))
         while len(self.data) < want:
@@ -140,6 +142,7 @@ class _Header:
 
 
 _FIRST_READ, _STEP = 64 << 10, 1 << 20
+HEADER_LIMIT = 256 << 20  # the largest headers (a 256k-token vocabulary and its merges) take tens of MB
 
 
 class _Parser:

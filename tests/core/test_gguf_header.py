@@ -207,3 +207,14 @@ def test_a_token_list_cut_short_is_a_header_error_both_ways(tmp_path):
         path = fake_homes.write(tmp_path / "cut.gguf", header[:cut])
         with pytest.raises(gguf_header.GgufHeaderError, match="cut short"):
             gguf_header.read_gguf_facts(path)
+
+
+def test_a_header_claiming_more_than_any_models_is_refused_without_reading_it_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(gguf_header, "HEADER_LIMIT", 1 << 20)
+    strings = random_strings(200_000, seed=4)  # about 2.5 MB of tokens: past the limit
+    header, _ = gguf_header_bytes(strings, 200_000)
+    path = fake_homes.write(tmp_path / "big.gguf", header)
+    reads = ReadCounter(monkeypatch, tmp_path)
+    with pytest.raises(gguf_header.GgufHeaderError, match="beyond any model's"):
+        gguf_header.read_gguf_facts(path)
+    assert reads.bytes[str(path)] <= (1 << 20) + (1 << 20)
