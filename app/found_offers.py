@@ -11,15 +11,27 @@ the Models dialog searches another folder.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
+from app.ports import WindowPort
 from app.worker import FunctionWorker, error_text
 
 if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget
+
+    from app.settings_panel import SettingsPanel
     from specdec_core.loading.discovery import Listing
     from specdec_core.pairs.suggestions import Suggestions
+
+
+class FoundWindow(WindowPort, Protocol):
+    """What the found offers use of the window: its settings (model_dirs) and the panel that shows them."""
+
+    settings_panel: SettingsPanel
+
+    def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): this controller's parent
 
 
 @dataclass(frozen=True)
@@ -54,8 +66,8 @@ class FoundOffers(QObject):
     offered = Signal(object)  # the FoundReport, once the settings show it
     failed = Signal(str)
 
-    def __init__(self, window) -> None:
-        super().__init__(window)
+    def __init__(self, window: FoundWindow) -> None:
+        super().__init__(window.window())
         self.window = window
         self.worker: FunctionWorker | None = None
         self.report: FoundReport | None = None
@@ -72,7 +84,7 @@ class FoundOffers(QObject):
         worker.start()
 
     def _found(self, report: FoundReport) -> None:
-        if getattr(self.window, "closing", False):
+        if self.window.closing:
             return
         self.report = report
         panel = self.window.settings_panel
