@@ -275,8 +275,42 @@ def string_starts(source: _Header, start: int, count: int) -> tuple[np.ndarray, 
     ends. A Qwen file holds two arrays of 150k strings (tokens and merges): stepping through them one by one in
     Python is most of a listing's time, so they are found with numpy when the guess below holds (it does in
     every vocabulary we know), and one by one otherwise."""
+    known = _seen_before(source, start, count)
+    if known is not None:
+        return known
     found = _starts_at_once(source, start, count)
-    return found if found is not None else _starts_one_by_one(source, start, count)
+    starts, end = found if found is not None else _starts_one_by_one(source, start, count)
+    _remember(source, start, count, starts, end)
+    return starts, end
+
+
+# Arrays walked in this process, by (count, their first bytes): [(their bytes, starts from the array's start)]. A
+# listing meets one vocabulary again and again (a model's quantisations, a family's sizes); bytes equal to an
+# array already walked are laid out the same, and comparing bytes is far cheaper than walking them.
+_SEEN: dict[tuple[int, bytes], list[tuple[bytes, np.ndarray]]] = {}
+_SEEN_MIN_COUNT, _PREFIX, _SEEN_BYTES = 4096, 4096, 64 << 20  # at most this many bytes of arrays kept
+
+
+def _seen_before(source: _Header, start: int, count: int) -> tuple[np.ndarray, int] | None:
+    if count < _SEEN_MIN_COUNT:
+        return None
+    source.need(start + _PREFIX)  # the array takes at least 8 bytes a string: these are all in it
+    for array, starts in _SEEN.get((count, bytes(source.data[start:start + _PREFIX])), ()):
+        end = start + len(array)
+        if end <= source.size:
+            source.need(end)
+            if source.data.startswith(array, start):  # a comparison of memory, no copy
+                return starts + start, end
+    return None
+
+
+def _remember(source: _Header, start: int, count: int, starts: np.ndarray, end: int) -> None:
+    if count < _SEEN_MIN_COUNT or end - start > _SEEN_BYTES:
+        return
+    while _SEEN and sum(len(a) for arrays in _SEEN.values() for a, _ in arrays) + end - start > _SEEN_BYTES:
+        _SEEN.pop(next(iter(_SEEN)))  # the oldest first
+    key = (count, bytes(source.data[start:start + _PREFIX]))
+    _SEEN.setdefault(key, []).append((bytes(source.data[start:end]), starts - start))
 
 
 def _starts_at_once(source: _Header, start: int, count: int) -> tuple[np.ndarray, int] | None:

@@ -218,3 +218,24 @@ def test_a_header_claiming_more_than_any_models_is_refused_without_reading_it_al
     with pytest.raises(gguf_header.GgufHeaderError, match="beyond any model's"):
         gguf_header.read_gguf_facts(path)
     assert reads.bytes[str(path)] <= (1 << 20) + (1 << 20)
+
+
+def test_a_token_list_met_again_is_recognised_by_its_bytes_and_only_by_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(gguf_header, "_SEEN", {})
+    strings = random_strings(20_000, seed=11)
+    first = fake_homes.write(tmp_path / "a.gguf", gguf_header_bytes(strings, 20_000)[0])
+    again = fake_homes.write(tmp_path / "b.gguf", gguf_header_bytes(strings, 20_000, layers=3)[0])
+    # The same count and the same first 100 KB, then one token one byte longer: another layout
+    cut = len(strings) // 2
+    start = cut + strings[cut:].index(b"\x05\0\0\0\0\0\0\0")  # the length of a 5-letter token
+    changed = strings[:start] + b"\x06" + strings[start + 1:start + 13] + b"q" + strings[start + 13:]
+    other = fake_homes.write(tmp_path / "c.gguf", gguf_header_bytes(changed, 20_000)[0])
+    expected = {path: gguf_header.read_gguf_facts(path, keep_tokens=True) for path in (first, again, other)}
+
+    with monkeypatch.context() as patched:
+        patched.setattr(gguf_header, "_starts_at_once", lambda *args: pytest.fail("walked again"))
+        assert gguf_header.read_gguf_facts(again, keep_tokens=True) == expected[again]
+    for path, facts in expected.items():
+        assert facts.vocabulary_hash == gguf_header.vocabulary_hash(facts.tokens) and facts.token_count == 20_000
+    assert expected[other].vocabulary_hash != expected[first].vocabulary_hash
+    assert expected[again].vocabulary_hash == expected[first].vocabulary_hash
