@@ -20,9 +20,10 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 _TYPE_OFFSET = struct.Struct("<IQ")  # a tensor's ggml type and the offset of its data
@@ -317,6 +318,7 @@ def _starts_at_once(source: _Header, start: int, count: int) -> tuple[np.ndarray
     """Guess every start at once (_guess_starts), and keep the guesses only when, from `start`, each guessed
     start's length leads exactly to the next guess: they are then the true starts, whatever the bytes hold. None
     when the guess fails (a token holding a NUL byte, a length of 256)."""
+    import numpy as np  # here: a listing whose facts are all kept in the memo needs none
     pieces, pos, left = [], start, count
     while left:
         # Every string takes at least 8 bytes, so this reads no further than the array (and its first string's
@@ -347,6 +349,7 @@ _BLOCK = 1 << 16  # bytes looked at in one step: the steps' arrays stay in the C
 def _guess_starts(data: bytearray, pos: int, span: int, wanted: int) -> np.ndarray:
     """The first `wanted` offsets p < span (from `pos`) where a string seems to start: byte p+7 is zero (the top
     byte of every length) and byte p+8 is not (the string's first byte; a NUL in a token is the rare miss)."""
+    import numpy as np
     found, total = [], 0
     for block in range(0, span, _BLOCK):
         size = min(_BLOCK, span - block)
@@ -359,6 +362,7 @@ def _guess_starts(data: bytearray, pos: int, span: int, wanted: int) -> np.ndarr
 
 
 def _starts_one_by_one(source: _Header, start: int, count: int) -> tuple[np.ndarray, int]:
+    import numpy as np
     data, pos, starts, unpack = source.data, start, [], _U64.unpack_from
     append = starts.append
     for _ in itertools.repeat(None, count):
