@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,9 +110,11 @@ def read_gguf_facts(path: Path, *, keep_tokens: bool = False) -> GgufFacts:
         if source.bytes_at(0, 4) != b"GGUF":
             raise GgufHeaderError("not a GGUF file (it does not start with the GGUF signature)")
         try:
-            return _Parser(source, keep_tokens).facts()
+            facts = _Parser(source, keep_tokens).facts()
         except (struct.error, IndexError) as error:
             raise GgufHeaderError(f"its header is cut short ({error})") from error
+    _remember(source)
+    return facts
 
 
 class _Header:
@@ -120,6 +123,7 @@ class _Header:
 
     def __init__(self, file: BinaryIO, size: int) -> None:
         self.file, self.size, self.data = file, size, bytearray()
+        self.walked: list[tuple[int, int, object, int]] = []  # (start, count, starts, end) of long string arrays
 
     def need(self, end: int) -> None:
         """Have the bytes up to `end` read; GgufHeaderError when the file ends first."""
@@ -281,37 +285,50 @@ def string_starts(source: _Header, start: int, count: int) -> tuple[np.ndarray, 
         return known
     found = _starts_at_once(source, start, count)
     starts, end = found if found is not None else _starts_one_by_one(source, start, count)
-    _remember(source, start, count, starts, end)
+    if count >= _SEEN_MIN_COUNT:
+        source.walked.append((start, count, starts, end))  # remembered once the whole header is read
     return starts, end
 
 
-# Arrays walked in this process, by (count, their first bytes): [(their bytes, starts from the array's start)]. A
-# listing meets one vocabulary again and again (a model's quantisations, a family's sizes); bytes equal to an
-# array already walked are laid out the same, and comparing bytes is far cheaper than walking them.
-_SEEN: dict[tuple[int, bytes], list[tuple[bytes, np.ndarray]]] = {}
-_SEEN_MIN_COUNT, _PREFIX, _SEEN_BYTES = 4096, 4096, 64 << 20  # at most this many bytes of arrays kept
+# Arrays walked in this process, by (count, their first bytes): [(the header that holds one, where it lies in it,
+# its starts from its own start)]. A listing meets one vocabulary again and again (a model's quantisations, a
+# family's sizes); bytes equal to an array already walked are laid out the same, and comparing bytes is far
+# cheaper than walking them. The headers are kept as they were read (no copy), up to _SEEN_BYTES of them.
+_SEEN: dict[tuple[int, bytes], list[tuple[bytearray, int, int, np.ndarray]]] = {}
+_SEEN_MIN_COUNT, _PREFIX, _SEEN_BYTES = 4096, 4096, 64 << 20
+_SEEN_LOCK = threading.Lock()  # listings may read headers on several threads (the app's workers)
 
 
 def _seen_before(source: _Header, start: int, count: int) -> tuple[np.ndarray, int] | None:
     if count < _SEEN_MIN_COUNT:
         return None
     source.need(start + _PREFIX)  # the array takes at least 8 bytes a string: these are all in it
-    for array, starts in _SEEN.get((count, bytes(source.data[start:start + _PREFIX])), ()):
-        end = start + len(array)
+    with _SEEN_LOCK:
+        candidates = list(_SEEN.get((count, bytes(source.data[start:start + _PREFIX])), ()))
+    for data, first, last, starts in candidates:
+        end = start + last - first
         if end <= source.size:
             source.need(end)
-            if source.data.startswith(array, start):  # a comparison of memory, no copy
-                return starts + start, end
+            with memoryview(data) as view:  # a header read in full: it grows no more
+                if source.data.startswith(view[first:last], start):  # a comparison of memory, no copy
+                    return starts + start, end
     return None
 
 
-def _remember(source: _Header, start: int, count: int, starts: np.ndarray, end: int) -> None:
-    if count < _SEEN_MIN_COUNT or end - start > _SEEN_BYTES:
+def _remember(source: _Header) -> None:
+    """Keep the arrays `source` walked for the next headers (its bytes are read in full: they change no more)."""
+    if not source.walked or len(source.data) > _SEEN_BYTES:
         return
-    while _SEEN and sum(len(a) for arrays in _SEEN.values() for a, _ in arrays) + end - start > _SEEN_BYTES:
-        _SEEN.pop(next(iter(_SEEN)))  # the oldest first
-    key = (count, bytes(source.data[start:start + _PREFIX]))
-    _SEEN.setdefault(key, []).append((bytes(source.data[start:end]), starts - start))
+    with _SEEN_LOCK:
+        while _SEEN and _kept_bytes() + len(source.data) > _SEEN_BYTES:
+            _SEEN.pop(next(iter(_SEEN)))  # the oldest first
+        for start, count, starts, end in source.walked:
+            key = (count, bytes(source.data[start:start + _PREFIX]))
+            _SEEN.setdefault(key, []).append((source.data, start, end, starts - start))
+
+
+def _kept_bytes() -> int:
+    return sum({id(data): len(data) for arrays in _SEEN.values() for data, *_ in arrays}.values())
 
 
 def _starts_at_once(source: _Header, start: int, count: int) -> tuple[np.ndarray, int] | None:
@@ -328,7 +345,7 @@ def _starts_at_once(source: _Header, start: int, count: int) -> tuple[np.ndarray
         span = len(source.data) - pos - 8  # the offsets a guess can be made at: their 9th byte has been read
         guess = _guess_starts(source.data, pos, span, left)
         lengths = np.ndarray((span,), "<u8", buffer=source.data, offset=pos, strides=(1,))  # at each byte
-        ends = guess + 8 + lengths[guess].astype(np.int64)  # a damaged length wraps round: it links to no guess
+        ends = guess + 8 + lengths[guess].view(np.int64)  # a damaged length wraps round: it links to no guess
         del lengths  # the bytes read may grow only when no array looks at them
         if not len(guess) or guess[0] != 0 or bool((ends[:-1] != guess[1:]).any()):
             return None
