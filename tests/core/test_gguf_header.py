@@ -235,7 +235,7 @@ def test_a_token_list_met_again_is_recognised_by_its_bytes_and_only_by_them(tmp_
     with monkeypatch.context() as patched:
         patched.setattr(gguf_header, "_starts_at_once", lambda *args: pytest.fail("walked again"))
         assert gguf_header.read_gguf_facts(again, keep_tokens=True) == expected[again]
-    for path, facts in expected.items():
+    for facts in expected.values():
         assert facts.vocabulary_hash == gguf_header.vocabulary_hash(facts.tokens) and facts.token_count == 20_000
     assert expected[other].vocabulary_hash != expected[first].vocabulary_hash
     assert expected[again].vocabulary_hash == expected[first].vocabulary_hash
