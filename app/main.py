@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         QTimer.singleShot(int(args.timeout * 1000), lambda: fail(f"not done after {args.timeout:g} s"))
 
     QTimer.singleShot(0, window.loader.load)
+    QTimer.singleShot(0, window.found_offers.refresh)  # the models found here, offered in the settings
     if args.prompt:
         QTimer.singleShot(0, lambda: window.send(args.prompt))
 

@@ -36,6 +36,7 @@ from specdec_core.loading import catalog, discovery
 FOUND_COLUMNS = ("found model", "parameters", "size", "architecture", "quantisation", "where")
 
 if TYPE_CHECKING:
+    from app.found_offers import FoundOffers
     from app.loading import LoadController
     from app.settings_panel import SettingsPanel
     from app.store import Settings
@@ -49,6 +50,7 @@ class ModelsWindow(Protocol):
     settings_panel: SettingsPanel
     loader: LoadController
     settings: Settings  # its model_dirs are searched too
+    found_offers: FoundOffers  # told when a folder is added: the settings' drop-downs offer what it holds
 
     def save_settings(self) -> None: ...
 
@@ -370,6 +372,7 @@ class ModelsDialog(QDialog):
             self.window_.settings.model_dirs.append(folder)
             self.window_.save_settings()
         self.refresh_found()
+        self.window_.found_offers.refresh()  # the settings' drop-downs offer what this folder holds too
 
     def closeEvent(self, event) -> None:  # noqa: N802
         # An install keeps running when the dialog closes (it resumes anyway); only the window's close stops it.

@@ -171,6 +171,7 @@ class SettingsPanel(QScrollArea):
                                      "prompt lookup finds nothing (γ: as many as gamma). A draft whose later "
                                      "tokens are rarely accepted pays best with 1.")
         form.addRow("Draft tokens", self.draft_tokens)
+        form.addRow("", self._build_found_pair())
         self.verdict = QLabel("")
         self.verdict.setWordWrap(True)
         self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -298,6 +299,9 @@ class SettingsPanel(QScrollArea):
             w.blockSignals(True)
         self.verifier.set_spec(s.verifier, s.recent_specs, DEFAULT_VERIFIER)
         self.draft.set_spec(s.draft, s.recent_specs, None)
+        if self._found:  # the found models stay on offer
+            self.verifier.offer(self._found)
+            self.draft.offer(self._found)
         self.device.setCurrentText(s.device)
         self.dtype.setCurrentText(s.dtype)
         self.use_lookup.setChecked(s.drafter == PROMPT_LOOKUP)
@@ -353,6 +357,47 @@ class SettingsPanel(QScrollArea):
         s.system_prompt = self.system.toPlainText()
         s.stop_sequences = stop_sequences(self.stops.toPlainText())
         self.changed.emit()
+
+    def _build_found_pair(self) -> QWidget:
+        """A pair found on this machine (app/found_offers.py), offered in one click; hidden until there is one."""
+        self.found_pair_row = QWidget()
+        lay = QVBoxLayout(self.found_pair_row)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(2)
+        self.found_pair_label = QLabel("")
+        self.found_pair_label.setWordWrap(True)
+        self.found_pair_label.setObjectName("muted")
+        self.use_found_pair = QPushButton("Use this pair")
+        self.use_found_pair.setToolTip("Put the pair found on this machine into the settings and load it")
+        self.use_found_pair.clicked.connect(self._use_found_pair)
+        lay.addWidget(self.found_pair_label)
+        lay.addWidget(self.use_found_pair)
+        self.found_pair_row.setVisible(False)
+        self._found: list[tuple[str, str]] = []  # (name, note) of each model found, kept across refresh()
+        self._found_pair: tuple[str, str] | None = None
+        return self.found_pair_row
+
+    def offer_found(self, noted: list[tuple[str, str]]) -> None:
+        """The models found on this machine, by the names discovery gives them, in the verifier's and the draft's
+        drop-downs, each with a note (where it was found, its size)."""
+        self._found = list(noted)
+        self.verifier.offer(self._found)
+        self.draft.offer(self._found)
+
+    def offer_pair(self, verifier: str, draft: str, verdict: str) -> None:
+        """Offer a verifier and draft found on this machine, put into the settings and loaded in one click."""
+        self._found_pair = (verifier, draft)
+        self.found_pair_label.setText(f"Found on this machine: {verifier} drafted by {draft} ({verdict})")
+        self.found_pair_row.setVisible(True)
+
+    def _use_found_pair(self) -> None:
+        if self._found_pair is None:
+            return
+        verifier, draft = self._found_pair
+        self.verifier.setEditText(verifier)
+        self.draft.setEditText(draft)
+        self.use_model.setChecked(True)
+        self.load_requested.emit()
 
     def offer_drafts(self, candidates: list) -> None:
         """Installed models that could draft for the loaded verifier, each with its vocabulary overlap

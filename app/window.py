@@ -41,6 +41,7 @@ from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubbl
 from app.conversations import ConversationController
 from app.export import ExportController
 from app.fit import ElidedLabel, fit_to_screen
+from app.found_offers import FoundOffers
 from app.graphs import GraphsPanel
 from app.host import REPLY, HostKeeper, Runner
 from app.loading import LoadController
@@ -132,6 +133,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self.talk = install_talk_mode(self)  # presenter mode, replay, race, demos for talks
         self.adaptation = AdaptController(self)  # the draft head learns from the chats (app/adapt_controller.py)
+        self.found_offers = FoundOffers(self)  # models found on this machine, in the settings' drop-downs
 
         self.timer = QTimer(self)  # THE flush timer: tokens into the chat, rounds into the graphs
         self.timer.setInterval(FLUSH_MS)

@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
 
 
 def _cache(args) -> Path:
-    from specdec_core.loading.gguf_cache import default_cache_dir
+    from specdec_core.loading.resources import default_cache_dir
 
     return Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir()
 

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec_core.errors import ModelLoadError
-from specdec_core.loading import model_facts
+from specdec_core.loading import kept_files, model_facts
 
 MAX_ENTRIES = 4096  # a folder with more entries than this is not a models folder: only these are looked at
 
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+_MANIFEST_LIMIT = 1 << 20  # an Ollama manifest is a few hundred bytes
 _OLLAMA_REGISTRY, _OLLAMA_NAMESPACE = "registry.ollama.ai", "library"
 
 SOURCES = {"ollama": "Ollama", "lmstudio": "LM Studio", "hf": "Hugging Face cache", "gpt4all": "GPT4All",
@@ -274,12 +275,15 @@ def _ollama_model(walk: _Walk, root: Path, manifest: Path, parts: tuple[str, ...
 
 def _ollama_blob(root: Path, manifest: Path) -> Path:
     """The GGUF blob a manifest names; ModelLoadError with the reason when there is none."""
-    try:
-        layers = json.loads(manifest.read_bytes()).get("layers")
+    try:  # a FIFO or a huge file in Ollama's folder is refused, not read (kept_files.read_bytes)
+        text = kept_files.read_bytes(manifest, _MANIFEST_LIMIT)
+        if text is None:
+            raise ModelLoadError("the manifest is gone (removed while listing)")
+        layers = json.loads(text).get("layers")
         digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == OLLAMA_MODEL_LAYER)
-    except OSError as error:
-        raise ModelLoadError(_why(error)) from error
-    except (ValueError, AttributeError, TypeError, KeyError) as error:
+    except kept_files.DamagedFile as error:
+        raise ModelLoadError(f"not a valid Ollama manifest: {error}") from error
+    except (ValueError, AttributeError, TypeError, KeyError, RecursionError) as error:
         raise ModelLoadError(f"not a valid Ollama manifest ({type(error).__name__}: {error})") from error
     except StopIteration as error:
         raise ModelLoadError("an Ollama manifest with no model layer") from error

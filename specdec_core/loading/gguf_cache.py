@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 from specdec_core.errors import ModelLoadError, first_line
-from specdec_core.loading import gguf_types
+from specdec_core.loading import conversion_check, gguf_types, kept_files
 from specdec_core.loading.progress import ProgressCallback, ProgressError, Reporter, quiet_transformers_bars
 from specdec_core.loading.resources import default_cache_dir  # noqa: F401 - where importers have long found it
 
@@ -81,11 +82,11 @@ def converted_gguf(gguf: Path, *, cache_dir: Path, report: Reporter, weights: bo
     root = cache_dir / ("gguf" if weights else "gguf-meta")
     target = root / digest
     _remove_stale_partials(root)  # left by conversions that were killed, whether or not we convert now
-    if _cache_is_complete(target, digest):
+    if _usable(target, digest, gguf, report):
         return target, False
 
     with _CONVERT_LOCK:
-        if _cache_is_complete(target, digest):  # another thread converted it while we waited
+        if _usable(target, digest, gguf, report):  # another thread converted it while we waited
             return target, False
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -169,15 +170,48 @@ def _sha256(path: Path) -> str:
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 
+def _marker(folder: Path) -> dict | None:
+    """A conversion's marker (kept_files: a FIFO, a huge or deeply nested file is refused); None without one."""
+    try:
+        return kept_files.read_json(folder / _MARKER, kept_files.instance_of(dict))
+    except kept_files.DamagedFile:
+        return None
+
+
 def _cache_is_complete(folder: Path, digest: str) -> bool:
     """True when `folder` holds a finished conversion: marker present and every listed file whole."""
     try:
-        marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
-        if marker.get("format") != _CACHE_FORMAT or marker.get("sha256") != digest:
+        marker = _marker(folder)
+        if marker is None or marker.get("format") != _CACHE_FORMAT or marker.get("sha256") != digest:
             return False
         return all((folder / name).stat().st_size == size for name, size in marker["files"].items())
     except (OSError, ValueError, KeyError, AttributeError, TypeError):
         return False
+
+
+def _usable(target: Path, digest: str, gguf: Path, report: Reporter) -> bool:
+    """Whether `target` holds a finished conversion of `gguf` whose files match the checksums written with them
+    (conversion_check.py). A damaged one is removed, with one line, to be converted again from the GGUF."""
+    if not _cache_is_complete(target, digest):
+        return False
+    why = conversion_check.damage(target, (_marker(target) or {}).get("files_sha256"))
+    if why is None:
+        return True
+    _discard_damaged(target, f"the converted copy of {gguf.name} in {target}", why, report)
+    return False
+
+
+def _discard_damaged(folder: Path, what: str, why: str, report: Reporter) -> None:
+    """Remove a damaged conversion (it is rebuilt from its source) and say so in one line, on stderr and in the
+    load's progress (the app's status bar)."""
+    aside = folder.with_name(f".partial-damaged-{folder.name[:12]}-{os.getpid()}")
+    try:
+        folder.rename(aside)
+    except OSError:
+        aside = folder
+    shutil.rmtree(aside, ignore_errors=True)
+    print(f"specdec: {what} is damaged ({why}); it is made again", file=sys.stderr, flush=True)
+    report("convert", 0.0, f"The cached conversion was damaged ({why}): making it again")
 
 
 def cache_damage(folder: Path) -> str | None:
@@ -185,11 +219,10 @@ def cache_damage(folder: Path) -> str | None:
 
     Proof is a file whose SHA-256 differs from the one recorded when it was written, or (for folders
     converted before hashes were recorded) a weights file whose tensors cannot be read back."""
-    try:
-        marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
-        hashes = marker.get("files_sha256") if isinstance(marker, dict) else None
-    except (OSError, ValueError) as error:
-        return f"its marker cannot be read ({error})"
+    marker = _marker(folder)
+    if marker is None:
+        return "its marker is missing or cannot be read"
+    hashes = marker.get("files_sha256")
     if isinstance(hashes, dict) and hashes:
         for name, expected in hashes.items():
             try:
@@ -210,12 +243,7 @@ def cache_damage(folder: Path) -> str | None:
     return None
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+_file_sha256 = conversion_check.file_sha256
 
 
 _PARTIAL_OWNER = re.compile(r"\.partial-[0-9a-f]{12}-(\d+)-([0-9a-f]{8})-")
@@ -413,7 +441,10 @@ def dtype_variant(folder: Path, dtype: torch.dtype, report: Reporter) -> Path:
     name = dtype_name(dtype)
     variant = folder / f"as-{name}"
     if (variant / _MARKER).is_file():
-        return variant
+        why = conversion_check.damage(variant, (_marker(variant) or {}).get("files_sha256"))
+        if why is None:
+            return variant
+        _discard_damaged(variant, f"the {name} copy of {folder.name} in the cache", why, report)
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -435,9 +466,12 @@ def dtype_variant(folder: Path, dtype: torch.dtype, report: Reporter) -> Path:
             save_file(tensors, str(partial / weights.name), metadata=metadata)
             del tensors
         for side in folder.iterdir():
-            if side.is_file() and side.suffix != ".safetensors" and side.name != _MARKER:
+            own = side.suffix == ".safetensors" or side.name in (_MARKER, conversion_check.VERDICT)
+            if side.is_file() and not own:
                 shutil.copy2(side, partial / side.name)
-        (partial / _MARKER).write_text(json.dumps({"format": _CACHE_FORMAT, "dtype": name}), encoding="utf-8")
+        hashes = {p.name: _file_sha256(p) for p in partial.iterdir() if p.is_file()}
+        (partial / _MARKER).write_text(json.dumps({"format": _CACHE_FORMAT, "dtype": name, "files_sha256": hashes}),
+                                       encoding="utf-8")
         partial.rename(variant)
     except OSError as error:
         raise ModelLoadError(f"cannot write a {name} copy of {folder.name} in the cache: "

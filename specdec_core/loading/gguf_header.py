@@ -1,10 +1,10 @@
 """What a GGUF file is, read from its header alone: architecture, quantisation, parameters, vocabulary.
 
 For listing the models found on this machine (discovery.py), where reading dozens of files must take well
-under a second. The file is mapped read-only and parsed up to the end of its tensor table; no tensor data is
-read. The token list (150k strings in a Qwen file) is walked once, not decoded: its bytes are hashed as they
-lie in the file, in the same form `vocabulary_hash` gives a token list from anywhere else (a tokenizer.json),
-so one vocabulary gets one hash whether it comes as GGUF or as a transformers folder.
+under a second. Only the header is read (in growing pieces, up to the end of its tensor table); no tensor data
+is. The token list (150k strings in a Qwen file) is walked, not decoded: its bytes are hashed as they lie in the
+file, in the same form `vocabulary_hash` gives a token list from anywhere else (a tokenizer.json), so one
+vocabulary gets one hash whether it comes as GGUF or as a transformers folder.
 
 Every way a file can be damaged (cut short, not GGUF, absurd counts) is a GgufHeaderError with one line.
 """
@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import mmap
+import os
 import re
+import stat
 import struct
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_TYPE_OFFSET = struct.Struct("<IQ")  # a tensor's ggml type and the offset of its data
+_ENTRY = 8 + 256 + 4 + 8 * 8 + 12  # the most bytes a tensor entry with a name of up to 256 bytes takes
 
 # GGUF value types -> struct format of a scalar (strings and arrays are walked separately)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
@@ -92,25 +100,61 @@ def vocabulary_hash(tokens: Iterable[str | bytes]) -> str:
 
 def read_gguf_facts(path: Path, *, keep_tokens: bool = False) -> GgufFacts:
     """The facts in `path`'s header. Raises GgufHeaderError (damaged, cut short, not GGUF) or OSError."""
-    with open(path, "rb") as file:
-        if file.read(4) != b"GGUF":
+    # Non-blocking: a FIFO named .gguf does not hang the open; it is refused below.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb", buffering=0) as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise GgufHeaderError("not a GGUF file (it is not a regular file)")
+        source = _Header(file, info.st_size)
+        if source.bytes_at(0, 4) != b"GGUF":
             raise GgufHeaderError("not a GGUF file (it does not start with the GGUF signature)")
         try:
-            view = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)  # read-only: nothing is ever written
-        except ValueError as error:
-            raise GgufHeaderError(f"cannot be mapped ({error})") from error
-    with view:
-        try:
-            return _Parser(view, keep_tokens).facts()
+            facts = _Parser(source, keep_tokens).facts()
         except (struct.error, IndexError) as error:
             raise GgufHeaderError(f"its header is cut short ({error})") from error
+    _remember(source)
+    return facts
+
+
+class _Header:
+    """The file's first bytes, read as far as the parser has needed so far: the header only, never the tensors'
+    data (a step past what was asked is at most _STEP bytes)."""
+
+    def __init__(self, file: BinaryIO, size: int) -> None:
+        self.file, self.size, self.data = file, size, bytearray()
+        self.walked: list[tuple[int, int, object, int]] = []  # (start, count, starts, end) of long string arrays
+
+    def need(self, end: int) -> None:
+        """Have the bytes up to `end` read; GgufHeaderError when the file ends first."""
+        if end <= len(self.data):
+            return
+        if end > self.size:
+            raise GgufHeaderError(f"its header is cut short (it needs byte {end:,} of {self.size:,})")
+        if end > HEADER_LIMIT:
+            raise GgufHeaderError(f"its header runs past {HEADER_LIMIT >> 20} MB, far beyond any model's: damaged")
+        # Growing by at least the size read so far (up to _STEP) keeps the number of reads small.
+        want = min(self.size, max(end, len(self.data) + min(max(len(self.data), _FIRST_READ), _STEP)))
+        while len(self.data) < want:
+            piece = self.file.read(want - len(self.data))
+            if not piece:  # the file shrank under us
+                raise GgufHeaderError(f"its header is cut short (it ends at byte {len(self.data):,})")
+            self.data += piece
+
+    def bytes_at(self, start: int, size: int) -> bytes:
+        self.need(start + size)
+        return bytes(self.data[start:start + size])
+
+
+_FIRST_READ, _STEP = 64 << 10, 1 << 20
+HEADER_LIMIT = 256 << 20  # the largest headers (a 256k-token vocabulary and its merges) take tens of MB
 
 
 class _Parser:
-    """A cursor over the mapped file; each read checks the bounds so a cut-short file fails cleanly."""
+    """A cursor over the header; each read checks the bounds so a cut-short file fails cleanly."""
 
-    def __init__(self, view: mmap.mmap, keep_tokens: bool) -> None:
-        self.view, self.pos, self.keep_tokens = view, 4, keep_tokens
+    def __init__(self, source: _Header, keep_tokens: bool) -> None:
+        self.source, self.pos, self.keep_tokens = source, 4, keep_tokens
         self.tokens_hash: str | None = None
         self.token_count = 0
         self.tokens: tuple[str, ...] | None = None
@@ -139,15 +183,14 @@ class _Parser:
 
     def take(self, size: int) -> int:
         start, self.pos = self.pos, self.pos + size
-        if self.pos > len(self.view):
-            raise GgufHeaderError(f"its header is cut short (it needs byte {self.pos:,} of {len(self.view):,})")
+        self.source.need(self.pos)
         return start
 
     def u32(self) -> int:
-        return _U32.unpack_from(self.view, self.take(4))[0]
+        return _U32.unpack_from(self.source.data, self.take(4))[0]
 
     def count(self) -> int:
-        value = _U64.unpack_from(self.view, self.take(8))[0]
+        value = _U64.unpack_from(self.source.data, self.take(8))[0]
         if value > _MAX_COUNT:
             raise GgufHeaderError(f"its header is damaged (a count of {value:,})")
         return value
@@ -155,7 +198,7 @@ class _Parser:
     def string(self) -> bytes:
         size = self.count()
         start = self.take(size)
-        return self.view[start:start + size]
+        return bytes(self.source.data[start:start + size])
 
     def value(self, value_type: int) -> object:
         if value_type == _STRING:
@@ -163,7 +206,7 @@ class _Parser:
         scalar = _SCALARS.get(value_type)
         if scalar is None:
             raise GgufHeaderError(f"its header is damaged (value type {value_type})")
-        return struct.unpack_from(scalar, self.view, self.take(struct.calcsize(scalar)))[0]
+        return struct.unpack_from(scalar, self.source.data, self.take(struct.calcsize(scalar)))[0]
 
     # ---------------------------------------------------------------- arrays and tensors
 
@@ -176,48 +219,173 @@ class _Parser:
         if item_type != _STRING:
             raise GgufHeaderError(f"its header is damaged (array {key!r} of type {item_type})")
         start = self.pos
-        starts = self.walk_strings(count, keep_starts=key == TOKENS_KEY)
+        starts, end = string_starts(self.source, start, count)
+        self.take(end - start)
         if key != TOKENS_KEY:
             return
         self.token_count = count
-        end = self.pos
-        while starts and _FILLER.fullmatch(self.view[starts[-1] + 8:end]):
-            end = starts.pop()
+        data, end = self.source.data, self.pos
+        kept = len(starts)
+        while kept and _FILLER.fullmatch(data, int(starts[kept - 1]) + 8, end):
+            kept -= 1
+            end = int(starts[kept])
         # The bytes between start and end are exactly what vocabulary_hash() feeds its digest.
-        self.tokens_hash = hashlib.sha256(self.view[start:end]).hexdigest()[:16]
+        self.tokens_hash = hashlib.sha256(memoryview(data)[start:end]).hexdigest()[:16]
         if self.keep_tokens:
-            ends = starts[1:] + [end]
-            self.tokens = tuple(self.view[a + 8:b].decode("utf-8", "replace") for a, b in zip(starts, ends))
-
-    def walk_strings(self, count: int, *, keep_starts: bool) -> list[int]:
-        """Step over `count` strings (the hot loop of a listing: one unpack per token); their start offsets."""
-        view, pos, unpack, starts = self.view, self.pos, _U64.unpack_from, []
-        if keep_starts:
-            append = starts.append
-            for _ in itertools.repeat(None, count):
-                append(pos)
-                pos += 8 + unpack(view, pos)[0]
-        else:
-            for _ in itertools.repeat(None, count):
-                pos += 8 + unpack(view, pos)[0]
-        self.take(pos - self.pos)  # one bounds check for the lot: a length past the end lands here
-        return starts
+            bounds = [*starts.tolist(), self.pos]
+            self.tokens = tuple(data[a + 8:b].decode("utf-8", "replace") for a, b in itertools.pairwise(bounds))
 
     def tensor_table(self, tensor_count: int) -> tuple[int, dict[int, int], list]:
         parameters, types, tensors = 0, {}, []
-        for _ in range(tensor_count):
-            name = self.string().decode("utf-8", "replace")
-            dims = self.u32()
-            if dims > 8:
-                raise GgufHeaderError(f"its header is damaged (a tensor of {dims} dimensions)")
-            shape = tuple(self.count() for _ in range(dims))
+        for _ in itertools.repeat(None, tensor_count):
+            name, shape, ggml_type, offset = self.tensor_entry()
+            tensors.append((name, shape, ggml_type, offset))
             elements = 1
             for size in shape:
                 elements *= size
-            ggml_type = self.u32()
-            offset = _U64.unpack_from(self.view, self.take(8))[0]  # the tensor's offset in the data section
-            tensors.append((name, shape, ggml_type, offset))
             parameters += elements
-            if dims >= 2:
+            if len(shape) >= 2:
                 types[ggml_type] = types.get(ggml_type, 0) + elements
         return parameters, types, tensors
+
+    def tensor_entry(self) -> tuple[str, tuple[int, ...], int, int]:
+        """(name, dims, ggml type, offset of its data): one entry of the tensor table, read in one step."""
+        source, pos = self.source, self.pos
+        data = source.data
+        if pos + _ENTRY > len(data):  # a name of up to 256 bytes and 8 dimensions: one read
+            source.need(min(pos + _ENTRY, source.size))
+        name_size = _U64.unpack_from(data, pos)[0]
+        if pos + _ENTRY - 256 + name_size > len(data):  # a longer name
+            if name_size > _MAX_COUNT:
+                raise GgufHeaderError(f"its header is damaged (a count of {name_size:,})")
+            source.need(min(pos + _ENTRY - 256 + name_size, source.size))
+        name = bytes(data[pos + 8:pos + 8 + name_size]).decode("utf-8", "replace")
+        pos += 8 + name_size
+        (dims,) = _U32.unpack_from(data, pos)
+        if dims > 8:
+            raise GgufHeaderError(f"its header is damaged (a tensor of {dims} dimensions)")
+        shape = struct.unpack_from(f"<{dims}Q", data, pos + 4)
+        if any(size > _MAX_COUNT for size in shape):
+            raise GgufHeaderError(f"its header is damaged (a tensor of shape {shape})")
+        ggml_type, offset = _TYPE_OFFSET.unpack_from(data, pos + 4 + 8 * dims)  # struct.error past the end
+        self.pos = pos + 4 + 8 * dims + 12
+        return name, shape, ggml_type, offset
+
+
+# ---------------------------------------------------------------------------------------------- string arrays
+
+
+def string_starts(source: _Header, start: int, count: int) -> tuple[np.ndarray, int]:
+    """Where each of `count` strings (an 8-byte length, then the bytes) from `start` begins, and where the last
+    ends. A Qwen file holds two arrays of 150k strings (tokens and merges): stepping through them one by one in
+    Python is most of a listing's time, so they are found with numpy when the guess below holds (it does in
+    every vocabulary we know), and one by one otherwise."""
+    known = _seen_before(source, start, count)
+    if known is not None:
+        return known
+    found = _starts_at_once(source, start, count)
+    starts, end = found if found is not None else _starts_one_by_one(source, start, count)
+    if count >= _SEEN_MIN_COUNT:
+        source.walked.append((start, count, starts, end))  # remembered once the whole header is read
+    return starts, end
+
+
+# Arrays walked in this process, by (count, their first bytes): [(the header that holds one, where it lies in it,
+# its starts from its own start)]. A listing meets one vocabulary again and again (a model's quantisations, a
+# family's sizes); bytes equal to an array already walked are laid out the same, and comparing bytes is far
+# cheaper than walking them. The headers are kept as they were read (no copy), up to _SEEN_BYTES of them.
+_SEEN: dict[tuple[int, bytes], list[tuple[bytearray, int, int, np.ndarray]]] = {}
+_SEEN_MIN_COUNT, _PREFIX, _SEEN_BYTES = 4096, 4096, 64 << 20
+_SEEN_LOCK = threading.Lock()  # listings may read headers on several threads (the app's workers)
+
+
+def _seen_before(source: _Header, start: int, count: int) -> tuple[np.ndarray, int] | None:
+    if count < _SEEN_MIN_COUNT:
+        return None
+    source.need(start + _PREFIX)  # the array takes at least 8 bytes a string: these are all in it
+    with _SEEN_LOCK:
+        candidates = list(_SEEN.get((count, bytes(source.data[start:start + _PREFIX])), ()))
+    for data, first, last, starts in candidates:
+        end = start + last - first
+        if end <= source.size:
+            source.need(end)
+            with memoryview(data) as view:  # a header read in full: it grows no more
+                if source.data.startswith(view[first:last], start):  # a comparison of memory, no copy
+                    return starts + start, end
+    return None
+
+
+def _remember(source: _Header) -> None:
+    """Keep the arrays `source` walked for the next headers (its bytes are read in full: they change no more)."""
+    if not source.walked or len(source.data) > _SEEN_BYTES:
+        return
+    with _SEEN_LOCK:
+        while _SEEN and _kept_bytes() + len(source.data) > _SEEN_BYTES:
+            _SEEN.pop(next(iter(_SEEN)))  # the oldest first
+        for start, count, starts, end in source.walked:
+            key = (count, bytes(source.data[start:start + _PREFIX]))
+            _SEEN.setdefault(key, []).append((source.data, start, end, starts - start))
+
+
+def _kept_bytes() -> int:
+    return sum({id(data): len(data) for arrays in _SEEN.values() for data, *_ in arrays}.values())
+
+
+def _starts_at_once(source: _Header, start: int, count: int) -> tuple[np.ndarray, int] | None:
+    """Guess every start at once (_guess_starts), and keep the guesses only when, from `start`, each guessed
+    start's length leads exactly to the next guess: they are then the true starts, whatever the bytes hold. None
+    when the guess fails (a token holding a NUL byte, a length of 256)."""
+    import numpy as np  # here: a listing whose facts are all kept in the memo needs none
+    pieces, pos, left = [], start, count
+    while left:
+        # Every string takes at least 8 bytes, so this reads no further than the array (and its first string's
+        # first byte, which the guess looks at).
+        source.need(pos + 8 * left)  # a file too short for them is cut short
+        source.need(min(pos + 8 * left + 1, source.size))
+        span = len(source.data) - pos - 8  # the offsets a guess can be made at: their 9th byte has been read
+        guess = _guess_starts(source.data, pos, span, left)
+        lengths = np.ndarray((span,), "<u8", buffer=source.data, offset=pos, strides=(1,))  # at each byte
+        ends = guess + 8 + lengths[guess].view(np.int64)  # a damaged length wraps round: it links to no guess
+        del lengths  # the bytes read may grow only when no array looks at them
+        if not len(guess) or guess[0] != 0 or bool((ends[:-1] != guess[1:]).any()):
+            return None
+        pieces.append(guess + pos)
+        last_end, left = pos + int(ends[-1]), left - len(guess)
+        if not left:
+            source.need(last_end)
+            return np.concatenate(pieces), last_end
+        if ends[-1] < span:  # the next string lay where guesses were made, and was not guessed
+            return None
+        pos = last_end  # the rest lies past what was read: read on from the next string
+    return np.zeros(0, np.int64), start
+
+
+_BLOCK = 1 << 16  # bytes looked at in one step: the steps' arrays stay in the CPU's cache
+
+
+def _guess_starts(data: bytearray, pos: int, span: int, wanted: int) -> np.ndarray:
+    """The first `wanted` offsets p < span (from `pos`) where a string seems to start: byte p+7 is zero (the top
+    byte of every length) and byte p+8 is not (the string's first byte; a NUL in a token is the rare miss)."""
+    import numpy as np
+    found, total = [], 0
+    for block in range(0, span, _BLOCK):
+        size = min(_BLOCK, span - block)
+        zero = np.frombuffer(data, np.uint8, size + 1, pos + block + 7) == 0
+        found.append(np.flatnonzero(zero[:-1] > zero[1:]) + block)  # a zero, then not
+        total += len(found[-1])
+        if total >= wanted:
+            break
+    return np.concatenate(found)[:wanted] if found else np.zeros(0, np.int64)
+
+
+def _starts_one_by_one(source: _Header, start: int, count: int) -> tuple[np.ndarray, int]:
+    import numpy as np
+    data, pos, starts, unpack = source.data, start, [], _U64.unpack_from
+    append = starts.append
+    for _ in itertools.repeat(None, count):
+        if pos + 8 > len(data):
+            source.need(pos + 8)  # `data` grows in place
+        append(pos)
+        pos += 8 + unpack(data, pos)[0]
+    source.need(pos)
+    return np.array(starts, np.int64), pos

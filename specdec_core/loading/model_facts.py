@@ -15,7 +15,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specdec_core.loading import gguf_header
+from specdec_core.loading import gguf_header, kept_files
 
 _WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
 
@@ -66,19 +66,32 @@ def _memo_path() -> Path:
 
 
 def _load_memo() -> None:
-    """Read the kept facts once per cache folder (a damaged or foreign file is ignored: it is only a cache)."""
+    """Read the kept facts once per cache folder (kept_files: a damaged file is set aside with one line, a FIFO
+    or a huge file refused; it is only a speed aid, so the listing reads the headers instead)."""
     path = _memo_path()
     if _memo_state["loaded_from"] == path:
         return
     _memo.clear()
     _memo_state.update(loaded_from=path, changed=False)
-    try:
-        data = json.loads(path.read_bytes())
-        if data.get("format") == _MEMO_FORMAT:
-            for key, (size, mtime, facts) in data["files"].items():
-                _memo[key] = (int(size), int(mtime), ModelFacts(**facts))
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        _memo.clear()
+    _memo.update(kept_files.kept_json(path, _memo_schema, "the headers are read again") or {})
+
+
+def _memo_schema(value: object) -> dict[str, tuple[int, int, ModelFacts]]:
+    if not isinstance(value, dict) or value.get("format") != _MEMO_FORMAT or not isinstance(value["files"], dict):
+        raise ValueError(f"it is not format {_MEMO_FORMAT} of specdec's found-models memo")
+    out = {}
+    for key, (size, mtime, facts) in value["files"].items():
+        if not (isinstance(size, int) and isinstance(mtime, int) and isinstance(facts, dict)):
+            raise TypeError(f"the entry for {key} is not [size, mtime, facts]")
+        wrong = [name for name, kind in _FACT_TYPES.items() if not isinstance(facts.get(name), kind)]
+        if wrong or set(facts) != set(_FACT_TYPES):
+            raise TypeError(f"the facts for {key} are not what specdec writes ({', '.join(wrong) or 'their keys'})")
+        out[key] = (size, mtime, ModelFacts(**facts))
+    return out
+
+
+_FACT_TYPES = {"format": str, "size": int, "architecture": str, "quantisation": str, "parameters": int,
+               "vocabulary_hash": (str, type(None)), "vocabulary_size": int, "title": str}
 
 
 def save_memo() -> None:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from specdec_core import defaults
 from specdec_core.errors import ModelLoadError, first_line
-from specdec_core.loading import catalog, discovery, gguf_cache
+from specdec_core.loading import catalog, discovery
 from specdec_core.loading.progress import Discard, Reporter
 from specdec_core.loading.resources import assets_dir
 
@@ -165,6 +165,8 @@ def gguf_file(spec: str, cache_dir: Path) -> Path | None:
 
 def _gguf_folder(gguf: Path, name: str, kind: str, cache_dir: Path, report: Reporter, *,
                  quantised: bool = False) -> Resolved:
+    from specdec_core.loading import gguf_cache  # torch: only where a model is loaded, not where one is listed
+
     note = ""
     if quantised:
         from specdec_core.loading import packed_gguf

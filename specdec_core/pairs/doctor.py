@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specdec_core.errors import IncompatiblePairError
-from specdec_core.loading import quantised
 
 if TYPE_CHECKING:
     from specdec_core.drafting.cross_vocab import VocabMap
@@ -144,6 +143,8 @@ def _head_findings(verifier: LoadedModel, draft: LoadedModel) -> tuple[Finding, 
 def _output_rows(model) -> int | None:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is not None and (hasattr(head, "storage") or getattr(head, "weight", None) is not None):
+        from specdec_core.loading import quantised  # torch: only here, where models are loaded already
+
         return quantised.row_count(head)
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     return int(vocab) if vocab else None

@@ -47,9 +47,10 @@ class Suggestions:
 TokenizerLoader = Callable[[FoundModel], object]
 
 
-def suggest_drafts(verifier_spec: str, listing: Listing, *,
-                   load_tokenizer: TokenizerLoader | None = None) -> Suggestions:
-    """The drafts in `listing` for the verifier `verifier_spec` (a found name, or a GGUF file or folder here)."""
+def suggest_drafts(verifier_spec: str, listing: Listing, *, load_tokenizer: TokenizerLoader | None = None,
+                   other_tokenizers: bool = True) -> Suggestions:
+    """The drafts in `listing` for the verifier `verifier_spec` (a found name, or a GGUF file or folder here).
+    `other_tokenizers=False` weighs only drafts of the verifier's own vocabulary (no tokenizer is built)."""
     load_tokenizer = load_tokenizer or real_tokenizer
     verifier = describe(verifier_spec, listing)
     if verifier.facts.vocabulary_hash is None:
@@ -66,10 +67,29 @@ def suggest_drafts(verifier_spec: str, listing: Listing, *,
             continue
         same.append(Suggestion(draft, check_pair(verifier_vocab, vocab), same_vocabulary=True))
     others = [m for m in smaller if m.facts.vocabulary_hash not in (None, verifier.facts.vocabulary_hash)]
-    if others:
+    if others and other_tokenizers:
         other, lines = _other_vocabularies(verifier, others, load_tokenizer)
         skipped += lines
     return Suggestions(verifier, tuple(same), tuple(other), tuple(skipped))
+
+
+def best_pair(listing: Listing) -> Suggestions | None:
+    """The pair to offer first among the models found: the largest verifier with a smaller draft of its own
+    vocabulary that the doctor accepts, and its drafts of that vocabulary (smallest first). None when no two
+    models found share a vocabulary. Only headers are read (no tokenizer is built)."""
+    by_vocabulary: dict[str, list[FoundModel]] = {}
+    for model in listing.models:
+        if model.facts.vocabulary_hash is not None:
+            by_vocabulary.setdefault(model.facts.vocabulary_hash, []).append(model)
+    verifiers = [m for group in by_vocabulary.values() for m in group if any(_smaller(d, m) for d in group)]
+    for verifier in sorted(verifiers, key=_size_key, reverse=True):
+        try:
+            found = suggest_drafts(verifier.name, listing, other_tokenizers=False)
+        except (ModelLoadError, OSError, ValueError):  # a file changed since it was listed: try the next
+            continue
+        if found.best is not None:
+            return found
+    return None
 
 
 def _other_vocabularies(verifier: FoundModel, drafts: list[FoundModel], load_tokenizer: TokenizerLoader

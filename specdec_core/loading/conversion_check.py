@@ -1,0 +1,93 @@
+"""Conversions in the user cache (gguf_cache.py) checked against the checksums written when they were made.
+
+A converted folder (safetensors, config, tokenizer) lies in the user's cache, where anything that runs as the
+user can change it: 4 KB of damage of the same size in model.safetensors loads without a complaint and changes
+every reply. So each file's SHA-256, recorded in the folder's marker at conversion, is checked on the first use
+after the file's size, times or inode changed, and the verdict is kept in the folder (VERDICT, read through
+kept_files) so that later loads hash nothing. A folder that fails is removed by its caller and converted again
+from its GGUF, with one line saying so.
+
+Boundary: torch-free; the marker's layout belongs to gguf_cache.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from specdec_core.loading import kept_files
+
+VERDICT = "specdec-verified.json"  # {"checked_ns": ..., "files": {name: {"stamp": [...], "sha256": ...}}}
+SETTLED_NS = 2_000_000_000  # a file changed this close to its check could keep its times (FAT keeps 2 s)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _stamp(info: os.stat_result) -> list[int]:
+    """What changes when a file is rewritten (size, times) or replaced (inode)."""
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+
+
+def _verdict_schema(value: Any) -> dict:
+    if not isinstance(value, dict) or not isinstance(value.get("checked_ns"), int):
+        raise ValueError("it holds no checked_ns")
+    files = value.get("files")
+    if not isinstance(files, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("stamp"), list)
+            and all(isinstance(n, int) for n in entry["stamp"]) for entry in files.values()):
+        raise TypeError("its files are not {name: {stamp, sha256}}")
+    return value
+
+
+def damage(folder: Path, recorded: object) -> str | None:
+    """Why `folder`'s files differ from `recorded` ({name: SHA-256}, from its marker), or None when they match.
+    Only files changed since the kept verdict are hashed; a verdict is kept for a folder that passes."""
+    if not isinstance(recorded, dict) or not recorded:
+        return "it carries no checksums (converted by an older specdec)"
+    kept = kept_files.kept_json(folder / VERDICT, _verdict_schema, "its files are checked again") or {}
+    trusted = kept.get("files", {})
+    settled_before = kept.get("checked_ns", 0) - SETTLED_NS
+    checked_ns, files = time.time_ns(), {}
+    for name, expected in recorded.items():
+        path = folder / str(name)
+        try:
+            info = path.stat()
+            known = trusted.get(name)
+            if (known is not None and known["stamp"] == _stamp(info) and known["sha256"] == expected
+                    and info.st_mtime_ns < settled_before):
+                files[name] = known
+                continue
+            if file_sha256(path) != expected:
+                return f"{name} does not match the checksum written when it was converted"
+        except OSError as error:
+            return f"{name} cannot be read ({error.strerror or error})"
+        files[name] = {"stamp": _stamp(info), "sha256": expected}
+    _keep({"checked_ns": checked_ns, "files": files}, folder / VERDICT)
+    return None
+
+
+def _keep(verdict: dict, target: Path) -> None:
+    """Write the verdict whole or not at all; one that cannot be written only costs the next load a hash."""
+    try:
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(verdict, out)
+        os.replace(temporary, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
