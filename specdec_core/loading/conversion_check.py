@@ -91,3 +91,31 @@ def _keep(verdict: dict, target: Path) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+
+
+DIGESTS = "file-digests.json"  # {"checked_ns": ..., "files": {resolved path: {"stamp": [...], "sha256": ...}}}
+_MAX_DIGESTS = 256  # the most recently hashed files kept
+_SEEN: dict[tuple, str] = {}  # this process's digests, by path and stamp
+
+
+def remembered_sha256(path: Path, cache_dir: Path) -> str:
+    """`path`'s SHA-256, hashed only on the first use after its size, times or inode changed (the digest kept in
+    `<cache_dir>/DIGESTS`, read through kept_files): a GGUF of 1 GB costs a second of hashing on each load else."""
+    info = path.stat()
+    key = str(path.resolve())
+    seen = _SEEN.get((key, *_stamp(info)))
+    if seen is not None:  # hashed by this process, unchanged since
+        return seen
+    memo = cache_dir / DIGESTS
+    kept = kept_files.kept_json(memo, _verdict_schema, "its files are hashed again") or {}
+    known = kept.get("files", {}).get(key)
+    if known is not None and known["stamp"] == _stamp(info) \
+            and info.st_mtime_ns < kept.get("checked_ns", 0) - SETTLED_NS:
+        return known["sha256"]
+    digest = _SEEN[(key, *_stamp(info))] = file_sha256(path)
+    files = {name: entry for name, entry in kept.get("files", {}).items() if name != key}
+    files = dict(list(files.items())[-(_MAX_DIGESTS - 1):])
+    files[key] = {"stamp": _stamp(info), "sha256": digest}
+    if memo.parent.is_dir():
+        _keep({"checked_ns": time.time_ns(), "files": files}, memo)
+    return digest

@@ -78,7 +78,7 @@ def converted_gguf(gguf: Path, *, cache_dir: Path, report: Reporter, weights: bo
     `weights=False`: only the config and tokenizer (`<cache>/gguf-meta/`), for a model that reads its weights from the
     GGUF file itself in their own quantisation (packed_gguf.py)."""
     check_gguf_header(gguf)
-    digest = _sha256(gguf)
+    digest = _sha256(gguf, cache_dir)
     root = cache_dir / ("gguf" if weights else "gguf-meta")
     target = root / digest
     _remove_stale_partials(root)  # left by conversions that were killed, whether or not we convert now
@@ -112,22 +112,32 @@ def check_gguf_header(gguf: Path) -> None:
         raise ModelLoadError(f"cannot read the GGUF file {gguf}: {error}") from error
     if magic != b"GGUF":
         raise ModelLoadError(f"{gguf} is not a valid GGUF file (it does not start with the GGUF signature)")
+    from specdec_core.loading.gguf_header import GgufHeaderError, read_gguf_facts
+
     try:
-        # transformers' header reader is internal; without it the conversion still fails cleanly below.
-        from transformers.integrations.gguf.reader import GgufHeader
-    except ImportError:
-        return
-    try:
-        with gguf_types.readable_types():
-            header = GgufHeader.from_file(str(gguf))
-        end = max((header.data_start + t.offset + t.nbytes for t in header.tensors), default=0)
-    except Exception as error:  # any parse failure means a damaged header
+        facts = read_gguf_facts(gguf)
+        end = max((facts.data_start + offset + _tensor_bytes(shape, kind) for _, shape, kind, offset in facts.tensors),
+                  default=0)
+    except (GgufHeaderError, OSError, ValueError) as error:
         raise ModelLoadError(f"{gguf} is not a valid GGUF file or is truncated "
                              f"(its header cannot be read: {first_line(error)})") from error
     if end > size:
         raise ModelLoadError(f"{gguf} is truncated: its tensors need {end:,} bytes but the file has {size:,} "
                              "(an interrupted download or copy?)")
     _check_gguf_sizes(gguf)
+
+
+def _tensor_bytes(shape: tuple[int, ...], ggml_type: int) -> int:
+    """The bytes a tensor of this GGUF shape and type takes (ValueError for a type the gguf package lacks)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    per_block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    elements = 1
+    for dim in shape:
+        elements *= int(dim)
+    if elements % per_block:
+        raise ValueError(f"a tensor of {elements} values does not fill blocks of {per_block}")
+    return elements // per_block * size
 
 
 # The sizes a GGUF's metadata may claim before a model is built from it: far above any released model, far below
@@ -156,18 +166,14 @@ def _check_gguf_sizes(gguf: Path) -> None:
         raise ModelLoadError(f"{gguf} claims {claimed:,} layers but holds tensors for {len(layers):,}: refused")
 
 
-def _sha256(path: Path) -> str:
-    # Hashing the whole file costs ~0.1 s per 100 MB (measured: 98 MB in 0.08 s); cheaper shortcuts
-    # (size + mtime) would miss a file replaced in place by one of the same size. Within one process
-    # (the app reloading a model on another device) the digest is remembered per (path, size, mtime).
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = _file_sha256(path)
-    return _DIGESTS[key]
-
-
-_DIGESTS: dict[tuple[str, int, int], str] = {}
+def _sha256(path: Path, cache_dir: Path) -> str:
+    """The GGUF's digest, which names its conversion: hashed on the first use after the file's size, times or inode
+    changed, and remembered in the cache (conversion_check.remembered_sha256)."""
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # nothing is remembered; the conversion below says what is wrong with the cache
+    return conversion_check.remembered_sha256(path, cache_dir)
 
 
 def _marker(folder: Path) -> dict | None:

@@ -106,6 +106,10 @@ def read_gguf_facts(path: Path, *, keep_tokens: bool = False) -> GgufFacts:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise GgufHeaderError("not a GGUF file (it is not a regular file)")
+        stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, keep_tokens)
+        known = _READ.get(stamp)
+        if known is not None:  # one load reads a header several times (checks, plan, build): parse it once
+            return known
         source = _Header(file, info.st_size)
         if source.bytes_at(0, 4) != b"GGUF":
             raise GgufHeaderError("not a GGUF file (it does not start with the GGUF signature)")
@@ -114,7 +118,13 @@ def read_gguf_facts(path: Path, *, keep_tokens: bool = False) -> GgufFacts:
         except (struct.error, IndexError) as error:
             raise GgufHeaderError(f"its header is cut short ({error})") from error
     _remember(source)
+    if len(_READ) >= 8:
+        _READ.clear()
+    _READ[stamp] = facts
     return facts
+
+
+_READ: dict[tuple, GgufFacts] = {}  # the last few headers parsed, by file identity and state
 
 
 class _Header:

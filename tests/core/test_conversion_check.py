@@ -112,3 +112,22 @@ def test_a_damaged_bfloat16_copy_is_made_again_from_the_conversion(converted, ca
     assert len(lines) == 1 and "bfloat16 copy" in lines[0]
     state = loaded.model.state_dict()
     assert all(torch.equal(state[name], tensor.to(torch.bfloat16)) for name, tensor in converted[2].items())
+
+
+def test_a_gguf_is_hashed_again_only_when_it_changes_even_in_place_with_its_times_kept(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"GGUF" + bytes(4096))
+    old = 1_600_000_000
+    os.utime(path, (old, old))
+    hashed = []
+    real = conversion_check.file_sha256
+    monkeypatch.setattr(conversion_check, "file_sha256", lambda p: hashed.append(p.name) or real(p))
+    first = conversion_check.remembered_sha256(path, tmp_path)
+    monkeypatch.setattr(conversion_check, "_SEEN", {})  # as a new process
+    assert conversion_check.remembered_sha256(path, tmp_path) == first and hashed == ["model.gguf"]
+    path.write_bytes(b"GGUF" + bytes(4095) + b"x")  # same size, times put back: only its ctime tells
+    os.utime(path, (old, old))
+    monkeypatch.setattr(conversion_check, "_SEEN", {})
+    assert conversion_check.remembered_sha256(path, tmp_path) != first and len(hashed) == 2

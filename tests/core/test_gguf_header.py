@@ -150,7 +150,7 @@ def test_fifty_large_ggufs_are_listed_reading_only_their_headers(tmp_path, monke
     for index in range(50):
         count = vocabularies[index % len(vocabularies)]
         path = folder / f"model-{index:02}.gguf"
-        os.link(originals[count], path)  # 50 files to list, 5 written (hard links: each is read as its own)
+        os.link(originals[count], path)  # 50 files to list, 5 written (hard links of one file are parsed once)
         sizes[str(path)] = len(headers[count][0])
     reads = ReadCounter(monkeypatch, folder)
 
@@ -159,10 +159,10 @@ def test_fifty_large_ggufs_are_listed_reading_only_their_headers(tmp_path, monke
     assert len(listing.models) == 50 and listing.skipped == ()
     assert {m.facts.vocabulary_size for m in listing.models} == set(vocabularies)
     assert all(m.facts.parameters == 24 * 7 * 2048 * 2048 for m in listing.models)
-    assert set(reads.bytes) == set(sizes)
-    for path, header_size in sizes.items():
+    assert set(reads.bytes) <= set(sizes) and len(reads.bytes) >= len(vocabularies)
+    for path, read in reads.bytes.items():
         # The header and at most one read-ahead step past it: none of the tensors' data (hundreds of MB)
-        assert header_size <= reads.bytes[path] <= header_size + (1 << 20), path
+        assert sizes[path] <= read <= sizes[path] + (1 << 20), path
     assert sum(reads.bytes.values()) < sum(sizes.values()) + 50 * (1 << 20)
 
 
