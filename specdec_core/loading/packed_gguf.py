@@ -146,16 +146,31 @@ def _decode_all(tensors: dict, config, arch: str, lib, root: np.memmap | None = 
     kernel's layout; q, k and v (and gate and up) of a layer into one storage when they share a type."""
     storages: dict[str, QuantStorage] = {}
     for layer in range(config.num_hidden_layers):
-        for group in _SIDE_BY_SIDE:
+        for group in _SIDE_BY_SIDE:  # runs of neighbours of one type (a Q4_K_M file keeps v in Q6_K, q and k not)
             names = [f"blk.{layer}.{part}.weight" for part in group]
-            found = [tensors.get(name) for name in names]
-            if all(t is not None and t.type_name in qkernel.DECODED for t in found) \
-                    and len({(t.type_name, t.shape[0]) for t in found}) == 1:
-                storages.update(_decode_together(names, found, config, arch, lib, root))
+            for run in _runs([(name, tensors.get(name)) for name in names]):
+                if len(run) > 1:
+                    storages.update(_decode_together([n for n, _ in run], [t for _, t in run], config, arch, lib,
+                                                     root))
     for name, tensor in tensors.items():
         if name not in storages and len(tensor.shape) == 2 and tensor.type_name in qkernel.DECODED:
             storages.update(_decode_together([name], [tensor], config, arch, lib, root))
     return storages
+
+
+def _runs(named: list[tuple[str, _Tensor | None]]) -> list[list[tuple[str, _Tensor]]]:
+    """Consecutive decodable tensors of one type and row length."""
+    runs: list[list[tuple[str, _Tensor]]] = []
+    for name, tensor in named:
+        if tensor is None or tensor.type_name not in qkernel.DECODED:
+            runs.append([])
+            continue
+        last = runs[-1][-1][1] if runs and runs[-1] else None
+        if last is not None and (last.type_name, last.shape[0]) == (tensor.type_name, tensor.shape[0]):
+            runs[-1].append((name, tensor))
+        else:
+            runs.append([(name, tensor)])
+    return [run for run in runs if run]
 
 
 def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, lib,

@@ -296,3 +296,16 @@ def test_eight_bit_activations_are_asked_for_at_load_and_shown_in_the_format(tmp
     joined = {id(m.home[0]) for m in loaded.model.modules() if hasattr(m, "home")}
     assert joined  # the lean layers' joined products run at the same precision as their parts
     assert all(m.home[0].activation_bytes == 1 for m in loaded.model.modules() if hasattr(m, "home"))
+
+
+@needs_kernel
+def test_neighbouring_projections_of_one_type_are_decoded_side_by_side_and_joined_without_a_copy(quantised_pair):
+    verifier = quantised_pair[0]  # q and k in Q4_1, v in Q8_0; gate and up in Q4_1
+    attention = next(m for m in verifier.model.modules() if hasattr(m, "q_proj"))
+    mlp = next(m for m in verifier.model.modules() if hasattr(m, "gate_proj"))
+    q_home, k_home = attention.q_proj.storage.home, attention.k_proj.storage.home
+    assert q_home[0] is k_home[0] and (q_home[1], k_home[1]) == (0, attention.q_proj.out_features)
+    assert not hasattr(attention.v_proj.storage, "home")  # another type: a product of its own
+    assert mlp.gate_proj.storage.home[0] is mlp.up_proj.storage.home[0]
+    whole = q_home[0]
+    assert attention.q_proj.storage.data.data_ptr() == whole.data.data_ptr()  # a view, not a copy
