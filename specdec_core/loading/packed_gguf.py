@@ -12,6 +12,7 @@ of a type the kernel takes) and why not otherwise; the loader then converts the 
 from __future__ import annotations
 
 import mmap
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from specdec_core.defaults import available_cpus
 from specdec_core.loading import gguf_blocks, qkernel
 from specdec_core.loading.quantised import QuantEmbedding, QuantLinear, QuantStorage
 
@@ -143,18 +145,25 @@ _SIDE_BY_SIDE = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
 
 def _decode_all(tensors: dict, config, arch: str, lib, root: np.memmap | None = None) -> dict[str, QuantStorage]:
     """Every quantised matrix of the file, decoded by the kernel library straight from the mapped file into the
-    kernel's layout; q, k and v (and gate and up) of a layer into one storage when they share a type."""
-    storages: dict[str, QuantStorage] = {}
+    kernel's layout; q, k and v (and gate and up) of a layer into one storage when they share a type. The tensors
+    decode on every CPU at once (the C calls release the GIL)."""
+    batches: list[list[tuple[str, _Tensor]]] = []
+    joined: set[str] = set()
     for layer in range(config.num_hidden_layers):
         for group in _SIDE_BY_SIDE:  # runs of neighbours of one type (a Q4_K_M file keeps v in Q6_K, q and k not)
             names = [f"blk.{layer}.{part}.weight" for part in group]
             for run in _runs([(name, tensors.get(name)) for name in names]):
                 if len(run) > 1:
-                    storages.update(_decode_together([n for n, _ in run], [t for _, t in run], config, arch, lib,
-                                                     root))
-    for name, tensor in tensors.items():
-        if name not in storages and len(tensor.shape) == 2 and tensor.type_name in qkernel.DECODED:
-            storages.update(_decode_together([name], [tensor], config, arch, lib, root))
+                    batches.append(run)
+                    joined.update(name for name, _ in run)
+    batches += [[(name, tensor)] for name, tensor in tensors.items()
+                if name not in joined and len(tensor.shape) == 2 and tensor.type_name in qkernel.DECODED]
+    storages: dict[str, QuantStorage] = {}
+    with ThreadPoolExecutor(max_workers=max(1, available_cpus())) as pool:
+        decoded = pool.map(lambda run: _decode_together([n for n, _ in run], [t for _, t in run], config, arch, lib,
+                                                        root), batches)
+        for part in decoded:
+            storages.update(part)
     return storages
 
 
