@@ -169,6 +169,7 @@ class Cancelled(Exception):
 
 def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -> float | None:
     """Tokens/s of the verifier alone, greedy, on a fixed short prompt (after a 4-token warm-up)."""
+    from specdec_core.drafting.planner import DraftPolicy
     from specdec_core.engine import Controls
     from specdec_core.text.chat import build_prompt
 
@@ -176,24 +177,20 @@ def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -
     ids = build_prompt(v.tokenizer, [{"role": "user", "content": CALIBRATION_PROMPT}], system=None,
                        context_length=v.context_length, reserve_new_tokens=CALIBRATION_TOKENS).ids
     tps = None
-    engine = session.engine
-    remembers, engine.remembers = engine.remembers, False  # timed with the window idle: not for later engines
-    try:
-        for n in (4, CALIBRATION_TOKENS):
-            controls = Controls(speculate=False)
-            # Same per-token work as a reply (top alternatives included), so the comparison is fair.
-            config = GenerationConfig(max_new_tokens=n, speculate=False)
-            for ev in engine.generate(ids, config, controls):
-                if cancelled():
-                    controls.cancel()
-                if isinstance(ev, Finished):
-                    if ev.error:
-                        return None
-                    tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
-                    if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
-                        session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
-    finally:
-        engine.remembers = remembers
+    idle = DraftPolicy(remember_costs=False)  # timed with the window idle: not for later engines
+    for n in (4, CALIBRATION_TOKENS):
+        controls = Controls(speculate=False)
+        # Same per-token work as a reply (top alternatives included), so the comparison is fair.
+        config = GenerationConfig(max_new_tokens=n, speculate=False)
+        for ev in session.engine.generate(ids, config, controls, policy=idle):
+            if cancelled():
+                controls.cancel()
+            if isinstance(ev, Finished):
+                if ev.error:
+                    return None
+                tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
+                if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
+                    session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
     return tps
 
 

@@ -20,6 +20,7 @@ from specdec_core.drafting.cross_vocab import (
     token_texts,
 )
 from specdec_core.drafting.drafters import HybridDrafter
+from specdec_core.drafting.planner import DraftPolicy
 from specdec_core.engine import Engine
 from specdec_core.events import RoundVerified, TokenCommitted, TokenRejected
 from specdec_core.verification.sampling import processed_probs
@@ -138,10 +139,10 @@ def exact_joint(verifier, config):
 
 
 def sampled_joint(engine, config, size, runs):
-    engine.draft_ahead = False  # the same draws (test_draft_ahead.py), without a drafting thread per run
+    after_prefill = DraftPolicy(draft_during_prefill=False)  # the same draws (test_draft_ahead.py), without a thread
     counts = torch.zeros(size, size)
     for seed in range(runs):
-        *_, finished = engine.generate(PROMPT, config.with_(seed=seed))
+        *_, finished = engine.generate(PROMPT, config.with_(seed=seed), policy=after_prefill)
         a, b = finished.token_ids[:2]
         counts[a, b] += 1
     return counts

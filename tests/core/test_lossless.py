@@ -13,6 +13,7 @@ import torch
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting import drafters
 from specdec_core.drafting.drafters import ModelDrafter, drafter_for
+from specdec_core.drafting.planner import DraftPlanner, DraftPolicy
 from specdec_core.engine import Engine
 from specdec_core.verification.sampling import processed_probs
 
@@ -42,10 +43,9 @@ def exact_joint(verifier, config, prompt=PROMPT):
 
 
 def sampled_joint(verifier, draft, config, runs=RUNS, prompt=PROMPT, drafter=None):
-    engine = Engine(verifier, drafter or drafter_for(draft))
     # The draft reads the prompt after the prefill, not on a thread of its own beside it: the same replies and
     # rounds when sampling (test_draft_ahead.py), without a thread per run (a fifth of these tests' time).
-    engine.draft_ahead = False
+    engine = Engine(verifier, drafter or drafter_for(draft), DraftPlanner(DraftPolicy(draft_during_prefill=False)))
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(runs):
         *_, fin = engine.generate(prompt, GenerationConfig(**{**config.__dict__, "seed": seed}))

@@ -10,6 +10,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.planner import DraftPlanner
 from specdec_core.drafting.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, grow_tree
 from specdec_core.drafting import trees
 from specdec_core.engine import Engine
@@ -356,11 +357,11 @@ def test_a_hybrid_values_its_copy_by_how_often_copies_were_right_in_the_conversa
 def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     engine = Engine(verifier, ModelDrafter(draft))
-    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
+    engine.planner.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
     prompt = tiny_tokenizer("The capital of France is").input_ids
     events = generate(engine, prompt, max_new_tokens=16, tree_nodes=8)
     rounds = [e for e in events if isinstance(e, RoundVerified)]
-    first, rest = rounds[:Engine.FIRST_TREES_CHECKED], rounds[Engine.FIRST_TREES_CHECKED:]
+    first, rest = rounds[:DraftPlanner.FIRST_TREES_CHECKED], rounds[DraftPlanner.FIRST_TREES_CHECKED:]
     assert all(r.tree for r in first)  # a new draft is tried on its first rounds: the priors alone do not decide
     assert rest and all(not r.tree and not r.drafted for r in rest)
     assert all(r.stop is DraftStop.COST for r in rest[:-1])  # the last round had no room to draft anyway
@@ -371,12 +372,12 @@ def test_a_tree_priced_out_is_tried_again_after_a_while_and_checked_however_litt
         pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     engine = Engine(verifier, ModelDrafter(draft))
-    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # by the cost model, no node is ever worth its row
+    engine.planner.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # by the cost model, no node is ever worth its row
     prompt = tiny_tokenizer("The capital of France is").input_ids
     events = generate(engine, prompt, max_new_tokens=40, tree_nodes=8)
     rounds = [e for e in events if isinstance(e, RoundVerified)]
-    back = Engine.FIRST_TREES_CHECKED + Engine.PROBE_AFTER
-    assert all(not r.tree for r in rounds[Engine.FIRST_TREES_CHECKED:back])
+    back = DraftPlanner.FIRST_TREES_CHECKED + DraftPlanner.PROBE_AFTER
+    assert all(not r.tree for r in rounds[DraftPlanner.FIRST_TREES_CHECKED:back])
     assert rounds[back].tree and rounds[back + 1].tree  # evidence, not the priors' verdict again
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 40)
 
@@ -476,7 +477,7 @@ def test_a_tree_reply_times_a_plain_step_when_it_has_none_lately_and_stays_exact
     assert rounds[0].stop is not DraftStop.PROBE  # the first round has no plain step to time
     assert probes == rounds[1:1 + VerifyCost.SETTLED]  # then a few, and none until they age
     assert all(not r.drafted and not r.tree and r.rows == 1 for r in probes)
-    assert not engine.sizer.cost.stale(1)
+    assert not engine.planner.sizer.cost.stale(1)
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 24)
 
 
