@@ -37,10 +37,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec_core.config import GenerationConfig
 from specdec_core.defaults import SLEM, TLI
 from specdec_core.drafting.drafters import Draft, DrafterBase, _autoregress
-from specdec_core.drafting.trees import NO_COPY, Copy, DraftTree, Worth, grow_tree, level_as_tree
+from specdec_core.drafting.trees import DraftTree, TreeRequest, level_as_tree
 from specdec_core.events import DraftStop
 from specdec_core.verification.kv import CachedForward, supports_trees
 
@@ -361,9 +360,8 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
         return placed.index_copy_(0, self._targets, logits[self._columns])
 
     @torch.inference_mode()
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
-        start = time.perf_counter()
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        start, vocab_size = time.perf_counter(), self.target.vocab_size
         context = self.read(ids)
         if not context or not self.map.shared:
             return Draft((), torch.empty(0, vocab_size), (), DraftStop.NO_MATCH, time.perf_counter() - start)
@@ -371,19 +369,16 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
         def next_logits(drafted: list[int]) -> torch.Tensor:
             return self._placed(self.forward.logits_for(self._own(ids, context, drafted))[-1], vocab_size)
 
-        draft = _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
-                             ids=ids)
+        draft = _autoregress(next_logits, start, max_tokens, self.target, self.generator, ids=ids)
         return dataclasses.replace(draft, sources=tuple(self._shown([self._to_draft[t]]) for t in draft.token_ids))
 
     @torch.inference_mode()
-    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
-                     worth: Worth | None = None) -> DraftTree:
+    def propose_tree(self, ids: Sequence[int], request: TreeRequest) -> DraftTree:
         """A tree over the shared tokens (see trees.TreeGrowth); each path runs on the draft's cache,
         whose prefix rule makes moving between branches cost only the part that differs."""
         start = time.perf_counter()
         context = self.read(ids)
-        if max_nodes <= 0 or max_depth <= 0:
+        if request.empty:
             return DraftTree.empty(DraftStop.MAX_TOKENS, start)
         if not context or not self.map.shared:
             return DraftTree.empty(DraftStop.NO_MATCH, start)
@@ -400,7 +395,7 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
                     for tokens in paths_tokens]
             return torch.stack(rows), self._targets
 
-        tree = grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        tree = request.grow(logits_for, start, self.target.config, self.target.eos_token_ids)
         return dataclasses.replace(tree, sources=tuple(  # a copied node came from the conversation, not the draft
             None if tree.is_copy(node) else self._shown([self._to_draft[token]])
             for node, token in enumerate(tree.token_ids)))
@@ -464,9 +459,8 @@ class StringMatchDrafter(_CrossVocabDrafter):
         return max(floor, pieces[-1][1][0]) if pieces else floor
 
     @torch.inference_mode()
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
-        start = time.perf_counter()
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        start, vocab_size, eos_token_ids = time.perf_counter(), self.target.vocab_size, self.target.eos_token_ids
         context = self.read(ids)
         if not context or max_tokens <= 0:
             stop = DraftStop.MAX_TOKENS if max_tokens <= 0 else DraftStop.NO_MATCH

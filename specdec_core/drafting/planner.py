@@ -106,8 +106,7 @@ class DraftPlanner:
         CPUs does not show, SMT siblings, so it stays off). `policy` (default: the planner's) may turn it off.
         The draft's prefill and first tokens then hide within the verifier's prefill on the second core
         (docs/performance.md)."""
-        if not (policy or self.policy).draft_during_prefill or drafter is None or \
-                getattr(drafter, "reads_verifier", True):
+        if not (policy or self.policy).draft_during_prefill or drafter is None or drafter.reads_verifier:
             return False
         return device.type == "cpu" and torch.get_num_threads() == 1 and defaults.available_cpus() >= 2
 

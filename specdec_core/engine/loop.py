@@ -19,9 +19,9 @@ import torch
 
 from specdec_core import defaults
 from specdec_core.config import TREE_AUTO, GenerationConfig
-from specdec_core.drafting.drafters import Draft, Drafter
+from specdec_core.drafting.drafters import Draft, Drafter, DraftTarget
 from specdec_core.drafting.planner import CheckedRound, DraftPlanner, DraftPolicy, Plan
-from specdec_core.drafting.trees import DraftTree
+from specdec_core.drafting.trees import DraftTree, TreeRequest
 from specdec_core.engine.rounds import (
     Controls,
     Drafted,
@@ -83,7 +83,13 @@ class Engine:
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
         self.vocab_size = self.verifier.producible_ids
         if drafter is not None:
-            drafter.attach(self.verifier_forward)  # a draft head reads the verifier's hidden states
+            drafter.attach(self._target())  # a draft head reads the verifier's hidden states
+
+    def _target(self, config: GenerationConfig | None = None) -> DraftTarget:
+        """What this engine's drafter drafts for: this verifier, its ids and ends of sequence, and `config` (none:
+        the defaults, until a reply attaches its own)."""
+        return DraftTarget(self.verifier_forward, self.vocab_size, self.verifier.eos_token_ids,
+                           config or GenerationConfig())
 
     def forget_verify_costs(self) -> None:
         """Drop the verify timings measured so far (DraftPlanner.forget_verify_costs)."""
@@ -106,9 +112,10 @@ class Engine:
         if len(prompt) >= context:
             raise PromptTooLongError(
                 f"the prompt is {len(prompt)} tokens long but the verifier's context holds {context}")
-        # A drafter shared with another engine (the app's side-by-side lanes) reads this one's verifier now.
+        # The drafter drafts by this reply's rules, and a drafter shared with another engine (the app's
+        # side-by-side lanes) reads this one's verifier now.
         if self.drafter is not None:
-            self.drafter.attach(self.verifier_forward)
+            self.drafter.attach(self._target(config))
         self.planner.start_reply(self.verifier)
         return self._generate(prompt, config, controls or Controls(), policy or self.planner.policy)
 
@@ -232,7 +239,7 @@ class Engine:
         plan = self.planner.plan(config, reply.gamma, first_round=not reply.round_index, tree=tree)
         if tree:
             return Drafted(self._draft_tree(reply, remaining, config, plan, timed))
-        draft = self._draft(reply.ids, plan.length, remaining - 1, config, plan.sized) if plan.length else \
+        draft = self._draft(reply.ids, plan.length, remaining - 1, plan.sized) if plan.length else \
             Draft.empty(plan.stop or DraftStop.COST, self.vocab_size)
         return Drafted(draft, limit=plan.length)
 
@@ -308,11 +315,11 @@ class Engine:
             return defaults.tree_nodes_for(greedy=config.greedy)
         return config.tree_nodes
 
-    def _draft(self, ids: list[int], gamma: int, room: int, config: GenerationConfig, sized: bool = False) -> Draft:
+    def _draft(self, ids: list[int], gamma: int, room: int, sized: bool = False) -> Draft:
         """Up to `gamma` tokens, and at most `room` (what the reply's budget leaves besides the verifier's token).
         `sized`: the cost model set `gamma` below the round's γ."""
         assert self.drafter is not None
-        draft = self.drafter.propose(ids, min(gamma, room), config, self.vocab_size, self.verifier.eos_token_ids)
+        draft = self.drafter.propose(ids, min(gamma, room))
         if draft.stop is DraftStop.GAMMA and room < gamma:  # the budget, not γ, limited the round
             return dataclasses.replace(draft, stop=DraftStop.MAX_TOKENS)
         if draft.stop is DraftStop.GAMMA and sized:  # the cost model, not γ, limited the round
@@ -327,8 +334,7 @@ class Engine:
             return DraftTree.empty(plan.stop)
         assert self.drafter is not None
         depth = min(reply.gamma, remaining - 1)
-        tree = self.drafter.propose_tree(reply.ids, self.tree_nodes(config), depth, config, self.vocab_size,
-                                         self.verifier.eos_token_ids, worth=plan.worth)
+        tree = self.drafter.propose_tree(reply.ids, TreeRequest(self.tree_nodes(config), depth, worth=plan.worth))
         return self.planner.cut(tree, plan, depth, config, timed)
 
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:

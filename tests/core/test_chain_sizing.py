@@ -150,15 +150,16 @@ class ScriptedTreeDrafter(DrafterBase):
         steps = self.cost(self.calls, behind)
         return token % self.vocab, steps * (self.engine.planner.sizer.cost.estimate(1) or 0.01)
 
-    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
+    def propose(self, ids, max_tokens):
+        vocab_size = self.target.vocab_size
         if max_tokens <= 0:
             return Draft.empty(DraftStop.MAX_TOKENS, vocab_size)
         token, draft_s = self._next(ids)
         return Draft((token,), torch.nn.functional.one_hot(torch.tensor([token]), vocab_size).float(), (0.95,),
                      DraftStop.GAMMA, draft_s)
 
-    def propose_tree(self, ids, max_nodes, max_depth, config, vocab_size, eos_token_ids, copied=None, worth=None):
-        if max_depth <= 0:
+    def propose_tree(self, ids, request):
+        if request.max_depth <= 0:
             return DraftTree.empty(DraftStop.MAX_TOKENS)
         token, draft_s = self._next(ids)
         return DraftTree((token,), (-1,), (0.95,), (0.95,), DraftStop.TREE, draft_s=draft_s, expansions=1)

@@ -19,8 +19,9 @@ from specdec_core.drafting.cross_vocab import (
     map_vocabularies,
     token_texts,
 )
-from specdec_core.drafting.drafters import HybridDrafter
+from specdec_core.drafting.drafters import DraftTarget, HybridDrafter
 from specdec_core.drafting.planner import DraftPolicy
+from specdec_core.drafting.trees import TreeRequest
 from specdec_core.engine import Engine
 from specdec_core.events import RoundVerified, TokenCommitted, TokenRejected
 from specdec_core.verification.sampling import processed_probs
@@ -296,10 +297,12 @@ def test_a_tli_tree_level_costs_one_draft_pass_and_each_node_has_its_paths_proba
     drafter, alone = TokenIntersectionDrafter(look_alike, verifier), TokenIntersectionDrafter(look_alike, verifier)
     prompt = verifier.tokenizer(PROMPTS[0]).input_ids
     vocab = verifier.producible_ids
+    for each in (drafter, alone):
+        each.attach(DraftTarget(None, vocab, frozenset()))
     drafter.prefill(prompt)
     calls = drafter.forward.forward_calls
 
-    tree = drafter.propose_tree(prompt, 16, 3, GenerationConfig(), vocab, frozenset())
+    tree = drafter.propose_tree(prompt, TreeRequest(16, 3))
 
     assert tree.expansions >= 2 and len(tree) > tree.expansions
     assert drafter.forward.forward_calls - calls <= tree.expansions
