@@ -261,11 +261,8 @@ class Engine:
             self.drafter.observe(len(draft.token_ids), line.n_accepted)
         self.planner.learn(CheckedRound(config, rows, verify_s, draft if drafted.speculating else None,
                                         line.n_accepted, timed=drafted.waited_s is None))  # None: not ahead
+        # 6. Emit the round's events (the reply's tally counts the round from them: Reply.commit).
         timing = self._timing(round_start, drafted, verify_s, rows)
-        reply.stats.add_round(drafted=len(draft.token_ids), accepted=line.n_accepted, emitted=len(line.committed),
-                              draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
-                              hidden_draft_s=timing.hidden_draft_s)
-        # 6. Emit the round's events.
         return emit(reply, line, shown_probs(logits, config, target_probs), timing, config, self.token_text)
 
     def _check_tree(self, reply: Reply, drafted: Drafted, config: GenerationConfig, round_start: float
@@ -286,11 +283,8 @@ class Engine:
                                         main_line=len(line.token_ids)))
         assert self.drafter is not None
         self.drafter.observe(len(tree), len(acceptance.path))
-        timing = self._timing(round_start, drafted, verify_s, rows)
-        reply.stats.add_round(drafted=len(tree), accepted=line.n_accepted, emitted=len(line.committed),
-                              draft_s=timing.draft_s, verify_s=timing.verify_s, overhead_s=timing.overhead_s,
-                              positions=len(line.token_ids), hidden_draft_s=timing.hidden_draft_s)
         # 6. Emit the main line as a chain's round, with every node of the tree and its verdict.
+        timing = self._timing(round_start, drafted, verify_s, rows)
         shown = shown_probs(logits, config, target_probs)
         return emit(reply, line, shown, timing, config, self.token_text,
                     tree_verdicts(tree, acceptance, shown, self.token_text))

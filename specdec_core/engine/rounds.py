@@ -78,6 +78,7 @@ class Reply:
     ahead: DraftingAhead | None = None  # round 1's drafting, under way on a thread of its own during the prefill
 
     def commit(self, result: RoundResult) -> None:
+        result.verified.add_to(self.stats)
         self.ids.extend(result.committed)
         self.new_ids.extend(result.committed)
         self.text += "".join(t.text for t in result.tokens if isinstance(t, TokenCommitted))
