@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any
 
 from specdec_core.config import GenerationConfig
-from specdec_core.defaults import HYBRID, PROMPT_LOOKUP, USES_DRAFT, gamma_max
+from specdec_core.defaults import HYBRID, PROMPT_LOOKUP, USES_DRAFT
 from specdec_core.events import Finished
 
 CALIBRATION_PROMPT = "Write a few sentences about why the sky is blue."
@@ -229,10 +229,8 @@ def reply_events(session: Session, messages: list[dict], system: str | None, con
 
 def config_from_settings(s: Any) -> GenerationConfig:
     """A validated GenerationConfig from the app's settings (raises ConfigError with the reason)."""
-    return GenerationConfig(
+    return GenerationConfig.chosen(
         temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p), seed=int(s.seed),
         max_new_tokens=int(s.max_new_tokens), speculate=bool(s.speculate), gamma=int(s.gamma),
-        adaptive=bool(s.adaptive), gamma_max=gamma_max(int(s.gamma)),
-        confidence_cutoff=float(s.confidence_cutoff), tree_nodes=int(s.tree_nodes),
-        repetition_penalty=float(s.repetition_penalty), stop_strings=tuple(q for q in s.stop_sequences if q),
-    ).validate()
+        adaptive=bool(s.adaptive), confidence_cutoff=float(s.confidence_cutoff), tree_nodes=int(s.tree_nodes),
+        repetition_penalty=float(s.repetition_penalty), stop_strings=tuple(q for q in s.stop_sequences if q))
