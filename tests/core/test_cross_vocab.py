@@ -12,16 +12,11 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.cross_vocab import (
-    Retokenizer,
-    StringMatchDrafter,
-    TokenIntersectionDrafter,
-    map_vocabularies,
-    token_texts,
-)
+from specdec_core.drafting.cross_vocab import StringMatchDrafter, TokenIntersectionDrafter
 from specdec_core.drafting.drafters import DraftTarget, HybridDrafter
 from specdec_core.drafting.planner import DraftPolicy
 from specdec_core.drafting.trees import TreeRequest
+from specdec_core.drafting.vocabularies import Retokenizer, map_vocabularies, token_texts
 from specdec_core.engine import Engine
 from specdec_core.events import RoundVerified, TokenCommitted, TokenRejected
 from specdec_core.verification.sampling import processed_probs
