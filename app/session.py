@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any
 
 from specdec_core.config import GenerationConfig
-from specdec_core.defaults import HYBRID, PROMPT_LOOKUP, USES_DRAFT, gamma_max
+from specdec_core.defaults import HYBRID, PROMPT_LOOKUP, USES_DRAFT
 from specdec_core.events import Finished
 
 CALIBRATION_PROMPT = "Write a few sentences about why the sky is blue."
@@ -169,6 +169,7 @@ class Cancelled(Exception):
 
 def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -> float | None:
     """Tokens/s of the verifier alone, greedy, on a fixed short prompt (after a 4-token warm-up)."""
+    from specdec_core.drafting.planner import DraftPolicy
     from specdec_core.engine import Controls
     from specdec_core.text.chat import build_prompt
 
@@ -176,24 +177,20 @@ def calibrate(session: Session, cancelled: Callable[[], bool] = lambda: False) -
     ids = build_prompt(v.tokenizer, [{"role": "user", "content": CALIBRATION_PROMPT}], system=None,
                        context_length=v.context_length, reserve_new_tokens=CALIBRATION_TOKENS).ids
     tps = None
-    engine = session.engine
-    remembers, engine.remembers = engine.remembers, False  # timed with the window idle: not for later engines
-    try:
-        for n in (4, CALIBRATION_TOKENS):
-            controls = Controls(speculate=False)
-            # Same per-token work as a reply (top alternatives included), so the comparison is fair.
-            config = GenerationConfig(max_new_tokens=n, speculate=False)
-            for ev in engine.generate(ids, config, controls):
-                if cancelled():
-                    controls.cancel()
-                if isinstance(ev, Finished):
-                    if ev.error:
-                        return None
-                    tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
-                    if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
-                        session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
-    finally:
-        engine.remembers = remembers
+    idle = DraftPolicy(remember_costs=False)  # timed with the window idle: not for later engines
+    for n in (4, CALIBRATION_TOKENS):
+        controls = Controls(speculate=False)
+        # Same per-token work as a reply (top alternatives included), so the comparison is fair.
+        config = GenerationConfig(max_new_tokens=n, speculate=False)
+        for ev in session.engine.generate(ids, config, controls, policy=idle):
+            if cancelled():
+                controls.cancel()
+            if isinstance(ev, Finished):
+                if ev.error:
+                    return None
+                tps = ev.stats.tokens_per_s if ev.stats.new_tokens >= 2 else None
+                if tps and ev.stats.rounds:  # what one plain verifier step costs (theory vs practice)
+                    session.baseline_verify_s = ev.stats.verify_s / ev.stats.rounds
     return tps
 
 
@@ -232,10 +229,8 @@ def reply_events(session: Session, messages: list[dict], system: str | None, con
 
 def config_from_settings(s: Any) -> GenerationConfig:
     """A validated GenerationConfig from the app's settings (raises ConfigError with the reason)."""
-    return GenerationConfig(
+    return GenerationConfig.chosen(
         temperature=float(s.temperature), top_k=int(s.top_k), top_p=float(s.top_p), seed=int(s.seed),
         max_new_tokens=int(s.max_new_tokens), speculate=bool(s.speculate), gamma=int(s.gamma),
-        adaptive=bool(s.adaptive), gamma_max=gamma_max(int(s.gamma)),
-        confidence_cutoff=float(s.confidence_cutoff), tree_nodes=int(s.tree_nodes),
-        repetition_penalty=float(s.repetition_penalty), stop_strings=tuple(q for q in s.stop_sequences if q),
-    ).validate()
+        adaptive=bool(s.adaptive), confidence_cutoff=float(s.confidence_cutoff), tree_nodes=int(s.tree_nodes),
+        repetition_penalty=float(s.repetition_penalty), stop_strings=tuple(q for q in s.stop_sequences if q))

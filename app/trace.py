@@ -39,7 +39,7 @@ def draft_figure(draft_prob: float | None, drafted: bool, digits: int = 3) -> st
     return f"{draft_prob:.{digits}f}"
 
 
-# After PROBE_AFTER (16) rounds priced out, the engine drafts two rounds anyway (Engine._pays): drafting
+# After PROBE_AFTER (16) rounds priced out, the engine drafts two rounds anyway (DraftPlanner._pays): drafting
 # rounds that few, after at least TRIED_AFTER rounds priced out, do not end a pause.
 TRY_ROUNDS = 2
 TRIED_AFTER = 8
@@ -247,7 +247,7 @@ class ReplyTrace:
         """Rounds at the end of the reply in which the cost model drafted nothing (it found no draft that pays
         on this machine; its plain-step probes included), while speculation was on. A pause goes on through
         the engine's tries (after a long run priced out it drafts TRY_ROUNDS rounds to see whether a draft
-        pays again: Engine._pays) and through a last round the reply's budget left no room to draft in."""
+        pays again: DraftPlanner._pays) and through a last round the reply's budget left no room to draft in."""
         n = run = tries = 0  # rounds priced out in the pause going on; of them in a row; drafting rounds in a row
         for r in self.rounds:
             if not r.drafted and r.stop in ("cost", "probe"):

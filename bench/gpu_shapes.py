@@ -128,8 +128,8 @@ class RandomTokenDrafter(DrafterBase):
     def prefill(self, ids) -> None:
         pass
 
-    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids) -> Draft:
-        start = time.perf_counter()
+    def propose(self, ids, max_tokens) -> Draft:
+        start, vocab_size = time.perf_counter(), self.target.vocab_size
         tokens = torch.randint(1, vocab_size, (max(0, max_tokens),), generator=self.generator)
         probs = torch.nn.functional.one_hot(tokens, vocab_size).float()
         stop = DraftStop.GAMMA if max_tokens > 0 else DraftStop.MAX_TOKENS

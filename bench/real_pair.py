@@ -30,6 +30,7 @@ prefer_passive_waiting()
 
 from specdec_core.config import TREE_AUTO, GenerationConfig  # noqa: E402
 from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter  # noqa: E402
+from specdec_core.drafting.planner import DraftPlanner, DraftPolicy  # noqa: E402
 from specdec_core.engine import Engine  # noqa: E402
 from specdec_core.loading import catalog  # noqa: E402
 from specdec_core.loading.resources import peak_rss_bytes, weight_bytes  # noqa: E402
@@ -49,9 +50,7 @@ def settings_for(verifier, draft, gammas: list[int], without_ahead: bool = False
         return lambda ids, config: time_reply(engine, ids, config.with_(**changes))
 
     def drafting_after_the_prefill() -> Engine:
-        engine = Engine(verifier, ModelDrafter(draft))
-        engine.draft_ahead = False
-        return engine
+        return Engine(verifier, ModelDrafter(draft), DraftPlanner(DraftPolicy(draft_during_prefill=False)))
 
     out = [Setting("off", ours(Engine(verifier, None), speculate=False))]
     out += [Setting(f"chain γ={g}", ours(Engine(verifier, ModelDrafter(draft)), tree_nodes=0, gamma=g))

@@ -27,6 +27,8 @@ from specdec_core.commands.threads import prefer_passive_waiting
 prefer_passive_waiting()
 
 from specdec_core.config import GenerationConfig  # noqa: E402
+from specdec_core.drafting.planner import DraftPlanner  # noqa: E402
+from specdec_core.engine import Engine  # noqa: E402
 from specdec_core.events import RoundVerified  # noqa: E402
 from specdec_core.measuring.prompt_sets import load_prompts  # noqa: E402
 from specdec_core.pairs.pairing import load_pair  # noqa: E402
@@ -95,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         configs = {name: (settings, TreeSizer) for name, settings in CONFIGS.items()}
     reference = None
     for name, (settings, sizer) in configs.items():
-        pair.engine.sizer = sizer()  # each configuration measures (or is given) its costs afresh
-        per_call, per_round, replies = _tokens_per_call(pair.engine, prompts, args.max_new_tokens, settings)
+        # Each configuration measures (or is given) its costs afresh.
+        engine = Engine(pair.verifier, pair.drafter, DraftPlanner(sizer=sizer()))
+        per_call, per_round, replies = _tokens_per_call(engine, prompts, args.max_new_tokens, settings)
         reference = reference or replies
         same = sum(a == b for a, b in zip(replies, reference))
         print(f"{name:65s} {per_call:.2f} tokens/call  {per_round:5.1f} nodes/round  "

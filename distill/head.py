@@ -26,13 +26,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from distill.data import load_sequences, padded_batches, reply_files, save_atomic, top_k_rows
 from distill.train import batches as endless_batches
 from distill.train import ranking_from_counts
-from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint, with_layers
+from specdec_core.drafting.draft_head import (
+    SpecdecHeadConfig,
+    SpecdecHeadModel,
+    chain_scores,
+    embedding_fingerprint,
+    with_layers,
+)
 from specdec_core.loading import cpu_speed
 
 
@@ -247,19 +252,12 @@ def head_losses(head: SpecdecHeadModel, embed: torch.nn.Module, output_rows: tor
     target = states[:, 1:, :head.config.hidden_size]  # the final state: the one the output rows score
     losses: dict[str, torch.Tensor] = {}
     weights_by_step = [depth_decay ** step for step in range(steps)]
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and inputs.device.type == "cpu"):
-        chain = head.forward_chain(inputs, token_embeds, steps)
-    for step, out in enumerate(chain):
-        valid = mask.clone()
-        valid[:, :step] = False  # position i of step s needs s earlier positions
-        keep = valid[mask]  # which of the mask-ordered label rows this step scores
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16 and inputs.device.type == "cpu"):
-            scores = out[valid] @ output_rows.T
-        logp = torch.log_softmax(scores.float(), -1)
+    for step, scored in enumerate(chain_scores(head, inputs, token_embeds, target, mask, output_rows, steps, bf16)):
+        keep, logp = scored.keep, scored.logp  # which of the mask-ordered label rows this step scores
         picked = logp.gather(-1, columns[keep].clamp_min(0))
         agreed = (logp.argmax(-1) == columns[keep, 0]) & inside[keep, 0]
         step_losses = {
-            "regression": F.smooth_l1_loss(out[valid].float(), target[valid]),
+            "regression": scored.regression,
             "classification": -(weights[keep] * picked).sum(-1).mean(),
             f"agreement{step + 1}": agreed.float().mean(),
         }

@@ -45,7 +45,7 @@ def _run(engine: Engine, ids: list[int], config: GenerationConfig, tally: StatsA
     finished = None
     for event in engine.generate(ids, config):
         if isinstance(event, RoundVerified):
-            tally.add_event(event)
+            event.add_to(tally)
         elif isinstance(event, Finished):
             finished = event
     assert finished is not None and finished.error is None, finished

@@ -87,6 +87,17 @@ class GenerationConfig:
             raise ConfigError(f"confidence cutoff must be in [0, 1) (got {self.confidence_cutoff})")
         return self
 
+    @classmethod
+    def chosen(cls, *, temperature: float, top_k: int, top_p: float, seed: int, max_new_tokens: int, speculate: bool,
+               gamma: int, adaptive: bool, confidence_cutoff: float, tree_nodes: int = TREE_AUTO,
+               repetition_penalty: float = 1.0, stop_strings: tuple[str, ...] = ()) -> GenerationConfig:
+        """The config of what a user chose (the command line's flags, the app's settings), validated (raises
+        ConfigError with the reason). Adaptive drafting's ceiling follows the chosen γ (defaults.gamma_max)."""
+        return cls(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens,
+                   speculate=speculate, gamma=gamma, adaptive=adaptive, gamma_max=defaults.gamma_max(gamma),
+                   confidence_cutoff=confidence_cutoff, tree_nodes=tree_nodes, repetition_penalty=repetition_penalty,
+                   stop_strings=stop_strings).validate()
+
     def with_(self, **changes: object) -> GenerationConfig:
         return replace(self, **changes).validate()  # type: ignore[arg-type]
 

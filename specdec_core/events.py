@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Union
 
-from specdec_core.stats import Stats
+from specdec_core.stats import Stats, StatsAccumulator
 
 
 class TokenState(str, Enum):
@@ -106,6 +106,12 @@ class RoundVerified:
     # Round 1's drafting when the draft drafted it on a thread of its own during the verifier's prefill
     # (Engine.drafts_ahead): the part the round did not wait for, which draft_s (the wait) leaves out.
     hidden_draft_s: float = 0.0
+
+    def add_to(self, tally: StatsAccumulator) -> None:
+        """Fold this round into `tally` (StatsAccumulator.add_verified), as the engine's own tally has it."""
+        tally.add_verified(n_accepted=self.n_accepted, ended_on_accepted=self.emitted_state is TokenState.ACCEPTED,
+                           mainline=len(self.drafted), tree_nodes=len(self.tree), draft_s=self.draft_s,
+                           verify_s=self.verify_s, overhead_s=self.overhead_s, hidden_draft_s=self.hidden_draft_s)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from specdec_core.events import RoundVerified
 
 
 def expected_tokens_per_call(alpha: float, gamma: float) -> float:
@@ -71,9 +67,10 @@ class Stats:
 
 @dataclass
 class StatsAccumulator:
-    """The one acceptance tally: the engine updates it once per round, and a consumer of the event stream
-    folds each RoundVerified event into its own (`add_event`). Tallies merge (`a + b`, `merge`), so the
-    figures of many replies are those of their summed tallies. `snapshot()` freezes it."""
+    """The one acceptance tally. Every round enters it one way, `add_verified`: the engine's own tally and a
+    consumer's of the event stream through each RoundVerified event (events.RoundVerified.add_to), a saved
+    trace through its records. Tallies merge (`a + b`, `merge`), so the figures of many replies are those of
+    their summed tallies. `snapshot()` freezes it."""
 
     prompt_tokens: int = 0
     prefill_s: float = 0.0
@@ -90,8 +87,8 @@ class StatsAccumulator:
     accepted_lengths: list[int] = field(default_factory=list)
     plain_step_s: float = 0.0  # one plain verifier step here, as the engine's cost model measured it (0: unknown)
 
-    def add_round(self, *, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
-                  overhead_s: float, positions: int | None = None, hidden_draft_s: float = 0.0) -> None:
+    def _add(self, *, drafted: int, accepted: int, emitted: int, draft_s: float, verify_s: float,
+             overhead_s: float, positions: int | None = None, hidden_draft_s: float = 0.0) -> None:
         """`positions`: draft positions the round had (a tree's depth), when not `drafted` (a chain's length);
         `hidden_draft_s`: drafting the round did not wait for (not decode time, but the draft's cost: `c`)."""
         self.rounds += 1
@@ -122,17 +119,9 @@ class StatsAccumulator:
         chain). A tree round checked every node, so all of them count as drafted; its draft positions are
         those of its main line."""
         drafted, positions = (tree_nodes, mainline) if tree_nodes else (mainline, None)
-        self.add_round(drafted=drafted, accepted=n_accepted, emitted=round_emitted(n_accepted, ended_on_accepted),
-                       draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, positions=positions,
-                       hidden_draft_s=hidden_draft_s)
-
-    def add_event(self, event: RoundVerified) -> None:
-        """Fold one round as the event stream reports it (the same figures the engine's own tally has)."""
-        from specdec_core.events import TokenState
-
-        self.add_verified(n_accepted=event.n_accepted, ended_on_accepted=event.emitted_state is TokenState.ACCEPTED,
-                          mainline=len(event.drafted), tree_nodes=len(event.tree), draft_s=event.draft_s,
-                          verify_s=event.verify_s, overhead_s=event.overhead_s, hidden_draft_s=event.hidden_draft_s)
+        self._add(drafted=drafted, accepted=n_accepted, emitted=round_emitted(n_accepted, ended_on_accepted),
+                  draft_s=draft_s, verify_s=verify_s, overhead_s=overhead_s, positions=positions,
+                  hidden_draft_s=hidden_draft_s)
 
     def accepted_length_histogram(self, bins: int = 0) -> tuple[int, ...]:
         """Drafting rounds by the draft tokens they accepted (entry n: the rounds that accepted n), at least

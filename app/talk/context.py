@@ -158,7 +158,7 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     """What a draft head writes with no verifier after the prompt: the verifier reads the prompt once
     (the head needs its hidden states), then the head continues on its own predicted states, token after
     token. Emitted as PLAIN tokens and a Finished, like a generation."""
-    from specdec_core.drafting.drafters import HeadDrafter
+    from specdec_core.drafting.drafters import DraftTarget, HeadDrafter
     from specdec_core.engine import Engine
 
     drafter = HeadDrafter(head)
@@ -168,7 +168,8 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     eos, vocab = verifier.eos_token_ids, engine.vocab_size
     # One proposal of the whole length (a few ms per token): the head's cache holds true states for the
     # prompt only, so it drafts every token from its own predictions.
-    tokens = drafter.propose(ids, config.max_new_tokens, config.with_(confidence_cutoff=0.0), vocab, eos).token_ids
+    drafter.attach(DraftTarget(engine.verifier_forward, vocab, eos, config.with_(confidence_cutoff=0.0)))
+    tokens = drafter.propose(ids, config.max_new_tokens).token_ids
     yield from _plain_reply(verifier.tokenizer, ids, lambda new: tokens[len(new)] if len(new) < len(tokens) else None,
                             config.max_new_tokens, controls, eos)
 
@@ -204,14 +205,14 @@ def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig
                         eos_token_ids: frozenset[int]) -> Iterator[object]:
     """What prompt lookup writes with no verifier: it copies earlier text while it finds a match, then
     has nothing to say. Emitted as PLAIN tokens and a Finished, like a generation."""
-    from specdec_core.drafting.drafters import PromptLookupDrafter
+    from specdec_core.drafting.drafters import DraftTarget, PromptLookupDrafter
 
     drafter = PromptLookupDrafter()
-    vocab = len(tokenizer)
+    drafter.attach(DraftTarget(None, len(tokenizer), eos_token_ids, config))  # no verifier: it drafts alone
 
     def next_token(new: list[int]) -> int | None:
         # Nothing left to copy ends the reply: prompt lookup cannot go on by itself.
-        draft = drafter.propose(list(ids) + new, 1, config, vocab, eos_token_ids)
+        draft = drafter.propose(list(ids) + new, 1)
         return draft.token_ids[0] if draft.token_ids else None
 
     yield from _plain_reply(tokenizer, ids, next_token, config.max_new_tokens, controls, eos_token_ids)

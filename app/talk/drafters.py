@@ -14,8 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec_core.config import GenerationConfig
-from specdec_core.drafting.drafters import Draft, Drafter, DrafterBase
+from specdec_core.drafting.drafters import Draft, Drafter, DrafterBase, DraftTarget
 from specdec_core.events import DraftStop
 
 
@@ -30,7 +29,7 @@ class WeakenedDrafter(DrafterBase):
     @property
     def reads_verifier(self) -> bool:  # type: ignore[override]
         """As the drafter it wraps (a draft head reads the verifier's hidden states)."""
-        return self.inner is None or getattr(self.inner, "reads_verifier", True)
+        return self.inner is None or self.inner.reads_verifier
 
     def reset(self, seed: int) -> None:
         self._generator.manual_seed(seed + 7919)
@@ -42,17 +41,16 @@ class WeakenedDrafter(DrafterBase):
         if self.inner is not None:
             self.inner.prefill(ids)
 
-    def attach(self, target) -> None:
+    def attach(self, target: DraftTarget) -> None:
+        super().attach(target)
         if self.inner is not None:
             self.inner.attach(target)  # a wrapped draft head reads this engine's verifier
 
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
-        start = time.perf_counter()
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        start, vocab_size, eos_token_ids = time.perf_counter(), self.target.vocab_size, self.target.eos_token_ids
         if max_tokens <= 0:
             return Draft((), torch.empty(0, vocab_size), (), DraftStop.MAX_TOKENS, 0.0)
-        inner = (self.inner.propose(ids, max_tokens, config, vocab_size, eos_token_ids)
-                 if self.inner is not None else None)
+        inner = self.inner.propose(ids, max_tokens) if self.inner is not None else None
         pool = [t for t in (self._pool or list(ids)) if t < vocab_size and t not in eos_token_ids] or [0]
         tokens: list[int] = []
         rows: list[torch.Tensor] = []

@@ -116,12 +116,11 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: Any) -> GenerationConfig:
-    return GenerationConfig(
+    return GenerationConfig.chosen(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
         max_new_tokens=args.max_new_tokens, speculate=not args.no_speculation, gamma=args.gamma,
-        adaptive=args.adaptive, gamma_max=defaults.gamma_max(args.gamma), confidence_cutoff=args.confidence_cutoff,
-        tree_nodes=getattr(args, "tree_nodes", TREE_AUTO), repetition_penalty=getattr(args, "repetition_penalty", 1.0),
-    ).validate()
+        adaptive=args.adaptive, confidence_cutoff=args.confidence_cutoff,
+        tree_nodes=getattr(args, "tree_nodes", TREE_AUTO), repetition_penalty=getattr(args, "repetition_penalty", 1.0))
 
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?", re.IGNORECASE)

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError
 
-from specdec_core.drafting.draft_head import SpecdecHeadModel, with_layers
+from specdec_core.drafting.draft_head import SpecdecHeadModel, chain_scores, with_layers
 from specdec_core.loading import quantised
 from specdec_core.loading.kept_files import DamagedFile, read_bytes, read_json
 
@@ -273,16 +272,12 @@ def head_loss(head: SpecdecHeadModel, embed: torch.nn.Module, rows: torch.Tensor
         token_embeds = embed(ids[:, 1:].to(quantised.device_of(embed))).to(states)
         # The verifier's own distribution restricted to the head's tokens: softmax over their logits.
         target_p = torch.softmax(target[mask] @ rows.T, -1)  # [N, K]
-    chain = head.forward_chain(inputs, token_embeds, steps)
+    scored = chain_scores(head, inputs, token_embeds, target, mask, rows, steps)
     total = states.new_zeros(())
-    for step, out in enumerate(chain):
-        valid = mask.clone()
-        valid[:, :step] = False
-        keep = valid[mask]
-        logq = torch.log_softmax(out[valid] @ rows.T, -1)
-        cross_entropy = -(target_p[keep] * logq).sum(-1).mean()
-        total = total + F.smooth_l1_loss(out[valid], target[valid]) + cls_weight * cross_entropy
-    return total / len(chain)
+    for step in scored:
+        cross_entropy = -(target_p[step.keep] * step.logp).sum(-1).mean()
+        total = total + step.regression + cls_weight * cross_entropy
+    return total / len(scored)
 
 
 @torch.no_grad()

@@ -31,6 +31,7 @@ generate on its own: `drafters.HeadDrafter` runs it next to its verifier.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -274,3 +275,36 @@ class SpecdecHeadModel(PreTrainedModel):
 
 AutoConfig.register(MODEL_TYPE, SpecdecHeadConfig, exist_ok=True)
 AutoModelForCausalLM.register(SpecdecHeadConfig, SpecdecHeadModel, exist_ok=True)
+
+
+@dataclass(frozen=True)
+class StepScores:
+    """What training scores at one drafting step of a head's chain (chain_scores)."""
+
+    regression: torch.Tensor  # smooth L1 from the head's predicted states to the verifier's next ones
+    logp: torch.Tensor  # [N_s, K] the head's log-probabilities over its own tokens (K output rows)
+    keep: torch.Tensor  # [N] which of the mask-ordered positions this step scores
+
+
+def chain_scores(head: SpecdecHeadModel, inputs: torch.Tensor, token_embeds: torch.Tensor, target: torch.Tensor,
+                 mask: torch.Tensor, rows: torch.Tensor, steps: int, bf16: bool = False) -> list[StepScores]:
+    """The one training loss of a head, both offline (distill/head.py) and online (adapt.py), step by step: for
+    each of `steps` drafting steps s (forward_chain: step s > 1 reads the head's own prediction from step s - 1,
+    the training-time test), at the positions it scores, the regression to the verifier's next state and the
+    head's log-probabilities over its tokens (`rows` [K, d]: their output rows), from which each caller takes the
+    cross-entropy to its own target distribution. inputs [B, T-1, d (x layers)], token_embeds [B, T-1, d],
+    target [B, T-1, d], mask [B, T-1]: head position i reads (state i, token i + 1) and predicts state i + 1;
+    step s scores position i only from i >= s (it needs s earlier predictions). `bf16`: the matrix products in
+    bfloat16 on the CPU."""
+    autocast = bf16 and inputs.device.type == "cpu"
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        chain = head.forward_chain(inputs, token_embeds, steps)
+    scored = []
+    for step, out in enumerate(chain):
+        valid = mask.clone()
+        valid[:, :step] = False
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            scores = out[valid] @ rows.T
+        scored.append(StepScores(F.smooth_l1_loss(out[valid].float(), target[valid]),
+                                 torch.log_softmax(scores.float(), -1), valid[mask]))
+    return scored

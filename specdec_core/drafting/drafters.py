@@ -1,10 +1,12 @@
 """Drafters: whatever proposes tokens for the verifier to check.
 
-The contract (`Drafter`, after transformers' candidate generators): `propose` returns up to `max_tokens`
-tokens with the exact distribution each was sampled from, and `observe` is told how many the verifier
-accepted (adaptive strategies may use it; rollback itself is implicit, see kv.py). A drafter that can grow
-a tree of candidates (trees.py) says so with `grows_trees` and drafts one with `propose_tree`. The other
-hooks (`prefill`, `reset`, `reset_cache`, `attach`) have no-op defaults in DrafterBase.
+The contract (`Drafter`, after transformers' candidate generators): `attach` binds what the drafter drafts for
+(DraftTarget: the verifier's forward pass, the ids it can produce, its ends of sequence, the reply's sampling
+rules); `propose(ids, n)` then returns up to n tokens with the exact distribution each was sampled from, and
+`observe` is told how many the verifier accepted (adaptive strategies may use it; rollback itself is implicit,
+see kv.py). A drafter that can grow a tree of candidates (trees.py) says so with `grows_trees` and drafts one
+with `propose_tree(ids, request)`. The other hooks (`prefill`, `reset`, `reset_cache`) have no-op defaults in
+DrafterBase.
 A drafter need not be a model: prompt lookup copies from the conversation.
 """
 
@@ -22,8 +24,15 @@ import torch
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.draft_head import HeadCache
 from specdec_core.drafting.phrases import PhraseStore, shipped_store
-from specdec_core.drafting.trees import (NO_COPY, PHRASE_ACCEPTANCE, Copy, CopyRecord, DraftTree, Worth, grow_tree,
-                                    level_as_tree, shared_ancestors)
+from specdec_core.drafting.trees import (
+    PHRASE_ACCEPTANCE,
+    Copy,
+    CopyRecord,
+    DraftTree,
+    TreeRequest,
+    level_as_tree,
+    shared_ancestors,
+)
 from specdec_core.events import DraftStop
 from specdec_core.loading import quantised
 from specdec_core.verification.kv import CachedForward, common_prefix_length, supports_trees
@@ -49,26 +58,33 @@ class Draft:
         return cls((), torch.empty(0, vocab_size), (), stop, 0.0 if start is None else time.perf_counter() - start)
 
 
+@dataclass(frozen=True)
+class DraftTarget:
+    """What a drafter drafts for, bound at `attach` (the engine attaches before each reply)."""
+
+    forward: CachedForward | None  # the verifier's forward pass (a draft head reads its hidden states through
+    # it); None: drafting for no verifier (the draft alone, or a replay)
+    vocab_size: int  # ids the verifier can produce: each proposal's distributions span them
+    eos_token_ids: frozenset[int]  # the verifier's ends of sequence: a proposal ends at its first
+    config: GenerationConfig = GenerationConfig()  # the reply's sampling rules, which a draft samples by too
+
+
 class Drafter(Protocol):
     name: str
     reads_verifier: bool  # drafting needs the verifier's own passes (a head reads its hidden states)
+    grows_trees: bool  # propose_tree drafts a tree (else the engine drafts chains with propose)
 
-    @property
-    def grows_trees(self) -> bool:
-        """Whether propose_tree drafts a tree (else the engine drafts chains with propose)."""
+    def attach(self, target: DraftTarget) -> None:
+        """What the drafter's proposals are for, until the next attach."""
         ...
 
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
         """Up to `max_tokens` tokens continuing `ids` (prompt + verified tokens), autoregressively; a proposal
         ends at its first end of sequence."""
         ...
 
-    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
-                     worth: Worth | None = None) -> DraftTree:
-        """Up to `max_nodes` candidates continuing `ids`, at most `max_depth` deep, best first (trees.py;
-        `copied` joins as one more branch, `worth` prices nodes: see trees.TreeGrowth)."""
+    def propose_tree(self, ids: Sequence[int], request: TreeRequest) -> DraftTree:
+        """Candidates continuing `ids`, best first, as `request` bounds them (trees.py)."""
         ...
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
@@ -87,25 +103,26 @@ class Drafter(Protocol):
         """Forget any cache of its own (the engine's caches were reset: they may hold a half-written step)."""
         ...
 
-    def attach(self, verifier_forward: CachedForward) -> None:
-        """The verifier the drafter's proposals go to (a draft head reads its hidden states through it)."""
-        ...
-
 
 class DrafterBase:
-    """The Drafter hooks' no-op defaults: no tree, nothing to read ahead, reseed, reset or attach. A drafter is taken
-    to read the verifier unless it says otherwise (`reads_verifier`): the engine then never drafts it on a thread of
-    its own during the verifier's prefill."""
+    """The Drafter hooks' defaults: keep the target, no tree, nothing to read ahead, reseed or reset. A drafter is
+    taken to read the verifier unless it says otherwise (`reads_verifier`): the engine then never drafts it on a
+    thread of its own during the verifier's prefill."""
 
     reads_verifier = True
+    grows_trees = False
+    _target: DraftTarget | None = None
 
     @property
-    def grows_trees(self) -> bool:
-        return False
+    def target(self) -> DraftTarget:
+        """What the drafter drafts for (`attach`)."""
+        assert self._target is not None, f"{type(self).__name__}.attach() was not called (the Engine does it)"
+        return self._target
 
-    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
-                     worth: Worth | None = None) -> DraftTree:
+    def attach(self, target: DraftTarget) -> None:
+        self._target = target
+
+    def propose_tree(self, ids: Sequence[int], request: TreeRequest) -> DraftTree:
         return DraftTree.empty(DraftStop.NO_MATCH)  # grows_trees is False: the engine never asks
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
@@ -120,8 +137,6 @@ class DrafterBase:
     def reset_cache(self) -> None:
         pass
 
-    def attach(self, verifier_forward: CachedForward) -> None:
-        pass
 
 
 def _pick(logits: torch.Tensor, config: GenerationConfig, generator: torch.Generator, first: bool,
@@ -152,10 +167,10 @@ def in_verifier_ids(logits: torch.Tensor, known: int, vocab_size: int) -> torch.
 
 
 def _autoregress(next_logits: Callable[[list[int]], torch.Tensor], start: float, max_tokens: int,
-                 config: GenerationConfig, generator: torch.Generator, vocab_size: int,
-                 eos_token_ids: frozenset[int], ids: Sequence[int] = ()) -> Draft:
+                 target: DraftTarget, generator: torch.Generator, ids: Sequence[int] = ()) -> Draft:
     """Draft up to `max_tokens` tokens, each from `next_logits(tokens drafted so far)` ([vocab_size] logits
     over the verifier's ids); `ids` is what they continue (the repetition penalty reads it)."""
+    config, vocab_size, eos_token_ids = target.config, target.vocab_size, target.eos_token_ids
     tokens: list[int] = []
     rows: list[torch.Tensor] = []
     shown: list[float] = []
@@ -221,9 +236,8 @@ class ModelDrafter(DrafterBase):
         if readable:
             self.forward.logits_for(readable)  # the first propose() then reuses these logits (kv.py)
 
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
-        start = time.perf_counter()
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        start, vocab_size = time.perf_counter(), self.target.vocab_size
         context = self._readable(ids)
         if not context:  # the draft can read nothing of this sequence: it has nothing to continue
             return Draft.empty(DraftStop.NO_MATCH, vocab_size, start)
@@ -232,13 +246,10 @@ class ModelDrafter(DrafterBase):
             # Token t of the round conditions on the prompt, the verified tokens and tokens 1..t-1.
             return in_verifier_ids(self.forward.logits_for(context + drafted)[-1], self.known_ids, vocab_size)
 
-        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
-                            ids)
+        return _autoregress(next_logits, start, max_tokens, self.target, self.generator, ids)
 
-    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
-                     worth: Worth | None = None) -> DraftTree:
-        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see trees.TreeGrowth).
+    def propose_tree(self, ids: Sequence[int], request: TreeRequest) -> DraftTree:
+        """Candidates as `request` bounds them (see trees.TreeGrowth).
 
         A level costs one draft forward pass, whatever its width: the level's paths run as a tree after the
         committed tokens and the ancestors all of them share, each node attending only to its own ancestors
@@ -247,13 +258,13 @@ class ModelDrafter(DrafterBase):
         each level feeds only its new tokens, and the next round keeps whatever of the path was accepted. A draft
         whose cache cannot hold a tree (sliding-window layers) runs each path in turn, moving between branches by
         the cache's prefix rule."""
-        start = time.perf_counter()
+        start, target = time.perf_counter(), self.target
         context = self._readable(ids)
-        if not context or max_nodes <= 0 or max_depth <= 0:
+        if not context or request.empty:
             return DraftTree.empty(DraftStop.MAX_TOKENS if context else DraftStop.NO_MATCH, start)
 
         def in_ids(row: torch.Tensor) -> torch.Tensor:
-            return in_verifier_ids(row, self.known_ids, vocab_size)
+            return in_verifier_ids(row, self.known_ids, target.vocab_size)
 
         def logits_for(paths: list[list[int]], paths_tokens: list[list[int]]) -> tuple[torch.Tensor, None]:
             if len(paths) == 1:  # one path: a chain step, its tokens kept in the cache as a chain's are
@@ -268,7 +279,7 @@ class ModelDrafter(DrafterBase):
             self.forward.keep_path([])  # roll back the branches: the cache keeps the ancestors they share
             return torch.stack([in_ids(logits[row]) for row in rows]), None
 
-        return grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return request.grow(logits_for, start, target.config, target.eos_token_ids)
 
     def _level_tree(self, paths: list[list[int]], paths_tokens: list[list[int]]
                     ) -> tuple[list[int], list[int], list[int]] | None:
@@ -309,9 +320,12 @@ class HeadDrafter(DrafterBase):
         self.verifier_forward: CachedForward | None = None
         self.forward_s = 0.0  # time inside the head and its output rows (benchmarks: engine overhead is the rest)
 
-    def attach(self, verifier_forward: CachedForward) -> None:
-        """Read the verifier's hidden states through `verifier_forward`, and borrow its embeddings and output rows.
-        Attaching to the one it already reads is a no-op (keeps the head's cache)."""
+    def attach(self, target: DraftTarget) -> None:
+        """Read the verifier's hidden states through the target's forward pass, and borrow its embeddings and
+        output rows. Attaching to the one it already reads keeps the head's cache."""
+        super().attach(target)
+        verifier_forward = target.forward
+        assert verifier_forward is not None, "a draft head reads the verifier's hidden states: it cannot draft alone"
         if verifier_forward is self.verifier_forward:
             return
         verifier = verifier_forward.model
@@ -395,9 +409,8 @@ class HeadDrafter(DrafterBase):
         return logits.index_copy_(1, self.head_ids.to(logits.device), scores)
 
     @torch.inference_mode()
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
-        start = time.perf_counter()
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        start, vocab_size = time.perf_counter(), self.target.vocab_size
         context = list(ids)
         state = self._catch_up(context) if max_tokens > 0 else None
         if state is None:  # no room left, or the verifier has not read `ids`: nothing to draft from
@@ -411,31 +424,27 @@ class HeadDrafter(DrafterBase):
                 current[0] = self._step(current[0][None], drafted[-1:], position)[-1]
             return self._logits(current[0][None], vocab_size)[0]
 
-        return _autoregress(next_logits, start, max_tokens, config, self.generator, vocab_size, eos_token_ids,
-                            ids)
+        return _autoregress(next_logits, start, max_tokens, self.target, self.generator, ids)
 
     @torch.inference_mode()
-    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
-                     worth: Worth | None = None) -> DraftTree:
-        """Up to `max_nodes` candidates at most `max_depth` deep (`copied`, `worth`: see trees.TreeGrowth).
+    def propose_tree(self, ids: Sequence[int], request: TreeRequest) -> DraftTree:
+        """Candidates as `request` bounds them (see trees.TreeGrowth).
 
         A level's nodes, all at depth d, run through the head in one call: each is fed at the position after
         the last true one plus d, with the state its parent predicted, and attends to the true positions,
         its ancestors (fed by earlier levels) and itself. The head's cache keeps those draft positions
         after the true ones until the next round cuts them off."""
-        start = time.perf_counter()
+        start, target = time.perf_counter(), self.target
         context = list(ids)
-        root_state = self._catch_up(context) if max_nodes > 0 and max_depth > 0 else None
+        root_state = None if request.empty else self._catch_up(context)
         if root_state is None:
-            stop = DraftStop.MAX_TOKENS if max_nodes <= 0 or max_depth <= 0 else DraftStop.NO_MATCH
-            return DraftTree.empty(stop, start)
+            return DraftTree.empty(DraftStop.MAX_TOKENS if request.empty else DraftStop.NO_MATCH, start)
         first_position = len(context) - 1  # _catch_up left the cache at the true positions
         predicted: dict[int, torch.Tensor] = {}  # node -> the state the head predicts after it
         slot: dict[int, int] = {}  # node -> its position in the head's cache
 
         head_ids = self.head_ids.to(self.draft.device)
-        unknown = head_ids >= vocab_size  # output rows past the verifier's tokenizer (padding): never proposed
+        unknown = head_ids >= target.vocab_size  # output rows past the verifier's tokenizer (padding): never proposed
         padded = bool(unknown.any())
 
         def scores(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -458,7 +467,7 @@ class HeadDrafter(DrafterBase):
                 predicted[node], slot[node] = out[row], past + row
             return scores(out)
 
-        return grow_tree(logits_for, start, max_nodes, max_depth, config, eos_token_ids, copied, worth)
+        return request.grow(logits_for, start, target.config, target.eos_token_ids)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # the next propose() keeps only the positions computed from true states
@@ -499,9 +508,8 @@ class PromptLookupDrafter(DrafterBase):
                 return best
         return []
 
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
-        start = time.perf_counter()
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        start, vocab_size, eos_token_ids = time.perf_counter(), self.target.vocab_size, self.target.eos_token_ids
         tokens = self._continuation(list(ids), max_tokens) if max_tokens > 0 else []
         tokens = [t for t in tokens if t < vocab_size]
         for i, token in enumerate(tokens):
@@ -552,12 +560,12 @@ class HybridDrafter(DrafterBase):
         self._last_copy = None  # a new reply: what follows the last copy is the chat template, not a verdict
 
     @property
-    def grows_trees(self) -> bool:
+    def grows_trees(self) -> bool:  # type: ignore[override]
         return self.model_drafter.grows_trees
 
     @property
     def reads_verifier(self) -> bool:  # type: ignore[override]
-        return getattr(self.model_drafter, "reads_verifier", True)
+        return self.model_drafter.reads_verifier
 
     def reset_cache(self) -> None:
         self._last_copy = None
@@ -566,46 +574,45 @@ class HybridDrafter(DrafterBase):
     def prefill(self, ids: Sequence[int]) -> None:
         self.model_drafter.prefill(ids)
 
-    def attach(self, verifier_forward: CachedForward) -> None:
-        self.model_drafter.attach(verifier_forward)
+    def attach(self, target: DraftTarget) -> None:
+        super().attach(target)
+        self.lookup.attach(target)
+        self.model_drafter.attach(target)
 
-    def propose(self, ids: Sequence[int], max_tokens: int, config: GenerationConfig, vocab_size: int,
-                eos_token_ids: frozenset[int]) -> Draft:
-        copied = self.lookup.propose(ids, max_tokens, config, vocab_size, eos_token_ids)
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        copied = self.lookup.propose(ids, max_tokens)
         if not copied.token_ids and max_tokens > 0:
-            copied = self._phrase_copy(ids, max_tokens, vocab_size, eos_token_ids, copied)
+            copied = self._phrase_copy(ids, max_tokens, copied)
         if copied.token_ids or max_tokens <= 0:
             return copied
         budget = max_tokens if self.model_tokens is None else min(max_tokens, self.model_tokens)
-        drafted = self.model_drafter.propose(ids, budget, config, vocab_size, eos_token_ids)
+        drafted = self.model_drafter.propose(ids, budget)
         # Drafting the whole budget below the round's length limit stopped at the model's cap, not at γ.
         stop = DraftStop.DRAFT_CAP if drafted.stop is DraftStop.GAMMA and budget < max_tokens else drafted.stop
         return dataclasses.replace(drafted, stop=stop, draft_s=drafted.draft_s + copied.draft_s)
 
-    def propose_tree(self, ids: Sequence[int], max_nodes: int, max_depth: int, config: GenerationConfig,
-                     vocab_size: int, eos_token_ids: frozenset[int], copied: Copy = NO_COPY,
-                     worth: Worth | None = None) -> DraftTree:
-        """The draft's tree with prompt lookup's copy as one more branch (`copied` where lookup finds none)."""
+    def propose_tree(self, ids: Sequence[int], request: TreeRequest) -> DraftTree:
+        """The draft's tree with prompt lookup's copy as one more branch (the request's own where lookup finds
+        none)."""
         ids = list(ids)
         if self._last_copy is not None:  # judge the last round's copy by what the verifier produced there
             before, copy, record = self._last_copy
             if len(ids) > len(before) and ids[:len(before)] == before:
                 record.record(copy, ids[len(before):])
-        found, record = self.lookup.propose(ids, max_depth, config, vocab_size, eos_token_ids), self.copies
+        found, record = self.lookup.propose(ids, request.max_depth), self.copies
         if not found.token_ids:
-            found, record = self._phrase_copy(ids, max_depth, vocab_size, eos_token_ids, found), self.phrase_copies
+            found, record = self._phrase_copy(ids, request.max_depth, found), self.phrase_copies
         self._last_copy = (ids, found.token_ids, record) if found.token_ids else None
-        branch = Copy(found.token_ids, record.acceptance()) if found.token_ids else copied
-        tree = self.model_drafter.propose_tree(ids, max_nodes, max_depth, config, vocab_size, eos_token_ids,
-                                               branch, worth)
+        if found.token_ids:
+            request = dataclasses.replace(request, copied=Copy(found.token_ids, record.acceptance()))
+        tree = self.model_drafter.propose_tree(ids, request)
         return dataclasses.replace(tree, draft_s=tree.draft_s + found.draft_s)
 
-    def _phrase_copy(self, ids: Sequence[int], max_tokens: int, vocab_size: int, eos_token_ids: frozenset[int],
-                     nothing: Draft) -> Draft:
+    def _phrase_copy(self, ids: Sequence[int], max_tokens: int, nothing: Draft) -> Draft:
         """The phrase store's continuation as a one-hot draft (`nothing`, the empty lookup, without a store)."""
         if self.phrases is None:
             return nothing
-        start = time.perf_counter()
+        start, vocab_size, eos_token_ids = time.perf_counter(), self.target.vocab_size, self.target.eos_token_ids
         tokens = [t for t in self.phrases.continuation(ids, max_tokens) if t < vocab_size]
         ending = next((i for i, t in enumerate(tokens) if t in eos_token_ids), None)
         if ending is not None:

@@ -157,6 +157,27 @@ class Worth(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TreeRequest:
+    """What a round asks of a drafter's tree (Drafter.propose_tree)."""
+
+    max_nodes: int  # the most candidates
+    max_depth: int  # the longest path
+    copied: Copy = NO_COPY  # joins as one more branch (a hybrid's prompt lookup: see TreeGrowth)
+    worth: Worth | None = None  # prices nodes while the tree grows (None: at the draft's word)
+
+    @property
+    def empty(self) -> bool:
+        """Whether the request leaves room for no node at all."""
+        return self.max_nodes <= 0 or self.max_depth <= 0
+
+    def grow(self, logits_for: LevelLogits, start: float, config: GenerationConfig, eos_token_ids: frozenset[int]
+             ) -> DraftTree:
+        """The tree grown from `logits_for` as requested (grow_tree); `start`: when drafting began."""
+        return grow_tree(logits_for, start, self.max_nodes, self.max_depth, config, eos_token_ids, self.copied,
+                         self.worth)
+
+
 @dataclass
 class Candidate:
     """A node of a growing tree (its value rises if it is offered again with a higher one)."""

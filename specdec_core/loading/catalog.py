@@ -35,6 +35,7 @@ from typing import Any, BinaryIO
 from specdec_core import defaults
 from specdec_core.errors import ModelLoadError
 from specdec_core.loading import kept_files
+from specdec_core.loading.embedded import embedded_gguf_path
 
 
 @dataclass(frozen=True)
@@ -216,11 +217,9 @@ def _keep_verdict(path: Path, verdict: dict) -> None:
 
 
 def _bundled_present(model: KnownModel) -> bool:
-    from specdec_core.loading import specs
-
     try:
         if model.name == defaults.VERIFIER:
-            specs.embedded_gguf_path(model.name)
+            embedded_gguf_path(model.name)
         return True
     except ModelLoadError:
         return False

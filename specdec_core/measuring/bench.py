@@ -111,7 +111,7 @@ def time_reply(engine: Engine, prompt_ids: Sequence[int], config: GenerationConf
             decode_start = time.perf_counter()
             forward_start = sum(f.forward_s for f in forwards)
         elif isinstance(event, RoundVerified):
-            reply.tally.add_event(event)
+            event.add_to(reply.tally)
         elif isinstance(event, Finished):
             finished = event
     end = time.perf_counter()

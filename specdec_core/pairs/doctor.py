@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from specdec_core.errors import IncompatiblePairError
 
 if TYPE_CHECKING:
-    from specdec_core.drafting.cross_vocab import VocabMap
+    from specdec_core.drafting.vocabularies import VocabMap
     from specdec_core.loading.models import LoadedModel
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def check_models(verifier: LoadedModel, draft: LoadedModel, *, weigh_mass: bool 
     the verifier over sample text for the share of its probability the draft can propose (Verdict.mass_share)."""
     share_of_mass = None
     if weigh_mass:
-        from specdec_core.drafting.cross_vocab import probability_share
+        from specdec_core.drafting.vocabularies import probability_share
 
         share_of_mass = functools.partial(probability_share, verifier)
     verdict = check_pair(verifier.tokenizer, draft.tokenizer, verifier_logits=_output_rows(verifier.model),
@@ -206,7 +206,9 @@ def _cross_vocabulary(verifier_tokenizer, draft_tokenizer, difference: tuple[int
                       verifier_logits: int | None, draft_logits: int | None,
                       share_of_mass: Callable[[VocabMap], float] | None) -> Verdict:
     """Different vocabularies: the pair drafts through the text (cross_vocab.py); how much they overlap."""
-    from specdec_core.drafting.cross_vocab import STRATEGIES, TLI, map_vocabularies, text_share
+    from specdec_core.defaults import TLI
+    from specdec_core.drafting.cross_vocab import STRATEGIES
+    from specdec_core.drafting.vocabularies import map_vocabularies, text_share
 
     v_size = min(len(verifier_tokenizer), verifier_logits or len(verifier_tokenizer))
     d_size = min(len(draft_tokenizer), draft_logits or len(draft_tokenizer))

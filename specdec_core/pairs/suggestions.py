@@ -121,12 +121,12 @@ def describe(spec: str, listing: Listing) -> FoundModel:
             return model
     if discovery.is_found_name(spec):
         return discovery.locate(spec)
-    from specdec_core.loading import catalog, specs
+    from specdec_core.loading import catalog, embedded
     from specdec_core.loading.gguf_cache import default_cache_dir
 
     path, known = Path(spec).expanduser(), catalog.known(spec.lower())
-    if spec.lower() == specs.EMBEDDED_VERIFIER:
-        path = specs.embedded_gguf_path()
+    if spec.lower() == embedded.EMBEDDED_VERIFIER:
+        path = embedded.embedded_gguf_path()
     elif known is not None and known.download is not None:  # installed with `specdec models install`
         path = catalog.installed_file(known, default_cache_dir()) or path
     try:

@@ -46,7 +46,7 @@ def _reply_events() -> list[object]:
     ]
     tally = StatsAccumulator(prompt_tokens=7)
     for r in rounds:
-        tally.add_event(r)
+        r.add_to(tally)
     return [Prefilled(7, 0, 0.01), *rounds,
             Finished(StopReason.EOS, "t10t11t12t13", (10, 11, 12, 13, EOS), tally.snapshot())]
 

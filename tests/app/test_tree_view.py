@@ -171,9 +171,9 @@ def test_the_cost_panel_plots_every_pass_and_the_engines_own_cost_curve(qtbot, t
     graphs.set_baseline(100.0, verify_s_per_token=0.004)
     fed, ms = graphs.cost_passes.getData()
     assert sorted(fed[np.isfinite(fed)]) == sorted(r.rows for r in rounds if r.rows)
-    assert graphs.cost.seconds == pytest.approx(engine.sizer.cost.seconds)  # what the sizer read, pass for pass
+    assert graphs.cost.seconds == pytest.approx(engine.planner.sizer.cost.seconds)  # what the sizer read, pass for pass
     x, y = graphs.cost_curve.getData()
-    assert list(x) == sorted(engine.sizer.cost.seconds) and list(y) == sorted(y)  # never falling as k grows
+    assert list(x) == sorted(engine.planner.sizer.cost.seconds) and list(y) == sorted(y)  # never falling as k grows
     assert graphs.step_line.isVisible() and graphs.step_line.value() == pytest.approx(4.0)
     assert f"{trace.stats['mean_accepted_length']:.2f} tokens per verifier call" in graphs.header.text()
     saved = ReplyTrace.from_dict(trace.to_dict())

@@ -51,7 +51,7 @@ def test_exporting_stats_before_any_reply_says_there_is_nothing_and_asks_for_no_
 def test_reloading_keeps_the_baselines_and_remeasuring_starts_them_afresh(make_window, qtbot, send_and_wait):
     w = make_window(max_new_tokens=16, calibrate=True)
     assert [s.source for s in w.baselines.samples] == ["calibration"]
-    assert w.session.engine.sizer.cost.seconds == {}  # its idle-window steps do not size the replies' trees
+    assert w.session.engine.planner.sizer.cost.seconds == {}  # its idle-window steps do not size the replies' trees
     w.spec_button.setChecked(False)
     send_and_wait(w, "Hello")  # a verifier-alone reply is one more measurement
     assert [s.source for s in w.baselines.samples] == ["calibration", "speculation-off reply"]

@@ -78,7 +78,7 @@ def test_where_rows_cost_more_than_copies_bring_prompt_lookup_drafts_nothing_and
     prompt = tiny_tokenizer(REPEATS).input_ids
     _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=16)
     engine = Engine(verifier, PromptLookupDrafter())
-    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
+    engine.planner.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
 
     rounds, finished = rounds_of(engine, prompt, max_new_tokens=16, tree_nodes=TREE_AUTO)
 
@@ -91,7 +91,7 @@ def test_where_rows_are_cheap_prompt_lookup_copies_as_before(pair, tiny_tokenize
     verifier, _ = pair
     prompt = tiny_tokenizer(REPEATS).input_ids
     engine = Engine(verifier, PromptLookupDrafter())
-    engine.sizer.cost = VerifyCost({rows: 0.001 for rows in range(1, 8)})
+    engine.planner.sizer.cost = VerifyCost({rows: 0.001 for rows in range(1, 8)})
 
     rounds, _ = rounds_of(engine, prompt, max_new_tokens=16, tree_nodes=TREE_AUTO)
 
@@ -103,7 +103,7 @@ def test_an_explicit_chain_and_sampling_keep_gamma_whatever_the_cost(pair, tiny_
     prompt = tiny_tokenizer("The capital of France is").input_ids
     for config in (dict(tree_nodes=0), dict(tree_nodes=TREE_AUTO, temperature=0.8, seed=3)):
         engine = Engine(verifier, ModelDrafter(draft))
-        engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})
+        engine.planner.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})
         rounds, _ = rounds_of(engine, prompt, max_new_tokens=10, gamma=3, **config)
         assert len(rounds[0].drafted) == 3, config
 
@@ -113,7 +113,7 @@ def test_the_predicted_speedup_uses_this_machines_plain_step(pair, tiny_tokenize
     engine = Engine(verifier, PromptLookupDrafter())
     _, finished = rounds_of(engine, tiny_tokenizer(REPEATS).input_ids, max_new_tokens=16, tree_nodes=TREE_AUTO)
     stats = finished.stats
-    plain = engine.sizer.cost.estimate(1)
+    plain = engine.planner.sizer.cost.estimate(1)
     assert plain is not None and stats.drafted
     assert stats.predicted_speedup == pytest.approx(stats.new_tokens * plain / stats.decode_s, rel=0.05)
 
@@ -148,17 +148,18 @@ class ScriptedTreeDrafter(DrafterBase):
         behind, self.read = (len(ids) - self.read if self.read else 1), len(ids)
         token = self.reference[len(ids) - self.prompt_length] + (0 if self.right else 1)
         steps = self.cost(self.calls, behind)
-        return token % self.vocab, steps * (self.engine.sizer.cost.estimate(1) or 0.01)
+        return token % self.vocab, steps * (self.engine.planner.sizer.cost.estimate(1) or 0.01)
 
-    def propose(self, ids, max_tokens, config, vocab_size, eos_token_ids):
+    def propose(self, ids, max_tokens):
+        vocab_size = self.target.vocab_size
         if max_tokens <= 0:
             return Draft.empty(DraftStop.MAX_TOKENS, vocab_size)
         token, draft_s = self._next(ids)
         return Draft((token,), torch.nn.functional.one_hot(torch.tensor([token]), vocab_size).float(), (0.95,),
                      DraftStop.GAMMA, draft_s)
 
-    def propose_tree(self, ids, max_nodes, max_depth, config, vocab_size, eos_token_ids, copied=None, worth=None):
-        if max_depth <= 0:
+    def propose_tree(self, ids, request):
+        if request.max_depth <= 0:
             return DraftTree.empty(DraftStop.MAX_TOKENS)
         token, draft_s = self._next(ids)
         return DraftTree((token,), (-1,), (0.95,), (0.95,), DraftStop.TREE, draft_s=draft_s, expansions=1)
@@ -177,7 +178,7 @@ def scripted(pair, tiny_tokenizer, right: bool, cost, tokens: int = 40):
     _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=tokens)
     drafter = ScriptedTreeDrafter(len(prompt), plain.token_ids, len(tiny_tokenizer), right, cost)
     drafter.engine = Engine(verifier, drafter)
-    drafter.engine.sizer.cost = FixedCost({1: 0.050, 2: 0.052, 3: 0.054})
+    drafter.engine.planner.sizer.cost = FixedCost({1: 0.050, 2: 0.052, 3: 0.054})
     rounds, finished = rounds_of(drafter.engine, prompt, max_new_tokens=tokens, tree_nodes=TREE_AUTO)
     assert finished.token_ids == plain.token_ids
     return drafter, rounds

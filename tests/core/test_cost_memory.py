@@ -9,6 +9,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.drafters import ModelDrafter
+from specdec_core.drafting.planner import DraftPlanner, DraftPolicy
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.loading import cost_memory
@@ -43,7 +44,7 @@ def test_a_new_engine_starts_from_the_costs_the_last_one_measured_here_and_times
     second, same_text = rounds_of(again, prompt)
     assert not [r for r in second if r.stop is DraftStop.PROBE]
     assert same_text == text  # only the draft sizes may differ, never the reply
-    assert not again.sizer.cost.stale(1)
+    assert not again.planner.sizer.cost.stale(1)
 
 
 def test_recalled_costs_count_as_settled_timings_and_give_way_to_fresh_ones():
@@ -84,10 +85,9 @@ def test_costs_are_kept_per_verifier_and_precision_and_a_damaged_or_unwritable_m
 def test_an_engine_told_not_to_remember_leaves_the_memory_as_it_was(pair, tiny_tokenizer, tmp_path, remembering):
     verifier, draft = (dataclasses.replace(model, cache_dir=tmp_path) for model in pair)
     cost_memory.remember(verifier, {1: 0.5, 4: 0.6})
-    calibrating = Engine(verifier, None)
-    calibrating.remembers = False  # the app's calibration: timed with the window idle (app/session.py)
+    calibrating = Engine(verifier, None, DraftPlanner(DraftPolicy(remember_costs=False)))  # as the app's calibration
     rounds_of(calibrating, tiny_tokenizer("Once upon a time").input_ids, n=8)
-    assert calibrating.sizer.cost.passes and cost_memory.recalled(verifier) == {1: 0.5, 4: 0.6}
+    assert calibrating.planner.sizer.cost.passes and cost_memory.recalled(verifier) == {1: 0.5, 4: 0.6}
 
 
 def test_a_model_in_another_weight_format_keeps_costs_of_its_own(pair, tmp_path, remembering):

@@ -356,7 +356,7 @@ def test_cpu_attention_hands_grouped_heads_to_the_kernel_even_with_a_mask(tiny_m
 
 
 def test_a_draft_heads_output_layer_gets_its_cpu_forms_at_load(tiny_tokenizer, tmp_path, monkeypatch):
-    from specdec_core.drafting.drafters import HeadDrafter
+    from specdec_core.drafting.drafters import DraftTarget, HeadDrafter
 
     verifier = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1, logit_scale=8.0), tiny_tokenizer)
     head = tiny.make_head(verifier, head_ids=list(range(0, 200, 2)))
@@ -367,7 +367,7 @@ def test_a_draft_heads_output_layer_gets_its_cpu_forms_at_load(tiny_tokenizer, t
     loaded = load_on_cpu(tmp_path / "head", tmp_path / "cache", monkeypatch, backend=True)
     assert "forward" in vars(loaded.head_output)  # the loader gave it the measured form
     drafter = HeadDrafter(loaded)
-    drafter.attach(CachedForward(verifier.model, verifier.device))
+    drafter.attach(DraftTarget(CachedForward(verifier.model, verifier.device), verifier.producible_ids, frozenset()))
     assert drafter.output is loaded.head_output
     states = torch.randn(3, verifier.model.config.hidden_size)
     rows = verifier.model.get_output_embeddings().weight.detach()[head.model.head_ids]

@@ -12,14 +12,11 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.cross_vocab import (
-    Retokenizer,
-    StringMatchDrafter,
-    TokenIntersectionDrafter,
-    map_vocabularies,
-    token_texts,
-)
-from specdec_core.drafting.drafters import HybridDrafter
+from specdec_core.drafting.cross_vocab import StringMatchDrafter, TokenIntersectionDrafter
+from specdec_core.drafting.drafters import DraftTarget, HybridDrafter
+from specdec_core.drafting.planner import DraftPolicy
+from specdec_core.drafting.trees import TreeRequest
+from specdec_core.drafting.vocabularies import Retokenizer, map_vocabularies, token_texts
 from specdec_core.engine import Engine
 from specdec_core.events import RoundVerified, TokenCommitted, TokenRejected
 from specdec_core.verification.sampling import processed_probs
@@ -138,10 +135,10 @@ def exact_joint(verifier, config):
 
 
 def sampled_joint(engine, config, size, runs):
-    engine.draft_ahead = False  # the same draws (test_draft_ahead.py), without a drafting thread per run
+    after_prefill = DraftPolicy(draft_during_prefill=False)  # the same draws (test_draft_ahead.py), without a thread
     counts = torch.zeros(size, size)
     for seed in range(runs):
-        *_, finished = engine.generate(PROMPT, config.with_(seed=seed))
+        *_, finished = engine.generate(PROMPT, config.with_(seed=seed), policy=after_prefill)
         a, b = finished.token_ids[:2]
         counts[a, b] += 1
     return counts
@@ -295,10 +292,12 @@ def test_a_tli_tree_level_costs_one_draft_pass_and_each_node_has_its_paths_proba
     drafter, alone = TokenIntersectionDrafter(look_alike, verifier), TokenIntersectionDrafter(look_alike, verifier)
     prompt = verifier.tokenizer(PROMPTS[0]).input_ids
     vocab = verifier.producible_ids
+    for each in (drafter, alone):
+        each.attach(DraftTarget(None, vocab, frozenset()))
     drafter.prefill(prompt)
     calls = drafter.forward.forward_calls
 
-    tree = drafter.propose_tree(prompt, 16, 3, GenerationConfig(), vocab, frozenset())
+    tree = drafter.propose_tree(prompt, TreeRequest(16, 3))
 
     assert tree.expansions >= 2 and len(tree) > tree.expansions
     assert drafter.forward.forward_calls - calls <= tree.expansions

@@ -95,7 +95,7 @@ def test_different_vocabularies_report_their_overlap_and_warn_when_it_is_low(tin
 def test_the_doctor_weighs_the_verifiers_probability_the_draft_can_propose_and_warns_when_it_is_low(tiny_tokenizer):
     import torch
 
-    from specdec_core.drafting.cross_vocab import SAMPLE_TEXTS
+    from specdec_core.drafting.vocabularies import SAMPLE_TEXTS
 
     verifier = tiny.as_loaded(tiny.make_model("llama", tiny_tokenizer, seed=1, logit_scale=8.0), tiny_tokenizer)
 

@@ -10,6 +10,7 @@ import tiny
 from specdec_core import defaults
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.planner import DraftPlanner, DraftPolicy
 from specdec_core.engine import Controls, Engine
 from specdec_core.events import Finished, Prefilled, RoundVerified, StopReason
 
@@ -42,9 +43,7 @@ def committed(events):
 
 
 def engine_for(drafter, verifier, ahead: bool) -> Engine:
-    engine = Engine(verifier, drafter)
-    engine.draft_ahead = ahead
-    return engine
+    return Engine(verifier, drafter, DraftPlanner(DraftPolicy(draft_during_prefill=ahead)))
 
 
 @pytest.mark.parametrize("config", [{}, {"tree_nodes": 0}, {"tree_nodes": 0, "gamma": 3}, {"tree_nodes": 8},
@@ -207,13 +206,13 @@ def test_drafting_ahead_beside_the_prefill_is_not_timed_as_the_drafts_cost(pair,
     verifier, draft = pair
     engine = engine_for(ModelDrafter(draft), verifier, True)
     observed = []
-    original = engine.sizer.observe_draft
+    original = engine.planner.sizer.observe_draft
 
     def observe(steps, seconds):
         observed.append(threading.current_thread().name)
         original(steps, seconds)
 
-    engine.sizer.observe_draft = observe
+    engine.planner.sizer.observe_draft = observe
     events = reply(engine, prompt(tiny_tokenizer), tree_nodes=8, cost_aware=False)  # a tree every round
     trees = sum(1 for e in events if isinstance(e, RoundVerified) and e.tree)
     assert trees >= 3 and len(observed) == trees - 1  # all but round 1's

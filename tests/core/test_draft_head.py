@@ -10,7 +10,8 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.draft_head import HeadCache, with_layers
-from specdec_core.drafting.drafters import HeadDrafter, drafter_for
+from specdec_core.drafting.drafters import DraftTarget, HeadDrafter, drafter_for
+from specdec_core.drafting.trees import TreeRequest
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
 from specdec_core.loading.models import load_model
@@ -70,7 +71,7 @@ def test_recorded_hidden_states_and_the_heads_cache_equal_a_fresh_computation(ve
     ids = ids + list(first.token_ids) + prompt(tiny_tokenizer, " and then")
     reply = generate(engine, ids, max_new_tokens=30, gamma=4)[-1]
     full = ids + list(reply.token_ids)
-    drafter.propose(full, 2, GenerationConfig(), engine.vocab_size, frozenset())
+    drafter.propose(full, 2)  # the engine attached it
 
     true = drafter._true_positions  # head positions computed from the verifier's states: all but the last token's
     assert true == len(full) - 1
@@ -102,7 +103,8 @@ def test_a_heads_tree_never_proposes_an_id_past_the_verifiers_vocabulary(verifie
     ids = prompt(tiny_tokenizer)
     engine.verifier_forward.logits_for(ids)
     known = len(tiny_tokenizer) // 2  # as if the upper half of the output rows were padding past the tokenizer
-    tree = drafter.propose_tree(ids, 16, 3, GenerationConfig(), known, frozenset())
+    drafter.attach(DraftTarget(engine.verifier_forward, known, frozenset()))
+    tree = drafter.propose_tree(ids, TreeRequest(16, 3))
     assert len(tree) and max(tree.token_ids) < known
 
 

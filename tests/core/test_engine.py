@@ -295,7 +295,7 @@ def test_folding_the_round_events_gives_the_engines_own_stats_and_tallies_merge(
         tally = StatsAccumulator()
         for event in events:
             if isinstance(event, RoundVerified):
-                tally.add_event(event)
+                event.add_to(tally)
         own = finished(events).stats
         folded = tally.snapshot()
         for name in ("new_tokens", "rounds", "drafted", "accepted", "acceptance_rate", "per_position_acceptance",

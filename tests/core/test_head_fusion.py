@@ -54,7 +54,7 @@ def test_the_engine_records_the_layers_as_a_batched_forward_computes_them_for_tr
     ids = ids + first + ids_of(tiny_tokenizer, " and then")  # a second turn: the caches keep their prefix
     reply, _ = greedy(engine, ids, gamma=4)
     full = ids + reply
-    drafter.propose(full, 2, GenerationConfig(), engine.vocab_size, frozenset())
+    drafter.propose(full, 2)  # the engine attached it
     true = drafter._true_positions
     with torch.no_grad():
         output = verifier.model.base_model(torch.tensor([full[:true]]), output_hidden_states=True)

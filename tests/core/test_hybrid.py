@@ -4,7 +4,7 @@ import pytest
 import tiny
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter
+from specdec_core.drafting.drafters import DraftTarget, HeadDrafter, HybridDrafter, ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.errors import ConfigError
 from specdec_core.events import DraftStop, Finished, RoundVerified
@@ -20,9 +20,9 @@ class Counting:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def propose(self, ids, max_tokens, *args):
+    def propose(self, ids, max_tokens):
         self.asked.append(max_tokens)
-        return self.inner.propose(ids, max_tokens, *args)
+        return self.inner.propose(ids, max_tokens)
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +62,14 @@ def test_the_hybrid_copies_on_a_match_and_asks_the_model_for_at_most_its_tokens_
     verifier, draft = pair
     model = Counting(ModelDrafter(draft))
     hybrid = HybridDrafter(model, model_tokens=2)
+    hybrid.attach(DraftTarget(None, len(tiny_tokenizer), frozenset()))
     repeated = tiny_tokenizer("one two three four one two three four one two").input_ids
-    copied = hybrid.propose(repeated, 4, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    copied = hybrid.propose(repeated, 4)
     start = repeated.index(repeated[-2])
     assert list(copied.token_ids) == repeated[start + 2:start + 6] and model.asked == []
 
     fresh = tiny_tokenizer("a quiet lake").input_ids
-    drafted = hybrid.propose(fresh, 4, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    drafted = hybrid.propose(fresh, 4)
     assert model.asked == [2] and 1 <= len(drafted.token_ids) <= 2
     if len(drafted.token_ids) == 2:  # stopped by the model's cap, not by the round's γ of 4
         assert drafted.stop is DraftStop.DRAFT_CAP

@@ -13,6 +13,7 @@ import torch
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting import drafters
 from specdec_core.drafting.drafters import ModelDrafter, drafter_for
+from specdec_core.drafting.planner import DraftPlanner, DraftPolicy
 from specdec_core.engine import Engine
 from specdec_core.verification.sampling import processed_probs
 
@@ -42,10 +43,9 @@ def exact_joint(verifier, config, prompt=PROMPT):
 
 
 def sampled_joint(verifier, draft, config, runs=RUNS, prompt=PROMPT, drafter=None):
-    engine = Engine(verifier, drafter or drafter_for(draft))
     # The draft reads the prompt after the prefill, not on a thread of its own beside it: the same replies and
     # rounds when sampling (test_draft_ahead.py), without a thread per run (a fifth of these tests' time).
-    engine.draft_ahead = False
+    engine = Engine(verifier, drafter or drafter_for(draft), DraftPlanner(DraftPolicy(draft_during_prefill=False)))
     counts = torch.zeros(VOCAB, VOCAB)
     for seed in range(runs):
         *_, fin = engine.generate(prompt, GenerationConfig(**{**config.__dict__, "seed": seed}))
@@ -124,8 +124,9 @@ def test_the_check_catches_draft_probabilities_taken_from_raw_logits(pair, monke
     # bug: the draft samples from processed probabilities but reports unprocessed ones to the rule
     original_propose = ModelDrafter.propose
 
-    def propose(self, ids, max_tokens, cfg, vocab_size, eos):
-        draft_result = original_propose(self, ids, max_tokens, cfg, vocab_size, eos)
+    def propose(self, ids, max_tokens):
+        draft_result = original_propose(self, ids, max_tokens)
+        vocab_size = self.target.vocab_size
         context = list(ids)
         rows = []
         for token in draft_result.token_ids:
@@ -184,7 +185,8 @@ def test_a_hybrid_copying_from_a_phrase_store_follows_the_verifiers_processed_di
     verifier, draft = pair
     store = PhraseStore([[3, 5, 7, 2, 6]] * 3)  # after "3 5" the store copies "7 2 6"; the prompt has no repeat
     hybrid = drafters.HybridDrafter(ModelDrafter(draft), model_tokens=2, phrases=store)
-    assert hybrid.propose(PROMPT, 3, GenerationConfig(), VOCAB, frozenset()).token_ids == (7, 2, 6)
+    hybrid.attach(drafters.DraftTarget(None, VOCAB, frozenset()))
+    assert hybrid.propose(PROMPT, 3).token_ids == (7, 2, 6)
     config = CONFIGS[1]
     counts = sampled_joint(verifier, draft, config, drafter=hybrid)
     assert chi_square_p_value(counts, exact_joint(verifier, config)) > 1e-3

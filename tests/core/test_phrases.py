@@ -5,9 +5,9 @@ import pytest
 import tiny
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.drafters import HybridDrafter, ModelDrafter, drafter_for
+from specdec_core.drafting.drafters import DraftTarget, HybridDrafter, ModelDrafter, drafter_for
 from specdec_core.drafting.phrases import FILE_NAME, PhraseStore, _context_key, _window_keys, shipped_store
-from specdec_core.drafting.trees import PHRASE_ACCEPTANCE
+from specdec_core.drafting.trees import PHRASE_ACCEPTANCE, TreeRequest
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
 
@@ -70,11 +70,12 @@ def test_where_lookup_finds_nothing_the_hybrid_copies_from_its_phrase_store(pair
     store, reply = _store_of(verifier, prompt)
     hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1, phrases=store)
     ids = prompt + reply[:4]
-    if hybrid.lookup.propose(ids, 4, GenerationConfig(), len(tiny_tokenizer), frozenset()).token_ids:
+    hybrid.attach(DraftTarget(None, len(tiny_tokenizer), frozenset()))
+    if hybrid.lookup.propose(ids, 4).token_ids:
         pytest.skip("the tiny verifier's reply repeats itself here; lookup, not the store, drafts")
-    copied = hybrid.propose(ids, 4, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    copied = hybrid.propose(ids, 4)
     assert list(copied.token_ids) == store.continuation(ids, 4) and copied.token_ids
-    tree = hybrid.propose_tree(ids, 12, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    tree = hybrid.propose_tree(ids, TreeRequest(12, 3))
     parent = -1  # the copy is one branch, root to depth 3 (its first node may be one of the draft's guesses too)
     for token in store.continuation(ids, 3):
         parent = next(i for i, (t, p) in enumerate(zip(tree.token_ids, tree.parents)) if t == token and p == parent)

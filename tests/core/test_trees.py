@@ -9,9 +9,10 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.drafters import HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
-from specdec_core.drafting.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, grow_tree
 from specdec_core.drafting import trees
+from specdec_core.drafting.drafters import DraftTarget, HeadDrafter, HybridDrafter, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.planner import DraftPlanner
+from specdec_core.drafting.trees import LOOKUP_ACCEPTANCE, Copy, CopyRecord, TreeRequest, grow_tree
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
 from specdec_core.verification.cost import Calibration, TreeSizer, VerifyCost
@@ -104,10 +105,10 @@ def test_every_node_of_a_tree_has_the_drafts_probability_along_its_own_path(pair
     vocab = verifier.producible_ids
     prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
     for each in (drafter, alone):
+        each.attach(DraftTarget(CachedForward(verifier.model, verifier.device), vocab, frozenset()))
         if kind == "head":
-            each.attach(CachedForward(verifier.model, verifier.device))
             each.verifier_forward.logits_for(prompt)
-    tree = drafter.propose_tree(prompt, 24, 4, GenerationConfig(), vocab, frozenset())
+    tree = drafter.propose_tree(prompt, TreeRequest(24, 4))
     assert tree.expansions < len(tree) and max(len(tree.path_to(n)) for n in range(len(tree))) >= 3
     for node in range(len(tree)):
         path_tokens = [tree.token_ids[n] for n in tree.path_to(node)]
@@ -127,11 +128,12 @@ def test_every_node_of_a_tree_has_the_drafts_probability_along_its_own_path(pair
 def test_a_draft_model_pays_one_forward_pass_per_level_whatever_its_width(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     drafter = ModelDrafter(draft)
+    drafter.attach(DraftTarget(None, verifier.producible_ids, frozenset()))
     prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
     drafter.prefill(prompt)
     calls = drafter.forward.forward_calls
 
-    tree = drafter.propose_tree(prompt, 24, 4, GenerationConfig(), verifier.producible_ids, frozenset())
+    tree = drafter.propose_tree(prompt, TreeRequest(24, 4))
 
     widest = max(sum(len(tree.path_to(n)) == depth for n in range(len(tree))) for depth in range(1, 5))
     assert widest > 1 and tree.expansions >= 3
@@ -149,6 +151,7 @@ def test_a_tree_that_grows_along_one_path_drafts_as_cheaply_as_a_chain(pairs, ti
     monkeypatch.setattr(trees, "TREE_WIDTH", 1)  # one child per node, one node per level: a path
     verifier, draft = pairs["llama"]
     drafter = ModelDrafter(draft)
+    drafter.attach(DraftTarget(None, verifier.producible_ids, frozenset()))
     prompt = tiny_tokenizer("Once upon a time there was a little robot").input_ids
     drafter.prefill(prompt)
     fed: list[int] = []
@@ -156,14 +159,14 @@ def test_a_tree_that_grows_along_one_path_drafts_as_cheaply_as_a_chain(pairs, ti
     monkeypatch.setattr(drafter.forward, "_run",
                         lambda new_ids, *a, **k: fed.append(len(new_ids)) or run(new_ids, *a, **k))
 
-    tree = drafter.propose_tree(prompt, 8, 4, GenerationConfig(), verifier.producible_ids, frozenset())
+    tree = drafter.propose_tree(prompt, TreeRequest(8, 4))
 
     path = [tree.token_ids[n] for n in tree.path_to(len(tree) - 1)]
     assert len(path) == len(tree) == 4 and tree.expansions == 4
     assert fed == [1, 1, 1]  # the root's row was kept from the prefill; then one token per level
     assert drafter.forward.cached_ids == prompt + path[:-1]
     fed.clear()
-    drafter.propose_tree(prompt + path + [5], 8, 4, GenerationConfig(), verifier.producible_ids, frozenset())
+    drafter.propose_tree(prompt + path + [5], TreeRequest(8, 4))
     assert fed[0] == 2  # the path's last token and the verifier's bonus token; the rest was cached
 
 
@@ -249,10 +252,11 @@ def test_drafting_already_spent_does_not_shrink_the_tree_checked():
 def test_a_hybrids_tree_holds_the_copy_prompt_lookup_found_beside_the_drafts_guesses(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
+    hybrid.attach(DraftTarget(None, len(tiny_tokenizer), frozenset()))
     repeated = tiny_tokenizer("one two three four one two three four one two").input_ids
-    copied = hybrid.lookup.propose(repeated, 3, GenerationConfig(), len(tiny_tokenizer), frozenset()).token_ids
+    copied = hybrid.lookup.propose(repeated, 3).token_ids
     assert len(copied) == 3
-    tree = hybrid.propose_tree(repeated, 12, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    tree = hybrid.propose_tree(repeated, TreeRequest(12, 3))
     # the copy is one branch, root to depth 3
     node, parent = None, -1
     for token in copied:
@@ -267,9 +271,9 @@ def test_a_hybrid_joins_a_given_copy_where_its_own_lookup_finds_none(pairs, tiny
     _, draft = pairs["llama"]
     hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
     fresh = tiny_tokenizer("a quiet lake").input_ids
-    vocab = len(tiny_tokenizer)
-    assert not hybrid.lookup.propose(fresh, 3, GenerationConfig(), vocab, frozenset()).token_ids
-    tree = hybrid.propose_tree(fresh, 12, 3, GenerationConfig(), vocab, frozenset(), Copy((40, 41, 42), (0.99,)))
+    hybrid.attach(DraftTarget(None, len(tiny_tokenizer), frozenset()))
+    assert not hybrid.lookup.propose(fresh, 3).token_ids
+    tree = hybrid.propose_tree(fresh, TreeRequest(12, 3, Copy((40, 41, 42), (0.99,))))
     assert [tree.token_ids[n] for n in range(len(tree)) if tree.is_copy(n)] == [40, 41, 42]
 
 
@@ -282,12 +286,13 @@ def test_a_hybrid_grows_trees_exactly_when_its_model_drafter_does(pairs):
 def test_a_new_reply_does_not_judge_the_last_replys_copy_by_the_chat_template(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
+    hybrid.attach(DraftTarget(None, len(tiny_tokenizer), frozenset()))
     text = tiny_tokenizer("one two three four one two three four one two").input_ids
-    hybrid.propose_tree(text, 8, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    hybrid.propose_tree(text, TreeRequest(8, 3))
     assert hybrid._last_copy is not None
     hybrid.reset(seed=1)
     template = tiny_tokenizer(" user says hello assistant").input_ids
-    hybrid.propose_tree(text + template, 8, 3, GenerationConfig(), len(tiny_tokenizer), frozenset())
+    hybrid.propose_tree(text + template, TreeRequest(8, 3))
     assert hybrid.copies.tried == [0.0] * len(LOOKUP_ACCEPTANCE)
 
 
@@ -333,10 +338,10 @@ def test_a_hybrid_values_its_copy_by_how_often_copies_were_right_in_the_conversa
     verifier, draft = pairs["llama"]
     hybrid = HybridDrafter(ModelDrafter(draft), model_tokens=1)
     text = tiny_tokenizer("one two three four five six one two three four five six one two").input_ids
-    vocab = len(tiny_tokenizer)
+    hybrid.attach(DraftTarget(None, len(tiny_tokenizer), frozenset()))
 
     def copy_values(ids):
-        tree = hybrid.propose_tree(ids, 16, 4, GenerationConfig(), vocab, frozenset())
+        tree = hybrid.propose_tree(ids, TreeRequest(16, 4))
         copy = hybrid._last_copy[1]
         node, values = -1, []
         for token in copy[:3]:
@@ -356,11 +361,11 @@ def test_a_hybrid_values_its_copy_by_how_often_copies_were_right_in_the_conversa
 def test_where_checking_costs_more_than_it_brings_a_round_is_a_plain_step(pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     engine = Engine(verifier, ModelDrafter(draft))
-    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
+    engine.planner.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # a second row would cost a thousand plain steps
     prompt = tiny_tokenizer("The capital of France is").input_ids
     events = generate(engine, prompt, max_new_tokens=16, tree_nodes=8)
     rounds = [e for e in events if isinstance(e, RoundVerified)]
-    first, rest = rounds[:Engine.FIRST_TREES_CHECKED], rounds[Engine.FIRST_TREES_CHECKED:]
+    first, rest = rounds[:DraftPlanner.FIRST_TREES_CHECKED], rounds[DraftPlanner.FIRST_TREES_CHECKED:]
     assert all(r.tree for r in first)  # a new draft is tried on its first rounds: the priors alone do not decide
     assert rest and all(not r.tree and not r.drafted for r in rest)
     assert all(r.stop is DraftStop.COST for r in rest[:-1])  # the last round had no room to draft anyway
@@ -371,12 +376,12 @@ def test_a_tree_priced_out_is_tried_again_after_a_while_and_checked_however_litt
         pairs, tiny_tokenizer):
     verifier, draft = pairs["llama"]
     engine = Engine(verifier, ModelDrafter(draft))
-    engine.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # by the cost model, no node is ever worth its row
+    engine.planner.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # by the cost model, no node is ever worth its row
     prompt = tiny_tokenizer("The capital of France is").input_ids
     events = generate(engine, prompt, max_new_tokens=40, tree_nodes=8)
     rounds = [e for e in events if isinstance(e, RoundVerified)]
-    back = Engine.FIRST_TREES_CHECKED + Engine.PROBE_AFTER
-    assert all(not r.tree for r in rounds[Engine.FIRST_TREES_CHECKED:back])
+    back = DraftPlanner.FIRST_TREES_CHECKED + DraftPlanner.PROBE_AFTER
+    assert all(not r.tree for r in rounds[DraftPlanner.FIRST_TREES_CHECKED:back])
     assert rounds[back].tree and rounds[back + 1].tree  # evidence, not the priors' verdict again
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 40)
 
@@ -476,7 +481,7 @@ def test_a_tree_reply_times_a_plain_step_when_it_has_none_lately_and_stays_exact
     assert rounds[0].stop is not DraftStop.PROBE  # the first round has no plain step to time
     assert probes == rounds[1:1 + VerifyCost.SETTLED]  # then a few, and none until they age
     assert all(not r.drafted and not r.tree and r.rows == 1 for r in probes)
-    assert not engine.sizer.cost.stale(1)
+    assert not engine.planner.sizer.cost.stale(1)
     assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 24)
 
 

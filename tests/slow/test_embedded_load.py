@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from specdec_core.loading import cpu_speed
+from specdec_core.loading.embedded import EMBEDDED_VERIFIER
 from specdec_core.loading.models import load_model
-from specdec_core.loading.specs import EMBEDDED_VERIFIER
 
 pytestmark = [
     pytest.mark.slow,

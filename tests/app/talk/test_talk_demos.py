@@ -151,7 +151,7 @@ def head_session(tiny_tokenizer):
 def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtbot, head_session):
     from app.talk.context import TalkContext
     from app.talk.draft_alone import DraftAloneView
-    from specdec_core.drafting.drafters import HeadDrafter
+    from specdec_core.drafting.drafters import DraftTarget, HeadDrafter
     from specdec_core.verification.kv import CachedForward
 
     view = DraftAloneView()
@@ -163,9 +163,9 @@ def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtb
     # The same thing by hand: the verifier reads the prompt, then the head drafts 10 tokens by itself.
     target = CachedForward(head_session.verifier.model, head_session.verifier.device)
     head = HeadDrafter(head_session.draft)
-    head.attach(target)
+    head.attach(DraftTarget(target, 320, head_session.verifier.eos_token_ids, ctx.config))
     target.logits_for(ctx.prompt_ids())
-    tokens = head.propose(ctx.prompt_ids(), 10, ctx.config, 320, head_session.verifier.eos_token_ids).token_ids
+    tokens = head.propose(ctx.prompt_ids(), 10).token_ids
     expected = head_session.verifier.tokenizer.decode(list(tokens), skip_special_tokens=True,
                                                       clean_up_tokenization_spaces=False)
     assert draft_text == expected and len(tokens) > 0
