@@ -9,6 +9,7 @@ run these generators on app.worker.EventWorker.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -168,15 +169,16 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     eos, vocab = verifier.eos_token_ids, engine.vocab_size
     # One proposal of the whole length (a few ms per token): the head's cache holds true states for the
     # prompt only, so it drafts every token from its own predictions.
+    start = time.perf_counter()
     tokens = drafter.propose(ids, config.max_new_tokens, config.with_(confidence_cutoff=0.0), vocab, eos).token_ids
     yield from _plain_reply(verifier.tokenizer, ids, lambda new: tokens[len(new)] if len(new) < len(tokens) else None,
-                            config.max_new_tokens, controls, eos)
+                            config.max_new_tokens, controls, eos, time.perf_counter() - start)
 
 
 def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]], int | None], max_new_tokens: int,
-                 controls: Any, eos_token_ids: frozenset[int]) -> Iterator[object]:
+                 controls: Any, eos_token_ids: frozenset[int], seconds: float = 0.0) -> Iterator[object]:
     """Tokens from `next_token(tokens so far)` (None: it has nothing more) as PLAIN TokenCommitted events
-    and a Finished, like a generation."""
+    and a Finished, like a generation; its tokens/s counts `seconds` (work done ahead) and next_token's time."""
     from specdec_core.text.textstream import TextStream
 
     new: list[int] = []
@@ -186,7 +188,9 @@ def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]
         if controls.cancelled:
             stop = StopReason.CANCELLED
             break
+        start = time.perf_counter()
         tok = next_token(new)
+        seconds += time.perf_counter() - start
         if tok is None:
             stop = StopReason.EOS  # the drafter cannot go on by itself
             break
@@ -197,7 +201,9 @@ def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]
             stop = StopReason.EOS
             break
     text = tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    yield Finished(stop_reason=stop, text=text, token_ids=tuple(new), stats=Stats(new_tokens=len(new)))
+    rate = len(new) / seconds if seconds else 0.0
+    yield Finished(stop_reason=stop, text=text, token_ids=tuple(new),
+                   stats=Stats(new_tokens=len(new), decode_s=seconds, tokens_per_s=rate))
 
 
 def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig, controls: Any,

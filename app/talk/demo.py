@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QStackedWidget, QVBoxLayout, QWidget
 
+from app.fit import wrap_labels
 from app.talk import style as ts
 from app.talk.context import TalkContext
 from app.talk.demo_script import STEPS, TALK_MAX_NEW_TOKENS, DemoStep
@@ -64,18 +65,21 @@ class DemoView(QWidget):
         self.notes_window: NotesWindow | None = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 8, 12, 8)
-        top = QHBoxLayout()
         self.title = QLabel("")
         self.title.setWordWrap(True)
         ts.set_big(self.title, 1.5, bold=True)
-        top.addWidget(self.title, 1)
-        self.headline = QLabel("")
-        self.headline.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        lay.addWidget(self.title)
+        top = QHBoxLayout()
+        self.headline = QLabel("")  # its own row: at 54 pt a figure takes most of a 1024 px screen
         font = self.headline.font()
         font.setPointSizeF(HEADLINE_POINTS)
         font.setBold(True)
         self.headline.setFont(font)
         top.addWidget(self.headline)
+        self.detail = QLabel("")  # what the figure is, beside it
+        self.detail.setWordWrap(True)
+        ts.set_big(self.detail, 0.95)
+        top.addWidget(self.detail, 1)
         lay.addLayout(top)
         self.stack = QStackedWidget()
         lay.addWidget(self.stack, 1)
@@ -136,12 +140,14 @@ class DemoView(QWidget):
         if page is None:
             page = self.pages[index] = PAGES[step.key](step)
             page.headline.connect(lambda text, i=index: self._headline(i, text))
+            page.detail.connect(lambda text, i=index: self.detail.setText(text) if i == self.index else None)
             page.done.connect(lambda i=index: self._done(i))
             self.stack.addWidget(page)
         self.stack.setCurrentWidget(page)
         self.title.setText(f"{index + 1}/{len(STEPS)} · {step.title}")
         self.note.setText(step.note)
         self.headline.setText(page.last_headline)
+        self.detail.setText(page.last_detail)
         self.back_button.setEnabled(index > 0)
         self.next_button.setEnabled(index + 1 < len(STEPS))
         if self.notes_window is not None:
@@ -150,6 +156,7 @@ class DemoView(QWidget):
         if fresh and self.ctx is not None:
             self.status.setText("Running…" if step.prompt else "")
             page.begin(self.context_for(step), self.results)
+            wrap_labels(page)  # as TalkDialog does for its view: no label's one long line widens the demo
 
     def context_for(self, step: DemoStep) -> TalkContext:
         """The step's fresh single-turn prompt (or the window's, for the steps that run none) at talk length."""

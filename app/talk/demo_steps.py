@@ -36,10 +36,11 @@ class DemoResults:
 
 
 class StepPage(QWidget):
-    """One step's page. `begin` starts it once; `headline` carries its big figure as it changes; `done` fires when
-    it has its result (or failed: `error` says why)."""
+    """One step's page. `begin` starts it once; `headline` carries its big figure as it changes, and `detail` the
+    few words that say what the figure is; `done` fires when it has its result (or failed: `error` says why)."""
 
     headline = Signal(str)
+    detail = Signal(str)
     done = Signal()
 
     def __init__(self, step: DemoStep, parent: QWidget | None = None) -> None:
@@ -47,8 +48,9 @@ class StepPage(QWidget):
         self.step = step
         self.finished = False
         self.error = ""
-        self.last_headline = ""
+        self.last_headline = self.last_detail = ""
         self.headline.connect(self._keep_headline)
+        self.detail.connect(self._keep_detail)
         self.lay = QVBoxLayout(self)
         self.lay.setContentsMargins(0, 0, 0, 0)
 
@@ -69,9 +71,13 @@ class StepPage(QWidget):
     def _keep_headline(self, text: str) -> None:
         self.last_headline = text
 
-    def _finish(self, headline: str, error: str = "") -> None:
+    def _keep_detail(self, text: str) -> None:
+        self.last_detail = text
+
+    def _finish(self, headline: str, detail: str = "", error: str = "") -> None:
         self.finished, self.error = True, error
         self.headline.emit(headline)
+        self.detail.emit(detail)
         self.done.emit()
 
 
@@ -111,7 +117,8 @@ class RunPage(StepPage):
     def begin(self, ctx: TalkContext, results: DemoResults) -> None:
         self.results, self.prompt = results, ctx.prompt_text
         lane = self.lane(ctx)
-        self.pane.title.setText(f"<b>{html.escape(lane.title)}</b> · Prompt: {html.escape(ctx.prompt_text)}")
+        self.pane.title.setText(f"{html.escape(lane.title)}<br><span style='font-weight:normal'>Prompt: "
+                                f"{html.escape(ctx.prompt_text)}</span>")
         self.run = LaneRun([lane], self)
         self.pane.bind(self.run.traces[lane.key])
         self.run.finished.connect(self._on_finished)
@@ -129,6 +136,15 @@ class RunPage(StepPage):
             words += f" · {tps_of(trace) / alone:.2f}×"
         return words
 
+    def _detail(self, trace: ReplyTrace) -> str:
+        n = sum(1 for t in trace.tokens if t.in_reply)
+        if self.step.key == "spec":
+            s = trace.stats or {}
+            return (f"{n} tokens; the speedup against step 1 (the verifier alone, same prompt, one run each); "
+                    f"{s.get('accepted', 0)} of {s.get('drafted', 0)} drafted tokens accepted")
+        return f"{n} tokens, " + ("decoded by the draft alone" if self.step.key == "draft"
+                                  else "one forward pass of the verifier each")
+
     def _tick(self) -> None:
         self.pane.flush()
         trace = self.pane.text.trace
@@ -145,7 +161,7 @@ class RunPage(StepPage):
             trace.baseline_tps = self.results.alone_tps
             trace.baseline_source = "step 1: the verifier alone on the same prompt"
         self.results.traces[self.step.key] = trace
-        self._finish(self._words(trace), "; ".join(self.run.errors))
+        self._finish(self._words(trace), self._detail(trace), "; ".join(self.run.errors))
 
     def scene(self) -> dict | None:
         trace = self.results.traces.get(self.step.key) if self.results is not None else None
@@ -170,7 +186,7 @@ class ReplayPage(StepPage):
         trace = results.traces.get("spec")
         record = best_round(trace) if trace is not None else None
         if trace is None or record is None:
-            self._finish("no round to replay", "step 3 has no speculative reply to replay")
+            self._finish("no round", error="step 3 has no speculative reply to replay")
             return
         self.replay.set_trace(trace)
         steps = self.replay.state.steps
@@ -178,7 +194,9 @@ class ReplayPage(StepPage):
         self.last_beat = mine[-1]
         self.replay.seek(mine[0] - 1)
         self.replay.play()
-        self._finish(f"round {record.index + 1}: {record.accepted} of {record.drafted} drafts accepted")
+        self._finish(f"{record.accepted} of {record.drafted} accepted",
+                     f"round {record.index + 1} of step 3's reply, the one that accepted the most drafts"
+                     + (f" (a tree of {len(record.tree)} candidates)" if record.tree else ""))
 
     def _hold_at_round_end(self, index: int) -> None:
         if self.last_beat >= 0 and index >= self.last_beat:
@@ -227,14 +245,18 @@ class ViewPage(StepPage):
     def _race_done(self, view, result) -> None:
         self._scene = race_view_scene(view)
         if result is None:
-            self._finish("no result", "the race did not finish")
+            self._finish("no result", error="the race did not finish")
             return
-        self._finish(f"{result.speedup:.2f}× (median of {result.spread.pairs})")
+        self._finish(f"{result.speedup:.2f}×", f"{result.tps_off:.1f} → {result.tps_on:.1f} tok/s; "
+                     + result.spread.spread_words())
 
     def _slow_done(self, view, results: dict) -> None:
         self._scene = slow_view_scene(view)
-        poor = results.get("weak") or results.get("lookup")
-        self._finish(f"poor draft: {poor[2]:.2f}×" if poor else "no poor draft to show")
+        poor = next((lane for lane in view.lanes if lane.key == "weak"), None)
+        if poor is None or poor.key not in results:
+            self._finish("no poor draft", error="no poorly aligned drafter ran")
+            return
+        self._finish(f"{results[poor.key][2]:.2f}×", f"{poor.title}, against the verifier alone")
 
     def scene(self) -> dict | None:
         return self._scene
@@ -253,14 +275,15 @@ class TheoryPage(StepPage):
 
     def begin(self, ctx: TalkContext, results: DemoResults) -> None:
         if not self.explainer.set_from_trace(results.traces.get("spec")):
-            self._finish("nothing measured", "step 3 has no speculative reply to explain")
+            self._finish("nothing measured", error="step 3 has no speculative reply to explain")
             return
         e = self.explainer
         measured = e.measured[1] if e.measured else None
         self.lines = [f"α (acceptance) {e.alpha:.2f}, γ {e.gamma}, c {e.c:.2f}",
                       f"predicted {e.predicted():.2f}×"
                       + (f", measured {measured:.2f}× against step 1" if measured else ", no measured figure")]
-        self._finish(f"predicted {e.predicted():.2f}×" + (f" · measured {measured:.2f}×" if measured else ""))
+        self._finish(f"{e.predicted():.2f}×" + (f" vs {measured:.2f}×" if measured else ""),
+                     "predicted by the formula" + (", against measured in step 3" if measured else ""))
 
     def scene(self) -> dict | None:
         return note_scene(self.step.title, self.lines, self.step.note) if self.lines else None
@@ -286,12 +309,15 @@ class LlamaPage(StepPage):
         self.figure = llama_figure(ctx.session.verifier_name, data_dir())
         if isinstance(self.figure, str):
             self.text.setText(self.figure)
-            self._finish("no llama.cpp figure")
+            self._finish("no figure", "no llama.cpp bench result for this verifier")
             return
         self.text.setText("\n".join(self.figure.lines()))
         f = self.figure
-        self._finish(f"llama.cpp {f.llama_alone:.1f} · specdec {f.ours_speculative:.1f} tok/s"
-                     if f.llama_alone is not None else f"specdec {f.ours_speculative:.1f} tok/s")
+        if f.llama_alone is None:
+            self._finish(f"{f.ours_speculative:.1f} tok/s", "specdec speculative; llama.cpp alone did not run")
+            return
+        self._finish(f"{f.ours_speculative:.1f} vs {f.llama_alone:.1f}",
+                     "tok/s: specdec speculative vs llama.cpp alone, from the bench result below")
 
     def scene(self) -> dict | None:
         if isinstance(self.figure, LlamaFigure):

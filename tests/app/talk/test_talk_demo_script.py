@@ -67,7 +67,7 @@ def test_the_demo_reaches_every_step_with_its_figure_and_records_it(qtbot, demo,
         wait_done(qtbot, view, index)
         page = view.pages[index]
         assert page.error == "", (STEPS[index].key, page.error)
-        assert view.headline.text(), STEPS[index].key
+        assert view.headline.text() and view.detail.text(), STEPS[index].key
         assert view.note.text() == STEPS[index].note
         QTest.keyClick(view.window(), Qt.Key.Key_Space if index % 2 else Qt.Key.Key_Right)
     assert reached == list(range(len(STEPS)))
@@ -144,4 +144,4 @@ def test_the_llama_page_shows_a_bench_result_from_the_data_folder(qtbot, demo, d
     qtbot.addWidget(page)
     page.begin(ctx, DemoResults())
     assert page.finished and "llama.cpp alone: 33.4 tok/s" in page.text.text()
-    assert page.last_headline == "llama.cpp 33.4 · specdec 11.2 tok/s"
+    assert page.last_headline == "11.2 vs 33.4" and "specdec speculative vs llama.cpp alone" in page.last_detail
