@@ -59,6 +59,7 @@ class DemoView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.ctx: TalkContext | None = None
+        self.max_new_tokens = TALK_MAX_NEW_TOKENS
         self.results = DemoResults()
         self.pages: dict[int, StepPage] = {}
         self.index = -1
@@ -162,7 +163,7 @@ class DemoView(QWidget):
         """The step's fresh single-turn prompt (or the window's, for the steps that run none) at talk length."""
         assert self.ctx is not None
         ctx = self.ctx.with_prompt(step.prompt) if step.prompt else self.ctx
-        return replace(ctx, config=ctx.config.with_(max_new_tokens=TALK_MAX_NEW_TOKENS))
+        return replace(ctx, config=ctx.config.with_(max_new_tokens=self.max_new_tokens))
 
     def _headline(self, index: int, text: str) -> None:
         if index == self.index:

@@ -1,7 +1,7 @@
 """Screenshots of every step of Talk ▸ Run the demo, made by the app itself on a real screen (Xvfb on a server):
 
     DISPLAY=:99 python -m app.talk.demo_shots --out shots/1280x800 [--verifier SPEC] [--draft SPEC]
-                                              [--web-page PATH]
+                                              [--web-page PATH] [--max-new-tokens N]
 
 Opens the main window on the embedded pair by default, full screen in presenter mode, runs the demo, and saves the
 screen once each step has its result (step-1-alone.png ... step-8-llama.png). --web-page also writes what the demo
@@ -67,7 +67,7 @@ def open_window(args):
     return window
 
 
-def run_demo(window, out: Path, step_timeout_s: float) -> None:
+def run_demo(window, out: Path, step_timeout_s: float, max_new_tokens: int | None = None) -> None:
     from PySide6.QtGui import QGuiApplication
 
     from app.talk.demo_script import STEPS
@@ -79,9 +79,13 @@ def run_demo(window, out: Path, step_timeout_s: float) -> None:
         raise RuntimeError(window.status_label.toolTip() or window.status_label.text())
     dialog.setGeometry(QGuiApplication.primaryScreen().availableGeometry())  # no window manager maximises it
     view = dialog.view
+    if max_new_tokens:
+        view.max_new_tokens = max_new_tokens
     for index, step in enumerate(STEPS):
         wait_for(lambda i=index: i in view.pages and view.pages[i].finished, step_timeout_s, f"step {index + 1}")
-        settle(1500 if step.key == "round" else 600)  # the replay plays its round's beats
+        if step.key == "round":  # the replay plays its round's beats, then holds at the round's end
+            wait_for(lambda i=index: not view.pages[i].replay.playing, 60, "the round's replay")
+        settle(600)
         path = out / f"step-{index + 1}-{step.key}.png"
         grab_screen(dialog, path)
         page = view.pages[index]
@@ -95,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verifier", default=None)
     p.add_argument("--draft", default=None)
     p.add_argument("--web-page", metavar="PATH", help="also write the recorded demo as a web page")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="each step's reply length (default: the talk's, 64); shorter on a busy machine")
     p.add_argument("--step-timeout", type=float, default=900.0, help="seconds each step may take (default 900)")
     args = p.parse_args(argv)
     os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-demo-shots-"))
@@ -107,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     window = open_window(args)
-    run_demo(window, out, args.step_timeout)
+    run_demo(window, out, args.step_timeout, args.max_new_tokens)
     if args.web_page:
         print(f"web page: {window.talk.export_web_page(args.web_page)}", flush=True)
     window.close()

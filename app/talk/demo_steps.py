@@ -92,6 +92,8 @@ class RunPage(StepPage):
         super().__init__(step, parent)
         self.pane = LanePane(step.title, ACCENT if step.key == "spec" else STATE_SOLID["plain"])
         self.lay.addWidget(self.pane)
+        view = self.pane.text  # its code blocks' "Colour code" / "Plain code" switch
+        view.code_colours_requested.connect(lambda on: view.set_trace(view.trace, True, code_colored=on))
         self.run: LaneRun | None = None
         self.results: DemoResults | None = None
         self.prompt = ""
@@ -121,6 +123,8 @@ class RunPage(StepPage):
                                 f"{html.escape(ctx.prompt_text)}</span>")
         self.run = LaneRun([lane], self)
         self.pane.bind(self.run.traces[lane.key])
+        # Speculation's step is about the colours: its code is coloured token by token too, not plain as in chat.
+        self.pane.text.set_trace(self.run.traces[lane.key], True, code_colored=self.step.key == "spec")
         self.run.finished.connect(self._on_finished)
         self.run.start(ctx)
         self.timer.start()

@@ -37,13 +37,23 @@ def figures(trace: ReplyTrace) -> dict:
     }
 
 
+def _decode_s(trace: ReplyTrace) -> float:
+    return float((trace.stats or {}).get("decode_s") or 0.0)
+
+
 def tokens_of(trace: ReplyTrace) -> list[list]:
-    """[text, state, round, seconds] for every token shown, rejected drafts included, in the order they came."""
+    """[text, state, round, seconds] for every token shown, rejected drafts included, in the order they came.
+    A reply with no rounds (a draft writing alone) kept only its total time: its tokens are spread evenly over it."""
+    if not trace.rounds and _decode_s(trace) > 0:
+        step = _decode_s(trace) / max(1, len(trace.tokens))
+        return [[t.text, t.state, t.round, _round6((i + 1) * step)] for i, t in enumerate(trace.tokens)]
     return [[t.text, t.state, t.round, _round6(t.t)] for t in trace.tokens]
 
 
 def curve_of(trace: ReplyTrace) -> list[list[float]]:
-    """[engine seconds, reply tokens] at the end of each round, from [0, 0]."""
+    """[engine seconds, reply tokens] at the end of each round, from [0, 0] (a reply with no rounds: at its end)."""
+    if not trace.rounds and _decode_s(trace) > 0:
+        return [[0.0, 0], [_round6(_decode_s(trace)), sum(1 for t in trace.tokens if t.in_reply)]]
     return [[0.0, 0]] + [[_round6(r.t_end), r.tokens_after] for r in trace.rounds]
 
 

@@ -81,6 +81,15 @@ def test_a_reply_scene_keeps_each_tokens_state_and_round_end_time(saved_trace):
     assert scene["figures"]["tokens"] == saved_trace.stats["new_tokens"]
 
 
+def test_a_reply_with_no_rounds_spreads_its_tokens_over_its_time():
+    trace = plain_trace(["a", "b", "c", "d"], 0.1)
+    trace.rounds = []  # a draft writing alone keeps no rounds, only its total time
+    trace.stats["decode_s"] = 2.0
+    scene = reply_scene("The draft alone", trace)
+    assert [t[3] for t in scene["tokens"]] == [0.5, 1.0, 1.5, 2.0]
+    assert scene["curve"] == [[0.0, 0], [2.0, 4]]
+
+
 def test_a_tree_round_shows_its_path_its_rejected_and_unchecked_candidates_and_the_correction():
     trace = hand_trace(SPECULATIVE, trees=True)
     record = best_round(trace)
