@@ -8,6 +8,8 @@
 - slow_demo.py   good vs poorly aligned drafters against the verifier alone
 - export.py      replay as GIF (or MP4 with ffmpeg), widgets as PNG
 - recorder.py    what the demos ran, for *Export as web page* (one HTML file that replays it: app/web)
+- demo.py        Run the demo: eight scripted steps (demo_script.py) on pages of demo_steps.py, → / Space
+- demo_shots.py  screenshots of every step of the demo, made by the app on a real screen
 
 `install_talk_mode(window)` adds a "Talk" menu to the main window using only its public attributes.
 """
