@@ -84,7 +84,7 @@ def run_demo(window, out: Path, step_timeout_s: float, max_new_tokens: int | Non
     for index, step in enumerate(STEPS):
         wait_for(lambda i=index: i in view.pages and view.pages[i].finished, step_timeout_s, f"step {index + 1}")
         if step.key == "round":  # the replay plays its round's beats, then holds at the round's end
-            wait_for(lambda i=index: not view.pages[i].replay.playing, 60, "the round's replay")
+            wait_for(lambda i=index: not view.pages[i].playing, 60, "the round's replay")
         settle(600)
         path = out / f"step-{index + 1}-{step.key}.png"
         grab_screen(dialog, path)

@@ -173,7 +173,8 @@ class RunPage(StepPage):
 
 
 class ReplayPage(StepPage):
-    """Step 3's reply in the round-by-round replay, playing its best round (the one that accepted the most)."""
+    """Step 3's reply in the round-by-round replay, playing its best round (a tree round first, then the one that
+    accepted the most) beat by beat, and holding at its end."""
 
     def __init__(self, step: DemoStep, parent: QWidget | None = None) -> None:
         from app.talk.replay import ReplayWidget
@@ -184,7 +185,13 @@ class ReplayPage(StepPage):
             shortcut.setEnabled(False)
         self.lay.addWidget(self.replay)
         self.last_beat = -1
-        self.replay.beat_changed.connect(self._hold_at_round_end)
+        self.beats = QTimer(self)  # the round's own clock: the replay's would play on into the next rounds
+        self.beats.setSingleShot(True)
+        self.beats.timeout.connect(self._advance)
+
+    @property
+    def playing(self) -> bool:
+        return self.beats.isActive()
 
     def begin(self, ctx: TalkContext, results: DemoResults) -> None:
         trace = results.traces.get("spec")
@@ -193,18 +200,24 @@ class ReplayPage(StepPage):
             self._finish("no round", error="step 3 has no speculative reply to replay")
             return
         self.replay.set_trace(trace)
-        steps = self.replay.state.steps
-        mine = [i for i, s in enumerate(steps) if self.replay.state.rounds[s.round].index == record.index]
+        state = self.replay.state
+        mine = [i for i, s in enumerate(state.steps) if state.rounds[s.round].index == record.index]
+        if not mine:
+            self._finish("no round", error=f"round {record.index + 1} has no tokens to replay")
+            return
         self.last_beat = mine[-1]
-        self.replay.seek(mine[0] - 1)
-        self.replay.play()
+        self.replay.seek(mine[0])
+        self.beats.start(self.replay.beat_ms(state.step))
+        kind = f"a tree of {len(record.tree)} candidates" if record.tree else f"a chain of {record.drafted} drafts"
         self._finish(f"{record.accepted} of {record.drafted} accepted",
-                     f"round {record.index + 1} of step 3's reply, the one that accepted the most drafts"
-                     + (f" (a tree of {len(record.tree)} candidates)" if record.tree else ""))
+                     f"round {state.steps[mine[0]].round + 1} of step 3's reply, {kind}: the best one")
 
-    def _hold_at_round_end(self, index: int) -> None:
-        if self.last_beat >= 0 and index >= self.last_beat:
-            self.replay.pause()
+    def stop(self) -> None:
+        self.beats.stop()
+
+    def _advance(self) -> None:
+        if self.replay.state.index < self.last_beat and self.replay.step_forward():
+            self.beats.start(self.replay.beat_ms(self.replay.state.step))
 
 
 class ViewPage(StepPage):

@@ -58,11 +58,12 @@ def curve_of(trace: ReplyTrace) -> list[list[float]]:
 
 
 def best_round(trace: ReplyTrace) -> RoundRecord | None:
-    """The round that accepted the most drafts (a tree round wins a tie): the one worth showing."""
+    """The round worth showing: a tree round where the reply has any, the one that accepted the most drafts, the
+    first of equals."""
     drafted = [r for r in trace.rounds if r.drafted or r.tree]
     if not drafted:
         return None
-    return max(drafted, key=lambda r: (r.accepted, bool(r.tree), -r.index))
+    return max(drafted, key=lambda r: (bool(r.tree), r.accepted, -r.index))
 
 
 def round_nodes(trace: ReplyTrace, record: RoundRecord) -> list[dict]:

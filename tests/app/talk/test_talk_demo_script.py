@@ -93,6 +93,22 @@ def test_back_shows_a_step_as_it_ended_without_running_it_again(qtbot, demo):
     assert first.pane.text.toPlainText() == text and view.headline.text() == first.last_headline
 
 
+def test_the_replay_step_plays_its_best_round_and_holds_at_its_end(qtbot, saved_trace):
+    from app.talk.demo_script import STEPS
+    from app.talk.demo_steps import DemoResults, ReplayPage
+    from app.web.recording import best_round
+
+    page = ReplayPage(STEPS[3])
+    qtbot.addWidget(page)
+    page.replay.set_speed(8.0)
+    page.begin(None, DemoResults(traces={"spec": saved_trace}))
+    assert page.finished and page.error == "" and page.playing
+    qtbot.waitUntil(lambda: not page.playing, timeout=30_000)
+    state = page.replay.state
+    assert state.index == page.last_beat
+    assert state.rounds[state.step.round].index == best_round(saved_trace).index
+
+
 def test_the_notes_window_follows_the_steps(qtbot, demo):
     from app.talk.demo_script import STEPS
 
