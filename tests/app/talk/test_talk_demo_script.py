@@ -161,3 +161,18 @@ def test_the_llama_page_shows_a_bench_result_from_the_data_folder(qtbot, demo, d
     page.begin(ctx, DemoResults())
     assert page.finished and "llama.cpp alone: 33.4 tok/s" in page.text.text()
     assert page.last_headline == "11.2 vs 33.4" and "specdec speculative vs llama.cpp alone" in page.last_detail
+
+
+def test_the_talk_menu_runs_the_demo_on_the_windows_models_and_records_it(make_window, qtbot):
+    from app.talk.demo_script import STEPS
+
+    window = make_window()
+    action = next(a for a in window.talk.menu.actions() if a.text().startswith("Run the demo"))
+    assert action.shortcut().toString() == "F7"
+    dialog = window.talk.open_demo()
+    view = dialog.view
+    wait_done(qtbot, view, 0)
+    assert view.pages[0].error == "" and view.pages[0].prompt == STEPS[0].prompt
+    qtbot.waitUntil(lambda: bool(window.talk.recorder.recording), timeout=5000)
+    assert window.talk.recorder.recording.scenes[0]["title"] == STEPS[0].title
+    dialog.close()
