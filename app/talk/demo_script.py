@@ -37,7 +37,7 @@ STEPS: tuple[DemoStep, ...] = (
     DemoStep("round", "The best round, replayed", "",
              "The draft proposes, the verifier checks all proposals in one pass and keeps the agreeing prefix."),
     DemoStep("race", "A short race", "List five tips for writing clear emails, one line each.",
-             "Off and on alternate three times each; the headline is the median pair, drawn bold."),
+             "Off and on alternate three times each, so warming up favours neither; the headline is their median."),
     DemoStep("slow", "What makes it slow", "Tell me something surprising about octopuses.",
              "A draft that is mostly wrong costs draft time and wider passes, and pays nothing back."),
     DemoStep("theory", "Theory against measured", "",

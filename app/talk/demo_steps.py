@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QShortcut
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
 from app.talk import style as ts
 from app.talk.context import Lane, TalkContext, engine_lane
@@ -240,7 +240,11 @@ class ViewPage(StepPage):
         if self.step.key == "race":
             view = RaceView()
             view.pairs = TALK_RACE_PAIRS
-            view.headline.setVisible(False)  # the demo's own headline shows the median, larger
+            view.headline.setVisible(False)  # the demo's own headline shows the median, larger, with its spread
+            view.spread.setVisible(False)
+            for split in view.findChildren(QSplitter):
+                if split.orientation() == Qt.Orientation.Vertical:  # the replies above, the curves below
+                    split.setSizes([500, 400])  # the curves in view at 800 px, under the demo's headline
             view.finished.connect(lambda result: self._race_done(view, result))
         else:
             view = SlowDemoView()
@@ -296,11 +300,15 @@ class TheoryPage(StepPage):
             return
         e = self.explainer
         measured = e.measured[1] if e.measured else None
+        # A reply that drafted trees is predicted from its trees; the chain formula is shown for comparison only.
+        trees = e.tree is not None and e.tree.speedup is not None
+        predicted = e.tree.speedup if trees else e.predicted()
+        source = "predicted from its draft trees" if trees else "predicted by the formula"
         self.lines = [f"α (acceptance) {e.alpha:.2f}, γ {e.gamma}, c {e.c:.2f}",
-                      f"predicted {e.predicted():.2f}×"
+                      f"{source}: {predicted:.2f}×"
                       + (f", measured {measured:.2f}× against step 1" if measured else ", no measured figure")]
-        self._finish(f"{e.predicted():.2f}×" + (f" vs {measured:.2f}×" if measured else ""),
-                     "predicted by the formula" + (", against measured in step 3" if measured else ""))
+        self._finish(f"{predicted:.2f}×" + (f" vs {measured:.2f}×" if measured else ""),
+                     source + (", against measured in step 3" if measured else ""))
 
     def scene(self) -> dict | None:
         return note_scene(self.step.title, self.lines, self.step.note) if self.lines else None
