@@ -100,14 +100,17 @@ class LaneEvent:
     event: object
 
 
-def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bool) -> Lane:
-    """A lane on a fresh Engine over `verifier` (cold caches: every lane pays the same prefill)."""
+def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bool,
+                overrides: dict[str, Any] | None = None) -> Lane:
+    """A lane on a fresh Engine over `verifier` (cold caches: every lane pays the same prefill); `overrides`:
+    GenerationConfig fields this lane sets its own way."""
 
     def run(ids: list[int], config: GenerationConfig, controls: Any) -> Iterator[object]:
         from specdec_core.engine import Engine
 
         engine = Engine(verifier, drafter if speculate else None)
-        yield from engine.generate(ids, config.with_(speculate=speculate and drafter is not None), controls)
+        lane_config = config.with_(speculate=speculate and drafter is not None, **(overrides or {}))
+        yield from engine.generate(ids, lane_config, controls)
 
     return Lane(key, title, run)
 

@@ -176,3 +176,18 @@ def test_the_talk_menu_runs_the_demo_on_the_windows_models_and_records_it(make_w
     qtbot.waitUntil(lambda: bool(window.talk.recorder.recording), timeout=5000)
     assert window.talk.recorder.recording.scenes[0]["title"] == STEPS[0].title
     dialog.close()
+
+
+def test_the_poor_drafter_of_what_makes_it_slow_drafts_every_round_whatever_the_cost_model_says(tiny_session):
+    from app.talk.context import TalkContext
+    from app.talk.slow_demo import slow_lanes
+    from specdec_core.engine import Controls
+    from specdec_core.events import DraftStop, RoundVerified
+
+    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+                      GenerationConfig(max_new_tokens=24, gamma=3, cost_aware=True, adaptive=True, tree_nodes=-1))
+    weak = next(lane for lane in slow_lanes(ctx) if lane.key == "weak")
+    assert "drafting forced" in weak.title
+    rounds = [ev for ev in weak.run(ctx.prompt_ids(), ctx.config, Controls()) if isinstance(ev, RoundVerified)]
+    full = [r for r in rounds if r.stop != DraftStop.MAX_TOKENS]  # the last few are cut by the reply's length
+    assert len(full) > 2 and all(len(r.drafted) == 3 and not r.tree for r in full)
