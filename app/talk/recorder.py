@@ -46,9 +46,11 @@ def slow_view_scene(view) -> dict | None:
              for lane, color in zip(view.lanes, LANE_COLORS)]
     rows = [f"{lane.title}: {view.results[lane.key][2]:.2f}×" for lane in view.lanes
             if lane.key != "off" and lane.key in view.results]
+    weak = view.results.get("weak")
     ctx = view.ctx
     return lanes_scene("What makes it slow", lanes, prompt=ctx.prompt_text if ctx else "",
-                       result=" · ".join(rows), note="Speedups against the verifier alone, on this machine")
+                       result=" · ".join(rows), note="Speedups against the verifier alone, on this machine",
+                       headline=f"{weak[2]:.2f}×" if weak else "")
 
 
 class Recorder:

@@ -132,7 +132,7 @@ function treeNode(nodes, index) {
 function roundTree(round) {
   const box = el("div", "tree");
   const kind = round.tree ? "draft tree" : "chain of drafts";
-  box.append(el("h3", "", `Round ${round.index + 1}, the one that accepted the most: its ${kind}`));
+  box.append(el("h3", "", `Round ${round.index + 1}, the best of this reply: its ${kind}`));
   const root = el("li");
   root.append(el("span", "chip plain", "…"), " ", el("small", "", "the text so far"));
   const ul = el("ul");
