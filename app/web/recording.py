@@ -153,7 +153,7 @@ def race_scene(title: str, traces: dict[str, ReplyTrace], spread: RaceSpread | N
         headline = f"{spread.speedup:.2f}×"
         result = (f"{spread.tps_off:.1f} → {spread.tps_on:.1f} tokens/s · {spread.spread_words()}"
                   + ("" if identical is None else " · identical text" if identical else " · the texts differ"))
-    return lanes_scene(title, lanes, prompt, note, result, headline)
+    return {**lanes_scene(title, lanes, prompt, note, result, headline), "race": True}
 
 
 def note_scene(title: str, lines: list[str], note: str = "", headline: str = "") -> dict:
@@ -178,7 +178,7 @@ class Recording:
     def headline(self) -> dict:
         """The page's headline: the last race's median speedup, else the last reply's tokens/s and speedup."""
         for scene in reversed(self.scenes):
-            if scene["kind"] == "lanes" and scene.get("headline"):
+            if scene.get("race") and scene.get("headline"):
                 return {"big": scene["headline"], "words": scene.get("result", ""), "scene": scene["title"]}
         for scene in reversed(self.scenes):
             if scene["kind"] == "reply" and scene["figures"]["tokens_per_s"]:

@@ -12,8 +12,10 @@ from web_pages import SPECULATIVE, hand_trace, plain_trace
 from app.speedup import race_key, race_spread
 from app.web.page import LANE_COLOURS, STATE_COLOURS, embedded_json, page_html, write_web_page
 from app.web.recording import (
+    RecordedLane,
     Recording,
     best_round,
+    lanes_scene,
     median_pair,
     note_scene,
     race_scene,
@@ -132,6 +134,8 @@ def test_the_headline_is_the_last_race_else_the_last_reply():
     recording.add(reply_scene("Speculation", hand_trace(SPECULATIVE)))
     assert recording.headline()["big"].endswith("tok/s")
     recording.add(race_scene("Race", race_traces([0.05]), race_spread([(10.0, 20.0, 3)])))
+    recording.add(lanes_scene("What makes it slow", [RecordedLane("weak", "weakened", hand_trace(SPECULATIVE))],
+                              headline="0.70×"))
     recording.add(note_scene("llama.cpp", ["no bench result"]))
     assert recording.headline()["big"] == "2.00×"
 
