@@ -223,8 +223,9 @@ class TalkMode(QObject):
             return None
         return ctx
 
-    def open_demo(self):
-        """The scripted talk (demo.py); it records each step for Export as web page, in place of what was."""
+    def open_demo(self, max_new_tokens: int | None = None):
+        """The scripted talk (demo.py); it records each step for Export as web page, in place of what was.
+        `max_new_tokens`: each step's reply length, where not the talk's (a busy machine's screenshots)."""
         from app.talk.demo import DemoView
         from app.talk.demo_script import STEPS
 
@@ -235,6 +236,8 @@ class TalkMode(QObject):
             self._say("There is no usable drafter, so there is nothing to demonstrate. " + ctx.session.verdict)
             return None
         view = DemoView()
+        if max_new_tokens:
+            view.max_new_tokens = max_new_tokens
         self.recorder.clear()
         view.recorded.connect(self.recorder.add)
         dlg = self._show(view, "Speculative decoding, the demo", modal=True)

@@ -74,13 +74,11 @@ def run_demo(window, out: Path, step_timeout_s: float, max_new_tokens: int | Non
 
     window.talk.presenter.set_active(True)
     settle(500)
-    dialog = window.talk.open_demo()
+    dialog = window.talk.open_demo(max_new_tokens)
     if dialog is None:
         raise RuntimeError(window.status_label.toolTip() or window.status_label.text())
     dialog.setGeometry(QGuiApplication.primaryScreen().availableGeometry())  # no window manager maximises it
     view = dialog.view
-    if max_new_tokens:
-        view.max_new_tokens = max_new_tokens
     for index, step in enumerate(STEPS):
         wait_for(lambda i=index: i in view.pages and view.pages[i].finished, step_timeout_s, f"step {index + 1}")
         if step.key == "round":  # the replay plays its round's beats, then holds at the round's end
