@@ -143,9 +143,9 @@ def race_scene(title: str, traces: dict[str, ReplyTrace], spread: RaceSpread | N
     n = median_pair(traces)
     lanes = []
     for key, trace in traces.items():
-        side = "on" if key.startswith("on") else "off"
+        side, _, pair = key.partition(" ")  # race_key: "off", "on", "off 2", ...
         bold = key in (race_key(False, n), race_key(True, n))
-        lanes.append(RecordedLane(key, f"speculation {side}" + ("" if bold else f" (pair {key.split()[-1]})"),
+        lanes.append(RecordedLane(key, f"speculation {side}, pair {pair or 1}" + (" (the median)" if bold else ""),
                                   trace, "", faint=not bold))
     lanes.sort(key=lambda ln: (ln.faint, ln.key))
     headline = result = ""

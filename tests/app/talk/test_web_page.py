@@ -125,6 +125,8 @@ def test_a_race_draws_its_median_pair_bold_and_the_others_faint():
     scene = race_scene("Race", traces, spread, identical=True)
     bold = [lane["key"] for lane in scene["lanes"] if not lane["faint"]]
     assert sorted(bold) == ["off 3", "on 3"]
+    titles = {lane["key"]: lane["title"] for lane in scene["lanes"]}
+    assert titles["on"] == "speculation on, pair 1" and titles["off 3"] == "speculation off, pair 3 (the median)"
     assert all(not lane["tokens"] for lane in scene["lanes"] if lane["faint"])
     assert scene["headline"] == "3.33×" and "identical text" in scene["result"]
 
