@@ -144,8 +144,8 @@ class RunPage(StepPage):
         n = sum(1 for t in trace.tokens if t.in_reply)
         if self.step.key == "spec":
             s = trace.stats or {}
-            return (f"{n} tokens; the speedup against step 1 (the verifier alone, same prompt, one run each); "
-                    f"{s.get('accepted', 0)} of {s.get('drafted', 0)} drafted tokens accepted")
+            return (f"{n} tokens; × against step 1, the same prompt (one run each); "
+                    f"{s.get('accepted', 0)} of {s.get('drafted', 0)} drafts accepted")
         return f"{n} tokens, " + ("decoded by the draft alone" if self.step.key == "draft"
                                   else "one forward pass of the verifier each")
 
