@@ -257,6 +257,10 @@ class ViewPage(StepPage):
             self.lay.addWidget(controls)
         self.headline.emit("running…")
         view.start(ctx)
+        if self.step.key == "race":  # short titles: the pair's names (step 3 showed them) took four lines at 1024 px
+            for key, side in (("off", "OFF"), ("on", "ON")):
+                color = ACCENT if key == "on" else STATE_SOLID["plain"]
+                view.panes[key].title.setText(f"<span style='color:{color.name()}'>■</span> Speculation {side}")
 
     def stop(self) -> None:
         run = getattr(self.view, "run", None)
