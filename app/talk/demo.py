@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QStackedWidget, QVBoxLayout, QWidget
 
 from app.fit import wrap_labels
 from app.talk import style as ts
@@ -145,6 +145,10 @@ class DemoView(QWidget):
             page.done.connect(lambda i=index: self._done(i))
             self.stack.addWidget(page)
         self.stack.setCurrentWidget(page)
+        for other in self.pages.values():  # the stack as tall as this page needs, not as its tallest page
+            policy = QSizePolicy.Policy.Preferred if other is page else QSizePolicy.Policy.Ignored
+            other.setSizePolicy(policy, policy)
+        self.stack.updateGeometry()
         self.title.setText(f"{index + 1}/{len(STEPS)} · {step.title}")
         self.note.setText(step.note)
         self.headline.setText(page.last_headline)

@@ -71,6 +71,9 @@ def test_the_demo_reaches_every_step_with_its_figure_and_records_it(qtbot, demo,
         assert view.note.text() == STEPS[index].note
         QTest.keyClick(view.window(), Qt.Key.Key_Space if index % 2 else Qt.Key.Key_Right)
     assert reached == list(range(len(STEPS)))
+    # On the last step (a few lines of text) the demo is as tall as that step needs, not as the race's page.
+    race_height = view.pages[4].minimumSizeHint().height()
+    assert view.stack.minimumSizeHint().height() < race_height
     assert view.headline.font().pointSizeF() >= 48
     assert HEADLINE_POINTS >= 48
     # Steps 1 and 3 ran the same fresh prompt, in single-turn contexts; speculation kept the verifier's text.
