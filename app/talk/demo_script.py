@@ -41,7 +41,7 @@ STEPS: tuple[DemoStep, ...] = (
     DemoStep("slow", "What makes it slow", "Tell me something surprising about octopuses.",
              "A draft that is mostly wrong costs draft time and wider passes, and pays nothing back."),
     DemoStep("theory", "Theory against measured", "",
-             "The formula predicts the speedup from acceptance α, draft length γ and cost c; the dot is measured."),
+             "The formula predicts the speedup from acceptance α, draft length γ and cost c; the star is measured."),
     DemoStep("llama", "Beside llama.cpp", "",
              "The same machine, model file and prompts in llama.cpp: where this engine stands."),
 )
