@@ -275,6 +275,7 @@ class MainWindow(QMainWindow):
         self._action(f, "Export conversation as JSON trace…", lambda: export.export_conversation("json"))
         self._action(f, "Export graphs as PNG…", export.export_graphs_png)
         self._action(f, "Export reply stats (CSV/JSON)…", export.export_stats)
+        self._action(f, "Export as web page (replays in any browser)…", lambda: self.talk.export_web_page())
         f.addSeparator()
         self._action(f, "Quit", self.close, QKeySequence.StandardKey.Quit)
 

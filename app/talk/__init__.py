@@ -7,6 +7,9 @@
 - explainer.py   the formulas with live α, γ, c and a γ slider on the predicted curve
 - slow_demo.py   good vs poorly aligned drafters against the verifier alone
 - export.py      replay as GIF (or MP4 with ffmpeg), widgets as PNG
+- recorder.py    what the demos ran, for *Export as web page* (one HTML file that replays it: app/web)
+- demo.py        Run the demo: eight scripted steps (demo_script.py) on pages of demo_steps.py, → / Space
+- demo_shots.py  screenshots of every step of the demo, made by the app on a real screen
 
 `install_talk_mode(window)` adds a "Talk" menu to the main window using only its public attributes.
 """
@@ -25,6 +28,7 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QMenuBar, QVBoxLayout, QWidg
 from app.fit import available, fit_to_screen, scrolling, wrap_labels
 from app.ports import RunPort, WindowPort
 from app.talk.presenter import PresentedWindow, PresenterMode
+from app.talk.recorder import Recorder, prompt_before, race_view_scene, slow_view_scene
 from app.trace import ReplyTrace
 
 if TYPE_CHECKING:
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
 
 PRESENTER_KEYS = ("F5", "Ctrl+Shift+F5")  # the first one free in the window is used
 REPLAY_KEYS = ("F6", "Ctrl+Shift+F6")
+DEMO_KEYS = ("F7", "Ctrl+Shift+F7")
 
 
 class TalkWindow(WindowPort, RunPort, PresentedWindow, Protocol):
@@ -117,6 +122,7 @@ class TalkMode(QObject):
         self.top = window.window()  # the window as a widget: the parent of the menu's actions and the dialogs
         self.get_current_trace = get_current_trace or (lambda: current_trace(window))
         self.presenter = PresenterMode(window)
+        self.recorder = Recorder()
         self.dialogs: list[TalkDialog] = []
         self.menu = window.menuBar().addMenu("&Talk")
         taken = used_shortcuts(self.top)
@@ -125,6 +131,8 @@ class TalkMode(QObject):
         self.presenter_action.setCheckable(True)
         self.presenter.toggled.connect(self.presenter_action.setChecked)
         self.menu.addSeparator()
+        self._action("Run the demo (8 steps, → or Space)…", self.open_demo,
+                     next((k for k in DEMO_KEYS if k not in taken), None))
         self._action("Replay this reply round by round…", self.open_replay,
                      next((k for k in REPLAY_KEYS if k not in taken), None))
         self._action("Replay a saved trace (JSON)…", self.open_saved_replay)
@@ -134,6 +142,8 @@ class TalkMode(QObject):
         self._action("What the draft writes alone…", self.open_draft_alone)
         self._action("What makes it slow…", self.open_slow_demo)
         self._action("Explain the speedup (formulas)…", self.open_explainer)
+        self.menu.addSeparator()
+        self._action("Export as web page (replays in any browser)…", self.export_web_page)
 
     def _action(self, text: str, slot: Callable[[], Any], shortcut: str | None = None) -> QAction:
         a = QAction(text, self.top)
@@ -204,14 +214,35 @@ class TalkMode(QObject):
             return
         self.open_replay(trace)
 
-    def _context(self):
+    def _context(self, prompt: str | None = None):
         from app.talk.context import context_from_window
 
-        ctx = context_from_window(self.window)
+        ctx = context_from_window(self.window, prompt)
         if isinstance(ctx, str):
             self._say(ctx)
             return None
         return ctx
+
+    def open_demo(self, max_new_tokens: int | None = None):
+        """The scripted talk (demo.py); it records each step for Export as web page, in place of what was.
+        `max_new_tokens`: each step's reply length, where not the talk's (a busy machine's screenshots)."""
+        from app.talk.demo import DemoView
+        from app.talk.demo_script import STEPS
+
+        ctx = self._context(STEPS[0].prompt)
+        if ctx is None:
+            return None
+        if ctx.session.drafter is None:
+            self._say("There is no usable drafter, so there is nothing to demonstrate. " + ctx.session.verdict)
+            return None
+        view = DemoView()
+        if max_new_tokens:
+            view.max_new_tokens = max_new_tokens
+        self.recorder.clear()
+        view.recorded.connect(self.recorder.add)
+        dlg = self._show(view, "Speculative decoding, the demo", modal=True)
+        view.start(ctx)
+        return dlg
 
     def open_race(self):
         from app.talk.race import RaceView
@@ -223,6 +254,7 @@ class TalkMode(QObject):
             self._say("There is no usable drafter, so there is nothing to race. " + ctx.session.verdict)
             return None
         view = RaceView()
+        view.finished.connect(lambda _result, v=view: self.recorder.add(race_view_scene(v)))
         dlg = self._show(view, "Race: speculation off vs on", modal=True)
         view.start(ctx)
         return dlg
@@ -246,6 +278,7 @@ class TalkMode(QObject):
             return None
         view = SlowDemoView()
         view.ctx = ctx
+        view.finished.connect(lambda _results, v=view: self.recorder.add(slow_view_scene(v)))
         dlg = self._show(view, "What makes speculation slow", modal=True)
         view.start(ctx)
         return dlg
@@ -260,6 +293,12 @@ class TalkMode(QObject):
         view.live_button.setEnabled(True)
         view.live_button.clicked.connect(lambda: view.set_from_trace(self.get_current_trace()))
         return self._show(view, "The speedup, explained: predicted and measured")
+
+    def export_web_page(self, path: str | None = None):
+        """Write what the demos recorded (else the reply on screen) as one HTML page that replays it anywhere."""
+        trace = self.get_current_trace()
+        prompt = prompt_before(self.window.conv.messages, trace) if trace is not None else ""
+        return self.recorder.export(self.top, trace, prompt, self._say, path)
 
 
 def install_talk_mode(window: TalkWindow,

@@ -9,6 +9,7 @@ run these generators on app.worker.EventWorker.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -99,14 +100,17 @@ class LaneEvent:
     event: object
 
 
-def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bool) -> Lane:
-    """A lane on a fresh Engine over `verifier` (cold caches: every lane pays the same prefill)."""
+def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bool,
+                overrides: dict[str, Any] | None = None) -> Lane:
+    """A lane on a fresh Engine over `verifier` (cold caches: every lane pays the same prefill); `overrides`:
+    GenerationConfig fields this lane sets its own way."""
 
     def run(ids: list[int], config: GenerationConfig, controls: Any) -> Iterator[object]:
         from specdec_core.engine import Engine
 
         engine = Engine(verifier, drafter if speculate else None)
-        yield from engine.generate(ids, config.with_(speculate=speculate and drafter is not None), controls)
+        lane_config = config.with_(speculate=speculate and drafter is not None, **(overrides or {}))
+        yield from engine.generate(ids, lane_config, controls)
 
     return Lane(key, title, run)
 
@@ -168,16 +172,17 @@ def head_alone(verifier: Any, head: Any, ids: list[int], config: GenerationConfi
     eos, vocab = verifier.eos_token_ids, engine.vocab_size
     # One proposal of the whole length (a few ms per token): the head's cache holds true states for the
     # prompt only, so it drafts every token from its own predictions.
+    start = time.perf_counter()
     drafter.attach(DraftTarget(engine.verifier_forward, vocab, eos, config.with_(confidence_cutoff=0.0)))
     tokens = drafter.propose(ids, config.max_new_tokens).token_ids
     yield from _plain_reply(verifier.tokenizer, ids, lambda new: tokens[len(new)] if len(new) < len(tokens) else None,
-                            config.max_new_tokens, controls, eos)
+                            config.max_new_tokens, controls, eos, time.perf_counter() - start)
 
 
 def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]], int | None], max_new_tokens: int,
-                 controls: Any, eos_token_ids: frozenset[int]) -> Iterator[object]:
+                 controls: Any, eos_token_ids: frozenset[int], seconds: float = 0.0) -> Iterator[object]:
     """Tokens from `next_token(tokens so far)` (None: it has nothing more) as PLAIN TokenCommitted events
-    and a Finished, like a generation."""
+    and a Finished, like a generation; its tokens/s counts `seconds` (work done ahead) and next_token's time."""
     from specdec_core.text.textstream import TextStream
 
     new: list[int] = []
@@ -187,7 +192,9 @@ def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]
         if controls.cancelled:
             stop = StopReason.CANCELLED
             break
+        start = time.perf_counter()
         tok = next_token(new)
+        seconds += time.perf_counter() - start
         if tok is None:
             stop = StopReason.EOS  # the drafter cannot go on by itself
             break
@@ -198,7 +205,9 @@ def _plain_reply(tokenizer: Any, ids: list[int], next_token: Callable[[list[int]
             stop = StopReason.EOS
             break
     text = tokenizer.decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-    yield Finished(stop_reason=stop, text=text, token_ids=tuple(new), stats=Stats(new_tokens=len(new)))
+    rate = len(new) / seconds if seconds else 0.0
+    yield Finished(stop_reason=stop, text=text, token_ids=tuple(new),
+                   stats=Stats(new_tokens=len(new), decode_s=seconds, tokens_per_s=rate))
 
 
 def prompt_lookup_alone(tokenizer: Any, ids: list[int], config: GenerationConfig, controls: Any,

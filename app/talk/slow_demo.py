@@ -35,6 +35,9 @@ PRESETS = {
 }
 
 
+FORCED_DRAFTING = {"cost_aware": False, "adaptive": False, "tree_nodes": 0}
+
+
 def slow_lanes(ctx: TalkContext, corrupt: float = 0.8) -> list[Lane]:
     s = ctx.session
     lanes = [engine_lane("off", "verifier alone", s.verifier, None, False)]
@@ -44,8 +47,11 @@ def slow_lanes(ctx: TalkContext, corrupt: float = 0.8) -> list[Lane]:
     if isinstance(good, ModelDrafter):
         lanes.append(engine_lane("lookup", "prompt lookup (open chat)", s.verifier, PromptLookupDrafter(), True))
     weak = WeakenedDrafter(good, corrupt=corrupt, seed=ctx.config.seed)
-    lanes.append(engine_lane("weak", f"{s.drafter_name or 'random'}, weakened ({corrupt:.0%} random)",
-                             s.verifier, weak, True))
+    # Its drafting is forced (a fixed γ, no tree, the cost model off): left to itself the cost model stops drafting
+    # where drafts do not pay, and the poor draft would never be seen costing anything.
+    lanes.append(engine_lane("weak", f"{s.drafter_name or 'random'}, weakened ({corrupt:.0%} random), "
+                             f"drafting forced (γ {ctx.config.gamma}, cost model off)", s.verifier, weak, True,
+                             FORCED_DRAFTING))
     return lanes
 
 
@@ -82,6 +88,7 @@ class SlowDemoView(QWidget):
         self.curves_plot = big_plot("Tokens over time", "tokens", "seconds (engine time)")
         self.curves_plot.getPlotItem().addLegend(offset=(10, 10), labelTextSize="12pt")
         self.bars_plot = big_plot("Tokens per second", "tokens/s", "")
+        self.bars_plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)  # "0.5", not "500 (×0.001)"
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brushes=[])
         self.bars_plot.getPlotItem().addItem(self.bars)
         self.baseline = pg.InfiniteLine(angle=0, movable=False,
