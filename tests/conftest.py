@@ -8,6 +8,24 @@ import pytest
 # Before torch loads: idle OpenMP threads sleep instead of spinning, so a busy core elsewhere (another
 # test process, the GUI thread) does not make every forward pass wait at its barriers.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _threads_per_test_process() -> int:
+    """The CPUs this machine gives each of the test processes `make test` runs (pytest-xdist), at least one."""
+    from specdec_core.defaults import available_cpus  # torch-free (the threads must be set before torch loads)
+
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    return max(1, available_cpus() // max(1, processes))
+
+
+# Each test process (and the app and CLI processes tests start, which inherit it) runs PyTorch on its share of the
+# CPUs, as specdec_core/commands/threads.py does on a 2-core machine: two processes of two threads each on two cores
+# wait for descheduled siblings at every barrier, which made a real-model forward pass about three times slower.
+# Tests that need another count set it themselves. pytest-xdist's workers inherit the environment of the main
+# process, which loaded this file first (and runs no test): what it set here they set again for their share.
+_OURS = "SPECDEC_TEST_THREADS"  # the count this file set, so that it is not taken for the user's choice
+if os.environ.get("OMP_NUM_THREADS") in (None, os.environ.get(_OURS)):
+    os.environ["OMP_NUM_THREADS"] = os.environ[_OURS] = str(_threads_per_test_process())
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download anything
 # No test depends on verify costs an earlier test (or run) measured (specdec_core/loading/cost_memory.py);
@@ -28,6 +46,14 @@ _real_stderr = None  # the terminal's stderr, kept before pytest captures fd 2 d
 def pytest_configure(config):
     global _real_stderr
     _real_stderr = os.fdopen(os.dup(sys.stderr.fileno()), "w")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with a real-model (`slow`) test run first, wherever they are (tests/app has one): they are the longest,
+    and `make test`'s processes take whole files in this order, so run early they leave the short files to even out
+    the processes' ends. The order within each group is kept."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
 
 
 @pytest.fixture(autouse=True)
