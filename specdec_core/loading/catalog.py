@@ -17,14 +17,12 @@ import contextlib
 import errno
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -202,18 +200,7 @@ def _damage(path: Path, pins: ChunkedGguf) -> str | None:
 def _keep_verdict(path: Path, verdict: dict) -> None:
     """Write the verdict beside the file, whole or not at all; a cache that cannot be written only costs the
     next load a hash."""
-    target = _verdict_path(path)
-    try:
-        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(verdict, out)
-        os.replace(temporary, target)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+    kept_files.keep_json(verdict, _verdict_path(path))
 
 
 def _bundled_present(model: KnownModel) -> bool:

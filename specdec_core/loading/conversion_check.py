@@ -12,11 +12,8 @@ Boundary: torch-free; the marker's layout belongs to gguf_cache.py.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -80,17 +77,7 @@ def damage(folder: Path, recorded: object) -> str | None:
 
 def _keep(verdict: dict, target: Path) -> None:
     """Write the verdict whole or not at all; one that cannot be written only costs the next load a hash."""
-    try:
-        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(verdict, out)
-        os.replace(temporary, target)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+    kept_files.keep_json(verdict, target)
 
 
 DIGESTS = "file-digests.json"  # {"checked_ns": ..., "files": {resolved path: {"stamp": [...], "sha256": ...}}}

@@ -13,10 +13,12 @@ accepts, or raises ValueError, TypeError, KeyError or AttributeError).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -150,3 +152,19 @@ def read_or_set_aside(path: Path, read: Callable[[Path], T], then: str) -> T | N
 def kept_json(path: Path, schema: Callable[[Any], T], then: str) -> T | None:
     """`read_json` of a speed aid or a rebuilt file: None when it is missing or was damaged (and set aside)."""
     return read_or_set_aside(path, lambda p: read_json(p, schema), then)
+
+
+def keep_json(value: Any, target: Path) -> None:
+    """Write a small JSON file whole or not at all (a temporary file, then a rename), best effort: for verdicts and
+    memos whose loss only costs the next run some work again."""
+    try:
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(value, out)
+        os.replace(temporary, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from specdec_core.loading import cpu_attention, qkernel
