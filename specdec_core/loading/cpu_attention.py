@@ -62,7 +62,7 @@ def row_by_row_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     if rows > ROW_BY_ROW_MAX or key.device.type != "cpu" or kwargs.get("softcap") is not None:
         return grouped_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     grouped = query.shape[1] != key.shape[1]
-    visible = _visible(attention_mask, query.shape[0], rows, key.shape[2])
+    visible = visible_keys(attention_mask, query.shape[0], rows, key.shape[2])
     out = query.new_empty(query.shape[0], rows, query.shape[1], query.shape[3])
     for batch in range(query.shape[0]):
         for row in range(rows):
@@ -73,7 +73,7 @@ def row_by_row_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Ten
     return out, None
 
 
-def _visible(mask: torch.Tensor | None, batch: int, rows: int, keys: int) -> torch.Tensor | None:
+def visible_keys(mask: torch.Tensor | None, batch: int, rows: int, keys: int) -> torch.Tensor | None:
     """[B, rows, keys] bool of what each query row may attend to; None: every row sees every key up to its own
     position (causal, the new rows last)."""
     if mask is None:

@@ -55,7 +55,7 @@ class _Joined:
 
     def __init__(self, layers: Sequence[QuantLinear]):
         self.sizes = [layer.out_features for layer in layers]
-        self.calls: list[tuple[QuantStorage, torch.Tensor | None, int]] = []  # storage, joined bias, layers in it
+        self.calls: list[tuple[QuantStorage, torch.Tensor | None]] = []  # one storage and its joined bias a call
         run: list[QuantLinear] = []
         for layer in layers:
             if run and not _same_layout(run[0].storage, layer.storage):
@@ -68,7 +68,7 @@ class _Joined:
     def __call__(self, rows: torch.Tensor) -> list[torch.Tensor]:
         """rows [n, in] float32 contiguous -> each layer's output [n, out_i] (views of the joined outputs)."""
         parts = []
-        for storage, bias, _ in self.calls:
+        for storage, bias in self.calls:
             out = storage.product(self.lib, rows)
             if bias is not None:
                 out += bias
@@ -82,18 +82,18 @@ def _same_layout(a: QuantStorage, b: QuantStorage) -> bool:
         (b.kind, b.group, b.shape[1], b.data.shape[1], b.scales.shape[1])
 
 
-def _join(layers: list[QuantLinear]) -> tuple[QuantStorage, torch.Tensor | None, int]:
+def _join(layers: list[QuantLinear]) -> tuple[QuantStorage, torch.Tensor | None]:
     """One storage holding the rows of `layers` in order; each layer's storage becomes a view of its rows."""
     if len(layers) == 1:
         only = layers[0]
-        return only.storage, (None if only.bias is None else only.bias.detach()), 1
+        return only.storage, (None if only.bias is None else only.bias.detach())
     storage = QuantStorage.joined([layer.storage for layer in layers])
     biases = [layer.bias for layer in layers]
     bias = None
     if any(b is not None for b in biases):
         bias = torch.cat([b.detach() if b is not None else torch.zeros(layer.out_features)
                           for b, layer in zip(biases, layers)])
-    return storage, bias, len(layers)
+    return storage, bias
 
 
 class _LeanLayer:
@@ -157,7 +157,7 @@ class _LeanLayer:
         if rotary and self._row_by_row(length, keys) and key_states.stride(-1) == 1 \
                 and key_states.dtype == torch.float32 and key_states.stride() == value_states.stride():
             return qkernel.attend(self.lib, query, self.heads, key_states[0], value_states[0],
-                                  _visible(mask, length, keys), self.attention.scaling)
+                                  _visible_bytes(mask, length, keys), self.attention.scaling)
         attend = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
         out, _ = attend(self.attention, query_states.contiguous(), key_states, value_states, mask, dropout=0.0,
                         scaling=self.attention.scaling, **self.extra, **kwargs)
@@ -175,12 +175,11 @@ class _LeanLayer:
         return out
 
 
-def _visible(mask: torch.Tensor | None, rows: int, keys: int) -> torch.Tensor | None:
-    """[rows, keys] uint8 of what each row may see, or None for causal rows that end the keys."""
+def _visible_bytes(mask: torch.Tensor | None, rows: int, keys: int) -> torch.Tensor | None:
+    """cpu_attention's visible keys as [rows, keys] uint8, or None (no mask) for causal rows that end the keys."""
     if mask is None:
         return None
-    seen = mask if mask.dtype == torch.bool else mask == 0
-    return seen[0, 0].expand(rows, keys).to(torch.uint8).contiguous()
+    return cpu_attention.visible_keys(mask, 1, rows, keys)[0].to(torch.uint8).contiguous()
 
 
 class _Norm:

@@ -116,7 +116,7 @@ def build(path: Path, folder: Path) -> nn.Module:
     lib = qkernel.library()
     storages = _decode_all(tensors, config, arch, lib, mapped)
 
-    def storage(gguf_name: str, *, heads: int | None = None) -> QuantStorage:
+    def storage(gguf_name: str) -> QuantStorage:
         return storages[gguf_name]  # decoded with its rows in transformers' order already
 
     embed_name = names.get_name("model.embed_tokens.weight", try_suffixes=(".weight",))
@@ -237,7 +237,7 @@ def _linear(tensors: dict, gguf_name: str, heads: int | None, bias: torch.Tensor
         weight = _rows_in_order(np.asarray(tensor.data, dtype=np.float32), heads)
         grouped = gguf_blocks.requantise(weight, bits=8)
         return QuantLinear(QuantStorage(grouped, f"{tensor.type_name}->int8"), bias, lib)
-    return QuantLinear(storage(gguf_name, heads=heads), bias, lib)
+    return QuantLinear(storage(gguf_name), bias, lib)
 
 
 def _interleaved_heads(config, name: str) -> int | None:
