@@ -5,9 +5,10 @@
  * it. "u4" keeps q in 0..15 as nibbles (16 bytes per group of 32: low nibbles are values 0..15, high nibbles 16..31);
  * "s8" keeps q as signed bytes.
  *
- * Activations are quantised per block of 32 to two signed bytes each, a coarse one and the rounding left over in
- * 1/256 steps (x = d * (hi + lo / 256)), so a group's dot product is an exact integer sum scaled once, with about
- * 15 bits of each activation. Or, when the caller asks (`fine` = 0), to one byte, as llama.cpp's quantised products
+ * Activations are quantised per block of 32 to a 16-bit integer each, a coarse byte and the rounding left over in
+ * 1/256 steps (x = d * (hi + lo / 256), kept as 256 * hi + lo), so a group's dot product is an exact integer sum
+ * scaled once, with about 15 bits of each activation. The weights of a block are widened to 16 bits once and
+ * multiplied with each row's values in 16-bit pairs (maddwd), which leaves per row only two multiplies a block. Or, when the caller asks (`fine` = 0), to one byte, as llama.cpp's quantised products
  * do: half the integer work, and the replies llama.cpp gives on the same file (a small model's can differ from its
  * float replies; see docs/performance.md).
  *
@@ -38,7 +39,8 @@ typedef struct {
     const uint8_t *w;
     const float *wd, *wm;
     int n, k, g;
-    const int8_t *xq;  /* [rows, 2, k]: each row's coarse bytes, then its fine bytes */
+    const int8_t *xq;  /* [rows, 2 * k] bytes: one byte per value (!fine: then k unused), or 16-bit values (fine) in
+                        * each block's kernel order (fine_slot) */
     const float *xd;   /* [rows, k / 32]: block scales (of the combined value 256 * hi + lo) */
     const float *xs;   /* [rows, k / 16]: xd * (sum of q over each half block) */
     int rows;
@@ -57,6 +59,11 @@ static inline size_t half_index(int b, int h, int blocks) {
     return b < quads * 4 ? (size_t)8 * (b / 4) + 4 * h + (b % 4) : (size_t)2 * b + h;
 }
 
+/* Where value j (0..31) of a block lies among its 16-bit activations: values 0-7, 16-23, 8-15, 24-31, the order in
+ * which a block's weights come out when widened from bytes (unpacklo/unpackhi work within 128-bit lanes, and a
+ * block's bytes hold values 0-15 in the low lane and 16-31 in the high one). */
+static inline int fine_slot(int j) { return (j & 7) | (((j >> 4) & 1) << 3) | (((j >> 3) & 1) << 4); }
+
 /* x [rows, k] -> two signed bytes per value (one when !fine), per-block scales and scaled half-block sums (k a multiple
  * of 32). */
 static void quantise_rows(const float *x, int rows, int k, int fine, int8_t *xq, float *xd, float *xs) {
@@ -68,17 +75,17 @@ static void quantise_rows(const float *x, int rows, int k, int fine, int8_t *xq,
             for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(src[j]));
             float d = amax / 127.0f;
             float inv = d > 0.0f ? 1.0f / d : 0.0f;
-            int8_t *hi = xq + (size_t)r * 2 * k + (size_t)b * QBLOCK, *lo = hi + k;
+            int8_t *hi = xq + (size_t)r * 2 * k + (size_t)b * QBLOCK;
+            int16_t *wide = (int16_t *)(xq + (size_t)r * 2 * k) + (size_t)b * QBLOCK;
             int sums[2] = {0, 0};
             for (int j = 0; j < QBLOCK; j++) {
                 float scaled = src[j] * inv;
                 int coarse = (int)lrintf(scaled);
                 coarse = coarse > 127 ? 127 : (coarse < -127 ? -127 : coarse);
-                hi[j] = (int8_t)coarse;
-                if (!fine) { sums[j / 16] += coarse; continue; }
+                if (!fine) { hi[j] = (int8_t)coarse; sums[j / 16] += coarse; continue; }
                 int rest = (int)lrintf((scaled - (float)coarse) * 256.0f);
                 rest = rest > 127 ? 127 : (rest < -127 ? -127 : rest);
-                lo[j] = (int8_t)rest;
+                wide[fine_slot(j)] = (int16_t)(256 * coarse + rest);
                 sums[j / 16] += 256 * coarse + rest;
             }
             float unit = fine ? d / 256.0f : d;
@@ -98,12 +105,6 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-static inline int hsum4i(__m128i v) {
-    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 0, 3, 2)));
-    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(v);
-}
-
 /* One block of 32 weights as bytes ready for maddubs: unsigned nibbles, or the absolute values of signed bytes
  * (their signs go onto the activations). */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -116,23 +117,96 @@ ALWAYS_INLINE __m256i load_block(const task_t *t, int kind, int col, int b) {
     return _mm256_loadu_si256((const __m256i *)(t->w + (size_t)col * t->k + (size_t)b * QBLOCK));
 }
 
-/* Eight int32 partial sums of one block's products (lanes 0-3: values 0-15, lanes 4-7: values 16-31). */
-ALWAYS_INLINE __m256i block_sums(const task_t *t, int kind, int fine, __m256i wq, int r, int b) {
-    const int8_t *at = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK;
-    __m256i hi = _mm256_loadu_si256((const __m256i *)at);
-    __m256i wabs = wq, ones = _mm256_set1_epi16(1);
-    if (kind != 0) { wabs = _mm256_sign_epi8(wq, wq); hi = _mm256_sign_epi8(hi, wq); }
-    __m256i coarse = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, hi), ones);
-    if (!fine) return coarse;
-    __m256i lo = _mm256_loadu_si256((const __m256i *)(at + t->k));
-    if (kind != 0) lo = _mm256_sign_epi8(lo, wq);
-    __m256i rest = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, lo), ones);
-    return _mm256_add_epi32(_mm256_slli_epi32(coarse, 8), rest);
+/* A block's weights as the products need them, prepared once for all the rows of a call: bytes for maddubs (unsigned
+ * nibbles, or the absolute values of signed bytes, whose signs go onto the activations), or, for 16-bit activations,
+ * the values widened to 16 bits in fine_slot's order. */
+typedef struct { __m256i bytes, lo16, hi16; } wblock_t;
+
+ALWAYS_INLINE wblock_t prepare_block(int kind, int fine, __m256i wq) {
+    wblock_t p;
+    p.bytes = wq;
+    if (fine) {
+        __m256i sign = kind == 0 ? _mm256_setzero_si256() : _mm256_cmpgt_epi8(_mm256_setzero_si256(), wq);
+        p.lo16 = _mm256_unpacklo_epi8(wq, sign);
+        p.hi16 = _mm256_unpackhi_epi8(wq, sign);
+    } else {
+        p.lo16 = p.hi16 = _mm256_setzero_si256();
+    }
+    return p;
 }
 
-/* Products of one weight row with up to ROW_CHUNK activation rows. Four blocks at a time: their sums are folded
- * into one vector [block 0..3, first halves | block 0..3, second halves], scaled by the groups' scales at once.
- * Scales and offsets of four blocks lie together in the weight's tables (see `kernel_order` in qkernel.py). */
+/* Eight int32 partial sums of one block's products (lanes 0-3: values 0-15, lanes 4-7: values 16-31). */
+ALWAYS_INLINE __m256i block_sums(const task_t *t, int kind, int fine, wblock_t wb, int r, int b) {
+    if (fine) {
+        const int16_t *at = (const int16_t *)(t->xq + (size_t)r * 2 * t->k) + (size_t)b * QBLOCK;
+        __m256i first = _mm256_madd_epi16(wb.lo16, _mm256_loadu_si256((const __m256i *)at));
+        __m256i second = _mm256_madd_epi16(wb.hi16, _mm256_loadu_si256((const __m256i *)(at + 16)));
+        return _mm256_add_epi32(first, second);
+    }
+    const int8_t *at = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK;
+    __m256i hi = _mm256_loadu_si256((const __m256i *)at);
+    __m256i wabs = wb.bytes;
+    if (kind != 0) { wabs = _mm256_sign_epi8(wb.bytes, wb.bytes); hi = _mm256_sign_epi8(hi, wb.bytes); }
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, hi), _mm256_set1_epi16(1));
+}
+
+/* A quad of blocks folded into a row's accumulator: the sums of blocks 0-3 (block_sums) become one vector [block 0..3,
+ * first halves | block 0..3, second halves] (or, for whole groups of 32, [block 0..3 | zeros]), scaled by the groups'
+ * scales and the row's block scales at once, plus the groups' offsets times the row's half-block sums. */
+ALWAYS_INLINE __m256 fold_quad(__m256 acc, const int halves, __m256i s0, __m256i s1, __m256i s2, __m256i s3,
+                               __m256 scale_w, __m256 offset_w, __m128 dx, __m256 xsum) {
+    __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_hadd_epi32(s0, s1), _mm256_hadd_epi32(s2, s3)));
+    if (!halves) {
+        __m128 whole = _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
+        sums = _mm256_set_m128(_mm_setzero_ps(), whole);
+        xsum = _mm256_set_m128(_mm_setzero_ps(), _mm_add_ps(_mm256_castps256_ps128(xsum),
+                                                            _mm256_extractf128_ps(xsum, 1)));
+    }
+    __m256 scale = _mm256_mul_ps(scale_w, _mm256_set_m128(dx, dx));
+    acc = _mm256_fmadd_ps(sums, scale, acc);
+    return _mm256_fmadd_ps(offset_w, xsum, acc);
+}
+
+/* n values from `at` as [values 0, 2, 4.. | values 1, 3, 5..] with zeros after: a table's pairs of halves split into
+ * first halves and second halves, as fold_quad takes them. */
+ALWAYS_INLINE __m256 load_pairs(const float *at, int n) {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 pairs = _mm256_maskload_ps(at, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lanes));
+    return _mm256_permutevar8x32_ps(pairs, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+}
+
+ALWAYS_INLINE __m128 load_first(const float *at, int n) {
+    return _mm_maskload_ps(at, _mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3)));
+}
+
+/* The last 1-3 blocks of a row whose length is not a multiple of 128 values, folded as one quad padded with empty
+ * blocks. Their scales, offsets and half-block sums lie in plain order in the tables (half_index). */
+ALWAYS_INLINE void fold_tail(const task_t *t, const int kind, const int halves, const int fine, int col, int r0,
+                             int nr, const float *wd, const float *wm, __m256 *acc) {
+    const int blocks = t->k / QBLOCK, first = blocks / 4 * 4, rem = blocks - first;
+    const __m256i none = _mm256_setzero_si256();
+    wblock_t w0 = prepare_block(kind, fine, load_block(t, kind, col, first)), w1 = w0, w2 = w0;
+    if (rem > 1) w1 = prepare_block(kind, fine, load_block(t, kind, col, first + 1));
+    if (rem > 2) w2 = prepare_block(kind, fine, load_block(t, kind, col, first + 2));
+    __m256 scale_w, offset_w;
+    if (halves) { scale_w = load_pairs(wd + 2 * first, 2 * rem); offset_w = load_pairs(wm + 2 * first, 2 * rem); }
+    else {
+        scale_w = _mm256_set_m128(_mm_setzero_ps(), load_first(wd + first, rem));
+        offset_w = _mm256_set_m128(_mm_setzero_ps(), load_first(wm + first, rem));
+    }
+    for (int i = 0; i < nr; i++) {
+        int r = r0 + i;
+        __m256i s0 = block_sums(t, kind, fine, w0, r, first);
+        __m256i s1 = rem > 1 ? block_sums(t, kind, fine, w1, r, first + 1) : none;
+        __m256i s2 = rem > 2 ? block_sums(t, kind, fine, w2, r, first + 2) : none;
+        acc[i] = fold_quad(acc[i], halves, s0, s1, s2, none, scale_w, offset_w,
+                           load_first(t->xd + (size_t)r * blocks + first, rem),
+                           load_pairs(t->xs + (size_t)r * blocks * 2 + 2 * first, 2 * rem));
+    }
+}
+
+/* Products of one weight row with up to ROW_CHUNK activation rows, four blocks at a time (fold_quad). Scales and
+ * offsets of four blocks lie together in the weight's tables (see `kernel_order` in qkernel.py). */
 ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves, const int fine, int col, int r0,
                                int nr) {
     const int blocks = t->k / QBLOCK, quads = blocks / 4, groups = t->k / t->g;
@@ -141,8 +215,10 @@ ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves
     for (int i = 0; i < nr; i++) acc[i] = _mm256_setzero_ps();
     for (int quad = 0; quad < quads; quad++) {
         int b = quad * 4;
-        __m256i w0 = load_block(t, kind, col, b), w1 = load_block(t, kind, col, b + 1);
-        __m256i w2 = load_block(t, kind, col, b + 2), w3 = load_block(t, kind, col, b + 3);
+        wblock_t w0 = prepare_block(kind, fine, load_block(t, kind, col, b));
+        wblock_t w1 = prepare_block(kind, fine, load_block(t, kind, col, b + 1));
+        wblock_t w2 = prepare_block(kind, fine, load_block(t, kind, col, b + 2));
+        wblock_t w3 = prepare_block(kind, fine, load_block(t, kind, col, b + 3));
         __m256 scale_w, offset_w;
         if (halves) { scale_w = _mm256_loadu_ps(wd + 2 * b); offset_w = _mm256_loadu_ps(wm + 2 * b); }
         else {
@@ -151,41 +227,15 @@ ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves
         }
         for (int i = 0; i < nr; i++) {
             int r = r0 + i;
-            __m256i h01 = _mm256_hadd_epi32(block_sums(t, kind, fine, w0, r, b),
-                                            block_sums(t, kind, fine, w1, r, b + 1));
-            __m256i h23 = _mm256_hadd_epi32(block_sums(t, kind, fine, w2, r, b + 2),
-                                            block_sums(t, kind, fine, w3, r, b + 3));
-            __m256 sums = _mm256_cvtepi32_ps(_mm256_hadd_epi32(h01, h23));
-            __m128 dx = _mm_loadu_ps(t->xd + (size_t)r * blocks + b);
-            __m256 xsum = _mm256_loadu_ps(t->xs + (size_t)r * blocks * 2 + 2 * b);  /* kernel order too */
-            if (!halves) {
-                __m128 whole = _mm_add_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
-                sums = _mm256_set_m128(_mm_setzero_ps(), whole);
-                xsum = _mm256_set_m128(_mm_setzero_ps(), _mm_add_ps(_mm256_castps256_ps128(xsum),
-                                                                    _mm256_extractf128_ps(xsum, 1)));
-            }
-            __m256 scale = _mm256_mul_ps(scale_w, _mm256_set_m128(dx, dx));
-            acc[i] = _mm256_fmadd_ps(sums, scale, acc[i]);
-            acc[i] = _mm256_fmadd_ps(offset_w, xsum, acc[i]);
+            acc[i] = fold_quad(acc[i], halves, block_sums(t, kind, fine, w0, r, b),
+                               block_sums(t, kind, fine, w1, r, b + 1), block_sums(t, kind, fine, w2, r, b + 2),
+                               block_sums(t, kind, fine, w3, r, b + 3), scale_w, offset_w,
+                               _mm_loadu_ps(t->xd + (size_t)r * blocks + b),
+                               _mm256_loadu_ps(t->xs + (size_t)r * blocks * 2 + 2 * b));
         }
     }
-    for (int i = 0; i < nr; i++) {
-        int r = r0 + i;
-        float tail = 0.0f;
-        for (int b = quads * 4; b < blocks; b++) {  /* the last 1-3 blocks of a row whose length is not 128k */
-            __m256i s = block_sums(t, kind, fine, load_block(t, kind, col, b), r, b);
-            int lo = hsum4i(_mm256_castsi256_si128(s)), hi = hsum4i(_mm256_extracti128_si256(s, 1));
-            float dx = t->xd[(size_t)r * blocks + b];
-            const float *xs = t->xs + (size_t)r * blocks * 2;
-            if (halves) {
-                tail += wd[2 * b] * dx * (float)lo + wm[2 * b] * xs[2 * b];
-                tail += wd[2 * b + 1] * dx * (float)hi + wm[2 * b + 1] * xs[2 * b + 1];
-            } else {
-                tail += wd[b] * dx * (float)(lo + hi) + wm[b] * (xs[2 * b] + xs[2 * b + 1]);
-            }
-        }
-        t->y[(size_t)r * t->n + col] = hsum8(acc[i]) + tail;
-    }
+    if (blocks % 4) fold_tail(t, kind, halves, fine, col, r0, nr, wd, wm, acc);
+    for (int i = 0; i < nr; i++) t->y[(size_t)(r0 + i) * t->n + col] = hsum8(acc[i]);
 }
 
 /* The layouts and precisions as functions of their own, so that no test of either is left in the inner loops. */
@@ -217,7 +267,8 @@ static void row_plain(const task_t *t, int col, int r0, int nr) {
         int r = r0 + i;
         float acc = 0.0f;
         for (int b = 0; b < blocks; b++) {
-            const int8_t *xq = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK, *xlo = xq + t->k;
+            const int8_t *xq = t->xq + (size_t)r * 2 * t->k + (size_t)b * QBLOCK;
+            const int16_t *wide = (const int16_t *)(t->xq + (size_t)r * 2 * t->k) + (size_t)b * QBLOCK;
             int sums[2] = {0, 0};
             for (int j = 0; j < QBLOCK; j++) {
                 int q;
@@ -227,7 +278,7 @@ static void row_plain(const task_t *t, int col, int r0, int nr) {
                 } else {
                     q = ((const int8_t *)t->w)[(size_t)col * t->k + (size_t)b * QBLOCK + j];
                 }
-                sums[j / 16] += q * (t->fine ? 256 * xq[j] + xlo[j] : xq[j]);
+                sums[j / 16] += q * (t->fine ? wide[fine_slot(j)] : xq[j]);
             }
             float dx = t->xd[(size_t)r * blocks + b];
             const float *xs = t->xs + (size_t)r * blocks * 2;
