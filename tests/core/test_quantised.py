@@ -309,3 +309,35 @@ def test_neighbouring_projections_of_one_type_are_decoded_side_by_side_and_joine
     assert mlp.gate_proj.storage.home[0] is mlp.up_proj.storage.home[0]
     whole = q_home[0]
     assert attention.q_proj.storage.data.data_ptr() == whole.data.data_ptr()  # a view, not a copy
+
+
+@needs_kernel
+def test_the_plain_c_build_for_cpus_without_avx2_computes_the_same_products_as_this_cpus_build(tmp_path):
+    """Machines without AVX2 (ARM laptops among them) run the plain C loops: they read the same activation layout
+    and give the same products, up to the order in which floats are summed."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    from specdec_core.loading.gguf_blocks import requantise
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    target = tmp_path / "plain.so"
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-pthread", "-o", str(target), str(qkernel.SOURCE)],
+                   check=True, capture_output=True)
+    plain = ctypes.CDLL(str(target))
+    qkernel._declare(plain)
+    assert qkernel._self_check(plain)
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((40, 576)).astype(np.float32)  # 18 blocks: four quads and a tail of two
+    x = torch.from_numpy(rng.standard_normal((3, 576)).astype(np.float32))
+    for grouped in (requantise(weight, bits=4), requantise(weight, bits=8)):
+        data = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
+        scales = torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group))
+        offsets = torch.from_numpy(qkernel.kernel_order(grouped.m, grouped.group))
+        for size in (2, 1):
+            products = [qkernel.matmul(lib, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group, x, 1,
+                                       size) for lib in (plain, qkernel.library())]
+            torch.testing.assert_close(products[0], products[1], rtol=1e-5, atol=1e-4)

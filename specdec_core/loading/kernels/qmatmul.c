@@ -64,6 +64,78 @@ static inline size_t half_index(int b, int h, int blocks) {
  * block's bytes hold values 0-15 in the low lane and 16-31 in the high one). */
 static inline int fine_slot(int j) { return (j & 7) | (((j >> 4) & 1) << 3) | (((j >> 3) & 1) << 4); }
 
+/* One block of 32 values scaled by `inv`: coarse bytes (into `hi`), or 16-bit values (into `wide`, fine_slot order),
+ * and the integer sums of each half. lrintf rounds to nearest even, as the AVX2 conversion below does. */
+__attribute__((unused)) static void quantise_block_plain(const float *src, float inv, int fine, int8_t *hi, int16_t *wide, int sums[2]) {
+    for (int j = 0; j < QBLOCK; j++) {
+        float scaled = src[j] * inv;
+        int coarse = (int)lrintf(scaled);
+        coarse = coarse > 127 ? 127 : (coarse < -127 ? -127 : coarse);
+        if (!fine) { hi[j] = (int8_t)coarse; sums[j / 16] += coarse; continue; }
+        int rest = (int)lrintf((scaled - (float)coarse) * 256.0f);
+        rest = rest > 127 ? 127 : (rest < -127 ? -127 : rest);
+        wide[fine_slot(j)] = (int16_t)(256 * coarse + rest);
+        sums[j / 16] += 256 * coarse + rest;
+    }
+}
+
+__attribute__((unused)) static float block_amax_plain(const float *src) {
+    float amax = 0.0f;
+    for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(src[j]));
+    return amax;
+}
+
+#if SPECDEC_AVX2
+static inline int hsum8i(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(x);
+}
+
+static float block_amax(const float *src) {
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m = _mm256_and_ps(_mm256_loadu_ps(src), magnitude);
+    for (int j = 8; j < QBLOCK; j += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(src + j), magnitude));
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* quantise_block_plain's values, eight at a time: the same products, roundings and clamps. */
+static void quantise_block(const float *src, float inv, int fine, int8_t *hi, int16_t *wide, int sums[2]) {
+    const __m256 scale = _mm256_set1_ps(inv), steps = _mm256_set1_ps(256.0f);
+    const __m256i top = _mm256_set1_epi32(127), bottom = _mm256_set1_epi32(-127);
+    __m256i v[4];
+    for (int i = 0; i < 4; i++) {
+        __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(src + 8 * i), scale);
+        __m256i coarse = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(scaled), top), bottom);
+        v[i] = coarse;
+        if (fine) {
+            __m256 left = _mm256_mul_ps(_mm256_sub_ps(scaled, _mm256_cvtepi32_ps(coarse)), steps);
+            __m256i rest = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(left), top), bottom);
+            v[i] = _mm256_add_epi32(_mm256_slli_epi32(coarse, 8), rest);
+        }
+    }
+    sums[0] += hsum8i(_mm256_add_epi32(v[0], v[1]));
+    sums[1] += hsum8i(_mm256_add_epi32(v[2], v[3]));
+    if (fine) {  /* fine_slot order: values 0-7, 16-23, then 8-15, 24-31 */
+        __m256i first = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[2]), _MM_SHUFFLE(3, 1, 2, 0));
+        __m256i second = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[1], v[3]), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm256_storeu_si256((__m256i *)wide, first);
+        _mm256_storeu_si256((__m256i *)(wide + 16), second);
+    } else {
+        __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)hi, bytes);
+    }
+}
+#else
+#define quantise_block quantise_block_plain
+#define block_amax block_amax_plain
+#endif
+
 /* x [rows, k] -> two signed bytes per value (one when !fine), per-block scales and scaled half-block sums (k a multiple
  * of 32). */
 static void quantise_rows(const float *x, int rows, int k, int fine, int8_t *xq, float *xd, float *xs) {
@@ -71,23 +143,11 @@ static void quantise_rows(const float *x, int rows, int k, int fine, int8_t *xq,
     for (int r = 0; r < rows; r++) {
         for (int b = 0; b < blocks; b++) {
             const float *src = x + (size_t)r * k + (size_t)b * QBLOCK;
-            float amax = 0.0f;
-            for (int j = 0; j < QBLOCK; j++) amax = fmaxf(amax, fabsf(src[j]));
-            float d = amax / 127.0f;
+            float d = block_amax(src) / 127.0f;
             float inv = d > 0.0f ? 1.0f / d : 0.0f;
-            int8_t *hi = xq + (size_t)r * 2 * k + (size_t)b * QBLOCK;
-            int16_t *wide = (int16_t *)(xq + (size_t)r * 2 * k) + (size_t)b * QBLOCK;
             int sums[2] = {0, 0};
-            for (int j = 0; j < QBLOCK; j++) {
-                float scaled = src[j] * inv;
-                int coarse = (int)lrintf(scaled);
-                coarse = coarse > 127 ? 127 : (coarse < -127 ? -127 : coarse);
-                if (!fine) { hi[j] = (int8_t)coarse; sums[j / 16] += coarse; continue; }
-                int rest = (int)lrintf((scaled - (float)coarse) * 256.0f);
-                rest = rest > 127 ? 127 : (rest < -127 ? -127 : rest);
-                wide[fine_slot(j)] = (int16_t)(256 * coarse + rest);
-                sums[j / 16] += 256 * coarse + rest;
-            }
+            quantise_block(src, inv, fine, xq + (size_t)r * 2 * k + (size_t)b * QBLOCK,
+                           (int16_t *)(xq + (size_t)r * 2 * k) + (size_t)b * QBLOCK, sums);
             float unit = fine ? d / 256.0f : d;
             xd[(size_t)r * blocks + b] = unit;
             xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = unit * (float)sums[0];
