@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 
 from specdec_core import defaults
 from specdec_core.errors import ModelLoadError
-from specdec_core.loading import kept_files
+from specdec_core.loading import conversion_check, kept_files
 from specdec_core.loading.embedded import embedded_gguf_path
 
 
@@ -472,23 +472,30 @@ class Listing:
     installed: bool
     converted: bool  # its converted folder is in the cache (the first load is fast)
     damage: str | None = None  # why the file installed there does not match its pins (install it again)
+    unchecked: str | None = None  # why its conversion is not known to match its checksums (checked at next load)
 
     @property
     def state(self) -> str:
         if self.damage is not None:
             return f"damaged: install again ({self.damage})"
-        return "installed" + (", converted" if self.converted else "") if self.installed else "not installed"
+        if not self.installed:
+            return "not installed"
+        if not self.converted:
+            return "installed"
+        return "installed, converted" + (f" ({self.unchecked}: checked at the next load)" if self.unchecked else "")
 
 
 def listing(cache_dir: Path) -> list[Listing]:
     rows = []
     for model in KNOWN.values():
-        converted = model.download is not None and (Path(cache_dir) / "gguf" / model.download.sha256).is_dir()
         if model.download is None:
-            rows.append(Listing(model, is_installed(model, cache_dir), converted))
-        else:
-            path, damage = install_state(model, cache_dir)
-            rows.append(Listing(model, path is not None, converted, damage))
+            rows.append(Listing(model, is_installed(model, cache_dir), False))
+            continue
+        folder = Path(cache_dir) / "gguf" / model.download.sha256
+        converted = folder.is_dir()
+        path, damage = install_state(model, cache_dir)
+        rows.append(Listing(model, path is not None, converted, damage,
+                            conversion_check.unchecked(folder) if converted else None))
     return rows
 
 

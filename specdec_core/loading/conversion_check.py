@@ -21,6 +21,7 @@ from typing import Any
 from specdec_core.loading import kept_files
 
 VERDICT = "specdec-verified.json"  # {"checked_ns": ..., "files": {name: {"stamp": [...], "sha256": ...}}}
+MARKER = "specdec-cache.json"  # gguf_cache.py's marker of a finished conversion; its "files_sha256" are the checksums
 SETTLED_NS = 2_000_000_000  # a file changed this close to its check could keep its times (FAT keeps 2 s)
 
 
@@ -72,6 +73,31 @@ def damage(folder: Path, recorded: object) -> str | None:
             return f"{name} cannot be read ({error.strerror or error})"
         files[name] = {"stamp": _stamp(info), "sha256": expected}
     _keep({"checked_ns": checked_ns, "files": files}, folder / VERDICT)
+    return None
+
+
+def unchecked(folder: Path) -> str | None:
+    """Why `folder` (a conversion) is not known to match its checksums, read from its kept verdict without hashing
+    anything (for `specdec models list`, which must answer at once); None when every file is as it was checked.
+    The next load checks such a folder (damage) and converts it again if it fails."""
+    try:
+        marker = kept_files.read_json(folder / MARKER, kept_files.instance_of(dict))
+    except (OSError, kept_files.DamagedFile):
+        return "its marker cannot be read"
+    recorded = (marker or {}).get("files_sha256")
+    if not isinstance(recorded, dict) or not recorded:
+        return "it carries no checksums"
+    kept = kept_files.kept_json(folder / VERDICT, _verdict_schema, "its files are checked again") or {}
+    trusted = kept.get("files", {})
+    for name, expected in recorded.items():
+        known = trusted.get(name)
+        try:
+            same = known is not None and known["sha256"] == expected and known["stamp"] == _stamp(
+                (folder / str(name)).stat())
+        except OSError:
+            return f"{name} is missing"
+        if not same:
+            return f"{name} changed since it was checked" if known is not None else "not checked yet"
     return None
 
 

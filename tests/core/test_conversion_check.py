@@ -131,3 +131,21 @@ def test_a_gguf_is_hashed_again_only_when_it_changes_even_in_place_with_its_time
     os.utime(path, (old, old))
     monkeypatch.setattr(conversion_check, "_SEEN", {})
     assert conversion_check.remembered_sha256(path, tmp_path) != first and len(hashed) == 2
+
+
+def test_the_models_list_reads_a_conversions_kept_verdict_and_flags_a_changed_file_without_hashing(
+        cache, monkeypatch):
+    gguf, cache_dir, folder = cache
+    assert conversion_check.unchecked(folder) == "not checked yet"
+    load_model(str(gguf), device="cpu", dtype="float32", cache_dir=cache_dir)  # checked: a verdict kept
+    hashed = []
+    monkeypatch.setattr(conversion_check, "file_sha256", lambda path: hashed.append(path) or "")
+    assert conversion_check.unchecked(folder) is None
+    _damage_4kb_same_size_same_mtime(folder / "model.safetensors")  # its change time and the verdict differ now
+    assert conversion_check.unchecked(folder) == "model.safetensors changed since it was checked"
+    (folder / "config.json").unlink()
+    assert conversion_check.unchecked(folder) in ("config.json is missing",
+                                                  "model.safetensors changed since it was checked")
+    (folder / conversion_check.MARKER).write_text("[")
+    assert conversion_check.unchecked(folder) == "its marker cannot be read"
+    assert hashed == []  # the list answers at once, whatever the size of the conversion
