@@ -137,14 +137,21 @@ def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor
            group: int, x: torch.Tensor, threads: int, activation_bytes: int = 2) -> torch.Tensor:
     """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32. `activation_bytes`: 2 (about
     15 bits of each activation) or 1 (as llama.cpp's quantised products)."""
+    weight = (kind, data.data_ptr(), scales.data_ptr(), offsets.data_ptr(), scales.shape[0], group)
+    return product(lib, weight, x, threads, activation_bytes)
+
+
+def product(lib: ctypes.CDLL, weight: tuple[int, int, int, int, int, int], x: torch.Tensor, threads: int,
+            activation_bytes: int = 2) -> torch.Tensor:
+    """`matmul` for a weight given as (kind, data, scales and offsets addresses, output rows, group): a decoding step
+    makes a hundred or more of these calls, so each does no more than allocate its output and call the kernel."""
     rows, cols = x.shape
-    out = torch.empty((rows, scales.shape[0]), dtype=torch.float32)
+    out = torch.empty(rows, weight[4])
     scratch = _scratch(scratch_bytes(rows, cols))
-    status = lib.specdec_qmatmul(kind, data.data_ptr(), scales.data_ptr(), offsets.data_ptr(), scales.shape[0],
-                                 cols, group, x.data_ptr(), rows, out.data_ptr(), scratch.data_ptr(), threads,
-                                 int(activation_bytes == 2))
+    status = lib.specdec_qmatmul(weight[0], weight[1], weight[2], weight[3], weight[4], cols, weight[5], x.data_ptr(),
+                                 rows, out.data_ptr(), scratch.data_ptr(), threads, activation_bytes == 2)
     if status != 0:
-        raise ValueError(f"the quantised kernel cannot take a weight of {cols} columns in groups of {group}")
+        raise ValueError(f"the quantised kernel cannot take a weight of {cols} columns in groups of {weight[5]}")
     return out
 
 

@@ -122,9 +122,13 @@ class QuantStorage(nn.Module):
     activation_bytes = 2  # how finely each product quantises its input rows (set_activation_bytes)
 
     def product(self, lib: ctypes.CDLL, x: torch.Tensor) -> torch.Tensor:
-        threads = max(1, torch.get_num_threads())
-        return qkernel.matmul(lib, self.kind, self.data, self.scales, self.offsets, self.group, x, threads,
-                              self.activation_bytes)
+        buffers = self._buffers  # read directly: nn.Module's attribute lookup costs more than the product's setup
+        data, scales, offsets = buffers["data"], buffers["scales"], buffers["offsets"]
+        key = (data.data_ptr(), scales.data_ptr(), offsets.data_ptr())
+        weight = self.__dict__.get("_weight")
+        if weight is None or weight[1:4] != key:  # first use, or the tensors moved (a join, `.to`)
+            weight = self.__dict__["_weight"] = (self.kind, *key, self.shape[0], self.group)
+        return qkernel.product(lib, weight, x, max(1, torch.get_num_threads()), self.activation_bytes)
 
 
 class QuantLinear(nn.Module):
