@@ -87,6 +87,13 @@ class Drafter(Protocol):
         """Candidates continuing `ids`, best first, as `request` bounds them (trees.py)."""
         ...
 
+    def copy(self, ids: Sequence[int], max_tokens: int) -> Draft | None:
+        """Up to `max_tokens` tokens that cost no model step (a copy from the conversation or the phrase store),
+        where this drafter would propose such a copy here; None where it would draft with its model. The planner
+        prices copies apart: on a verifier whose check of k rows costs nearly k steps, a copy may still pay where
+        the model's drafting does not."""
+        ...
+
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         """How the verifier judged the last proposal."""
         ...
@@ -124,6 +131,9 @@ class DrafterBase:
 
     def propose_tree(self, ids: Sequence[int], request: TreeRequest) -> DraftTree:
         return DraftTree.empty(DraftStop.NO_MATCH)  # grows_trees is False: the engine never asks
+
+    def copy(self, ids: Sequence[int], max_tokens: int) -> Draft | None:
+        return None  # every proposal of this drafter is its own drafting, priced as such
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass
@@ -579,10 +589,19 @@ class HybridDrafter(DrafterBase):
         self.lookup.attach(target)
         self.model_drafter.attach(target)
 
-    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+    def copy(self, ids: Sequence[int], max_tokens: int) -> Draft | None:
+        copied = self._copied(ids, max_tokens)
+        return copied if copied.token_ids else None
+
+    def _copied(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        """Prompt lookup's copy, else the phrase store's; empty (with the time spent looking) where neither has one."""
         copied = self.lookup.propose(ids, max_tokens)
         if not copied.token_ids and max_tokens > 0:
             copied = self._phrase_copy(ids, max_tokens, copied)
+        return copied
+
+    def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
+        copied = self._copied(ids, max_tokens)
         if copied.token_ids or max_tokens <= 0:
             return copied
         budget = max_tokens if self.model_tokens is None else min(max_tokens, self.model_tokens)

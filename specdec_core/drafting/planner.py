@@ -67,6 +67,7 @@ class CheckedRound:
     path: tuple[int, ...] = ()  # a tree's accepted nodes
     main_line: int = 0  # a tree's main line: the tokens the round reads as
     timed: bool = True  # False: drafted ahead, beside the prefill, so its time is not the draft's cost
+    copied: bool = False  # a copy checked in a round where the model's drafting was priced out (copy_length)
 
 
 class DraftPlanner:
@@ -76,6 +77,7 @@ class DraftPlanner:
         self.policy = policy
         self.sizer = sizer or TreeSizer()  # measured verify cost on this machine, and the tree size that pays
         self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
+        self.copy_record = PositionRecord()  # the same for copies checked alone (copy_length)
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.exploring = False  # this round drafts for evidence, not because the cost model expects it to pay
@@ -94,7 +96,8 @@ class DraftPlanner:
         """The engine's drafter from now on: another draft's cost and worth are learned afresh."""
         if drafter is not None and drafter is not self._measured:
             self.sizer.forget_draft()
-            self.chain_record, self.priced_out, self._measured = PositionRecord(), 0, drafter
+            self.chain_record, self.copy_record = PositionRecord(), PositionRecord()
+            self.priced_out, self._measured = 0, drafter
             self.probe_left = self.FIRST_TREES_CHECKED if grows_trees else 0
 
     def may_draft_ahead(self, drafter: Drafter | None, device: torch.device, policy: DraftPolicy | None = None
@@ -162,6 +165,13 @@ class DraftPlanner:
         if not self._pays(length > 0):
             return Plan(tree=False, stop=DraftStop.COST)
         return Plan(tree=False, length=max(1, length), sized=max(1, length) < gamma)
+
+    def copy_length(self, copy: Draft, gamma: int) -> int:
+        """How many of a copy's tokens to check in a round whose model drafting was priced out: a copy costs no
+        drafting, only the verifier's rows, so it is sized as a free chain (cost.TreeSizer.best_length) from how
+        often such copies were accepted lately (copy_record)."""
+        length = min(gamma, len(copy.token_ids))
+        return self.sizer.best_length(self.copy_record.rates(), length, per_token_s=0.0) if length else 0
 
     def _plan_tree(self, config: GenerationConfig, gamma: int, probe: bool) -> Plan:
         """A tree grown and cut to the nodes that pay here, unless this round probes a plain step, or not even
@@ -239,6 +249,8 @@ class DraftPlanner:
         self.sizer.cost.observe(checked.rows, checked.verify_s)
         if isinstance(checked.drafted, DraftTree):
             self._learn_tree(checked.drafted, checked.path, checked.main_line)
+        elif checked.copied:
+            self.copy_record.observe(len(checked.drafted.token_ids), checked.n_accepted)
         elif checked.drafted is not None and checked.drafted.token_ids and self.sizes_chains(checked.config):
             self.chain_record.observe(len(checked.drafted.token_ids), checked.n_accepted)
             self._observe_draft(len(checked.drafted.token_ids), checked.drafted.draft_s, checked.timed)

@@ -237,11 +237,26 @@ class Engine:
             return Drafted(Draft.empty(DraftStop.OFF, self.vocab_size), speculating=False)
         tree = self.grows_trees and self.tree_nodes(config) > 0
         plan = self.planner.plan(config, reply.gamma, first_round=not reply.round_index, tree=tree)
+        if plan.stop is DraftStop.COST and (copied := self._priced_copy(reply, remaining)) is not None:
+            return Drafted(copied, limit=len(copied.token_ids), copied=True)
         if tree:
             return Drafted(self._draft_tree(reply, remaining, config, plan, timed))
         draft = self._draft(reply.ids, plan.length, remaining - 1, plan.sized) if plan.length else \
             Draft.empty(plan.stop or DraftStop.COST, self.vocab_size)
         return Drafted(draft, limit=plan.length)
+
+    def _priced_copy(self, reply: Reply, remaining: int) -> Draft | None:
+        """Where the model's drafting is priced out: the drafter's free copy (Drafter.copy), cut to the tokens
+        worth their rows (DraftPlanner.copy_length); None where there is none, or none pays."""
+        assert self.drafter is not None
+        copied = self.drafter.copy(reply.ids, min(reply.gamma, remaining - 1))
+        length = 0 if copied is None else self.planner.copy_length(copied, reply.gamma)
+        if copied is None or not length:
+            return None
+        if length == len(copied.token_ids):
+            return copied
+        return Draft(copied.token_ids[:length], copied.draft_probs[:length], copied.display_probs[:length],
+                     DraftStop.COST, copied.draft_s)
 
     def _check_chain(self, reply: Reply, drafted: Drafted, config: GenerationConfig, round_start: float
                      ) -> RoundResult:
@@ -256,11 +271,12 @@ class Engine:
         line = self._accept(draft, target_probs, drafted.limit)
         # 5. Roll back happens lazily: the next logits_for() call cuts both caches back to the longest
         #    prefix that matches the committed sequence (kv.py), dropping the rejected drafts' positions.
-        if drafted.speculating:
+        if drafted.speculating and not drafted.copied:
             assert self.drafter is not None
             self.drafter.observe(len(draft.token_ids), line.n_accepted)
         self.planner.learn(CheckedRound(config, rows, verify_s, draft if drafted.speculating else None,
-                                        line.n_accepted, timed=drafted.waited_s is None))  # None: not ahead
+                                        line.n_accepted, timed=drafted.waited_s is None,  # None: not ahead
+                                        copied=drafted.copied))
         # 6. Emit the round's events (the reply's tally counts the round from them: Reply.commit).
         timing = self._timing(round_start, drafted, verify_s, rows)
         return emit(reply, line, shown_probs(logits, config, target_probs), timing, config, self.token_text)

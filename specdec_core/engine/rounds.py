@@ -141,6 +141,7 @@ class Drafted:
     limit: int = 0
     speculating: bool = True
     waited_s: float | None = None  # drafted ahead, during the prefill: what the round still waited for it
+    copied: bool = False  # a copy checked where the model's drafting was priced out (DraftPlanner.copy_length)
 
     @property
     def round_draft_s(self) -> float:

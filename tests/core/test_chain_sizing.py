@@ -213,3 +213,26 @@ def test_a_draft_priced_out_is_not_kept_out_by_the_tokens_it_must_read_when_it_c
     drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=per_token, tokens=80)
     assert any(r.stop is DraftStop.COST for r in rounds)
     assert all(len(r.drafted) == r.n_accepted == 1 for r in rounds[-8:])
+
+
+def test_a_hybrid_whose_model_is_priced_out_still_checks_the_free_copies_that_pay_and_the_text_is_the_same(
+        pair, tiny_tokenizer):
+    """On a verifier whose rows are cheap but whose draft model costs 90 % of a plain step and is never right,
+    the model's drafting is priced out; prompt lookup's copies cost no drafting and are checked on their own."""
+    from specdec_core.drafting.drafters import HybridDrafter
+
+    verifier, _ = pair
+    prompt = tiny_tokenizer(REPEATS).input_ids
+    _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=40)
+    model = ScriptedTreeDrafter(len(prompt), plain.token_ids, len(tiny_tokenizer), False, lambda call, behind: 0.9)
+    engine = model.engine = Engine(verifier, HybridDrafter(model))
+    engine.planner.sizer.cost = FixedCost({1: 0.050, 2: 0.051, 3: 0.052, 4: 0.053, 5: 0.054})
+
+    rounds, finished = rounds_of(engine, prompt, max_new_tokens=40, tree_nodes=TREE_AUTO)
+
+    assert finished.token_ids == plain.token_ids
+    late = rounds[len(rounds) // 2:]
+    copied = [r for r in late if r.drafted and all(v.draft_prob == 1.0 for v in r.drafted)]
+    assert copied and all(not r.tree for r in copied)  # copies checked as chains, alone
+    assert sum(r.stop is DraftStop.COST and not r.drafted for r in late) >= 1  # the model sat rounds out
+    assert model.calls < len(rounds) / 2
