@@ -87,6 +87,11 @@ class DraftPlanner:
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
     # slow first round (a cold draft) would otherwise price it out for good.
     PROBE_AFTER = 16
+    # A draft whose settled cost could not pay even if every token it drafted were accepted (a draft model
+    # costing half the verifier's step, beside a quantised verifier whose check of k rows costs nearly k steps)
+    # is probed this many times more rarely: its acceptance may change with the text, its cost hardly does, and
+    # each probe costs the draft's catching up on the tokens it sat out as well as its drafting.
+    HOPELESS_PROBE_FACTOR = 8
     # A new draft's first trees are grown, and checked, whatever the cost model says: its calibration starts
     # as the draft's own word, and a tree cut to nothing on that alone teaches the calibration nothing
     # (docs/performance.md, "The cost model remembers").
@@ -162,7 +167,7 @@ class DraftPlanner:
         if probe:
             return Plan(tree=False, stop=DraftStop.PROBE)
         length = self._paying_length(gamma)
-        if not self._pays(length > 0):
+        if not self._pays(length > 0, gamma):
             return Plan(tree=False, stop=DraftStop.COST)
         return Plan(tree=False, length=max(1, length), sized=max(1, length) < gamma)
 
@@ -190,7 +195,7 @@ class DraftPlanner:
         """Whether this round should grow a tree at all. Growing even the root's children costs a draft
         step whatever is kept afterwards (a draft with another tokenizer also re-reads the text), so it is
         weighed as a chain would be (_pays)."""
-        return self._pays(self._paying_length(gamma) > 0)
+        return self._pays(self._paying_length(gamma) > 0, gamma)
 
     def _paying_length(self, gamma: int) -> int:
         """How many tokens a chain drafted now would pay for (cost.TreeSizer.best_length): from the main lines'
@@ -199,14 +204,23 @@ class DraftPlanner:
         per_token = None if self.sizer.draft_settled else 0.0
         return self.sizer.best_length(self.chain_record.rates(), gamma, per_token_s=per_token)
 
-    def _pays(self, worth_it: bool) -> bool:
+    def _hopeless(self, gamma: int) -> bool:
+        """Whether even the draft's fastest recent time per token prices out a draft that is always right (the
+        fastest: a draft slow while it warms up is not written off by its first steps)."""
+        if not self.sizer.draft_settled:
+            return False
+        gamma = max(1, gamma)
+        return self.sizer.best_length([1.0] * gamma, gamma, per_token_s=min(self.sizer.draft_timings)) == 0
+
+    def _pays(self, worth_it: bool, gamma: int) -> bool:
         """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
-        plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row, two
-        rounds draft anyway: the first catches the draft up on the tokens it sat out (its time is not the
+        plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row (and
+        HOPELESS_PROBE_FACTOR times as many for a draft too dear to pay even if always right), two rounds draft
+        anyway: the first catches the draft up on the tokens it sat out (its time is not the
         draft's cost, _observe_draft), the second measures it afresh; so do a new draft's first
         FIRST_TREES_CHECKED trees (meet). Such rounds are `exploring`: a tree is checked whatever the
         cut says (cut)."""
-        if self.priced_out >= self.PROBE_AFTER:
+        if self.priced_out >= self.PROBE_AFTER * (self.HOPELESS_PROBE_FACTOR if self._hopeless(gamma) else 1):
             self.priced_out, self.probe_left = 0, 2
         self.exploring = bool(self.probe_left)
         if worth_it or self.probe_left:

@@ -236,3 +236,11 @@ def test_a_hybrid_whose_model_is_priced_out_still_checks_the_free_copies_that_pa
     assert copied and all(not r.tree for r in copied)  # copies checked as chains, alone
     assert sum(r.stop is DraftStop.COST and not r.drafted for r in late) >= 1  # the model sat rounds out
     assert model.calls < len(rounds) / 2
+
+
+def test_a_draft_too_dear_to_pay_even_when_always_right_is_not_probed_every_sixteen_rounds(pair, tiny_tokenizer):
+    # Each drafted token costs 1.2 plain steps: even a draft that is always right cannot pay for itself here.
+    drafter, rounds = scripted(pair, tiny_tokenizer, right=True, cost=lambda call, behind: 1.2, tokens=60)
+    settled = drafter.calls  # its first few rounds time it ...
+    assert settled <= 8
+    assert all(r.stop is DraftStop.COST and not r.drafted for r in rounds[settled + 2:])  # ... then no probes
