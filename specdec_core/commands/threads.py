@@ -3,10 +3,9 @@
 Batch-1 decoding runs hundreds of small parallel regions per forward pass. PyTorch's OpenMP threads
 spin between regions by default; when another process (or the app's GUI thread) takes one of the
 cores, the spinning threads wait for a descheduled sibling at every barrier and a forward pass
-becomes 5-50x slower. Measured on a 2-core CPU with the embedded 135M verifier (docs/performance.md,
-"Threads"): 1 thread is within a few percent of the best setting when the machine is quiet and the
-best one when it is busy; 2 spinning threads are 20% faster for a 5-token verify when quiet and
-10x slower when busy; 2 sleeping (OMP_WAIT_POLICY=PASSIVE) threads never beat 1 thread.
+becomes many times slower. On a 2-core CPU (docs/performance.md, "Threads"): 1 thread is near the best
+setting when the machine is quiet and the best one when it is busy; 2 spinning threads win only when nothing
+else runs; 2 sleeping (OMP_WAIT_POLICY=PASSIVE) threads never beat 1 thread.
 
 So, before torch loads, `prefer_passive_waiting` sets two defaults the user can override:
 OMP_WAIT_POLICY=PASSIVE (idle threads sleep), and on machines with 2 logical CPUs or fewer

@@ -2,10 +2,9 @@
 
 The engine sizes each round's draft from measured verifier passes (verification/cost.py). A new engine knows
 none: its first round checks every drafted node, and its next three are plain steps that time the reference
-every tree is weighed against. On a 56-token reply of the embedded pair that made 22-23 verifier calls where an
-engine that had already replied made 20-21, at 13 % fewer tokens/s (docs/performance.md, "The cost model
-remembers this machine"), and every `specdec generate` process, race lane and first reply after a load
-started that way. So an engine recalls the figures the last engine over the same verifier measured here, and
+every tree is weighed against. So a new engine made more verifier calls per reply than one that had already
+replied (docs/log/2026-12.md, "The cost model remembers this machine (session 19)"), and every `specdec
+generate` process, race lane and first reply after a load started that way. So an engine recalls the figures the last engine over the same verifier measured here, and
 writes its own after each reply; fresh timings replace the recalled ones as they come (VerifyCost.recall).
 
 One small JSON file per machine, verifier and precision, in the cache folder beside the CPU's product plans

@@ -4,8 +4,7 @@ transformers' SDPA attention hands grouped-query heads to the kernel (`enable_gq
 given, since CUDA's fast kernels need that; with a mask it repeats each key and value head once per query
 head it serves. Every verify pass over k tokens has a mask (a tree its own, SpecInfer-style), so on the CPU
 each such call copied every layer's keys and values. PyTorch's CPU kernel reads grouped heads with a mask
-as well: the output is bit-identical, and a verify took 10-15 ms less on the embedded pair (see
-docs/performance.md, "Checking k tokens on a CPU").
+as well, bit-identical and without the copies (docs/performance.md, "Checking k tokens on a CPU").
 
 `keep_grouped_heads(model)` switches one loaded model from "sdpa" to an attention function of our own,
 registered with transformers under `NAME` (its AttentionInterface, with SDPA's masks): CPU tensors with a

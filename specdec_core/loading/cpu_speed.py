@@ -3,19 +3,19 @@ measuring this machine.
 
 Speculation pays only when verifying k tokens costs little more than decoding one. On the CPU a
 forward pass of batch 1 is a series of few-row products `x @ W.T` (x: k rows, W: a weight matrix),
-and BLAS libraries pick their kernels by shape. On the 2-core AMD EPYC with MKL where this project is
-measured, `F.linear` on 2 rows took 1.5x as long as on 1 and 9 rows 2-3x (the opposite of what a
+and BLAS libraries pick their kernels by shape. On the CPUs measured here (docs/performance.md, "Checking k
+tokens on a CPU"), `F.linear` on a few rows takes well over one row's time (the opposite of what a
 memory-bound product should do). Two other forms of the same product do better:
 
 - "columns": `W @ x.T`, the weight times a few columns, runs near the memory floor for 1-2 rows (a
   single row is passed as two equal rows: BLAS has a fast kernel for two columns and a slow
   matrix-vector path on some CPUs);
 - "packed": oneDNN's inner product on a copy of the weight reordered once, at load, into the blocked
-  layout its kernels read. From 3 rows on it stays within about 1.3x of one row up to 9-16 rows, where
-  MKL takes 2-3x: this is what makes checking a tree of drafts cheap on a CPU. A layer whose packed form
-  wins at every row count timed holds its weight only in that layout (`hold_packed`: the packed copy
-  replaces the weight, so memory does not grow; on that EPYC every large layer of the Qwen2.5 pair did, a
-  single row included, and a prefill's 48-300 rows ran in 0.41-0.45x of F.linear's time). Any other
+  layout its kernels read. From 3 rows on it stays close to one row's cost where MKL's grows: this is what
+  makes checking a tree of drafts cheap on a CPU. A layer whose packed form wins at every row count timed
+  holds its weight only in that layout (`hold_packed`: the packed copy replaces the weight, so memory does not
+  grow; every large layer of the Qwen2.5 pair did on an AVX-512 EPYC, a prefill's rows included:
+  docs/log/2026-12.md). Any other
   layer may keep a packed copy beside its weight, which costs memory, so only while the machine and the
   model's share allow it.
 
@@ -61,7 +61,7 @@ _MIN_GAIN = 0.05  # another form must be this much faster than F.linear to be us
 _PACKED_SHARE_OF_FREE_MEMORY = 0.5  # packed copies may take at most this share of the memory available
 # ... and at most this share of the model's own weights, or _PACKED_FLOOR if that is more: a packed copy is a
 # second copy of a weight, and a large model must stay within about 1.3x its weights (a 1.5B verifier whose
-# every layer was packed peaked at 12.7 GB for 6.2 GB of weights). Small models keep every copy that pays.
+# every layer was packed peaked at twice its weights). Small models keep every copy that pays.
 _PACKED_SHARE_OF_WEIGHTS = 0.2
 _PACKED_FLOOR = 2**30
 _DISABLE = "SPECDEC_CPU_MATMUL"  # "off": keep F.linear everywhere
@@ -100,7 +100,7 @@ def columns_product(x_rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def native_bfloat16() -> bool:
     """Whether this CPU has bfloat16 instructions (AVX512-BF16 or AMX). oneDNN also runs bfloat16 on a plain
-    AVX-512 CPU, emulated: there a packed bfloat16 product over 9 rows took 5.7 ms against 2.3 in float32."""
+    AVX-512 CPU, emulated, and slower than float32 there (docs/log/2026-12.md, "Review fixes (session 14)")."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return torch.ops.mkldnn._is_mkldnn_bf16_supported() and any(
         bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)

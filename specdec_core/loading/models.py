@@ -111,9 +111,8 @@ def _mps_available() -> bool:
 
 # A draft language model's "auto": bfloat16 on a CPU whose oneDNN runs bfloat16 natively (AVX512-BF16, AMX), else
 # "auto". A draft on the CPU is read whole for every token it drafts: in bfloat16 it reads half the bytes, and the
-# verifier checks every drafted token, so the output stays the verifier's (docs/performance.md, "A real pair",
-# 2026-12-02: the Qwen2.5-Coder pair went from 1.55x to 2.03x). A draft head keeps "auto": it trains on the
-# verifier's float32 states.
+# verifier checks every drafted token, so the output stays the verifier's (docs/performance.md, "bfloat16, and
+# what stays exact"). A draft head keeps "auto": it trains on the verifier's float32 states.
 DRAFT_AUTO = "draft-auto"
 
 

@@ -13,7 +13,7 @@ How each figure is measured (all runs start from empty KV caches, so no run prof
                         transformers' generate() cannot be split, so the comparison with it uses this.
                         A separate draft model reads the prompt and drafts round 1 during the verifier's
                         prefill where a core is free (Engine.drafts_ahead): decode time then leaves that
-                        drafting out, so only end-to-end figures compare with runs before it (2026-12-02);
+                        drafting out, so only end-to-end figures compare with runs made without it;
 - overhead            = decode wall time minus the time spent inside the two models' forward passes
                         (a draft pass still running beside the prefill when it ends counts as decode:
                         the overhead reads low by up to one draft pass a reply);

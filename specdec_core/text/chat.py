@@ -61,7 +61,7 @@ def template_renderer() -> Renderer:
 def use_renderer(renderer: Renderer) -> None:
     """Render this process's templates with `renderer` from now on. For a forked child (the app's decoding
     process): the renderer it inherited is its parent's (its pipes, its lock, perhaps held at the fork), and
-    starting one of its own costs a Python start and transformers' imports (~1.4 s on a 2-core AVX2 VM)."""
+    starting one of its own costs a Python start and transformers' imports before its first reply."""
     global _renderer, _renderer_lock
     _renderer, _renderer_lock = renderer, threading.Lock()
 

@@ -2,7 +2,8 @@
 tree pays best.
 
 Leviathan et al.'s speedup formula assumes a verifier pass over k new tokens costs one decoding step. On a
-GPU that holds for small k; on a CPU it does not (docs/performance.md measures 1.0-1.7x for k = 2-6), so the
+GPU that holds for small k; on a CPU it does not (docs/performance.md, "Checking k tokens on a CPU": from
+about one to several plain steps, by CPU and weight format), so the
 engine times every verifier pass by the number of tokens it fed, and picks each round's tree size from that
 curve and the draft's confidence, never from a formula alone. Picking no node at all is allowed: when the
 draft is unsure, a plain decoding step is the fastest choice.
@@ -113,8 +114,8 @@ class VerifyCost:
         above = min((r for r in seconds if r > rows), default=None)
         if below is not None and above is not None:
             # Between the sizes' own estimates, not their raw medians: one slow pass at an unsettled size
-            # above must not make the sizes below it look dearer than it (5 rows timed once at 621 ms read
-            # 434 ms, while 4 rows, interpolated from the raw 621, read 497: trees then stopped at 2 nodes).
+            # above must not make the sizes below it look dearer than it (one slow timing at 5 rows had made
+            # 4 rows read dearer than 5, and trees stopped growing there).
             low, high = self.estimate(below), self.estimate(above)
             assert low is not None and high is not None
             share = (rows - below) / (above - below)
@@ -333,8 +334,8 @@ class PositionRecord:
     A chain's worth depends on the pair and the text (a copy of a quoted passage is right for long runs, a
     copy in a free answer rarely), so the engine sizes each round's chain from this record of the reply so
     far. A round priced out drafts nothing and only ages the record (AGING, slower than DECAY), which drifts
-    back to the prior: a drafter priced out is tried again after some 10-20 rounds, not every few (on the
-    1.5B verifier of docs/performance.md a wrong 4-token copy cost a second plain step)."""
+    back to the prior: a drafter priced out is tried again after some 10-20 rounds, not every few (on a 1.5B
+    verifier a wrong 4-token copy can cost a second plain step: docs/log/2026-12.md, "A real pair")."""
 
     PRIOR = (0.5, 0.65, 0.8, 0.85)  # about prompt lookup's rates on the bundled prompts (trees.LOOKUP_ACCEPTANCE)
     PRIOR_WEIGHT = 2.0
