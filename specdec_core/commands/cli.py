@@ -164,7 +164,8 @@ def cmd_generate(args) -> int:
         else:
             collected = list(render(events, sys.stdout, color))
             sys.stdout.write("\n")
-            print(stats_line(collected[-1], pair.verifier.weights), file=sys.stderr if not args.stats_stdout else sys.stdout, flush=True)
+            print(stats_line(collected[-1], pair.verifier.weights),
+                  file=sys.stderr if not args.stats_stdout else sys.stdout, flush=True)
         finished = collected[-1]
         assert isinstance(finished, Finished)
         if finished.error:

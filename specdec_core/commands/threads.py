@@ -20,7 +20,6 @@ import sys
 
 from specdec_core.defaults import available_cpus
 
-
 # More threads than this many per logical CPU only wait for each other; OpenMP asked for 100,000 crashed.
 THREADS_PER_CPU = 4
 

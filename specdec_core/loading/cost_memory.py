@@ -4,8 +4,9 @@ The engine sizes each round's draft from measured verifier passes (verification/
 none: its first round checks every drafted node, and its next three are plain steps that time the reference
 every tree is weighed against. So a new engine made more verifier calls per reply than one that had already
 replied (docs/log/2026-12.md, "The cost model remembers this machine (session 19)"), and every `specdec
-generate` process, race lane and first reply after a load started that way. So an engine recalls the figures the last engine over the same verifier measured here, and
-writes its own after each reply; fresh timings replace the recalled ones as they come (VerifyCost.recall).
+generate` process, race lane and first reply after a load started that way. So an engine recalls the figures
+the last engine over the same verifier measured here, and writes its own after each reply; fresh timings
+replace the recalled ones as they come (VerifyCost.recall).
 
 One small JSON file per machine, verifier and precision, in the cache folder beside the CPU's product plans
 (<cache>/verify-costs/). `SPECDEC_COST_MEMORY=off` turns it off (the test suite does, so that no test depends

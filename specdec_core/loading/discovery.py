@@ -230,7 +230,7 @@ def _relative(path: Path, root: Path) -> str:
 def _gguf_trees(walk: _Walk, source: str, depth: int) -> Iterator[FoundModel]:
     """GGUF files under each root of `source`, named `<source>:<path under the root>`."""
     for root in roots(source):
-        for folder, entries in walk.tree(root, depth):
+        for _folder, entries in walk.tree(root, depth):
             for entry in entries:
                 if walk.is_gguf(entry):
                     path = Path(entry.path)
@@ -320,7 +320,7 @@ def _hub_repo(walk: _Walk, repo: Path, repo_id: str) -> Iterator[FoundModel]:
         model = walk.folder(snapshot, f"hf:{repo_id}", "hf")
         if model is not None:
             yield model
-    for folder, entries in walk.tree(snapshot, depth=1):
+    for _folder, entries in walk.tree(snapshot, depth=1):
         for entry in entries:
             if walk.is_gguf(entry):
                 path = Path(entry.path)

@@ -390,8 +390,8 @@ def _parsed_once() -> Iterator[None]:
 
     transformers reads every metadata field (a 49k-token vocabulary is ~300k fields) for the tokenizer and
     again for the config, and builds the name map anew for each of a model's ~400 modules: those repeats were
-    over a third of a conversion's time (docs/log/2026-12.md, "Measurements behind comments in the code"). Both are pure functions of their arguments; each caller gets
-    its own copy of the metadata."""
+    over a third of a conversion's time (docs/log/2026-12.md, "Measurements behind comments in the code").
+    Both are pure functions of their arguments; each caller gets its own copy of the metadata."""
     import gguf as gguf_package
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 

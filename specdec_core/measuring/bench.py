@@ -74,7 +74,7 @@ class Reply:
     wall_s: float  # call -> last token, prefill included
     decode_s: float  # Prefilled event -> Finished event (ours only; hf: equals wall_s)
     forward_s: float = 0.0  # inside the models' forward passes during decoding
-    verifier_calls: int = 0  # the verifier's forward passes (ours: the prefill is one; hf: its first also checks drafts)
+    verifier_calls: int = 0  # the verifier's forward passes (ours: the prefill is one; hf: its first checks drafts)
     # The rounds, folded from the RoundVerified events (stats.py's tally; empty for hf): verifier calls
     # during decoding, drafted and accepted tokens per position, draft and verify time.
     tally: StatsAccumulator = field(default_factory=StatsAccumulator)
