@@ -201,7 +201,6 @@ def test_transformers_reads_the_prompt_with_its_first_drafts_so_its_tokens_per_c
     """Ours prefill in a call of their own; transformers' assisted generation checks its first drafts in the
     prompt's call. Counted that way, the same greedy draft gives the same rounds and tokens per call."""
     from bench.real_pair import summarise
-
     from specdec_core.config import GenerationConfig
     from specdec_core.drafting.drafters import ModelDrafter
     from specdec_core.engine import Engine

@@ -41,7 +41,8 @@ def test_a_pages_running_paragraphs_are_kept_and_its_headings_options_and_englis
     assert len(kept) == 3 and not any("English" in p for p in kept)
     assert languages.in_language("如果使用了 --inetd 选项，那么 socket 文件描述符将被用作标准输入。", "zh_CN")
     assert not languages.in_language("If the input file is huge, allocating the memory may fail.", "zh_CN")
-    assert languages._join(["将被用作被调用进程的", "标准输入与标准输出。"]) == "将被用作被调用进程的标准输入与标准输出。"
+    joined = "将被用作被调用进程的标准输入与标准输出。"
+    assert languages._join(["将被用作被调用进程的", "标准输入与标准输出。"]) == joined
 
 
 def test_passages_join_consecutive_paragraphs_up_to_a_length_and_drop_the_short_ones():

@@ -60,9 +60,10 @@ def test_no_independent_prompt_appears_in_the_training_sets():
 def test_heldout_replies_give_agreement_its_examples_and_the_folder_is_never_trained_on(monkeypatch, tmp_path):
     # `heldout-replies` writes the verifier's greedy replies (with states and labels) under a set name that
     # marks them held out; the head's examples load from them, and train-head refuses that folder.
+    from tiny import as_loaded, make_model, make_tokenizer
+
     import distill.__main__ as steps
     from distill.head import load_examples
-    from tiny import as_loaded, make_model, make_tokenizer
 
     tokenizer = make_tokenizer()
     verifier = as_loaded(make_model("llama", tokenizer, seed=1, logit_scale=8.0), tokenizer, "tiny-verifier")

@@ -70,8 +70,10 @@ def test_outside_conversations_are_seeded_chat_turns_whose_reply_is_the_outside_
     (tmp_path / "geometry.py").write_text(MODULE, encoding="utf-8")
     _write_mo(tmp_path / "locale" / "fr" / "LC_MESSAGES" / "app.mo",
               {f"message number {i}, long enough to be kept": f"message numéro {i} assez long" for i in range(8)})
-    make = lambda seed: outside_conversations(seed, functions=5, translations=3, files=[tmp_path / "geometry.py"],
-                                              locale_dir=tmp_path / "locale")
+    def make(seed):
+        return outside_conversations(seed, functions=5, translations=3, files=[tmp_path / "geometry.py"],
+                                     locale_dir=tmp_path / "locale")
+
     pairs = make(0)
     assert pairs == make(0)
     code = [reply for _, reply in pairs if "```python" in reply]
