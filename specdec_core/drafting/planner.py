@@ -52,6 +52,7 @@ class Plan:
     stop: DraftStop | None = None
     sized: bool = False  # a chain whose length the cost model set below the round's γ
     exploring: bool = False  # a tree drafted for evidence: checked at least γ nodes deep whatever the cut says
+    nodes: int | None = None  # the most nodes the tree may grow (None: the configuration's tree_nodes)
     worth: TreeSizer | None = None
 
 
@@ -182,14 +183,18 @@ class DraftPlanner:
         """A tree grown and cut to the nodes that pay here, unless this round probes a plain step, or not even
         the root's children can pay (_tree_pays). A round that drafts for evidence (_pays) grows its tree at the
         draft's word: cut by a calibration that has not seen this draft (or not lately), it would be cut to
-        nothing and teach the calibration nothing."""
+        nothing and teach the calibration nothing. It grows γ nodes, not the configuration's whole tree: that is
+        evidence enough, and where the verifier's products are compute-bound (quantised weights on a CPU) a check
+        of 16 rows costs as much as 10 plain steps, and growing them as many draft steps."""
         if not config.cost_aware:
             return Plan(tree=True)
         if probe:
             return Plan(tree=True, stop=DraftStop.PROBE)
         if not self._tree_pays(gamma):
             return Plan(tree=True, stop=DraftStop.COST)
-        return Plan(tree=True, exploring=self.exploring, worth=None if self.exploring else self.sizer)
+        if self.exploring:
+            return Plan(tree=True, exploring=True, nodes=gamma)
+        return Plan(tree=True, worth=self.sizer)
 
     def _tree_pays(self, gamma: int) -> bool:
         """Whether this round should grow a tree at all. Growing even the root's children costs a draft

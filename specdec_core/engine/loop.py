@@ -344,7 +344,8 @@ class Engine:
             return DraftTree.empty(plan.stop)
         assert self.drafter is not None
         depth = min(reply.gamma, remaining - 1)
-        tree = self.drafter.propose_tree(reply.ids, TreeRequest(self.tree_nodes(config), depth, worth=plan.worth))
+        nodes = min(self.tree_nodes(config), plan.nodes or self.tree_nodes(config))
+        tree = self.drafter.propose_tree(reply.ids, TreeRequest(nodes, depth, worth=plan.worth))
         return self.planner.cut(tree, plan, depth, config, timed)
 
     def _verify(self, ids: list[int], draft: Draft, config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:

@@ -530,3 +530,16 @@ def test_a_nearly_free_row_for_an_unlikely_sibling_does_not_stop_the_likely_path
     tree = grow_tree(chain_logits(0.95), 0.0, max_nodes=4, max_depth=3, config=GenerationConfig(),
                      eos_token_ids=frozenset(), worth=sizer)
     assert tree.expansions >= 2 and tree.parents[:2] == (-1, 0)  # the path, not the sibling
+
+
+def test_a_new_drafts_first_trees_grow_a_chains_worth_of_nodes_not_the_whole_tree(pairs, tiny_tokenizer):
+    """Drafted for evidence whatever the cost model says, they would otherwise be grown and checked whole: 16 rows,
+    as much as 10 plain steps on a CPU whose quantised products are compute-bound."""
+    verifier, draft = pairs["llama"]
+    engine = Engine(verifier, ModelDrafter(draft))
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    events = generate(engine, prompt, max_new_tokens=24, tree_nodes=16, gamma=4)
+    rounds = [e for e in events if isinstance(e, RoundVerified)]
+    first = [r for r in rounds if r.tree][:DraftPlanner.FIRST_TREES_CHECKED]  # plain steps that time a row between
+    assert len(first) == DraftPlanner.FIRST_TREES_CHECKED and all(len(r.tree) <= 4 for r in first)
+    assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, 24)
