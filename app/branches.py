@@ -8,7 +8,7 @@ among all of them, so "2 of 3" reads the same whichever version is shown.
 
 from __future__ import annotations
 
-from app.store import Message
+from app.conversation import Message
 
 
 def versions_at(messages: list[Message], index: int) -> list[list[Message]]:

@@ -14,9 +14,10 @@ from PySide6.QtCore import QObject, Signal
 
 from app import branches, gc_pin
 from app.chat_view import MessageBubble, Notice
+from app.conversation import Conversation, Message
 from app.ports import WindowPort
 from app.session import Busy
-from app.store import Conversation, Message, SaveConflict
+from app.store import SaveConflict
 from app.trace import ReplyTrace, TokenRecord
 
 if TYPE_CHECKING:

@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow, shutdown_clean
 
     app = QApplication.instance() or QApplication(sys.argv[:1])

@@ -1,6 +1,6 @@
 """The settings panel: models (verifier, drafter, draft, device, dtype) and generation settings.
 
-It edits an `app.store.Settings` in place and says what changed: `models_changed` when a field that
+It edits an `app.settings.Settings` in place and says what changed: `models_changed` when a field that
 needs a reload changed (the Load button lights up), `changed` for everything else (applies to the
 next reply). The doctor's verdict sits right under the draft selector, in words.
 """
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store import PANEL_MAX, TEMPERATURE_MAX, Settings
+from app.settings import PANEL_MAX, TEMPERATURE_MAX, Settings
 from specdec_core.defaults import GAMMA_CEILING, HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT
 from specdec_core.defaults import VERIFIER as DEFAULT_VERIFIER
 

@@ -38,6 +38,7 @@ from app import branches, gc_pin
 from app import session as session_mod
 from app.adapt_controller import AdaptController
 from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
+from app.conversation import Conversation, Message
 from app.conversations import ConversationController
 from app.export import ExportController
 from app.fit import ElidedLabel, fit_to_screen
@@ -47,10 +48,11 @@ from app.host import REPLY, HostKeeper, Runner
 from app.loading import LoadController
 from app.race_controller import RaceController
 from app.session import Busy, PromptInfo, Session
+from app.settings import Settings
 from app.settings_panel import SettingsPanel
 from app.sidebar import ConversationSidebar
 from app.speedup import BaselineBook, BaselineSample
-from app.store import Conversation, ConversationStore, Message, Settings
+from app.store import ConversationStore
 from app.talk import install_talk_mode
 from app.theme import style_sheet
 from app.trace import ReplyTrace

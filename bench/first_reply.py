@@ -30,7 +30,7 @@ def main() -> None:
 
     from app.host import REPLY, ReplyHost, why_not
     from app.session import LoadRequest, load_session
-    from app.store import Settings
+    from app.settings import Settings
     from specdec_core.config import GenerationConfig
     from specdec_core.engine import Controls
     from specdec_core.events import TokenCommitted

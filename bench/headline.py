@@ -264,7 +264,7 @@ def main() -> int:
     from specdec_core.commands.threads import prefer_passive_waiting
 
     prefer_passive_waiting()  # before torch loads, as specdec-chat does
-    from app.store import Settings
+    from app.settings import Settings
     from bench.ui_latency import load_models, open_window
 
     base = Settings()

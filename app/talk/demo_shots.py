@@ -47,7 +47,8 @@ def grab_screen(widget, path: Path) -> None:
 def open_window(args):
     from PySide6.QtGui import QGuiApplication
 
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     settings = Settings()

@@ -333,7 +333,7 @@ class LlamaPage(StepPage):
         self.figure: LlamaFigure | str = ""
 
     def begin(self, ctx: TalkContext, results: DemoResults) -> None:
-        from app.store import data_dir
+        from app.data_files import data_dir
 
         self.figure = llama_figure(ctx.session.verifier_name, data_dir())
         if isinstance(self.figure, str):

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.talk import install_talk_mode
     from app.talk.export import export_gif, export_png
     from app.talk.rounds import Beat

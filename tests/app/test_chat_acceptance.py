@@ -9,8 +9,9 @@ import math
 import numpy as np
 import tiny
 
+from app.conversation import trace_from_dict
 from app.graphs import ADAPTED_SYMBOL, LOADED_SYMBOL
-from app.store import ConversationStore, trace_from_dict
+from app.store import ConversationStore
 
 head_folder = tiny.save_head_folder
 

@@ -365,7 +365,7 @@ def test_close_while_loading_cancels_the_load_at_its_next_step(make_window, qtbo
 
 
 def test_settings_panel_changes_persist(make_window, data_dir):
-    from app.store import Settings
+    from app.settings import Settings
 
     w = make_window(load=False)
     w.settings_panel.gamma.setValue(6)
@@ -379,7 +379,7 @@ def test_settings_panel_changes_persist(make_window, data_dir):
 
 def test_choosing_both_drafters_loads_a_hybrid_with_its_draft_token_cap(make_window, qtbot, send_and_wait,
                                                                         data_dir):
-    from app.store import Settings
+    from app.settings import Settings
     from specdec_core.drafting.drafters import HybridDrafter, ModelDrafter
 
     w = make_window()

@@ -8,7 +8,7 @@ import pytest
 import tiny
 
 from app.chat_view import token_tooltip
-from app.store import trace_from_dict
+from app.conversation import trace_from_dict
 from app.trace import ReplyTrace
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.cross_vocab import StringMatchDrafter, TokenIntersectionDrafter
@@ -47,7 +47,8 @@ def test_a_drafted_tokens_tooltip_shows_the_draft_token_it_came_from_and_survive
 def test_the_html_export_marks_each_mapped_token_with_the_draft_token_it_came_from_and_a_legend_line(pair):
     import html
 
-    from app.store import Conversation, Message, to_html
+    from app.conversation import Conversation, Message
+    from app.export_formats import to_html
     from app.trace import MAPPED_MARK, MAPPED_NOTE, STRING_MATCH
 
     def page(kind):
@@ -117,8 +118,8 @@ def test_a_string_match_proposal_shows_string_match_not_a_draft_probability_of_o
 
 
 def test_the_settings_offer_installed_drafts_with_their_overlap(qtbot):
+    from app.settings import Settings
     from app.settings_panel import SettingsPanel
-    from app.store import Settings
     from specdec_core.pairs.draft_candidates import DraftCandidate
 
     panel = SettingsPanel(Settings())

@@ -98,7 +98,7 @@ def test_without_colours_code_has_no_marks_either(qtbot):
 def test_the_window_keeps_the_code_switch_in_its_settings_view_menu_and_each_code_blocks_link(make_window):
     from PySide6.QtCore import QUrl
 
-    from app.store import Settings
+    from app.settings import Settings
 
     w = make_window(load=False)
     assert not w.settings.code_colored and not w.code_action.isChecked() and not w.chat.code_colored

@@ -91,7 +91,7 @@ def test_the_draft_tree_setting_reaches_the_engine_and_a_bad_value_falls_back(tm
     import json
 
     from app.session import config_from_settings
-    from app.store import Settings
+    from app.settings import Settings
 
     settings = Settings()
     assert config_from_settings(settings).tree_nodes == -1  # auto
@@ -139,7 +139,8 @@ def test_the_graphs_figures_are_the_engines_own_tally(qtbot, tiny_tokenizer, tre
 
 
 def test_a_reply_with_draft_trees_survives_the_conversation_store(tmp_path, tree_trace):
-    from app.store import Conversation, ConversationStore, Message
+    from app.conversation import Conversation, Message
+    from app.store import ConversationStore
 
     store = ConversationStore(tmp_path)
     conv = Conversation(messages=[Message("user", "Once upon a time"), Message("assistant", tree_trace.text,

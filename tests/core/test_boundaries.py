@@ -181,7 +181,8 @@ def test_modules_outside_the_main_window_use_only_its_public_surface():
     assert not bad, "\n".join(bad)
 
 
-QT_FREE_APP_MODULES = ("session", "trace", "store", "speedup", "branches", "validate", "markdown", "ports", "host",
+QT_FREE_APP_MODULES = ("session", "trace", "store", "store_schema", "conversation", "data_files", "settings",
+                       "export_formats", "speedup", "branches", "validate", "markdown", "ports", "host",
                        "talk/context", "talk/rounds", "talk/drafters", "toggles")
 
 
