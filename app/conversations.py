@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from PySide6.QtCore import SignalInstance
 
     from app.chat_view import ChatView
-    from app.graphs import GraphsPanel
+    from app.graphs.graphs_panel import GraphsPanel
     from app.settings_panel import SettingsPanel
     from app.sidebar import ConversationSidebar
     from app.store import ConversationStore

@@ -43,11 +43,11 @@ from app.conversations import ConversationController
 from app.export import ExportController
 from app.fit import ElidedLabel, fit_to_screen
 from app.found_offers import FoundOffers
-from app.graphs import GraphsPanel
-from app.host import REPLY, HostKeeper, Runner
+from app.graphs.graphs_panel import GraphsPanel
+from app.host import HostKeeper, Runner
 from app.loading import LoadController
 from app.race_controller import RaceController
-from app.session import Busy, PromptInfo, Session
+from app.session import Busy, PromptInfo, Session, reply_events
 from app.settings import Settings
 from app.settings_panel import SettingsPanel
 from app.sidebar import ConversationSidebar
@@ -616,7 +616,7 @@ class MainWindow(QMainWindow):
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
         system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
-        worker = EventWorker(lambda: run(REPLY, (messages, system, config), controls),
+        worker = EventWorker(lambda: run(reply_events, (messages, system, config), controls),
                              on_abort=controls.cancel, name="reply", polled=True)  # flush() delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_gen_error)

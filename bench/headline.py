@@ -156,7 +156,7 @@ def measure_race(window, prompt: str, via: str, runs: PromptRuns) -> None:
     window.composer.setPlainText(prompt)  # the race runs the composer's text after the (empty) conversation
     loop = QEventLoop()
     if via == "window":
-        from app.talk.context import race_spread_of
+        from app.runs import race_spread_of
 
         window.racer.finished.connect(loop.quit)
         window.racer.race()

@@ -15,9 +15,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.runs import RunContext, race_lanes, race_spread_of
 from app.speedup import RACE_PAIRS, RaceSpread, race_key
 from app.talk import style as ts
-from app.talk.context import TalkContext, race_lanes, race_spread_of
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data, redraw_grown
 from app.theme import ACCENT, STATE_SOLID
 from app.trace import ReplyTrace
@@ -60,7 +60,7 @@ class RaceView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.ctx: TalkContext | None = None
+        self.ctx: RunContext | None = None
         self.pairs = RACE_PAIRS  # runs of each side, alternating; the headline is their median
         self.run: LaneRun | None = None
         self.result: RaceResult | None = None
@@ -142,7 +142,7 @@ class RaceView(QWidget):
         self._update_buttons()
 
     # -- running ---------------------------------------------------------------------------------------
-    def set_context(self, ctx: TalkContext) -> None:
+    def set_context(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.prompt.setText(f"<b>Prompt:</b> {_short(ctx.prompt_text)}")
         s = ctx.session
@@ -151,7 +151,7 @@ class RaceView(QWidget):
             f"{s.drafter_name or 'no drafter'}")
         self._update_buttons()
 
-    def start(self, ctx: TalkContext) -> None:
+    def start(self, ctx: RunContext) -> None:
         if self.run is not None and self.run.running:
             return
         self.set_context(ctx)

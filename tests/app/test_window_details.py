@@ -108,7 +108,7 @@ def test_a_new_chat_is_in_the_sidebar_from_its_first_message(make_window, qtbot)
 
 
 def test_empty_plots_show_no_negative_axes_and_whole_counts(qtbot):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
 
     live = LiveGraphs()
     qtbot.addWidget(live)
@@ -118,7 +118,7 @@ def test_empty_plots_show_no_negative_axes_and_whole_counts(qtbot):
     for name, plot in live.plots.items():
         (x0, _x1), (y0, _y1) = plot.getPlotItem().vb.viewRange()
         assert y0 >= 0 and (x0 >= -0.5), name
-    axis = live.hist_plot.getPlotItem().getAxis("left")
+    axis = live.plots["hist"].getPlotItem().getAxis("left")
     for spacing, _offset in axis.tickSpacing(0, 1, 200):
         assert spacing >= 1 and spacing == int(spacing)  # no 0.2 of a round
 
