@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtCore import QObject, Signal
 
 from app import branches, gc_pin
-from app.chat_view import MessageBubble, Notice
+from app.bubbles import MessageBubble, Notice
 from app.conversation import Conversation, Message
 from app.ports import WindowPort
 from app.session import Busy

@@ -37,7 +37,8 @@ from PySide6.QtWidgets import (
 from app import branches, gc_pin
 from app import session as session_mod
 from app.adapt_controller import AdaptController
-from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
+from app.bubbles import MessageBubble
+from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, copy_text
 from app.conversation import Conversation, Message
 from app.conversations import ConversationController
 from app.export import ExportController

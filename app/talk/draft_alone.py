@@ -14,12 +14,12 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
-from app.chat_view import TokenTextView
 from app.runs import Lane, RunContext, engine_lane
 from app.talk import style as ts
 from app.talk.context import head_alone, prompt_lookup_alone
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun
 from app.theme import ACCENT
+from app.token_view import TokenTextView
 
 DRAFT_COLOR = ts.DRAFT
 

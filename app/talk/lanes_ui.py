@@ -16,9 +16,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.chat_view import TokenTextView
 from app.runs import Lane, LaneEvent, RunContext, lane_events
 from app.talk import style as ts
+from app.token_view import TokenTextView
 from app.trace import ReplyTrace
 from app.worker import EventWorker
 from specdec_core.events import Finished

@@ -65,7 +65,7 @@ def test_reply_tokens_carry_the_engines_states(make_window, qtbot, send_and_wait
 
     # Rounds reach the graphs, and the tooltip names the token's round and probabilities.
     assert w.graphs.live.figures.t.n == len(trace.rounds) == len([e for e in events if isinstance(e, RoundVerified)])
-    from app.chat_view import token_tooltip
+    from app.token_view import token_tooltip
 
     tip = token_tooltip(shown[0], trace)
     assert "round" in tip and "verifier probability" in tip and "drafting stopped" in tip

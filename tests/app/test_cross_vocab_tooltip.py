@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import tiny
 
-from app.chat_view import token_tooltip
 from app.conversation import trace_from_dict
+from app.token_view import token_tooltip
 from app.trace import ReplyTrace
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.cross_vocab import StringMatchDrafter, TokenIntersectionDrafter

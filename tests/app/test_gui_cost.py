@@ -124,7 +124,7 @@ def test_the_theory_words_and_the_header_growing_and_shrinking_do_not_re_lay_out
 
 
 def test_a_flush_of_many_differently_coloured_tokens_changes_the_document_once(qtbot):
-    from app.chat_view import TokenTextView
+    from app.token_view import TokenTextView
     from app.trace import ReplyTrace, TokenRecord
 
     view = TokenTextView()
@@ -221,7 +221,7 @@ def test_a_token_view_paints_its_text_without_a_python_override_in_the_way_and_s
     from PySide6.QtGui import QHelpEvent
     from PySide6.QtWidgets import QApplication, QTextBrowser, QToolTip
 
-    from app.chat_view import TokenTextView
+    from app.token_view import TokenTextView
     from app.trace import ReplyTrace, TokenRecord
 
     # PySide holds the GIL across a C++ call made from Python: an override of viewportEvent (or paintEvent)

@@ -165,7 +165,7 @@ def test_two_app_instances_editing_one_chat_keep_both_and_say_so(make_window, qt
     """Issue 25: the last writer won, and a delete in one instance followed by a save in the other left a
     1-message fragment. The window's save finds the conversation changed (or deleted) by the other
     instance; its version is kept as a new conversation, and the chat says so."""
-    from app.chat_view import Notice
+    from app.bubbles import Notice
     from app.conversation import Conversation, Message
     from app.store import ConversationStore
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtGui import QBrush, QTextCharFormat, QTextCursor
 
-from app.chat_view import ChatView, TokenTextView, token_tooltip
+from app.chat_view import ChatView
 from app.theme import STATE_SOLID, STATE_STYLE
+from app.token_view import TokenTextView, token_tooltip
 from app.trace import ReplyTrace, TokenRecord
 
 # (text, state, round): the round's rejected draft and its correction share round 3

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from app.chat_view import Notice
+from app.bubbles import Notice
 from app.graphs.header import PAUSED_ROUNDS
 from app.graphs.live import LiveGraphs
 from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace, RoundRecord

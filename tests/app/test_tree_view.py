@@ -62,7 +62,7 @@ def test_the_tooltip_lists_the_tree_and_the_dialog_exports_a_png(qtbot, tree_tra
 
 
 def test_a_tokens_tooltip_in_a_tree_round_shows_the_round_s_tree(tree_trace):
-    from app.chat_view import token_tooltip
+    from app.token_view import token_tooltip
 
     index = tree_rounds(tree_trace)[0]
     token = next(t for t in tree_trace.tokens if t.round == index)

@@ -152,7 +152,7 @@ def test_regenerate_at_temperature_zero_says_why_the_text_is_the_same(make_windo
     with qtbot.waitSignal(w.reply_finished, timeout=60_000) as blocker:
         w.regenerate(None)
     assert blocker.args[0].text == first.text
-    from app.chat_view import Notice
+    from app.bubbles import Notice
 
     notices = [n.label.text() for n in w.chat.findChildren(Notice)]
     assert any("Temperature is 0" in t and "same reply" in t for t in notices)
