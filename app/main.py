@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.settings import Settings
     from app.store import ConversationStore
-    from app.window import MainWindow, shutdown_clean
+    from app.window import MainWindow
+    from app.worker import shutdown_clean
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("specdec")

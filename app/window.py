@@ -19,7 +19,6 @@ from dataclasses import asdict
 from PySide6.QtCore import QRect, QSize, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
-    QApplication,
     QMainWindow,
 )
 
@@ -27,14 +26,12 @@ from app import branches, gc_pin, window_layout
 from app import session as session_mod
 from app.adapt_controller import AdaptController
 from app.bubbles import MessageBubble
-from app.chat_view import Composer
 from app.conversation import Conversation, Message
 from app.conversations import ConversationController
 from app.export import ExportController
 from app.found_offers import FoundOffers
 from app.host import HostKeeper, Runner
 from app.loading import LoadController
-from app.models_line import models_line
 from app.race_controller import RaceController
 from app.session import Busy, PromptInfo, Session, reply_events
 from app.settings import Settings
@@ -48,7 +45,7 @@ from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, StopReason
 
 FLUSH_MS = 40
-# While a reply streams, the graphs redraw one panel on every GRAPH_EVERY-th tick (graphs.py), so each
+# While a reply streams, the graphs redraw one panel on every GRAPH_EVERY-th tick (app/graphs/live.py), so each
 # of the six repaints about twice a second: plots cost tens of milliseconds to paint on a 2-core CPU
 # (and hold the GIL the decoding thread needs), text does not. The last flush draws everything.
 GRAPH_EVERY = 2
@@ -211,33 +208,8 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------------------------ status --
     def update_controls(self) -> None:
         """Buttons and the model label from `busy` and the session."""
-        generating = self.busy in ("reply", "race")
-        self.send_button.setVisible(not generating)
-        self.stop_button.setVisible(generating)
-        self.send_button.setEnabled(self.busy == "" or self.busy == "load")
-        self.race_button.setEnabled(self.busy == "" and self.session is not None)
-        s = self.session
-        # Without a usable drafter the engine decodes with the verifier alone, whatever the switch says:
-        # the button says so instead of staying green. The setting itself is kept for the next pair.
-        no_drafter = s is not None and s.drafter is None and self.busy != "load"
-        self.spec_button.setEnabled(not no_drafter)
-        if no_drafter:
-            self.spec_button.setText("Speculation unavailable")
-            self.spec_button.setToolTip("No usable drafter for this verifier, so replies use the verifier alone. "
-                                        + (s.verdict or ""))
-        else:
-            self.spec_button.setText("Speculation ON" if self.spec_button.isChecked() else "Speculation OFF")
-            self.spec_button.setToolTip(window_layout.SPEC_TIP)
-        if self.busy == "load":
-            return
-        if s is None:
-            self.model_label.setText("No models loaded — Settings ▸ Load models")
-            return
-        baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live())
-        self.model_label.setText(models_line(s, baseline))
-        tip = f"Baseline for the speedup: {baseline.how}" if baseline else ""
-        notes = [*getattr(s.verifier, "notes", ()), *getattr(s.draft, "notes", ())]  # a format fallen back from
-        self.model_label.setToolTip("\n".join(t for t in (tip, self.hosts.note, *notes) if t))  # where replies decode
+        baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live()) if self.session else None
+        window_layout.show_controls(self, baseline)
 
     def show_error(self, text: str) -> None:
         if self._closing:
@@ -429,11 +401,7 @@ class MainWindow(QMainWindow):
     def _restore_earlier_versions(self) -> None:
         """A regenerate that could not start: the reply it set aside is shown again."""
         versions, self._earlier_versions = self._earlier_versions, []
-        if versions:
-            placeholder = Message("assistant", "")
-            branches.attach(placeholder, versions)
-            self.conv.messages.append(placeholder)
-            branches.drop_failed(self.conv.messages, placeholder)
+        if branches.restore(self.conv.messages, versions):
             self.conversations.render()
 
     def start_worker(self, worker: EventWorker, busy: Busy, status: str) -> None:
@@ -625,13 +593,3 @@ class MainWindow(QMainWindow):
         if first_close:
             gc_pin.collector().release()
         event.accept()
-
-
-def shutdown_clean(timeout: float = 1.5) -> bool:
-    """Abort every worker and wait for them; used by main() before the interpreter exits."""
-    ok = wait_all(timeout)
-    QApplication.processEvents()
-    return ok
-
-
-__all__ = ["Busy", "MainWindow", "Composer", "error_text"]

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, copy_text
 from app.fit import ElidedLabel, fit_to_screen
 from app.graphs.graphs_panel import GraphsPanel
+from app.models_line import models_line
 from app.settings_panel import SettingsPanel
 from app.sidebar import ConversationSidebar
 
@@ -172,6 +173,37 @@ def fit_window(w: Window, default_size: Any, area: QRect | None = None) -> None:
     room = width - left - w.legend.full_width() - margins.left() - margins.right() - 12  # the separators
     right = max(300, min(560 if width >= 1400 else int(width * 0.34), room))
     w.resizeDocks([w.left_dock, w.right_dock], [left, right], Qt.Orientation.Horizontal)
+
+
+def show_controls(w: Window, baseline: Any | None) -> None:
+    """The buttons and the models' line from the window's `busy` and session; `baseline`: the verifier-alone
+    baseline the next reply compares with (app.speedup.Baseline), if any."""
+    generating = w.busy in ("reply", "race")
+    w.send_button.setVisible(not generating)
+    w.stop_button.setVisible(generating)
+    w.send_button.setEnabled(w.busy == "" or w.busy == "load")
+    w.race_button.setEnabled(w.busy == "" and w.session is not None)
+    s = w.session
+    # Without a usable drafter the engine decodes with the verifier alone, whatever the switch says:
+    # the button says so instead of staying green. The setting itself is kept for the next pair.
+    no_drafter = s is not None and s.drafter is None and w.busy != "load"
+    w.spec_button.setEnabled(not no_drafter)
+    if no_drafter:
+        w.spec_button.setText("Speculation unavailable")
+        w.spec_button.setToolTip("No usable drafter for this verifier, so replies use the verifier alone. "
+                                 + (s.verdict or ""))
+    else:
+        w.spec_button.setText("Speculation ON" if w.spec_button.isChecked() else "Speculation OFF")
+        w.spec_button.setToolTip(SPEC_TIP)
+    if w.busy == "load":
+        return
+    if s is None:
+        w.model_label.setText("No models loaded — Settings ▸ Load models")
+        return
+    w.model_label.setText(models_line(s, baseline))
+    tip = f"Baseline for the speedup: {baseline.how}" if baseline else ""
+    notes = [*getattr(s.verifier, "notes", ()), *getattr(s.draft, "notes", ())]  # a format fallen back from
+    w.model_label.setToolTip("\n".join(t for t in (tip, w.hosts.note, *notes) if t))  # where replies decode
 
 
 # ---- menus ---------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-demo-shots-"))
     from PySide6.QtWidgets import QApplication
 
-    from app.window import shutdown_clean
+    from app.worker import shutdown_clean
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setStyle("Fusion")

@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from app.talk import install_talk_mode
     from app.talk.export import export_gif, export_png
     from app.talk.rounds import Beat
-    from app.window import MainWindow, shutdown_clean
+    from app.window import MainWindow
+    from app.worker import shutdown_clean
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setStyle("Fusion")

@@ -209,7 +209,7 @@ def test_quitting_mid_reply_exits_promptly_and_keeps_the_partial_reply(tiny_mode
 
 
 def test_busy_is_one_public_state_announced_on_each_change(make_window, qtbot, send_and_wait):
-    from app.window import Busy
+    from app.session import Busy
 
     w = make_window(max_new_tokens=6)
     seen = []
