@@ -86,7 +86,8 @@ def test_a_tree_rounds_mapped_nodes_are_marked_with_the_draft_token_in_the_tree_
 
 
 def test_the_replay_marks_a_mapped_token_and_names_the_draft_token_in_its_numbers(pair, qtbot):
-    from app.talk.replay import NumbersTable, chip_label
+    from app.talk.replay import NumbersTable
+    from app.talk.round_stage import chip_label
     from app.talk.rounds import Beat, Step, rounds_of
     from app.trace import MAPPED_MARK
 
