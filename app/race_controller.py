@@ -1,7 +1,7 @@
 """The window's race: the last prompt with speculation off and on, alternating, several times (the verdict is
 their median and spread), same seed, into the Race graphs.
 
-It runs the same lanes as the Talk menu's race (`lane_events` in app/talk/context.py): one race
+It runs the same lanes as the Talk menu's race (`lane_events` in app/runs.py): one race
 implementation. Each off run is a verifier-alone run, so it joins the window's baselines, marked as run
 with the live graphs hidden (the Race tab covers them).
 """

@@ -194,7 +194,7 @@ def test_modules_outside_the_main_window_use_only_its_public_surface():
 QT_FREE_APP_MODULES = ("session", "trace", "store", "store_schema", "conversation", "data_files", "settings", "runs",
                        "export_formats", "speedup", "branches", "validate", "markdown", "ports", "host",
                        "talk/context", "talk/rounds", "talk/drafters", "toggles", "graphs/figures", "graphs/header",
-                       "graphs/stats_files")
+                       "graphs/stats_files", "models_line")
 
 
 def test_the_apps_qt_free_modules_import_no_qt_not_even_inside_a_function():
