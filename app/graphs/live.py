@@ -71,8 +71,7 @@ class LiveGraphs(QWidget):
         panels: list[Panel] = [ThroughputPanel(fg), AcceptedPanel(), AcceptedLengthsPanel(), PositionsPanel(),
                                RoundTimePanel(), self.theory, VerifyCostPanel()]
         self.panels: dict[str, Panel] = {p.name: p for p in panels}
-        self.plots = {name: self.panels[name].plot for name in ("tps", "acc", "hist", "pos", "time", "theory",
-                                                                "cost")}
+        self.plots = {name: panel.plot for name, panel in self.panels.items()}
         # the open chat's replies, one point each (not a panel of the reply: fed by `ChatAcceptance.show`)
         self.history = ChatAcceptance()
         self.switch_marks = SwitchMarks(self.plots)  # where speculation was switched mid-reply (Ctrl+D)
