@@ -22,8 +22,8 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QFileDialog, QLabel, QMenu
 
 from app.session import Busy
-from specdec_core.loading.kept_files import kept_json, set_aside
 from app.worker import FunctionWorker, error_text
+from specdec_core.loading.kept_files import kept_json, set_aside
 
 FOLDER = "adapted-draft"
 DEFAULT_ON = False  # see `_read_switch`

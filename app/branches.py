@@ -8,7 +8,7 @@ among all of them, so "2 of 3" reads the same whichever version is shown.
 
 from __future__ import annotations
 
-from app.store import Message
+from app.conversation import Message
 
 
 def versions_at(messages: list[Message], index: int) -> list[list[Message]]:
@@ -65,3 +65,14 @@ def drop_failed(messages: list[Message], reply: Message) -> None:
 def position(message: Message) -> tuple[int, int]:
     """(which version this is, from 1; how many there are)."""
     return message.branch_index + 1, len(message.branches) + 1
+
+
+def restore(messages: list[Message], versions: list[list[Message]]) -> bool:
+    """A regenerate that could not start: the versions it set aside come back as the reply (True if any)."""
+    if not versions:
+        return False
+    placeholder = Message("assistant", "")
+    attach(placeholder, versions)
+    messages.append(placeholder)
+    drop_failed(messages, placeholder)
+    return True

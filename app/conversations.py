@@ -13,17 +13,18 @@ from typing import TYPE_CHECKING, Protocol
 from PySide6.QtCore import QObject, Signal
 
 from app import branches, gc_pin
-from app.chat_view import MessageBubble, Notice
+from app.bubbles import MessageBubble, Notice
+from app.conversation import Conversation, Message
 from app.ports import WindowPort
 from app.session import Busy
-from app.store import Conversation, Message, SaveConflict
+from app.store import SaveConflict
 from app.trace import ReplyTrace, TokenRecord
 
 if TYPE_CHECKING:
     from PySide6.QtCore import SignalInstance
 
     from app.chat_view import ChatView
-    from app.graphs import GraphsPanel
+    from app.graphs.graphs_panel import GraphsPanel
     from app.settings_panel import SettingsPanel
     from app.sidebar import ConversationSidebar
     from app.store import ConversationStore

@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtWidgets import QFileDialog
 
-from app.graphs import stats_csv, stats_json
-from app.store import to_html, to_json, to_markdown
+from app.export_formats import to_html, to_json, to_markdown
+from app.graphs.stats_files import stats_csv, stats_json
 
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
-    from app.graphs import GraphsPanel
-    from app.store import Conversation
+    from app.conversation import Conversation
+    from app.graphs.graphs_panel import GraphsPanel
     from app.trace import ReplyTrace
 
 

@@ -22,9 +22,10 @@ child's first parallel region then starts a pool of its own. The child checks at
 parallel, and the app waits for that before it sends a reply; a child that does not answer is ended and the app
 decodes itself.
 
-The child runs jobs: a reply (app.session.reply_events) or a race (app.talk.context.race_events), each a
-module-level generator of events taking (session, *args, controls), named by a "module:function" string and
-looked up where it runs, here or in the child (`run_here`, `ReplyHost.run`).
+The child runs jobs: a reply (app.session.reply_events) or a race (app.runs.race_events), each a
+module-level generator of events taking (session, *args, controls), which the caller passes to `run_here` or
+`ReplyHost.run` itself. Only the job's import name crosses the pipe (`_name_of`); the forked child has the same
+modules and looks it up there, so a job is always a function of the app's own code.
 
 A job's chat template is rendered by the app's own renderer process (chat.py), asked over the pipe: the one
 the child inherited belongs to the app, and starting one of its own delayed each child's first reply by a
@@ -67,8 +68,6 @@ OFF_ENV = "SPECDEC_HOST"  # "0": replies decode in the app's own process
 READY_TIMEOUT_S = 5.0  # the child's first answer (the GUI waits): it only has to compute two small products
 POLL_S = 0.02  # how often the waiting side passes a cancel or a speculation switch on to the child
 DRAIN_TIMEOUT_S = 5.0  # a reply abandoned midway: how long to wait for the child to end it
-REPLY = "app.session:reply_events"  # a chat reply: (messages, system, config)
-RACE = "app.talk.context:race_events"  # a race, speculation off against on: (messages, system, config, pairs)
 _CANCEL, _SPECULATE = 0, 1  # the shared bytes: cancel (0/1), speculate (-1: the config's, 0 off, 1 on)
 HEARTBEAT_S = 0.25  # how often the child's heartbeat thread writes the time
 STOP_WAIT_S = 2.0  # after Stop: how long the child has to end the reply before it is ended
@@ -159,17 +158,29 @@ class _Failed:
     message: str
 
 
-def _job(name: str) -> Callable[..., Iterator[object]]:
+# A job: a module-level generator function (session, *args, controls) -> events, e.g. app.session.reply_events.
+Job = Callable[..., Iterator[object]]
+
+
+def _name_of(job: Job) -> str:
+    """How the child finds `job`: its import name ("module:function"). The function itself is not pickled: a
+    forked child already has the module, and looks the job up there (`_job`)."""
+    if "<locals>" in job.__qualname__ or "." in job.__qualname__:
+        raise ValueError(f"a job must be a module-level function, not {job.__qualname__}")
+    return f"{job.__module__}:{job.__qualname__}"
+
+
+def _job(name: str) -> Job:
     module, _, function = name.partition(":")
     return getattr(importlib.import_module(module), function)
 
 
-def run_here(session: Any, job: str, args: tuple, controls: Any) -> Iterator[object]:
+def run_here(session: Any, job: Job, args: tuple, controls: Any) -> Iterator[object]:
     """The job's events, decoded in this process: what `ReplyHost.run` does in the child."""
-    return _job(job)(session, *args, controls)
+    return job(session, *args, controls)
 
 
-Runner = Callable[[str, tuple, Any], Iterator[object]]  # (job, args, controls) -> its events: a host's, or run_here
+Runner = Callable[[Job, tuple, Any], Iterator[object]]  # (job, args, controls) -> its events: a host's, or run_here
 
 
 def why_not(session: Any) -> str | None:
@@ -260,7 +271,7 @@ def _serve(conn: Any, app_end: Any, session: Any, flags: Any, threads: int, hear
         name, args = job
         cpu, wall = time.thread_time(), time.perf_counter()
         try:
-            for ev in run_here(session, name, args, controls):
+            for ev in run_here(session, _job(name), args, controls):
                 conn.send(ev)
             conn.send(_Ended(time.thread_time() - cpu, time.perf_counter() - wall))
         except (BrokenPipeError, EOFError):
@@ -338,8 +349,9 @@ class ReplyHost:
         except OSError as exc:  # out of memory or processes
             failed.append(exc)
 
-    def run(self, job: str, args: tuple, controls: Any) -> Iterator[object]:
+    def run(self, job: Job, args: tuple, controls: Any) -> Iterator[object]:
         """The job's events as the child decodes them; `controls` (the window's) reach it while it does."""
+        name = _name_of(job)
         process = self._process  # close() (on the GUI thread) may let go of it while this thread reads
         if not self.alive:
             if self.failure is None:
@@ -351,7 +363,7 @@ class ReplyHost:
         self._controls, self._stopped_at = controls, None
         self._pass_controls(controls)
         try:
-            self._send((job, args))
+            self._send((name, args))
             while True:
                 self._pass_controls(controls)
                 if not self._conn.poll(POLL_S):

@@ -22,7 +22,7 @@ from specdec_core import defaults
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
-    from app.graphs import GraphsPanel
+    from app.graphs.graphs_panel import GraphsPanel
     from app.host import HostKeeper
     from app.settings_panel import SettingsPanel
     from app.speedup import BaselineBook

@@ -13,10 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any, NoReturn
 
 EXIT_OK, EXIT_FAIL = 0, 1
-
-
 
 MAX_TIMEOUT_S = (2**31 - 1) // 1000  # a Qt timer counts milliseconds in a signed 32-bit int: about 24 days
 
@@ -77,30 +76,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:  # before torch loads: idle OpenMP threads sleep instead of spinning against the GUI thread
-        from specdec_core.commands.threads import prefer_passive_waiting
-
-        prefer_passive_waiting()
-    except ImportError:
-        pass
-    if args.data_dir:
-        os.environ["SPECDEC_DATA_DIR"] = args.data_dir
-
-    from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QApplication
-
-    from app.store import ConversationStore, Settings
-    from app.window import MainWindow, shutdown_clean
-
-    app = QApplication.instance() or QApplication(sys.argv[:1])
-    app.setApplicationName("specdec")
-    app.setApplicationDisplayName("specdec")
-    app.setStyle("Fusion")
-
-    store = ConversationStore()
-    settings = Settings.load(store.root)
+def _settings_from_flags(args: argparse.Namespace, settings: Any) -> bool:
+    """Apply the model and generation flags to `settings` (app.settings.Settings); True if any was given."""
     overrides = False
     if args.verifier:
         settings.verifier, overrides = args.verifier, True
@@ -116,6 +93,117 @@ def main(argv: list[str] | None = None) -> int:
         settings.max_new_tokens, overrides = args.max_new_tokens, True
     if args.no_speculation:
         settings.speculate, overrides = False, True
+    return overrides
+
+
+class _Automation:
+    """What the automation flags make of the window's signals: the exit status (1 once anything failed), the
+    screenshot once done, the race after the reply, a close mid-reply."""
+
+    def __init__(self, args: argparse.Namespace, app: Any, window: Any) -> None:
+        self.args, self.app, self.window = args, app, window
+        self.code, self.errors, self.done = EXIT_OK, [], False
+
+    def connect(self) -> None:
+        w, args = self.window, self.args
+        w.load_failed.connect(self.fail)
+        w.error_shown.connect(lambda msg: self.fail(msg) if args.quit_when_done and w.busy != "load" else None)
+        w.reply_finished.connect(self.on_reply)
+        w.race_finished.connect(self.on_race)
+        w.models_loaded.connect(self.on_loaded)
+        if args.close_mid_reply > 0:
+            w.generation_event.connect(self.maybe_close)
+
+    def fail(self, message: str) -> None:
+        self.errors.append(message)
+        if self.args.quit_when_done and not self.done:
+            self.done = True
+            print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
+            self.code = EXIT_FAIL
+            self.finish(screenshot=bool(self.args.screenshot))
+
+    def finish(self, screenshot: bool = True) -> None:
+        from PySide6.QtCore import QTimer
+
+        QTimer.singleShot(300, lambda: self._shoot_and_quit(screenshot))  # let the last flush and repaint land
+
+    def _shoot_and_quit(self, screenshot: bool) -> None:
+        args, window = self.args, self.window
+        window.flush()
+        self.app.processEvents()
+        if screenshot and args.screenshot:
+            if not window.grab().save(args.screenshot, "PNG"):
+                print(f"specdec-chat: could not write {args.screenshot}", file=sys.stderr, flush=True)
+                self.code = EXIT_FAIL
+            else:
+                print(f"screenshot saved to {args.screenshot}", flush=True)
+        if args.quit_when_done:
+            window.close()
+            self.app.exit(self.code)
+
+    def on_reply(self, trace: Any) -> None:
+        if self.done:
+            return
+        if trace.error or trace.stop_reason == "error":
+            self.fail(f"generation failed: {trace.error}")
+            return
+        if self.args.race:
+            self.window.racer.race()
+            return
+        self.done = True
+        self.finish()
+
+    def on_race(self, text: str) -> None:
+        if self.done:
+            return
+        self.done = True
+        print(f"race: {text}", flush=True)
+        self.finish()
+
+    def on_loaded(self, session: Any) -> None:
+        if not session.verdict_ok:  # the app goes on with the verifier alone, but the run failed
+            print(f"specdec-chat: {session.verdict}", file=sys.stderr, flush=True)
+            self.code = EXIT_FAIL
+        if not self.args.prompt and (self.args.quit_when_done or self.args.screenshot) and not self.done:
+            self.done = True
+            self.finish()
+
+    def maybe_close(self, _ev: object) -> None:
+        trace = self.window.graphs.live.trace
+        if not self.done and trace is not None and len(trace.tokens) >= self.args.close_mid_reply:
+            self.done = True
+            import time
+
+            print(f"closing mid-reply at {time.time():.3f} with {len(trace.tokens)} tokens", flush=True)
+            self.window.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:  # before torch loads: idle OpenMP threads sleep instead of spinning against the GUI thread
+        from specdec_core.commands.threads import prefer_passive_waiting
+
+        prefer_passive_waiting()
+    except ImportError:
+        pass
+    if args.data_dir:
+        os.environ["SPECDEC_DATA_DIR"] = args.data_dir
+
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.settings import Settings
+    from app.store import ConversationStore
+    from app.window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("specdec")
+    app.setApplicationDisplayName("specdec")
+    app.setStyle("Fusion")
+
+    store = ConversationStore()
+    settings = Settings.load(store.root)
+    overrides = _settings_from_flags(args, settings)
     # One-off flags must not overwrite the user's saved settings.
     window = MainWindow(settings, store, persist_settings=not overrides)
     try:
@@ -124,86 +212,20 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         window.fit_to()  # the default size, or the screen's available area where that is smaller
     window.show()
-
-    state = {"code": EXIT_OK, "errors": [], "done": False}
-
-    def fail(message: str) -> None:
-        state["errors"].append(message)
-        if args.quit_when_done and not state["done"]:
-            state["done"] = True
-            print(f"specdec-chat: {message}", file=sys.stderr, flush=True)
-            state["code"] = EXIT_FAIL
-            finish(screenshot=bool(args.screenshot))
-
-    def finish(screenshot: bool = True) -> None:
-        def shoot_and_quit() -> None:
-            window.flush()
-            app.processEvents()
-            if screenshot and args.screenshot:
-                if not window.grab().save(args.screenshot, "PNG"):
-                    print(f"specdec-chat: could not write {args.screenshot}", file=sys.stderr, flush=True)
-                    state["code"] = EXIT_FAIL
-                else:
-                    print(f"screenshot saved to {args.screenshot}", flush=True)
-            if args.quit_when_done:
-                window.close()
-                app.exit(state["code"])
-        QTimer.singleShot(300, shoot_and_quit)  # let the last flush and the graphs' repaint land
-
-    def on_reply(trace) -> None:
-        if state["done"]:
-            return
-        if trace.error or trace.stop_reason == "error":
-            fail(f"generation failed: {trace.error}")
-            return
-        if args.race:
-            window.racer.race()
-            return
-        state["done"] = True
-        finish()
-
-    def on_race(text: str) -> None:
-        if state["done"]:
-            return
-        state["done"] = True
-        print(f"race: {text}", flush=True)
-        finish()
-
-    def on_loaded(session) -> None:
-        if not session.verdict_ok:  # the app goes on with the verifier alone, but the run failed
-            print(f"specdec-chat: {session.verdict}", file=sys.stderr, flush=True)
-            state["code"] = EXIT_FAIL
-        if not args.prompt and (args.quit_when_done or args.screenshot) and not state["done"]:
-            state["done"] = True
-            finish()
-
-    window.load_failed.connect(fail)
-    window.error_shown.connect(lambda msg: fail(msg) if args.quit_when_done and window.busy != "load" else None)
-    window.reply_finished.connect(on_reply)
-    window.race_finished.connect(on_race)
-    window.models_loaded.connect(on_loaded)
-
-    if args.close_mid_reply > 0:
-        def maybe_close(_ev) -> None:
-            trace = window.graphs.live.trace
-            if not state["done"] and trace is not None and len(trace.tokens) >= args.close_mid_reply:
-                state["done"] = True
-                import time
-
-                print(f"closing mid-reply at {time.time():.3f} with {len(trace.tokens)} tokens", flush=True)
-                window.close()
-        window.generation_event.connect(maybe_close)
-
+    run = _Automation(args, app, window)
+    run.connect()
     if args.timeout > 0:
-        QTimer.singleShot(int(args.timeout * 1000), lambda: fail(f"not done after {args.timeout:g} s"))
-
+        QTimer.singleShot(int(args.timeout * 1000), lambda: run.fail(f"not done after {args.timeout:g} s"))
     QTimer.singleShot(0, window.loader.load)
     QTimer.singleShot(0, window.found_offers.refresh)  # the models found here, offered in the settings
     if args.prompt:
         QTimer.singleShot(0, lambda: window.send(args.prompt))
+    _exit(app.exec() or run.code, store, window)
 
-    code = app.exec()
-    code = code or state["code"]
+
+def _exit(code: int, store: Any, window: Any) -> NoReturn:
+    from app.worker import shutdown_clean
+
     shutdown_clean(0.2)  # delivers a reply's last events (its Finished is saved), closeEvent waited 0.3 s
     store.close()  # finish the store's queued background writes before the process ends
     if any(store.save_failed(conv_id) for conv_id in window.conversations.lost):  # a chat lost (said on stderr)

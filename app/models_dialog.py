@@ -38,8 +38,8 @@ FOUND_COLUMNS = ("found model", "parameters", "size", "architecture", "quantisat
 if TYPE_CHECKING:
     from app.found_offers import FoundOffers
     from app.loading import LoadController
+    from app.settings import Settings
     from app.settings_panel import SettingsPanel
-    from app.store import Settings
 
 COLUMNS = ("model", "parameters", "size", "licence", "state")
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from app.conversation import Conversation
     from app.host import Runner
     from app.session import Busy, Session
-    from app.store import Conversation, Settings
+    from app.settings import Settings
 
 
 class StatePort(Protocol):

@@ -1,7 +1,7 @@
 """The window's race: the last prompt with speculation off and on, alternating, several times (the verdict is
 their median and spread), same seed, into the Race graphs.
 
-It runs the same lanes as the Talk menu's race (`lane_events` in app/talk/context.py): one race
+It runs the same lanes as the Talk menu's race (`lane_events` in app/runs.py): one race
 implementation. Each off run is a verifier-alone run, so it joins the window's baselines, marked as run
 with the live graphs hidden (the Race tab covers them).
 """
@@ -24,7 +24,7 @@ from specdec_core.events import Finished
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
-    from app.graphs import GraphsPanel
+    from app.graphs.graphs_panel import GraphsPanel
     from app.trace import ReplyTrace
 
 
@@ -70,14 +70,14 @@ class RaceController(QObject):
         if w.session.drafter is None:
             w.show_error("There is no usable drafter, so there is nothing to race. " + w.session.verdict)
             return
+        from app.runs import RunContext
         from app.speedup import race_order
-        from app.talk.context import TalkContext
         from specdec_core.engine import Controls
 
         self._greedy = config.greedy
         controls = Controls()
         # In the window's decoding process where there is one (app/host.py), as the chat's replies.
-        events = TalkContext(w.session, messages, w.conv.system, config, w.job_runner).race_source(self.pairs)
+        events = RunContext(w.session, messages, w.conv.system, config, w.job_runner).race_source(self.pairs)
         w.graphs.race.start([key for key, _speculate in race_order(self.pairs)])
         w.show_graphs(1)
         worker = EventWorker(lambda: events(controls), on_abort=controls.cancel, name="race",
@@ -89,7 +89,7 @@ class RaceController(QObject):
         w.start_worker(worker, Busy.RACE, "Racing: speculation off, then on…")
 
     def _on_event(self, ev: object) -> None:
-        from app.talk.context import LaneEvent
+        from app.runs import LaneEvent
 
         if isinstance(ev, PromptInfo):
             self._prompt_tokens = ev.prompt_tokens

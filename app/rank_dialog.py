@@ -63,30 +63,7 @@ class RankDialog(QDialog):
         self.worker: FunctionWorker | None = None
         self.result: dict | None = None
 
-        session = window.session
-        drafts = [session.request.draft] if session and session.request.draft else []
-        if "smollm2-135m-draft" not in drafts:
-            drafts.append("smollm2-135m-draft")
-        self.drafts = QLineEdit(" ".join(drafts))
-        self.drafts.setToolTip("Model specs separated by spaces; prompt lookup is always ranked too")
-        self.prompts = QComboBox()
-        self.prompts.addItems(PROMPT_SETS)
-        self.prompts.setCurrentText("chat")
-        self.gammas = QLineEdit("2,4")
-        self.max_tokens = QSpinBox()
-        self.max_tokens.setRange(8, 512)
-        self.max_tokens.setValue(48)
-        self.hybrid = QCheckBox("also each draft with prompt lookup (1 draft token where nothing matches)")
-        self.hybrid.setChecked(True)
-        self.hybrid.setToolTip("The embedded pair's default drafter is such a hybrid; this doubles the time")
-
-        form = QFormLayout()
-        form.addRow("Drafts", self.drafts)
-        form.addRow("Prompt set", self.prompts)
-        form.addRow("γ values", self.gammas)
-        form.addRow("New tokens per prompt", self.max_tokens)
-        form.addRow("Hybrids", self.hybrid)
-
+        form = self._build_form(window)
         self.status = QLabel("Measures each draft with speculation off and on, on this machine.")
         self.status.setWordWrap(True)
         self.progress = QProgressBar()
@@ -119,6 +96,33 @@ class RankDialog(QDialog):
         self.rows: list[dict] = []
         fit_to_screen(self, QSize(900, 460))
 
+    def _build_form(self, window: RankWindow) -> QFormLayout:
+        """What to rank: the drafts (the loaded one and the shipped one), the prompts, γ, the reply length."""
+        session = window.session
+        drafts = [session.request.draft] if session and session.request.draft else []
+        if "smollm2-135m-draft" not in drafts:
+            drafts.append("smollm2-135m-draft")
+        self.drafts = QLineEdit(" ".join(drafts))
+        self.drafts.setToolTip("Model specs separated by spaces; prompt lookup is always ranked too")
+        self.prompts = QComboBox()
+        self.prompts.addItems(PROMPT_SETS)
+        self.prompts.setCurrentText("chat")
+        self.gammas = QLineEdit("2,4")
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(8, 512)
+        self.max_tokens.setValue(48)
+        self.hybrid = QCheckBox("also each draft with prompt lookup (1 draft token where nothing matches)")
+        self.hybrid.setChecked(True)
+        self.hybrid.setToolTip("The embedded pair's default drafter is such a hybrid; this doubles the time")
+
+        form = QFormLayout()
+        form.addRow("Drafts", self.drafts)
+        form.addRow("Prompt set", self.prompts)
+        form.addRow("γ values", self.gammas)
+        form.addRow("New tokens per prompt", self.max_tokens)
+        form.addRow("Hybrids", self.hybrid)
+        return form
+
     @property
     def running(self) -> bool:
         return self.worker is not None and self.worker.is_running
@@ -148,25 +152,7 @@ class RankDialog(QDialog):
         verifier, request = session.verifier, session.request
         hybrid_tokens = 1 if self.hybrid.isChecked() else None
 
-        def work(progress, cancelled):
-            from specdec_core.engine import Engine
-            from specdec_core.loading.models import load_model
-            from specdec_core.measuring.bench import rank_drafts
-            from specdec_core.pairs.pairing import draft_dtype_for
-
-            engine = Engine(verifier)
-            result: dict = {"ranking": []}
-            for candidate in candidates:  # one at a time: each one's rows reach the table when measured
-                if cancelled():
-                    break
-                part = rank_drafts(engine, verifier, [candidate], cases, config, gammas, 1,
-                                   load=lambda spec: load_model(spec, device=request.device,
-                                                                dtype=draft_dtype_for(request.dtype)),
-                                   progress=progress, hybrid_tokens=hybrid_tokens)
-                progress(part["ranking"])
-                result = {"setup": part["setup"], "ranking": result["ranking"] + part["ranking"]}
-            result["ranking"] = sort_rows(result["ranking"])
-            return result
+        work = _ranking_work(verifier, request, candidates, cases, config, gammas, hybrid_tokens)
 
         # Replies to measure: each measured row runs every prompt (speculation off and on at each γ).
         models = len(candidates) - 1
@@ -239,3 +225,31 @@ class RankDialog(QDialog):
 def sort_rows(rows: list[dict]) -> list[dict]:
     """Measured rows by speedup, fastest first; then those that could not be measured (as rank_drafts)."""
     return sorted(rows, key=lambda r: (not r.get("compatible") or "speedup" not in r, -r.get("speedup", 0.0)))
+
+
+def _ranking_work(verifier, request, candidates: list, cases: list, config, gammas: list[int],
+                  hybrid_tokens: int | None):
+    """The ranking as a worker's function (progress, cancelled) -> the ranking dict: the candidates measured one
+    at a time on a fresh Engine over the loaded verifier, each one's rows reported as soon as it is measured."""
+
+    def work(progress, cancelled):
+        from specdec_core.engine import Engine
+        from specdec_core.loading.models import load_model
+        from specdec_core.measuring.bench import rank_drafts
+        from specdec_core.pairs.pairing import draft_dtype_for
+
+        engine = Engine(verifier)
+        result: dict = {"ranking": []}
+        for candidate in candidates:  # one at a time: each one's rows reach the table when measured
+            if cancelled():
+                break
+            part = rank_drafts(engine, verifier, [candidate], cases, config, gammas, 1,
+                               load=lambda spec: load_model(spec, device=request.device,
+                                                            dtype=draft_dtype_for(request.dtype)),
+                               progress=progress, hybrid_tokens=hybrid_tokens)
+            progress(part["ranking"])
+            result = {"setup": part["setup"], "ranking": result["ranking"] + part["ranking"]}
+        result["ranking"] = sort_rows(result["ranking"])
+        return result
+
+    return work

@@ -99,10 +99,28 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
     does not fail the load: the session keeps the verifier alone and carries the doctor's reason,
     which the window shows next to the draft selector.
     """
-    from specdec_core.loading.models import load_model
-    from specdec_core.pairs.pairing import draft_dtype_for, load_pair
+    load = _reusing_loader(request, previous, progress, cancelled)
+    verifier, draft, drafter, engine, verdict_ok, verdict, report = _load_pair(request, load, previous)
+    if engine is None:  # no draft chosen: the verifier alone (the previous engine, if it runs this verifier)
+        if previous is not None and previous.verifier is verifier:
+            engine = previous.engine
+            engine.set_drafter(None)
+        else:
+            from specdec_core.engine import Engine
 
-    prev = previous
+            engine = Engine(verifier, None)
+    session = Session(request=request, verifier=verifier, engine=engine, draft=draft, drafter=drafter,
+                      verdict_ok=verdict_ok, verdict=verdict, verdict_report=report)
+    _set_baseline(session, previous, progress, cancelled)
+    return session
+
+
+def _reusing_loader(request: LoadRequest, prev: Session | None, progress: Callable[[LoadStep], None],
+                    cancelled: Callable[[], bool]) -> Callable[[str, str], Any]:
+    """The model loader load_pair calls, (role, spec) -> model: a model the previous session holds with the same
+    spec, device and dtype is reused, each load is reported, and a cancel takes effect after each model."""
+    from specdec_core.loading.models import load_model
+    from specdec_core.pairs.pairing import draft_dtype_for
 
     def load(role: str, spec: str) -> Any:
         if role == "verifier" and prev is not None and prev.request.verifier_key() == request.verifier_key():
@@ -120,6 +138,14 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
             progress(LoadStep("doctor", "checking the pair", None))
         return model
 
+    return load
+
+
+def _load_pair(request: LoadRequest, load: Callable[[str, str], Any], prev: Session | None) -> tuple:
+    """(verifier, draft, drafter, engine, verdict_ok, verdict, report): the CLI's pairing over `load`; the engine
+    is None when no draft was chosen."""
+    from specdec_core.pairs.pairing import load_pair
+
     draft = drafter = engine = None
     verdict_ok, verdict, report = True, "", ""
     if request.drafter in USES_DRAFT and not request.draft.strip():
@@ -134,23 +160,16 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
             verdict_ok, verdict, report = bool(pair.verdict.compatible), pair.verdict.summary(), pair.verdict.report()
         else:
             verdict = "Prompt lookup: drafts by copying earlier text of the conversation; pairs with any verifier."
+    return verifier, draft, drafter, engine, verdict_ok, verdict, report
 
-    if engine is None:  # no draft chosen: the verifier alone (the previous engine, if it runs this verifier)
-        if prev is not None and prev.verifier is verifier:
-            engine = prev.engine
-            engine.set_drafter(None)
-        else:
-            from specdec_core.engine import Engine
 
-            engine = Engine(verifier, None)
-    session = Session(request=request, verifier=verifier, engine=engine, draft=draft, drafter=drafter,
-                      verdict_ok=verdict_ok, verdict=verdict, verdict_report=report)
-
-    # The baseline: the verifier alone on this machine (kept if the verifier did not change)
-    if prev is not None and prev.verifier is verifier and prev.baseline_tps:
+def _set_baseline(session: Session, prev: Session | None, progress: Callable[[LoadStep], None],
+                  cancelled: Callable[[], bool]) -> None:
+    """The baseline: the verifier alone on this machine (kept if the verifier did not change)."""
+    if prev is not None and prev.verifier is session.verifier and prev.baseline_tps:
         session.baseline_tps, session.baseline_source = prev.baseline_tps, prev.baseline_source
         session.baseline_verify_s = prev.baseline_verify_s
-    elif request.calibrate:
+    elif session.request.calibrate:
         progress(LoadStep("baseline", "measuring the verifier alone (speedup baseline)", None))
         session.baseline_tps = calibrate(session, cancelled)
         session.baseline_source = f"calibration run ({CALIBRATION_TOKENS} tokens, verifier alone)"
@@ -158,8 +177,7 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
         # an idle plain step looks dearer than it is. The first reply starts from the costs the replies before
         # it measured on this machine (cost_memory.py), which the calibration leaves as they were, or, with none,
         # times a plain step of its own.
-        engine.forget_verify_costs()
-    return session
+        session.engine.forget_verify_costs()
 
 
 class Cancelled(Exception):

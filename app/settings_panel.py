@@ -1,6 +1,6 @@
 """The settings panel: models (verifier, drafter, draft, device, dtype) and generation settings.
 
-It edits an `app.store.Settings` in place and says what changed: `models_changed` when a field that
+It edits an `app.settings.Settings` in place and says what changed: `models_changed` when a field that
 needs a reload changed (the Load button lights up), `changed` for everything else (applies to the
 next reply). The doctor's verdict sits right under the draft selector, in words.
 """
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store import PANEL_MAX, TEMPERATURE_MAX, Settings
+from app.settings import PANEL_MAX, TEMPERATURE_MAX, Settings
 from specdec_core.defaults import GAMMA_CEILING, HYBRID, MODEL, PROMPT_LOOKUP, USES_DRAFT
 from specdec_core.defaults import VERIFIER as DEFAULT_VERIFIER
 
@@ -138,29 +138,22 @@ class SettingsPanel(QScrollArea):
         inner = QWidget()
         outer = QVBoxLayout(inner)
         outer.setContentsMargins(6, 6, 6, 6)
+        outer.addWidget(self._build_models())
+        outer.addWidget(self._build_generation())
+        outer.addStretch(1)
+        self.setWidget(inner)
+        self.refresh()
+        self._connect_edits()
 
-        # ---- models ----
+    def _build_models(self) -> QGroupBox:
+        """Which pair: the verifier, who drafts and with what, the device and dtype; and Load models."""
         models = QGroupBox("Models")
         form = QFormLayout(models)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # a narrow dock: fields under their labels
         self.verifier = SpecCombo("embedded name, folder, .gguf or hub id")
         form.addRow("Verifier", _browse_row(self.verifier, self))
-        drafter_row = QWidget()
-        dl = QVBoxLayout(drafter_row)  # stacked: three choices do not fit side by side in the panel
-        dl.setContentsMargins(0, 0, 0, 0)
-        dl.setSpacing(2)
-        self.use_lookup = QRadioButton("Prompt lookup")
-        self.use_lookup.setToolTip("Draft by copying earlier text of the conversation (no draft model)")
-        self.use_model = QRadioButton("Draft model")
-        self.use_model.setToolTip("A small model drafts; it must share the verifier's tokenizer")
-        self.use_hybrid = QRadioButton("Both (lookup first)")
-        self.use_hybrid.setToolTip("Prompt lookup where the conversation has a match, the draft model elsewhere")
-        group = QButtonGroup(self)
-        for button in (self.use_lookup, self.use_model, self.use_hybrid):
-            group.addButton(button)
-            dl.addWidget(button)
-        form.addRow("Drafter", drafter_row)
+        form.addRow("Drafter", self._build_drafter_choice())
         self.draft = SpecCombo("draft: folder, .gguf or hub id")
         self.draft_row = _browse_row(self.draft, self)
         form.addRow("Draft", self.draft_row)
@@ -192,9 +185,28 @@ class SettingsPanel(QScrollArea):
         self.pending.setWordWrap(True)
         self.pending.setVisible(False)
         form.addRow("", self.pending)
-        outer.addWidget(models)
+        return models
 
-        # ---- generation ----
+    def _build_drafter_choice(self) -> QWidget:
+        """Prompt lookup, a draft model, or both, stacked: three choices do not fit side by side in the panel."""
+        drafter_row = QWidget()
+        dl = QVBoxLayout(drafter_row)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.setSpacing(2)
+        self.use_lookup = QRadioButton("Prompt lookup")
+        self.use_lookup.setToolTip("Draft by copying earlier text of the conversation (no draft model)")
+        self.use_model = QRadioButton("Draft model")
+        self.use_model.setToolTip("A small model drafts; it must share the verifier's tokenizer")
+        self.use_hybrid = QRadioButton("Both (lookup first)")
+        self.use_hybrid.setToolTip("Prompt lookup where the conversation has a match, the draft model elsewhere")
+        group = QButtonGroup(self)
+        for button in (self.use_lookup, self.use_model, self.use_hybrid):
+            group.addButton(button)
+            dl.addWidget(button)
+        return drafter_row
+
+    def _build_generation(self) -> QGroupBox:
+        """How replies are drafted and sampled, and the chat's system prompt and stop sequences."""
         gen = QGroupBox("Generation")
         g = QFormLayout(gen)
         g.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
@@ -225,6 +237,22 @@ class SettingsPanel(QScrollArea):
         self.cutoff.setSpecialValueText("off")
         self.cutoff.setToolTip("Stop drafting when the draft's top probability falls below this (0: off)")
         g.addRow("Confidence cutoff", self.cutoff)
+        self._build_sampling(g)
+        self.system = QPlainTextEdit()
+        self.system.setPlaceholderText("This chat's system prompt (optional; always kept when old turns are "
+                                       "dropped). New chats start with the last one written.")
+        self.system.setToolTip("Saved with the conversation: each chat keeps its own")
+        self.system.setFixedHeight(72)
+        g.addRow("System", self.system)
+        self.stops = QPlainTextEdit()
+        self.stops.setPlaceholderText("Stop sequences, one per line (\\n for a line break): the reply ends before "
+                                      "the first one it writes")
+        self.stops.setFixedHeight(48)
+        g.addRow("Stop at", self.stops)
+        return gen
+
+    def _build_sampling(self, g: QFormLayout) -> None:
+        """How the verifier's tokens are drawn, and how long a reply may grow."""
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, TEMPERATURE_MAX)
         self.temperature.setSingleStep(0.1)
@@ -256,22 +284,9 @@ class SettingsPanel(QScrollArea):
         self.seed = QSpinBox()
         self.seed.setRange(0, PANEL_MAX["seed"])
         g.addRow("Seed", self.seed)
-        self.system = QPlainTextEdit()
-        self.system.setPlaceholderText("This chat's system prompt (optional; always kept when old turns are "
-                                       "dropped). New chats start with the last one written.")
-        self.system.setToolTip("Saved with the conversation: each chat keeps its own")
-        self.system.setFixedHeight(72)
-        g.addRow("System", self.system)
-        self.stops = QPlainTextEdit()
-        self.stops.setPlaceholderText("Stop sequences, one per line (\\n for a line break): the reply ends before "
-                                      "the first one it writes")
-        self.stops.setFixedHeight(48)
-        g.addRow("Stop at", self.stops)
-        outer.addWidget(gen)
-        outer.addStretch(1)
-        self.setWidget(inner)
 
-        self.refresh()
+    def _connect_edits(self) -> None:
+        """Every field's edits: a model field's mark the loaded pair stale, the others apply at once."""
         for w in (self.verifier, self.draft):
             w.editTextChanged.connect(self._models_edited)
             w.currentIndexChanged.connect(self._models_edited)

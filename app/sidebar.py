@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.store import Conversation, ConversationStore, SaveConflict
+from app.conversation import Conversation
+from app.store import ConversationStore, SaveConflict
 
 
 class ConversationSidebar(QWidget):

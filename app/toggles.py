@@ -10,12 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # app/trace.py's summary reads this module
-    from app.trace import ReplyTrace, RoundRecord
+from typing import Protocol
 
 OFF = "off"  # DraftStop.OFF's value: the round did not speculate because the switch was off
+
+
+class Round(Protocol):
+    """What this module reads of a round (app.trace.RoundRecord; app/trace.py's summary reads this module, so
+    it names no type of app/trace.py)."""
+
+    stop: str  # how its drafting stopped: OFF when the switch was off
+    t_end: float
+    emitted: int
+
+
+class Reply(Protocol):
+    rounds: Sequence[Round]
 
 
 @dataclass(frozen=True)
@@ -25,23 +35,23 @@ class Switch:
     on: bool  # whether speculation was on after it
 
 
-def switch_between(before: RoundRecord | None, after: RoundRecord, position: int) -> Switch | None:
+def switch_between(before: Round | None, after: Round, position: int) -> Switch | None:
     """The switch between two consecutive rounds, if the second was decoded the other way."""
     if before is None or (before.stop == OFF) == (after.stop == OFF):
         return None
     return Switch(position, before.t_end, after.stop != OFF)
 
 
-def switches(rounds: Sequence[RoundRecord]) -> list[Switch]:
+def switches(rounds: Sequence[Round]) -> list[Switch]:
     found = (switch_between(rounds[i - 1] if i else None, r, i) for i, r in enumerate(rounds))
     return [s for s in found if s is not None]
 
 
-def mixed(trace: ReplyTrace) -> bool:
+def mixed(trace: Reply) -> bool:
     return bool(switches(trace.rounds))
 
 
-def mixed_words(trace: ReplyTrace) -> str:
+def mixed_words(trace: Reply) -> str:
     """What a mixed reply's footer says in place of a speedup."""
     found = switches(trace.rounds)
     if not found:

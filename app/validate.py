@@ -47,21 +47,49 @@ def _checker(hint: Any, finite: bool) -> Callable[[Any], Any]:
     origin = typing.get_origin(hint)
     if hint is Any or hint is object:
         return lambda value: value
+    refuse = _refuser(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _union_checker([_checker(option, finite) for option in typing.get_args(hint)], refuse)
+    scalar = _scalar_checker(hint, finite, refuse)
+    if scalar is not None:
+        return scalar
+    if hint is dict or origin is dict:
+        return lambda value: value if isinstance(value, dict) and all(valid_text(k) for k in value) else refuse(value)
+    if hint is list or origin is list:
+        args = typing.get_args(hint)
+        item = _checker(args[0], finite) if args else None
 
+        def listed(value: Any) -> list:
+            if not isinstance(value, list):
+                refuse(value)
+            return [item(v) for v in value] if item is not None else value
+        return listed
+    if origin is tuple:
+        return _tuple_checker(typing.get_args(hint), finite, refuse)
+    raise TypeError(f"conform() does not handle {hint!r}")
+
+
+def _refuser(hint: Any) -> Callable[[Any], typing.NoReturn]:
     def refuse(value: Any) -> typing.NoReturn:
         raise InvalidData(f"{_shown(value)} is not {_name(hint)}")
+    return refuse
 
-    if origin in (typing.Union, types.UnionType):
-        options = [_checker(option, finite) for option in typing.get_args(hint)]
 
-        def union(value: Any) -> Any:
-            for option in options:
-                try:
-                    return option(value)
-                except InvalidData:
-                    continue
-            refuse(value)
-        return union
+def _union_checker(options: list[Callable[[Any], Any]], refuse: Callable[[Any], typing.NoReturn]
+                   ) -> Callable[[Any], Any]:
+    def union(value: Any) -> Any:
+        for option in options:
+            try:
+                return option(value)
+            except InvalidData:
+                continue
+        refuse(value)
+    return union
+
+
+def _scalar_checker(hint: Any, finite: bool, refuse: Callable[[Any], typing.NoReturn]
+                    ) -> Callable[[Any], Any] | None:
+    """The checker of None, bool, int, float or str (None for any other hint)."""
     if hint is type(None):
         return lambda value: None if value is None else refuse(value)
     if hint is bool:
@@ -78,38 +106,28 @@ def _checker(hint: Any, finite: bool) -> Callable[[Any], Any]:
         return number
     if hint is str:
         return lambda value: value if valid_text(value) else refuse(value)
-    if hint is dict or origin is dict:
-        return lambda value: value if isinstance(value, dict) and all(valid_text(k) for k in value) else refuse(value)
-    if hint is list or origin is list:
-        args = typing.get_args(hint)
-        item = _checker(args[0], finite) if args else None
+    return None
 
-        def listed(value: Any) -> list:
-            if not isinstance(value, list):
-                refuse(value)
-            return [item(v) for v in value] if item is not None else value
-        return listed
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            each = _checker(args[0], finite)
-            return lambda value: tuple(each(v) for v in value) if isinstance(value, (list, tuple)) else refuse(value)
-        parts = [_checker(a, finite) for a in args]
-        if len(parts) == 2:  # (text, probability) pairs: a token's alternatives, the bulk of a trace
-            first, second = parts
 
-            def pair(value: Any) -> tuple:
-                if isinstance(value, (list, tuple)) and len(value) == 2:
-                    return first(value[0]), second(value[1])
-                refuse(value)
-            return pair
+def _tuple_checker(args: tuple, finite: bool, refuse: Callable[[Any], typing.NoReturn]) -> Callable[[Any], Any]:
+    if len(args) == 2 and args[1] is Ellipsis:
+        each = _checker(args[0], finite)
+        return lambda value: tuple(each(v) for v in value) if isinstance(value, (list, tuple)) else refuse(value)
+    parts = [_checker(a, finite) for a in args]
+    if len(parts) == 2:  # (text, probability) pairs: a token's alternatives, the bulk of a trace
+        first, second = parts
 
-        def fixed(value: Any) -> tuple:
-            if isinstance(value, (list, tuple)) and len(value) == len(parts):
-                return tuple(part(v) for part, v in zip(parts, value))
+        def pair(value: Any) -> tuple:
+            if isinstance(value, (list, tuple)) and len(value) == 2:
+                return first(value[0]), second(value[1])
             refuse(value)
-        return fixed
-    raise TypeError(f"conform() does not handle {hint!r}")
+        return pair
+
+    def fixed(value: Any) -> tuple:
+        if isinstance(value, (list, tuple)) and len(value) == len(parts):
+            return tuple(part(v) for part, v in zip(parts, value))
+        refuse(value)
+    return fixed
 
 
 @functools.cache

@@ -16,51 +16,36 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from PySide6.QtCore import QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import QRect, QSize, QTimer, Signal
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
-    QApplication,
-    QDockWidget,
-    QHBoxLayout,
-    QLabel,
     QMainWindow,
-    QMenu,
-    QMessageBox,
-    QProgressBar,
-    QPushButton,
-    QTabWidget,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
 )
 
-from app import branches, gc_pin
+from app import branches, gc_pin, window_layout
 from app import session as session_mod
 from app.adapt_controller import AdaptController
-from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, MessageBubble, copy_text
+from app.bubbles import MessageBubble
+from app.conversation import Conversation, Message
 from app.conversations import ConversationController
 from app.export import ExportController
-from app.fit import ElidedLabel, fit_to_screen
 from app.found_offers import FoundOffers
-from app.graphs import GraphsPanel
-from app.host import REPLY, HostKeeper, Runner
+from app.host import HostKeeper, Runner
 from app.loading import LoadController
 from app.race_controller import RaceController
-from app.session import Busy, PromptInfo, Session
-from app.settings_panel import SettingsPanel
-from app.sidebar import ConversationSidebar
+from app.session import Busy, PromptInfo, Session, reply_events
+from app.settings import Settings
 from app.speedup import BaselineBook, BaselineSample
-from app.store import Conversation, ConversationStore, Message, Settings
+from app.store import ConversationStore
 from app.talk import install_talk_mode
 from app.theme import style_sheet
 from app.trace import ReplyTrace
 from app.worker import EventWorker, error_text, wait_all
-from specdec_core import defaults
 from specdec_core.errors import SpecdecError
 from specdec_core.events import Finished, StopReason
 
 FLUSH_MS = 40
-# While a reply streams, the graphs redraw one panel on every GRAPH_EVERY-th tick (graphs.py), so each
+# While a reply streams, the graphs redraw one panel on every GRAPH_EVERY-th tick (app/graphs/live.py), so each
 # of the six repaints about twice a second: plots cost tens of milliseconds to paint on a 2-core CPU
 # (and hold the GIL the decoding thread needs), text does not. The last flush draws everything.
 GRAPH_EVERY = 2
@@ -130,7 +115,7 @@ class MainWindow(QMainWindow):
         self.resize(DEFAULT_SIZE)
         self.setStyleSheet(style_sheet())
         self._build()
-        self._build_menus()
+        window_layout.build_menus(self)
         self.talk = install_talk_mode(self)  # presenter mode, replay, race, demos for talks
         self.adaptation = AdaptController(self)  # the draft head learns from the chats (app/adapt_controller.py)
         self.found_offers = FoundOffers(self)  # models found on this machine, in the settings' drop-downs
@@ -149,169 +134,12 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------------------------ layout --
     def _build(self) -> None:
-        central = QWidget()
-        v = QVBoxLayout(central)
-        v.setContentsMargins(8, 6, 8, 8)
-        v.setSpacing(6)
-
-        top = QHBoxLayout()
-        self.model_label = QLabel("No models loaded")
-        self.model_label.setObjectName("muted")
-        self.model_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.model_label.setWordWrap(True)  # a long pair name wraps instead of squeezing the graphs dock
-        top.addWidget(self.model_label, 1)
-        self.spec_button = QPushButton("Speculation ON")
-        self.spec_button.setObjectName("spec_toggle")
-        self.spec_button.setCheckable(True)
-        self.spec_button.setChecked(self.settings.speculate)
-        self.spec_button.setToolTip("Turn speculative decoding on or off (Ctrl+D); applies from the next "
-                                    "round, even in the middle of a reply")
-        self.spec_button.toggled.connect(self.set_speculation)
-        top.addWidget(self.spec_button)
-        v.addLayout(top)
-
-        self.legend = Legend()
-        self.legend.check.setChecked(self.settings.colored)
-        self.legend.toggled.connect(self.set_colored)
-        self.legend.reading.setChecked(self.settings.reading)
-        self.legend.reading_toggled.connect(self.set_reading)
-        v.addWidget(self.legend)
-
-        self.chat = ChatView()
-        self.chat.colored = self.settings.colored
-        self.chat.reading = self.settings.reading
-        self.chat.code_colored = self.settings.code_colored
-        self.chat.copy_requested.connect(lambda b: copy_text(b.text()))
-        self.chat.edit_requested.connect(self.conversations.edit)
-        self.chat.regenerate_requested.connect(self.regenerate)
-        self.chat.branch_requested.connect(self.conversations.flip_branch)
-        self.chat.graphs_requested.connect(self.conversations.show_graphs_for)
-        v.addWidget(self.chat, 1)
-
-        row = QHBoxLayout()
-        self.composer = Composer()
-        self.composer.submitted.connect(self.send_from_composer)
-        row.addWidget(self.composer, 1)
-        buttons = QVBoxLayout()
-        self.send_button = QPushButton("Send")
-        self.send_button.setObjectName("send")
-        self.send_button.clicked.connect(self.send_from_composer)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setObjectName("stop")
-        self.stop_button.setToolTip("Stop generating (Esc)")
-        self.stop_button.clicked.connect(self.stop)
-        self.race_button = QPushButton("Race")
-        self.race_button.setToolTip("Run the last prompt (or the composer's text) with speculation off, then "
-                                    "on, same seed; compare speed and, when greedy, the texts (Ctrl+Shift+R)")
-        self.race_button.clicked.connect(self.racer.race)
-        buttons.addWidget(self.send_button)
-        buttons.addWidget(self.stop_button)
-        buttons.addWidget(self.race_button)
-        row.addLayout(buttons)
-        v.addLayout(row)
-        self.setCentralWidget(central)
-
-        # left: conversations and settings
-        self.left_tabs = QTabWidget()
-        self.sidebar = ConversationSidebar(self.store)
-        self.sidebar.new_requested.connect(self.new_chat)
-        self.sidebar.open_requested.connect(self.conversations.open)
-        self.sidebar.renamed.connect(lambda _id: self.conversations.refresh_sidebar())
-        self.sidebar.deleted.connect(self.conversations.deleted)
-        self.sidebar.failed.connect(self.show_error)
-        self.conv_list = self.sidebar.list
-        self.left_tabs.addTab(self.sidebar, "Chats")
-        self.settings_panel = SettingsPanel(self.settings)
-        self.settings_panel.changed.connect(self.save_settings)
+        window_layout.build_chat_column(self)
+        window_layout.build_left_dock(self)
         self.settings_panel.models_changed.connect(self._models_changed)
-        self.settings_panel.load_requested.connect(self.loader.load)
         self.settings_panel.system.textChanged.connect(self._system_edited)
-        self.left_tabs.addTab(self.settings_panel, "Settings")
-        self.left_dock = QDockWidget("Conversations", self)
-        self.left_dock.setObjectName("left_dock")
-        self.left_dock.setWidget(self.left_tabs)
-        self.left_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable |
-                                   QDockWidget.DockWidgetFeature.DockWidgetClosable)
-        self.left_dock.setTitleBarWidget(QWidget())
-        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.left_dock)
-
-        # right: graphs
-        self.graphs = GraphsPanel()
-        self.graphs.export_png.clicked.connect(self.exporter.export_graphs_png)
-        self.graphs.export_stats.clicked.connect(self.exporter.export_stats)
-        self.right_dock = QDockWidget("Speculation", self)
-        self.right_dock.setObjectName("right_dock")
-        self.right_dock.setWidget(self.graphs)
-        self.right_dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable |
-                                    QDockWidget.DockWidgetFeature.DockWidgetClosable)
-        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.right_dock)
-        self.resizeDocks([self.left_dock, self.right_dock], [350, 560], Qt.Orientation.Horizontal)
-
-        # status bar: loading progress with a cancel button
-        sb = self.statusBar()
-        self.progress = QProgressBar()
-        self.progress.setFixedWidth(220)
-        self.progress.setTextVisible(False)
-        self.progress.setVisible(False)
-        self.cancel_load_button = QToolButton()
-        self.cancel_load_button.setText("Cancel")
-        self.cancel_load_button.setVisible(False)
-        self.cancel_load_button.clicked.connect(self.loader.cancel)
-        # The message line gives way to the permanent widgets on the right (the progress bar, the draft's
-        # adaptation): what does not fit a narrow window ends in "…" and the whole message is its tooltip.
-        self.status_label = ElidedLabel("")
-        sb.addWidget(self.status_label, 1)
-        sb.addPermanentWidget(self.progress)
-        sb.addPermanentWidget(self.cancel_load_button)
-
-    def _build_menus(self) -> None:
-        mb = self.menuBar()
-        f = mb.addMenu("&File")
-        self._action(f, "New chat", self.new_chat, QKeySequence.StandardKey.New)
-        f.addSeparator()
-        export = self.exporter
-        self._action(f, "Export conversation as Markdown…", lambda: export.export_conversation("md"))
-        self._action(f, "Export conversation as HTML (with colours)…", lambda: export.export_conversation("html"))
-        self._action(f, "Export conversation as JSON trace…", lambda: export.export_conversation("json"))
-        self._action(f, "Export graphs as PNG…", export.export_graphs_png)
-        self._action(f, "Export reply stats (CSV/JSON)…", export.export_stats)
-        self._action(f, "Export as web page (replays in any browser)…", lambda: self.talk.export_web_page())
-        f.addSeparator()
-        self._action(f, "Quit", self.close, QKeySequence.StandardKey.Quit)
-
-        g = mb.addMenu("&Generation")
-        self.stop_action = self._action(g, "Stop", self.stop, "Esc")
-        self.stop_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        self._action(g, "Regenerate last reply", lambda: self.regenerate(None), "Ctrl+R")
-        self.toggle_action = self._action(g, "Toggle speculation", lambda: self.spec_button.toggle(), "Ctrl+D")
-        self._action(g, "Race: speculation off vs on", self.racer.race, "Ctrl+Shift+R")
-        g.addSeparator()
-        self._action(g, "Load models", self.loader.load, "Ctrl+L")
-        self._action(g, "Re-measure baseline (verifier alone)", self.loader.remeasure_baseline)
-        self._action(g, "Rank drafts for this verifier…", self.rank_drafts)
-        self._action(g, "Models (install, remove, use a pair)…", self.show_models)
-
-        v = mb.addMenu("&View")
-        v.addAction(self.left_dock.toggleViewAction())
-        self.left_dock.toggleViewAction().setText("Sidebar")
-        v.addAction(self.right_dock.toggleViewAction())
-        self.right_dock.toggleViewAction().setText("Graphs")
-        colour = self._action(v, "Colour tokens", None, "Ctrl+Shift+C")
-        colour.setCheckable(True)
-        colour.setChecked(self.settings.colored)
-        colour.toggled.connect(self.legend.check.setChecked)
-        self.legend.check.toggled.connect(colour.setChecked)
-        # Code blocks plain (a thin mark at each correction) or coloured token by token; each block's own link
-        # flips it too.
-        self.code_action = self._action(v, "Colour code blocks", None, "Ctrl+Shift+K")
-        self.code_action.setCheckable(True)
-        self.code_action.setChecked(self.settings.code_colored)
-        self.code_action.toggled.connect(self.set_code_colored)
-        self.chat.code_colours_requested.connect(self.code_action.setChecked)
-        self._action(v, "Settings", lambda: (self.left_dock.show(), self.left_tabs.setCurrentIndex(1)), "Ctrl+,")
-
-        h = mb.addMenu("&Help")
-        self._action(h, "About the colours", self._about_colours)
+        window_layout.build_right_dock(self)
+        window_layout.build_status_bar(self)
 
     def rank_drafts(self) -> None:
         """Which draft is fastest with the loaded verifier on this machine (app/rank_dialog.py)."""
@@ -331,18 +159,6 @@ class MainWindow(QMainWindow):
         self.models_dialog.refresh()
         self.models_dialog.show()
         self.models_dialog.raise_()
-
-    def _about_colours(self) -> None:
-        QMessageBox.information(self, "Token colours", COLOURS_HELP)
-
-    def _action(self, menu: QMenu, text: str, slot, shortcut=None) -> QAction:
-        a = QAction(text, self)
-        if shortcut is not None:
-            a.setShortcut(QKeySequence(shortcut))
-        if slot is not None:
-            a.triggered.connect(slot)
-        menu.addAction(a)
-        return a
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(DEFAULT_SIZE)
@@ -387,59 +203,13 @@ class MainWindow(QMainWindow):
     def fit_to(self, area: QRect | None = None) -> None:
         """Fit the window to the screen's available area (at most its default size) and share the width
         out: on a narrow screen the sidebar narrows and the graphs go to one scrolling column."""
-        size = fit_to_screen(self, DEFAULT_SIZE, area)
-        width = size.width()
-        # The sidebar as wide as its Settings tab needs (no sideways scrolling); the graphs what the chat column
-        # leaves with its legend's full row, and at least 300 px (the legend then takes its short texts).
-        left = 350 if width >= 1400 else max(180, int(width * 0.19), self.left_tabs.minimumSizeHint().width())
-        margins = self.centralWidget().layout().contentsMargins()
-        room = width - left - self.legend.full_width() - margins.left() - margins.right() - 12  # the separators
-        right = max(300, min(560 if width >= 1400 else int(width * 0.34), room))
-        self.resizeDocks([self.left_dock, self.right_dock], [left, right], Qt.Orientation.Horizontal)
+        window_layout.fit_window(self, DEFAULT_SIZE, area)
 
     # ------------------------------------------------------------------------------------ status --
     def update_controls(self) -> None:
         """Buttons and the model label from `busy` and the session."""
-        generating = self.busy in ("reply", "race")
-        self.send_button.setVisible(not generating)
-        self.stop_button.setVisible(generating)
-        self.send_button.setEnabled(self.busy == "" or self.busy == "load")
-        self.race_button.setEnabled(self.busy == "" and self.session is not None)
-        s = self.session
-        # Without a usable drafter the engine decodes with the verifier alone, whatever the switch says:
-        # the button says so instead of staying green. The setting itself is kept for the next pair.
-        no_drafter = s is not None and s.drafter is None and self.busy != "load"
-        self.spec_button.setEnabled(not no_drafter)
-        if no_drafter:
-            self.spec_button.setText("Speculation unavailable")
-            self.spec_button.setToolTip("No usable drafter for this verifier, so replies use the verifier alone. "
-                                        + (s.verdict or ""))
-        else:
-            self.spec_button.setText("Speculation ON" if self.spec_button.isChecked() else "Speculation OFF")
-            self.spec_button.setToolTip("Turn speculative decoding on or off (Ctrl+D); applies from the next "
-                                        "round, even in the middle of a reply")
-        if self.busy == "load":
-            return
-        if s is None:
-            self.model_label.setText("No models loaded — Settings ▸ Load models")
-            return
-        dtype = _weights_text(s.verifier)
-        draft_dtype = _weights_text(s.draft) if s.drafter is not None else ""
-        dtype += f" (draft {draft_dtype})" if draft_dtype and draft_dtype != dtype else ""
-        dev = f"{getattr(s.verifier, 'device', '')} {dtype}"
-        parts = [f"<b>{s.verifier_name}</b>"]
-        if s.drafter is not None:
-            parts.append(f"← {s.drafter_name}")
-        elif s.request.drafter in defaults.USES_DRAFT:
-            parts.append("<span style='color:rgb(215,58,73)'>← no usable draft</span>")
-        parts.append(f"· {dev.strip()}")
-        baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live())
-        if baseline is not None:
-            parts.append(f"· verifier alone {baseline.tokens_per_s:.1f} tok/s")
-        self.model_label.setText(" ".join(parts))
-        tip = f"Baseline for the speedup: {baseline.how}" if baseline else ""
-        notes = [*getattr(s.verifier, "notes", ()), *getattr(s.draft, "notes", ())]  # a format fallen back from
-        self.model_label.setToolTip("\n".join(t for t in (tip, self.hosts.note, *notes) if t))  # where replies decode
+        baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live()) if self.session else None
+        window_layout.show_controls(self, baseline)
 
     def show_error(self, text: str) -> None:
         if self._closing:
@@ -614,7 +384,7 @@ class MainWindow(QMainWindow):
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
         system = self.conv.system  # the chat's own (Settings ▸ System shows the open chat's)
-        worker = EventWorker(lambda: run(REPLY, (messages, system, config), controls),
+        worker = EventWorker(lambda: run(reply_events, (messages, system, config), controls),
                              on_abort=controls.cancel, name="reply", polled=True)  # flush() delivers its events
         worker.event.connect(self._on_event)
         worker.errored.connect(self._on_gen_error)
@@ -631,11 +401,7 @@ class MainWindow(QMainWindow):
     def _restore_earlier_versions(self) -> None:
         """A regenerate that could not start: the reply it set aside is shown again."""
         versions, self._earlier_versions = self._earlier_versions, []
-        if versions:
-            placeholder = Message("assistant", "")
-            branches.attach(placeholder, versions)
-            self.conv.messages.append(placeholder)
-            branches.drop_failed(self.conv.messages, placeholder)
+        if branches.restore(self.conv.messages, versions):
             self.conversations.render()
 
     def start_worker(self, worker: EventWorker, busy: Busy, status: str) -> None:
@@ -827,20 +593,3 @@ class MainWindow(QMainWindow):
         if first_close:
             gc_pin.collector().release()
         event.accept()
-
-
-def shutdown_clean(timeout: float = 1.5) -> bool:
-    """Abort every worker and wait for them; used by main() before the interpreter exits."""
-    ok = wait_all(timeout)
-    QApplication.processEvents()
-    return ok
-
-
-__all__ = ["Busy", "MainWindow", "Composer", "error_text"]
-
-
-def _weights_text(model) -> str:
-    """What a model's weights run as: a quantisation ("Q4_K 72 %, Q6_K 28 %", "int8"), else its float dtype."""
-    weights = getattr(model, "weights", "")
-    dtype = str(getattr(model, "dtype", "")).replace("torch.", "")
-    return weights if weights and weights not in ("float32", "bfloat16", "float16") else dtype

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QApplication
 
 from app.session import Cancelled  # raised by the work (Qt-free), or by `progress` after an abort
 from specdec_core.errors import SpecdecError
@@ -248,3 +249,10 @@ def wait_all(timeout: float) -> bool:
         if not w.wait(max(0.0, deadline - time.monotonic())):
             return False
     return True
+
+
+def shutdown_clean(timeout: float = 1.5) -> bool:
+    """Abort every worker and wait for them; used by main() before the interpreter exits."""
+    ok = wait_all(timeout)
+    QApplication.processEvents()
+    return ok

@@ -28,9 +28,9 @@ def main() -> None:
     parser.add_argument("--drafter", default="")
     args = parser.parse_args()
 
-    from app.host import REPLY, ReplyHost, why_not
-    from app.session import LoadRequest, load_session
-    from app.store import Settings
+    from app.host import ReplyHost, why_not
+    from app.session import LoadRequest, load_session, reply_events
+    from app.settings import Settings
     from specdec_core.config import GenerationConfig
     from specdec_core.engine import Controls
     from specdec_core.events import TokenCommitted
@@ -51,7 +51,7 @@ def main() -> None:
         if not host.start():
             raise SystemExit(f"the decoding process did not start: {host.failure}")
         first = None
-        for event in host.run(REPLY, (messages, None, config), Controls()):
+        for event in host.run(reply_events, (messages, None, config), Controls()):
             if first is None and isinstance(event, TokenCommitted):
                 first = time.perf_counter() - start
         host.close()

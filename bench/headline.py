@@ -156,7 +156,7 @@ def measure_race(window, prompt: str, via: str, runs: PromptRuns) -> None:
     window.composer.setPlainText(prompt)  # the race runs the composer's text after the (empty) conversation
     loop = QEventLoop()
     if via == "window":
-        from app.talk.context import race_spread_of
+        from app.runs import race_spread_of
 
         window.racer.finished.connect(loop.quit)
         window.racer.race()
@@ -264,7 +264,7 @@ def main() -> int:
     from specdec_core.commands.threads import prefer_passive_waiting
 
     prefer_passive_waiting()  # before torch loads, as specdec-chat does
-    from app.store import Settings
+    from app.settings import Settings
     from bench.ui_latency import load_models, open_window
 
     base = Settings()

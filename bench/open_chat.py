@@ -39,8 +39,10 @@ def main() -> None:
 
     app = QApplication.instance() or QApplication([])
     from app.chat_view import ChatView
+    from app.conversation import Conversation, Message
     from app.conversations import ConversationController
-    from app.store import Conversation, ConversationStore, Message, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     spans: list[tuple[str, float, float]] = []  # (what, start, end) of the work timed on the GUI thread

@@ -17,7 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.store import Conversation, ConversationStore, Message, atomic_write_text
+from app.conversation import Conversation, Message
+from app.data_files import atomic_write_text
+from app.store import ConversationStore
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
 
 STATES = ("accepted", "accepted", "accepted", "rejected", "corrected", "bonus")

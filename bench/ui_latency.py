@@ -233,7 +233,7 @@ def main() -> int:
     from specdec_core.commands.threads import prefer_passive_waiting
 
     prefer_passive_waiting()  # before anything imports torch (open_window says so again)
-    from app.store import Settings
+    from app.settings import Settings
 
     if args.in_process:
         os.environ["SPECDEC_HOST"] = "0"

@@ -32,7 +32,7 @@ from app.talk.recorder import Recorder, prompt_before, race_view_scene, slow_vie
 from app.trace import ReplyTrace
 
 if TYPE_CHECKING:
-    from app.graphs import GraphsPanel
+    from app.graphs.graphs_panel import GraphsPanel
 
 PRESENTER_KEYS = ("F5", "Ctrl+Shift+F5")  # the first one free in the window is used
 REPLAY_KEYS = ("F6", "Ctrl+Shift+F6")

@@ -15,8 +15,8 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QStackedWidget, QVBoxLayout, QWidget
 
 from app.fit import wrap_labels
+from app.runs import RunContext
 from app.talk import style as ts
-from app.talk.context import TalkContext
 from app.talk.demo_script import STEPS, TALK_MAX_NEW_TOKENS, DemoStep
 from app.talk.demo_steps import PAGES, DemoResults, StepPage
 
@@ -58,7 +58,7 @@ class DemoView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.ctx: TalkContext | None = None
+        self.ctx: RunContext | None = None
         self.max_new_tokens = TALK_MAX_NEW_TOKENS
         self.results = DemoResults()
         self.pages: dict[int, StepPage] = {}
@@ -118,7 +118,7 @@ class DemoView(QWidget):
         return box
 
     # -- moving through the steps ----------------------------------------------------------------------
-    def start(self, ctx: TalkContext) -> None:
+    def start(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.go(0)
 
@@ -163,7 +163,7 @@ class DemoView(QWidget):
             page.begin(self.context_for(step), self.results)
             wrap_labels(page)  # as TalkDialog does for its view: no label's one long line widens the demo
 
-    def context_for(self, step: DemoStep) -> TalkContext:
+    def context_for(self, step: DemoStep) -> RunContext:
         """The step's fresh single-turn prompt (or the window's, for the steps that run none) at talk length."""
         assert self.ctx is not None
         ctx = self.ctx.with_prompt(step.prompt) if step.prompt else self.ctx

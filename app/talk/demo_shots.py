@@ -47,7 +47,8 @@ def grab_screen(widget, path: Path) -> None:
 def open_window(args):
     from PySide6.QtGui import QGuiApplication
 
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     settings = Settings()
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SPECDEC_DATA_DIR", tempfile.mkdtemp(prefix="specdec-demo-shots-"))
     from PySide6.QtWidgets import QApplication
 
-    from app.window import shutdown_clean
+    from app.worker import shutdown_clean
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setStyle("Fusion")

@@ -13,8 +13,8 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QShortcut
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
+from app.runs import Lane, RunContext, engine_lane
 from app.talk import style as ts
-from app.talk.context import Lane, TalkContext, engine_lane
 from app.talk.demo_script import TALK_RACE_PAIRS, DemoStep, LlamaFigure, llama_figure
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun
 from app.talk.recorder import race_view_scene, slow_view_scene
@@ -58,7 +58,7 @@ class StepPage(QWidget):
     def running(self) -> bool:
         return False
 
-    def begin(self, ctx: TalkContext, results: DemoResults) -> None:
+    def begin(self, ctx: RunContext, results: DemoResults) -> None:
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -105,7 +105,7 @@ class RunPage(StepPage):
     def running(self) -> bool:
         return self.run is not None and self.run.running
 
-    def lane(self, ctx: TalkContext) -> Lane:
+    def lane(self, ctx: RunContext) -> Lane:
         from app.talk.draft_alone import draft_lane
 
         s = ctx.session
@@ -116,7 +116,7 @@ class RunPage(StepPage):
                                True)
         return engine_lane(self.step.key, f"{s.verifier_name} alone", s.verifier, None, False)
 
-    def begin(self, ctx: TalkContext, results: DemoResults) -> None:
+    def begin(self, ctx: RunContext, results: DemoResults) -> None:
         self.results, self.prompt = results, ctx.prompt_text
         lane = self.lane(ctx)
         self.pane.title.setText(f"{html.escape(lane.title)}<br><span style='font-weight:normal'>Prompt: "
@@ -193,7 +193,7 @@ class ReplayPage(StepPage):
     def playing(self) -> bool:
         return self.beats.isActive()
 
-    def begin(self, ctx: TalkContext, results: DemoResults) -> None:
+    def begin(self, ctx: RunContext, results: DemoResults) -> None:
         trace = results.traces.get("spec")
         record = best_round(trace) if trace is not None else None
         if trace is None or record is None:
@@ -233,7 +233,7 @@ class ViewPage(StepPage):
         run = getattr(self.view, "run", None)
         return run is not None and run.running
 
-    def begin(self, ctx: TalkContext, results: DemoResults) -> None:
+    def begin(self, ctx: RunContext, results: DemoResults) -> None:
         from app.talk.race import RaceView
         from app.talk.slow_demo import SlowDemoView
 
@@ -298,7 +298,7 @@ class TheoryPage(StepPage):
         self.lay.addWidget(self.explainer)
         self.lines: list[str] = []
 
-    def begin(self, ctx: TalkContext, results: DemoResults) -> None:
+    def begin(self, ctx: RunContext, results: DemoResults) -> None:
         if not self.explainer.set_from_trace(results.traces.get("spec")):
             self._finish("nothing measured", error="step 3 has no speculative reply to explain")
             return
@@ -332,8 +332,8 @@ class LlamaPage(StepPage):
         self.lay.addStretch(1)
         self.figure: LlamaFigure | str = ""
 
-    def begin(self, ctx: TalkContext, results: DemoResults) -> None:
-        from app.store import data_dir
+    def begin(self, ctx: RunContext, results: DemoResults) -> None:
+        from app.data_files import data_dir
 
         self.figure = llama_figure(ctx.session.verifier_name, data_dir())
         if isinstance(self.figure, str):

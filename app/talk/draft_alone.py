@@ -14,16 +14,17 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
-from app.chat_view import TokenTextView
+from app.runs import Lane, RunContext, engine_lane
 from app.talk import style as ts
-from app.talk.context import Lane, TalkContext, engine_lane, head_alone, prompt_lookup_alone
+from app.talk.context import head_alone, prompt_lookup_alone
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun
 from app.theme import ACCENT
+from app.token_view import TokenTextView
 
 DRAFT_COLOR = ts.DRAFT
 
 
-def draft_lane(ctx: TalkContext) -> Lane:
+def draft_lane(ctx: RunContext) -> Lane:
     from specdec_core.drafting.drafters import is_draft_head
 
     s = ctx.session
@@ -73,7 +74,7 @@ class DraftAloneView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.ctx: TalkContext | None = None
+        self.ctx: RunContext | None = None
         self.run: LaneRun | None = None
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 10, 12, 10)
@@ -105,7 +106,7 @@ class DraftAloneView(QWidget):
         self.timer.setInterval(FLUSH_MS)
         self.timer.timeout.connect(self._tick)
 
-    def start(self, ctx: TalkContext) -> None:
+    def start(self, ctx: RunContext) -> None:
         if self.run is not None and self.run.running:
             return
         self.ctx = ctx

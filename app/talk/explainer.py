@@ -64,7 +64,22 @@ class Explainer(QWidget):
         self.verdict.setWordWrap(True)
         ts.set_big(self.verdict, 1.05)
         lay.addWidget(self.verdict)
+        lay.addLayout(self._build_sliders())
+        lay.addWidget(self._build_plot(), 1)
+        row = QHBoxLayout()
+        self.source = QLabel("")
+        self.source.setObjectName("muted")
+        ts.set_big(self.source, 0.8)
+        row.addWidget(self.source, 1)
+        self.live_button = QPushButton("Use live values")
+        self.live_button.setToolTip("Take α, γ and c from the reply shown in the graphs")
+        self.live_button.setEnabled(False)
+        row.addWidget(self.live_button)
+        lay.addLayout(row)
+        self.set_values(self.alpha, self.gamma, self.c)
 
+    def _build_sliders(self) -> QGridLayout:
+        """α, γ and c, each a slider with its value beside it."""
         grid = QGridLayout()
         self.sliders: dict[str, QSlider] = {}
         self.slider_labels: dict[str, QLabel] = {}
@@ -87,8 +102,10 @@ class Explainer(QWidget):
             grid.addWidget(s, row, 1)
             grid.addWidget(value, row, 2)
             self.sliders[name], self.slider_labels[name] = s, value
-        lay.addLayout(grid)
+        return grid
 
+    def _build_plot(self) -> pg.PlotWidget:
+        """The predicted speedup over γ, the point at this γ, the measured one, and break-even."""
         self.plot = big_plot("Predicted speedup over γ", "speedup ×", "γ (draft length)")
         pi = self.plot.getPlotItem()
         pi.addLegend(offset=(-10, 10), labelTextSize="12pt")
@@ -106,19 +123,7 @@ class Explainer(QWidget):
         self.break_even.label.setFont(ts.big_font(0.8))
         pi.addItem(self.break_even)
         pi.setXRange(1, 16)
-        lay.addWidget(self.plot, 1)
-
-        row = QHBoxLayout()
-        self.source = QLabel("")
-        self.source.setObjectName("muted")
-        ts.set_big(self.source, 0.8)
-        row.addWidget(self.source, 1)
-        self.live_button = QPushButton("Use live values")
-        self.live_button.setToolTip("Take α, γ and c from the reply shown in the graphs")
-        self.live_button.setEnabled(False)
-        row.addWidget(self.live_button)
-        lay.addLayout(row)
-        self.set_values(self.alpha, self.gamma, self.c)
+        return self.plot
 
     # -- values ----------------------------------------------------------------------------------------
     def set_values(self, alpha: float, gamma: int, c: float, source: str = "") -> None:

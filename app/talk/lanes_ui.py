@@ -16,9 +16,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.chat_view import TokenTextView
+from app.runs import Lane, LaneEvent, RunContext, lane_events
 from app.talk import style as ts
-from app.talk.context import Lane, LaneEvent, TalkContext, lane_events
+from app.token_view import TokenTextView
 from app.trace import ReplyTrace
 from app.worker import EventWorker
 from specdec_core.events import Finished
@@ -42,9 +42,9 @@ class LaneRun(QObject):
         self.worker: EventWorker | None = None
         self.controls = None
 
-    def start(self, ctx: TalkContext, events: Callable[[Any], Iterator[object]] | None = None) -> None:
+    def start(self, ctx: RunContext, events: Callable[[Any], Iterator[object]] | None = None) -> None:
         """Run the lanes on `ctx`'s prompt; `events` ((controls) -> lane_events' events, e.g. a race decoded in
-        the window's decoding process, TalkContext.race_source) in place of running them here."""
+        the window's decoding process, RunContext.race_source) in place of running them here."""
         from specdec_core.engine import Controls
 
         self.controls = controls = Controls()

@@ -15,9 +15,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.runs import RunContext, race_lanes, race_spread_of
 from app.speedup import RACE_PAIRS, RaceSpread, race_key
 from app.talk import style as ts
-from app.talk.context import TalkContext, race_lanes, race_spread_of
 from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data, redraw_grown
 from app.theme import ACCENT, STATE_SOLID
 from app.trace import ReplyTrace
@@ -60,7 +60,7 @@ class RaceView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.ctx: TalkContext | None = None
+        self.ctx: RunContext | None = None
         self.pairs = RACE_PAIRS  # runs of each side, alternating; the headline is their median
         self.run: LaneRun | None = None
         self.result: RaceResult | None = None
@@ -70,6 +70,20 @@ class RaceView(QWidget):
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 10, 12, 10)
+        lay.addLayout(self._build_head())
+        self.identity = QLabel("")
+        self.identity.setTextFormat(Qt.TextFormat.RichText)
+        ts.set_big(self.identity, 1.1)
+        lay.addWidget(self.identity)
+        lay.addWidget(self._build_lanes(), 1)
+        lay.addWidget(self._build_controls())
+        self.timer = QTimer(self)  # the one timer: flushes panes and curves, and drives the together-replay
+        self.timer.setInterval(FLUSH_MS)
+        self.timer.timeout.connect(self._tick)
+        self._update_buttons()
+
+    def _build_head(self) -> QHBoxLayout:
+        """The prompt, and the headline speedup with its spread on the right."""
         head = QHBoxLayout()
         self.prompt = QLabel("")
         self.prompt.setWordWrap(True)
@@ -86,12 +100,10 @@ class RaceView(QWidget):
         ts.set_big(self.spread, 0.9)
         result.addWidget(self.spread)
         head.addLayout(result)
-        lay.addLayout(head)
-        self.identity = QLabel("")
-        self.identity.setTextFormat(Qt.TextFormat.RichText)
-        ts.set_big(self.identity, 1.1)
-        lay.addWidget(self.identity)
+        return head
 
+    def _build_lanes(self) -> QSplitter:
+        """The two lanes' text side by side, over their tokens on a shared clock."""
         split = QSplitter(Qt.Orientation.Vertical)
         panes = QSplitter(Qt.Orientation.Horizontal)
         self.panes = {"off": LanePane("Speculation OFF — the verifier alone", STATE_SOLID["plain"]),
@@ -107,8 +119,9 @@ class RaceView(QWidget):
                        "on": pi.plot(pen=pg.mkPen(ACCENT, width=4), name="speculation on")}
         split.addWidget(self.plot)
         split.setSizes([420, 300])
-        lay.addWidget(split, 1)
+        return split
 
+    def _build_controls(self) -> QWidget:
         # The status and buttons: a widget of their own, which TalkDialog keeps in view below the scrolled view.
         self.controls = QWidget()
         rows = QVBoxLayout(self.controls)
@@ -134,15 +147,10 @@ class RaceView(QWidget):
             b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 20)  # no style minimum: fits scale 2
             row.addWidget(b)
         rows.addLayout(row)
-        lay.addWidget(self.controls)
-
-        self.timer = QTimer(self)  # the one timer: flushes panes and curves, and drives the together-replay
-        self.timer.setInterval(FLUSH_MS)
-        self.timer.timeout.connect(self._tick)
-        self._update_buttons()
+        return self.controls
 
     # -- running ---------------------------------------------------------------------------------------
-    def set_context(self, ctx: TalkContext) -> None:
+    def set_context(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.prompt.setText(f"<b>Prompt:</b> {_short(ctx.prompt_text)}")
         s = ctx.session
@@ -151,7 +159,7 @@ class RaceView(QWidget):
             f"{s.drafter_name or 'no drafter'}")
         self._update_buttons()
 
-    def start(self, ctx: TalkContext) -> None:
+    def start(self, ctx: RunContext) -> None:
         if self.run is not None and self.run.running:
             return
         self.set_context(ctx)

@@ -1,7 +1,7 @@
 """Replay a reply round by round, in three beats per round, at a pace the speaker controls.
 
 `ReplayState` (rounds.py) is the deterministic model: an index into the beats of the reply. This
-widget only draws the beat on screen and owns the one QTimer that advances it while playing; tests
+widget shows the beat (round_stage.py draws it) and owns the one QTimer that advances it while playing; tests
 (and the GIF export) step the state directly and never wait on the timer.
 
 Keys (when the replay has focus; presentation clickers send Page Up / Page Down):
@@ -11,8 +11,8 @@ Shift+→ / Shift+← next / previous round · Home / End start / end.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPoint, QPointF, QRectF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFontMetricsF, QKeySequence, QPainter, QPainterPath, QPen, QShortcut
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
-    QSizePolicy,
     QSlider,
     QSplitter,
     QTableWidget,
@@ -33,291 +32,14 @@ from PySide6.QtWidgets import (
 
 from app.fit import available, fit_to_screen, give_rows, scrolling, wrap_labels
 from app.talk import style as ts
-from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy, round_info
+from app.talk.round_stage import RoundStage, chip_label, draft_q
+from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
 from app.theme import STATE_SOLID
-from app.trace import MAPPED_MARK, ReplyTrace, TokenRecord, draft_figure
+from app.trace import MAPPED_MARK, ReplyTrace
 from specdec_core.events import TokenState
 
 BEAT_MS = {Beat.DRAFT: 650, Beat.VERIFY: 1200, Beat.RESOLVE: 2000}  # at speed 1×
 SPEEDS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0)
-
-
-def chip_label(tok: TokenRecord) -> str:
-    """A drafted token's chip text, marked ⇄ when a draft with another tokenizer proposed it."""
-    return f"{MAPPED_MARK} {ts.shown(tok.text)}" if tok.draft_source else ts.shown(tok.text)
-
-
-def draft_q(tok: TokenRecord) -> str:
-    """The draft's probability under a chip ("string match" where the draft proposed it by matching text)."""
-    return draft_figure(tok.draft_prob, True)
-
-
-class RoundStage(QWidget):
-    """Draws one beat of one round: the context, the draft's chips, the verifier's pass, the verdicts."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.story: RoundStory | None = None
-        self.step: Step | None = None
-        self.n_rounds = 0
-        self.greedy = True
-        self.setMinimumHeight(330)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.setAutoFillBackground(True)
-        pal = self.palette()
-        pal.setColor(self.backgroundRole(), ts.PAPER)
-        self.setPalette(pal)
-
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
-        return QSize(1100, 380)
-
-    def show_beat(self, story: RoundStory | None, step: Step | None, n_rounds: int, greedy: bool) -> None:
-        self.story, self.step, self.n_rounds, self.greedy = story, step, n_rounds, greedy
-        self.update()
-
-    def tree_beat(self, story: RoundStory, step: Step) -> list:
-        """The tree's nodes this beat shows: grown up to the candidate being drafted, then every candidate with
-        the verifier's figures (its one pass), then the verdict with the accepted path and the verifier's token."""
-        from app.tree_view import growing_tree, layout_tree
-
-        rec = story.record
-        assert rec is not None
-        if step.beat is Beat.RESOLVE:
-            return layout_tree(rec, story.emitted.text if story.emitted is not None else None, story.text_before)
-        return growing_tree(rec, step.i + 1, step.beat is Beat.VERIFY, story.text_before)
-
-    def _paint_tree(self, p: QPainter, story: RoundStory, step: Step, area: QRectF) -> None:
-        """A tree round: the tree drawn by the tree view's painter, scaled into `area`; the verifier's one pass
-        is a box around every candidate."""
-        from app.tree_view import TreeView
-
-        if not hasattr(self, "_tree"):
-            self._tree = TreeView(legend=False)
-        view = self._tree
-        view.set_placed(self.tree_beat(story, step))
-        hint = view.sizeHint()
-        view.resize(hint)
-        factor = min(1.6, area.width() / max(1, hint.width()), area.height() / max(1, hint.height()))
-        p.save()
-        p.translate(area.left(), area.top())
-        p.scale(factor, factor)
-        view.render(p, QPoint(0, 0))
-        p.restore()
-        if step.beat is Beat.VERIFY:
-            box = QRectF(area.left() - 6, area.top() + view._top() * factor - 6,
-                         (hint.width() - 6) * factor, (hint.height() - view._top()) * factor)
-            p.setPen(QPen(ts.VERIFIER, 3.5))
-            p.setBrush(Qt.BrushStyle.NoBrush)
-            p.drawRoundedRect(box, 14, 14)
-
-    # -- painting ------------------------------------------------------------------------------------
-    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt override
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        p.setRenderHint(QPainter.RenderHint.TextAntialiasing)
-        story, step = self.story, self.step
-        w, h = float(self.width()), float(self.height())
-        margin = 24.0
-        if story is None or step is None:
-            p.setFont(ts.big_font(1.4))
-            p.setPen(ts.MUTED)
-            p.drawText(QRectF(0, 0, w, h), Qt.AlignmentFlag.AlignCenter,
-                       "Replay: each round in three beats —\ndraft proposes · verifier checks · accept or reject")
-            return
-
-        # Header: round number, and how this round's drafting went.
-        p.setFont(ts.big_font(1.15, bold=True))
-        p.setPen(ts.INK)
-        fm = QFontMetricsF(p.font())
-        y = margin
-        p.drawText(QPointF(margin, y + fm.ascent()), f"Round {step.round + 1} of {self.n_rounds}")
-        rec = story.record
-        if rec is not None and story.drafted:
-            p.setFont(ts.big_font(0.85))
-            p.setPen(ts.MUTED)
-            info = round_info(rec)
-            fmi = QFontMetricsF(p.font())
-            p.drawText(QPointF(w - margin - fmi.horizontalAdvance(info), y + fm.ascent()), info)
-        y += fm.height() + 18
-        if story.tree_nodes:
-            self._paint_tree(p, story, step, QRectF(margin, y, w - 2 * margin, h - y - 8))
-            p.end()
-            return
-
-        k = len(story.drafted)
-        beat = step.beat
-        shown_n = step.i + 1 if beat is Beat.DRAFT else k
-        resolved = beat is Beat.RESOLVE
-
-        # Fit the chips: shrink their type until context + chips fit the width.
-        ctx_font = ts.big_font(1.1)
-        scale = 2.3
-        while True:
-            chip_font = ts.big_font(scale)
-            num_font = ts.big_font(max(0.7, scale * 0.42))
-            cfm, nfm = QFontMetricsF(chip_font), QFontMetricsF(num_font)
-            chip_w = [max(cfm.horizontalAdvance(chip_label(t)) + 28, nfm.horizontalAdvance("min 0.000") + 10,
-                          nfm.horizontalAdvance(f"q {draft_q(t)}") + 10) for t in story.drafted]
-            gap = 34.0
-            need = sum(chip_w) + gap * k
-            if story.emitted is not None and (not k or story.emitted.state == TokenState.BONUS.value):
-                need += cfm.horizontalAdvance(ts.shown(story.emitted.text)) + 28 + gap
-            if need <= w * 0.66 or scale <= 0.8:
-                break
-            scale -= 0.1
-        ctx_w = max(120.0, min(w - 2 * margin - need, w * 0.42))
-        chip_h = cfm.height() + 18
-        # centre the chips, their numbers and the correction row in the space under the header
-        block = chip_h + 3 * nfm.height() + 30 + chip_h + 30
-        y = max(y + 14, y + (h - y - block) / 2)
-
-        # The context: the end of the reply so far, in a grey box.
-        p.setFont(ctx_font)
-        xfm = QFontMetricsF(ctx_font)
-        ctx_rect = QRectF(margin, y, ctx_w, chip_h)
-        p.setPen(Qt.PenStyle.NoPen)
-        p.setBrush(QColor(236, 236, 236))
-        p.drawRoundedRect(ctx_rect, 10, 10)
-        p.setPen(ts.MUTED)
-        tail = story.text_before.replace("\n", " ↵ ")[-400:] or "(start of the reply)"
-        elided = xfm.elidedText(tail, Qt.TextElideMode.ElideLeft, ctx_w - 20)
-        p.drawText(ctx_rect.adjusted(10, 0, -10, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignRight,
-                   elided)
-        p.setFont(ts.big_font(0.75))
-        p.drawText(QPointF(ctx_rect.left() + 4, ctx_rect.bottom() + QFontMetricsF(p.font()).ascent() + 6),
-                   "context: the reply so far")
-
-        # The chips.
-        x = ctx_rect.right() + gap
-        rects: list[QRectF] = []
-        for width in chip_w:
-            r = QRectF(x, y, width, chip_h)
-            rects.append(r)
-            x = r.right() + gap
-        # Arrows: context -> chip 0 -> chip 1 ...: each proposal is conditioned on everything left of it.
-        p.setPen(QPen(ts.DRAFT, 2.5))
-        prev_right = ctx_rect.right()
-        for r in rects[:shown_n]:
-            self._arrow(p, QPointF(prev_right + 4, r.center().y()), QPointF(r.left() - 4, r.center().y()))
-            prev_right = r.right()
-
-        for i, (tok, r) in enumerate(zip(story.drafted, rects)):
-            if i >= shown_n:  # slots the draft has not filled yet
-                p.setPen(QPen(QColor(180, 180, 180), 1.5, Qt.PenStyle.DashLine))
-                p.setBrush(Qt.BrushStyle.NoBrush)
-                p.drawRoundedRect(r, 10, 10)
-                continue
-            state = tok.state if resolved else None
-            self._chip(p, r, chip_label(tok), chip_font, state,
-                       highlight=beat is Beat.DRAFT and i == step.i)
-            # numbers under each chip: q (draft), p (verifier), accept probability
-            p.setFont(num_font)
-            ny = r.bottom() + nfm.ascent() + 6
-            p.setPen(ts.DRAFT)
-            p.drawText(QPointF(r.left() + 4, ny), f"q {draft_q(tok)}")
-            if beat is not Beat.DRAFT:
-                p.setPen(ts.VERIFIER)
-                p.drawText(QPointF(r.left() + 4, ny + nfm.height()), f"p {ts.fmt_p(tok.target_prob)}")
-                p.setPen(ts.INK)
-                p.drawText(QPointF(r.left() + 4, ny + 2 * nfm.height()), f"min {ts.fmt_p(tok.accept_prob)}")
-
-        below = y + chip_h + 3 * nfm.height() + 16
-        # DRAFT: a bracket under everything the new token is conditioned on.
-        if beat is Beat.DRAFT and rects:
-            left = ctx_rect.left()
-            right = rects[step.i - 1].right() if step.i > 0 else ctx_rect.right()
-            by = y + chip_h + 3 * nfm.height() + 6
-            p.setPen(QPen(ts.DRAFT, 2))
-            p.drawLine(QPointF(left, by - 8), QPointF(left, by))
-            p.drawLine(QPointF(left, by), QPointF(right, by))
-            p.drawLine(QPointF(right, by - 8), QPointF(right, by))
-            p.setFont(ts.big_font(0.8))
-            target = rects[step.i]
-            self._arrow(p, QPointF(right, by), QPointF(target.center().x(), y + chip_h + 4))
-            drafts = "" if step.i == 0 else ", draft 1" if step.i == 1 else f", drafts 1–{step.i}"
-            label = f"draft: q(token {step.i + 1} | context{drafts})"
-            p.drawText(QPointF(left + 6, by + QFontMetricsF(p.font()).ascent() + 4), label)
-        # VERIFY: one box around all of it, the verifier's single pass.
-        if beat is Beat.VERIFY and rects:
-            box = QRectF(ctx_rect.left() - 8, y - 10, rects[-1].right() - ctx_rect.left() + 16, chip_h + 20)
-            p.setPen(QPen(ts.VERIFIER, 3.5))
-            p.setBrush(Qt.BrushStyle.NoBrush)
-            p.drawRoundedRect(box, 14, 14)
-            p.setFont(ts.big_font(0.9, bold=True))
-            p.setPen(ts.VERIFIER)
-            p.drawText(QPointF(box.left() + 6, below + 24),
-                       (f"verifier: ONE forward pass scores all {len(rec.tree)} candidates of the tree"
-                        if rec is not None and rec.tree else
-                        "verifier: ONE forward pass scores the draft (+1 position for a bonus)" if k == 1 else
-                        f"verifier: ONE forward pass scores all {k} drafts (+1 position for a bonus)"))
-
-        # RESOLVE: the verifier's own token, a correction under the first rejected draft or a bonus at the end.
-        em = story.emitted
-        if resolved and em is not None:
-            text = ts.shown(em.text)
-            ew = QFontMetricsF(chip_font).horizontalAdvance(text) + 28
-            p.setFont(ts.big_font(0.8, bold=True))
-            if em.state == TokenState.CORRECTED.value and story.first_rejected is not None:
-                anchor = rects[story.first_rejected]
-                r = QRectF(anchor.left(), below + 14, max(ew, 60), chip_h)
-                p.setPen(QPen(ts.CORRECTED, 2.5))
-                self._arrow(p, QPointF(anchor.center().x(), y + chip_h + 3 * nfm.height() + 8),
-                            QPointF(anchor.center().x(), r.top() - 2))
-                self._chip(p, r, text, chip_font, em.state)
-                p.setPen(ts.CORRECTED.darker(130))
-                p.setFont(ts.big_font(0.9, bold=True))
-                p.drawText(QPointF(r.right() + 14, r.center().y() + 8),
-                           "correction (the verifier's token)"
-                           + ("" if self.greedy else ": sampled from max(0, p − q)"))
-            else:
-                left = rects[-1].right() + gap if rects else ctx_rect.right() + gap
-                r = QRectF(left, y, max(ew, 60), chip_h)
-                p.setPen(QPen(ts.BONUS if rects else ts.PLAIN, 2.5))
-                self._arrow(p, QPointF((rects[-1].right() if rects else ctx_rect.right()) + 4, r.center().y()),
-                            QPointF(r.left() - 4, r.center().y()))
-                self._chip(p, r, text, chip_font, em.state)
-                p.setFont(ts.big_font(0.8, bold=True))
-                p.setPen(ts.BONUS if em.state == TokenState.BONUS.value else ts.MUTED)
-                label = "bonus" if em.state == TokenState.BONUS.value else "verifier alone"
-                p.drawText(QPointF(r.left(), r.bottom() + 22), label)
-        p.end()
-
-    @staticmethod
-    def _chip(p: QPainter, r: QRectF, text: str, font, state: str | None, highlight: bool = False) -> None:
-        fill = {TokenState.ACCEPTED.value: ts.ACCEPTED, TokenState.REJECTED.value: QColor(253, 226, 229),
-                TokenState.CORRECTED.value: ts.CORRECTED, TokenState.BONUS.value: ts.BONUS,
-                TokenState.PLAIN.value: QColor(225, 225, 225)}.get(state or "", QColor(237, 233, 254))
-        if state == TokenState.REJECTED.value:
-            border = ts.REJECTED
-        else:
-            border = ts.DRAFT if state is None else fill.darker(125)
-        p.setPen(QPen(border, 4 if highlight else 2))
-        p.setBrush(fill)
-        p.drawRoundedRect(r, 10, 10)
-        p.setFont(font)
-        ink = QColor(255, 255, 255) if state in (TokenState.ACCEPTED.value, TokenState.BONUS.value) else ts.INK
-        if state == TokenState.REJECTED.value:
-            ink = ts.REJECTED
-        p.setPen(ink)
-        p.drawText(r, Qt.AlignmentFlag.AlignCenter, text)
-        if state == TokenState.REJECTED.value:
-            p.setPen(QPen(ts.REJECTED, 3))
-            p.drawLine(QPointF(r.left() + 6, r.center().y()), QPointF(r.right() - 6, r.center().y()))
-
-    @staticmethod
-    def _arrow(p: QPainter, a: QPointF, b: QPointF) -> None:
-        p.drawLine(a, b)
-        d = b - a
-        length = (d.x() ** 2 + d.y() ** 2) ** 0.5 or 1.0
-        ux, uy = d.x() / length, d.y() / length
-        head = QPainterPath(b)
-        head.lineTo(b.x() - 10 * ux + 5 * uy, b.y() - 10 * uy - 5 * ux)
-        head.lineTo(b.x() - 10 * ux - 5 * uy, b.y() - 10 * uy + 5 * ux)
-        head.closeSubpath()
-        p.save()
-        p.setBrush(p.pen().color())
-        p.drawPath(head)
-        p.restore()
 
 
 class NumbersTable(QTableWidget):
@@ -410,7 +132,22 @@ class ReplayWidget(QWidget):
         self.legend.setTextFormat(Qt.TextFormat.RichText)
         ts.set_big(self.legend, 0.9)
         lay.addWidget(self.legend)
+        lay.addWidget(self._build_views(), 1)
+        # The transport controls: a widget of their own, so a dialog can keep them in view below a scrolled
+        # replay (ReplayDialog), in two short rows that fit 1024×700 and scale 2.
+        self.controls = QWidget()
+        rows = QVBoxLayout(self.controls)
+        rows.setContentsMargins(0, 0, 0, 0)
+        rows.setSpacing(4)
+        rows.addLayout(self._build_buttons())
+        rows.addLayout(self._build_seek_row())
+        lay.addWidget(self.controls)
+        self._add_shortcuts()
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.set_trace(trace or ReplyTrace())
 
+    def _build_views(self) -> QSplitter:
+        """The stage and its caption above; the numbers and the reply so far side by side below."""
         self.stage = RoundStage()
         self.caption = QLabel("")
         self.caption.setWordWrap(True)
@@ -435,18 +172,10 @@ class ReplayWidget(QWidget):
         split.addWidget(bottom)
         split.setSizes([520, 260])
         self.split = split
-        lay.addWidget(split, 1)
+        return split
 
-        # The transport controls: a widget of their own, so a dialog can keep them in view below a scrolled
-        # replay (ReplayDialog), in two short rows that fit 1024×700 and scale 2.
-        self.controls = QWidget()
-        rows = QVBoxLayout(self.controls)
-        rows.setContentsMargins(0, 0, 0, 0)
-        rows.setSpacing(4)
+    def _build_buttons(self) -> QHBoxLayout:
         bar = QHBoxLayout()
-        seek = QHBoxLayout()
-        rows.addLayout(bar)
-        rows.addLayout(seek)
         self.buttons: dict[str, QPushButton] = {}
         for name, text, tip, slot in (
             ("start", "|◀", "Back to the start (Home)", self.to_start),
@@ -466,6 +195,11 @@ class ReplayWidget(QWidget):
             b.setMinimumWidth(b.fontMetrics().horizontalAdvance(text) + 20)
             bar.addWidget(b)
             self.buttons[name] = b
+        return bar
+
+    def _build_seek_row(self) -> QHBoxLayout:
+        """The slider over the beats, where it stands, and the speed."""
+        seek = QHBoxLayout()
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.slider.valueChanged.connect(self._seek_from_slider)
@@ -484,8 +218,9 @@ class ReplayWidget(QWidget):
         self.speed_box.currentIndexChanged.connect(lambda i: self.set_speed(SPEEDS[i]))
         ts.set_big(self.speed_box, 0.9)
         seek.addWidget(self.speed_box)
-        lay.addWidget(self.controls)
+        return seek
 
+    def _add_shortcuts(self) -> None:
         ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
         for keys, slot in ((("Space",), self.toggle_play), (("Right", "PgDown"), self.step_forward),
                            (("Left", "PgUp"), self.step_back), (("Shift+Right",), self.next_round),
@@ -495,8 +230,6 @@ class ReplayWidget(QWidget):
                 sc = QShortcut(QKeySequence(key), self)
                 sc.setContext(ctx)
                 sc.activated.connect(slot)
-        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        self.set_trace(trace or ReplyTrace())
 
     # -- the trace -------------------------------------------------------------------------------------
     def set_trace(self, trace: ReplyTrace) -> None:

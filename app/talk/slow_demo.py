@@ -17,8 +17,8 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.runs import Lane, RunContext, engine_lane
 from app.talk import style as ts
-from app.talk.context import Lane, TalkContext, engine_lane
 from app.talk.drafters import WeakenedDrafter
 from app.talk.lanes_ui import FLUSH_MS, LaneRun, big_plot, lane_figures, redraw_grown
 from app.theme import ACCENT, STATE_SOLID
@@ -38,7 +38,7 @@ PRESETS = {
 FORCED_DRAFTING = {"cost_aware": False, "adaptive": False, "tree_nodes": 0}
 
 
-def slow_lanes(ctx: TalkContext, corrupt: float = 0.8) -> list[Lane]:
+def slow_lanes(ctx: RunContext, corrupt: float = 0.8) -> list[Lane]:
     s = ctx.session
     lanes = [engine_lane("off", "verifier alone", s.verifier, None, False)]
     good = s.drafter
@@ -60,7 +60,7 @@ class SlowDemoView(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.ctx: TalkContext | None = None
+        self.ctx: RunContext | None = None
         self.run: LaneRun | None = None
         self.lanes: list[Lane] = []
         self.results: dict[str, tuple[float, float, float]] = {}
@@ -121,7 +121,7 @@ class SlowDemoView(QWidget):
         text = PRESETS[self.preset.currentText()]
         self.start(self.ctx.with_prompt(text) if text else self.ctx, keep_context=True)
 
-    def start(self, ctx: TalkContext, keep_context: bool = False) -> None:
+    def start(self, ctx: RunContext, keep_context: bool = False) -> None:
         if self.run is not None and self.run.running:
             return
         if not keep_context:

@@ -21,7 +21,8 @@ def data_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def make_window(qtbot, data_dir, tiny_models_dir):
     """make_window(**settings) -> a shown MainWindow with its models loaded (tiny llama pair by default)."""
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     windows = []

@@ -6,7 +6,8 @@ import json
 import sqlite3
 
 from app import branches
-from app.store import ConversationStore, Message
+from app.conversation import Message
+from app.store import ConversationStore
 
 
 def test_regenerating_keeps_every_version_and_flipping_shows_each_with_what_followed_it():
@@ -41,7 +42,7 @@ def test_a_failed_regeneration_shows_the_earlier_version_again():
 
 
 def test_branches_survive_the_store_inside_the_messages_extra_column(tmp_path):
-    from app.store import Conversation
+    from app.conversation import Conversation
 
     conv = Conversation()
     conv.messages = [Message("user", "Hi"), Message("assistant", "one")]

@@ -9,8 +9,9 @@ import math
 import numpy as np
 import tiny
 
-from app.graphs import ADAPTED_SYMBOL, LOADED_SYMBOL
-from app.store import ConversationStore, trace_from_dict
+from app.conversation import trace_from_dict
+from app.graphs.chat_acceptance import ADAPTED_SYMBOL, LOADED_SYMBOL
+from app.store import ConversationStore
 
 head_folder = tiny.save_head_folder
 
@@ -115,7 +116,8 @@ def test_the_chat_plot_is_not_redrawn_while_a_reply_streams(make_window, send_an
 
 
 def test_the_chat_plot_keeps_both_axes_inside_it_at_the_narrowest_panel_width(qtbot):
-    from app.graphs import PLOT_MIN_WIDTH, LiveGraphs
+    from app.graphs.live import LiveGraphs
+    from app.graphs.plots import PLOT_MIN_WIDTH
     from app.trace import ReplyTrace
 
     graphs = LiveGraphs()

@@ -64,8 +64,8 @@ def test_reply_tokens_carry_the_engines_states(make_window, qtbot, send_and_wait
         assert struck == (tok.state == TokenState.REJECTED.value)
 
     # Rounds reach the graphs, and the tooltip names the token's round and probabilities.
-    assert w.graphs.live.b_t.n == len(trace.rounds) == len([e for e in events if isinstance(e, RoundVerified)])
-    from app.chat_view import token_tooltip
+    assert w.graphs.live.figures.t.n == len(trace.rounds) == len([e for e in events if isinstance(e, RoundVerified)])
+    from app.token_view import token_tooltip
 
     tip = token_tooltip(shown[0], trace)
     assert "round" in tip and "verifier probability" in tip and "drafting stopped" in tip
@@ -162,7 +162,7 @@ def test_conversation_survives_save_and_reopen(make_window, data_dir, send_and_w
     assert [(t, s) for t, _b, s in rendered_states(view)] == \
         [(t.text.replace("\n", "↵") if t.state == "rejected" else t.text, t.state == "rejected")
          for t in trace.tokens if t.text]
-    assert w2.graphs.live.b_t.n == len(trace2.rounds)
+    assert w2.graphs.live.figures.t.n == len(trace2.rounds)
     assert "tokens" in w2.chat.bubbles[3].footer.text()
 
 
@@ -234,16 +234,16 @@ def test_graphs_receive_the_rounds(make_window, send_and_wait):
     trace = send_and_wait(w, "Graphs please")
     g = w.graphs.live
     n = len(trace.rounds)
-    assert g.b_t.n == n
-    x, y = g.tps_curve.getData()
+    assert g.figures.t.n == n
+    x, y = g.panels["tps"].curve.getData()
     assert len(x) == n and y[-1] > 0
-    x, y = g.accepted_curve.getData()
+    x, y = g.panels["acc"].accepted_curve.getData()
     assert list(y) == [r.accepted for r in trace.rounds]
-    assert sum(g._hist) == sum(1 for r in trace.rounds if r.drafted)
-    assert g.alpha == trace.get_stats().acceptance_rate
-    x, y = g.theory_curve.getData()
+    assert sum(g.figures.hist) == sum(1 for r in trace.rounds if r.drafted)
+    assert g.figures.alpha == trace.get_stats().acceptance_rate
+    x, y = g.theory.theory_curve.getData()
     assert len(x) == 16  # predicted speedup for γ = 1..16 with the measured α and c
-    assert g.break_even.value() == 1.0
+    assert g.theory.break_even.value() == 1.0
 
 
 def test_close_while_generating_cancels_the_reply_at_its_next_step(make_window, qtbot):
@@ -365,7 +365,7 @@ def test_close_while_loading_cancels_the_load_at_its_next_step(make_window, qtbo
 
 
 def test_settings_panel_changes_persist(make_window, data_dir):
-    from app.store import Settings
+    from app.settings import Settings
 
     w = make_window(load=False)
     w.settings_panel.gamma.setValue(6)
@@ -379,7 +379,7 @@ def test_settings_panel_changes_persist(make_window, data_dir):
 
 def test_choosing_both_drafters_loads_a_hybrid_with_its_draft_token_cap(make_window, qtbot, send_and_wait,
                                                                         data_dir):
-    from app.store import Settings
+    from app.settings import Settings
     from specdec_core.drafting.drafters import HybridDrafter, ModelDrafter
 
     w = make_window()
@@ -490,7 +490,7 @@ def test_graphs_and_bubbles_fit_the_default_window_after_a_reply(make_window, qt
     w.graphs.live.flush()
     qtbot.wait(50)  # let the layout settle
     live = w.graphs.live
-    for plot in (live.tps_plot, live.acc_plot, live.hist_plot, live.pos_plot, live.time_plot, live.theory_plot):
+    for plot in (live.plots[name] for name in ("tps", "acc", "hist", "pos", "time", "theory")):
         title = plot.getPlotItem().titleLabel.text
         assert plot.getPlotItem().minimumWidth() <= plot.viewport().width(), f"clipped plot: {title}"
     assert w.graphs.width() <= w.right_dock.width()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import tiny
 
-from app.chat_view import token_tooltip
-from app.store import trace_from_dict
+from app.conversation import trace_from_dict
+from app.token_view import token_tooltip
 from app.trace import ReplyTrace
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.cross_vocab import StringMatchDrafter, TokenIntersectionDrafter
@@ -47,7 +47,8 @@ def test_a_drafted_tokens_tooltip_shows_the_draft_token_it_came_from_and_survive
 def test_the_html_export_marks_each_mapped_token_with_the_draft_token_it_came_from_and_a_legend_line(pair):
     import html
 
-    from app.store import Conversation, Message, to_html
+    from app.conversation import Conversation, Message
+    from app.export_formats import to_html
     from app.trace import MAPPED_MARK, MAPPED_NOTE, STRING_MATCH
 
     def page(kind):
@@ -85,7 +86,8 @@ def test_a_tree_rounds_mapped_nodes_are_marked_with_the_draft_token_in_the_tree_
 
 
 def test_the_replay_marks_a_mapped_token_and_names_the_draft_token_in_its_numbers(pair, qtbot):
-    from app.talk.replay import NumbersTable, chip_label
+    from app.talk.replay import NumbersTable
+    from app.talk.round_stage import chip_label
     from app.talk.rounds import Beat, Step, rounds_of
     from app.trace import MAPPED_MARK
 
@@ -117,8 +119,8 @@ def test_a_string_match_proposal_shows_string_match_not_a_draft_probability_of_o
 
 
 def test_the_settings_offer_installed_drafts_with_their_overlap(qtbot):
+    from app.settings import Settings
     from app.settings_panel import SettingsPanel
-    from app.store import Settings
     from specdec_core.pairs.draft_candidates import DraftCandidate
 
     panel = SettingsPanel(Settings())

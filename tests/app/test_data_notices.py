@@ -8,7 +8,8 @@ import pytest
 
 
 def test_bad_files_are_reported_in_the_window_never_fatal(qtbot, data_dir, monkeypatch):
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     (data_dir / "conversations").mkdir(parents=True)
@@ -41,7 +42,8 @@ def test_a_temperature_the_settings_panel_cannot_show_is_refused_with_a_notice(q
                                                                                temperature):
     """Issue 25: settings.json's temperature 1e39 sampled the replies while the panel showed 2.00, and the next
     edit of any setting silently made it 2.0."""
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     data_dir.mkdir(parents=True)

@@ -10,7 +10,8 @@ pytest.importorskip("pytestqt")
 @pytest.mark.slow
 def test_embedded_default_chats_and_races(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     w = MainWindow(Settings(max_new_tokens=48), ConversationStore(tmp_path), persist_settings=False)
@@ -44,7 +45,8 @@ def test_a_slow_first_draft_in_the_app_does_not_pause_speculation_for_the_reply(
 
     monkeypatch.setenv("SPECDEC_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("SPECDEC_HOST", "0")  # the drafter patched below is this process's (a host's is a copy)
-    from app.store import ConversationStore, Settings
+    from app.settings import Settings
+    from app.store import ConversationStore
     from app.window import MainWindow
 
     w = MainWindow(Settings(max_new_tokens=60, calibrate=False), ConversationStore(tmp_path), persist_settings=False)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.store import Conversation, Message, to_html, to_markdown
+from app.conversation import Conversation, Message
+from app.export_formats import to_html, to_markdown
 
 PROMPT = ("Summarise this text in two sentences:\n  Honey bees live in colonies of up to sixty thousand workers, "
           "a few hundred drones and a single queen.")

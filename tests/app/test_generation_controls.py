@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from app.store import ConversationStore, Settings
+from app.settings import Settings
+from app.store import ConversationStore
 
 
 def test_the_repetition_penalty_and_stop_sequences_reach_the_reply(make_window, send_and_wait):

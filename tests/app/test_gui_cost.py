@@ -51,7 +51,7 @@ def test_events_arrive_in_order_and_in_batches_with_the_end_after_the_last(qtbot
 
 def _shown_graphs(qtbot, size=None, baseline_tps=None):
     """Live graphs shown (at `size`), following an empty reply's trace."""
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
     from app.trace import ReplyTrace
 
     graphs = LiveGraphs()
@@ -92,7 +92,7 @@ def test_the_graph_header_changing_every_tick_does_not_re_lay_out_the_plots(qtbo
 
 
 def test_while_a_reply_streams_the_panels_are_redrawn_at_most_twice_a_second(qtbot):
-    from app.graphs import PANEL_EVERY_S
+    from app.graphs.plots import PANEL_EVERY_S
     from app.trace import RoundRecord
 
     graphs, trace = _shown_graphs(qtbot)
@@ -124,7 +124,7 @@ def test_the_theory_words_and_the_header_growing_and_shrinking_do_not_re_lay_out
 
 
 def test_a_flush_of_many_differently_coloured_tokens_changes_the_document_once(qtbot):
-    from app.chat_view import TokenTextView
+    from app.token_view import TokenTextView
     from app.trace import ReplyTrace, TokenRecord
 
     view = TokenTextView()
@@ -145,7 +145,7 @@ def test_a_flush_of_many_differently_coloured_tokens_changes_the_document_once(q
 
 def test_the_footer_and_the_graph_header_are_rewritten_only_on_figure_ticks_and_only_after_new_tokens(qtbot):
     from app.chat_view import ChatView
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
     from app.trace import ReplyTrace, RoundRecord, TokenRecord
 
     chat, graphs = ChatView(), LiveGraphs()
@@ -181,7 +181,7 @@ def test_the_footer_and_the_graph_header_are_rewritten_only_on_figure_ticks_and_
 
 
 def test_while_rounds_keep_arriving_every_panel_is_redrawn_in_turn(qtbot, monkeypatch):
-    import app.graphs as graphs_mod
+    import app.graphs.plots as graphs_mod
     from app.trace import RoundRecord
 
     monkeypatch.setattr(graphs_mod, "PANEL_EVERY_S", 0.0)  # a panel on every tick, to see which ones
@@ -221,7 +221,7 @@ def test_a_token_view_paints_its_text_without_a_python_override_in_the_way_and_s
     from PySide6.QtGui import QHelpEvent
     from PySide6.QtWidgets import QApplication, QTextBrowser, QToolTip
 
-    from app.chat_view import TokenTextView
+    from app.token_view import TokenTextView
     from app.trace import ReplyTrace, TokenRecord
 
     # PySide holds the GIL across a C++ call made from Python: an override of viewportEvent (or paintEvent)

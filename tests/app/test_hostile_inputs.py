@@ -165,8 +165,9 @@ def test_two_app_instances_editing_one_chat_keep_both_and_say_so(make_window, qt
     """Issue 25: the last writer won, and a delete in one instance followed by a save in the other left a
     1-message fragment. The window's save finds the conversation changed (or deleted) by the other
     instance; its version is kept as a new conversation, and the chat says so."""
-    from app.chat_view import Notice
-    from app.store import Conversation, ConversationStore, Message
+    from app.bubbles import Notice
+    from app.conversation import Conversation, Message
+    from app.store import ConversationStore
 
     w = make_window(load=False)
     w.conv = Conversation(title="shared chat", messages=[Message("user", "first"), Message("assistant", "reply")])
@@ -220,7 +221,7 @@ def test_a_chat_that_can_be_neither_saved_nor_recovered_keeps_the_window_open_an
 
 
 def long_chat(replies: int, tokens: int = 64):
-    from app.store import Conversation, Message
+    from app.conversation import Conversation, Message
     from app.trace import ReplyTrace, TokenRecord
 
     conv = Conversation(title="long chat")
@@ -322,7 +323,8 @@ def test_renaming_a_chat_another_instance_changed_says_so_without_a_traceback(ma
     from PySide6.QtWidgets import QMenu
 
     from app import sidebar
-    from app.store import Conversation, ConversationStore, Message
+    from app.conversation import Conversation, Message
+    from app.store import ConversationStore
 
     class ChooseRename(QMenu):
         def exec(self, *_args):

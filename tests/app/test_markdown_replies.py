@@ -5,9 +5,10 @@ from __future__ import annotations
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QFontInfo, QGuiApplication, QTextCursor
 
-from app.chat_view import ChatView, TokenTextView
+from app.chat_view import ChatView
 from app.markdown import BOLD, CODE, mark_line
 from app.theme import STATE_STYLE
+from app.token_view import TokenTextView
 from app.trace import ReplyTrace, TokenRecord
 
 REPLY = [  # (text, state) of a reply's tokens, as a streaming engine emits them

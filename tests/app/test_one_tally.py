@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from app.graphs import LiveGraphs
+from app.graphs.live import LiveGraphs
 from app.trace import ReplyTrace
 from specdec_core.commands.cli import reply_json, stats_line
 from specdec_core.events import (
@@ -79,9 +79,9 @@ def test_footer_header_reopened_trace_and_cli_json_report_the_same_figures_for_o
         graphs.set_trace(shown)
         graphs.flush()
         assert _tokens_per_call(graphs.header.text(), "tokens per verifier call") == 1.67
-        assert graphs.alpha == cli["acceptance_rate"]
+        assert graphs.figures.alpha == cli["acceptance_rate"]
         # Rounds by accepted length: the tally's histogram (2 and 1 accepted), on an axis up to γ 4.
-        assert tuple(graphs.hist_bars.opts["height"]) == (0, 1, 1, 0, 0)
+        assert tuple(graphs.panels["hist"].bars.opts["height"]) == (0, 1, 1, 0, 0)
         assert tuple(cli["accepted_length_histogram"]) == (0, 1, 1)
         figures = shown.tally().snapshot()
         assert (figures.new_tokens, figures.rounds, figures.drafted, figures.accepted) == (5, 3, 5, 3)

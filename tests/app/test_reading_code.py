@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtGui import QBrush, QTextCharFormat, QTextCursor
 
-from app.chat_view import ChatView, TokenTextView, token_tooltip
+from app.chat_view import ChatView
 from app.theme import STATE_SOLID, STATE_STYLE
+from app.token_view import TokenTextView, token_tooltip
 from app.trace import ReplyTrace, TokenRecord
 
 # (text, state, round): the round's rejected draft and its correction share round 3
@@ -98,7 +99,7 @@ def test_without_colours_code_has_no_marks_either(qtbot):
 def test_the_window_keeps_the_code_switch_in_its_settings_view_menu_and_each_code_blocks_link(make_window):
     from PySide6.QtCore import QUrl
 
-    from app.store import Settings
+    from app.settings import Settings
 
     w = make_window(load=False)
     assert not w.settings.code_colored and not w.code_action.isChecked() and not w.chat.code_colored

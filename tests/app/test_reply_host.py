@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from app.host import RACE, REPLY, HostKeeper, ReplyHost, run_here, why_not
+from app.host import HostKeeper, ReplyHost, run_here, why_not
+from app.runs import race_events
 from app.session import LoadRequest, PromptInfo, load_session, reply_events
 from specdec_core.config import GenerationConfig
 from specdec_core.defaults import MODEL
@@ -57,7 +58,7 @@ def _reply(events) -> tuple[list, Finished]:
 def test_a_hosted_greedy_reply_is_the_reply_decoded_in_the_app(session, host):
     config = GenerationConfig(max_new_tokens=16, gamma=3, tree_nodes=0)
     here, here_end = _reply(reply_events(session, MESSAGES, None, config, Controls()))
-    there, there_end = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
+    there, there_end = _reply(host.run(reply_events, (MESSAGES, None, config), Controls()))
     assert isinstance(there[0], PromptInfo) and there[0] == here[0]
     assert there_end.token_ids == here_end.token_ids and there_end.text == here_end.text
     assert any(isinstance(ev, RoundVerified) and ev.drafted for ev in there)  # it speculated there too
@@ -81,7 +82,7 @@ def test_the_child_renders_chat_templates_with_the_apps_renderer_and_starts_no_p
         conn, request, *a))[1])
     config = GenerationConfig(max_new_tokens=8, gamma=3, tree_nodes=0)
     here, _ = _reply(reply_events(session, MESSAGES, None, config, Controls()))
-    there, _ = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
+    there, _ = _reply(host.run(reply_events, (MESSAGES, None, config), Controls()))
     assert there[0] == here[0]  # the same prompt, rendered by the app for the child
     assert len(asked) == 1 and _children(host._process.pid) == []
 
@@ -89,23 +90,23 @@ def test_the_child_renders_chat_templates_with_the_apps_renderer_and_starts_no_p
 def test_the_windows_cancel_and_speculation_switch_reach_the_child(host):
     config = GenerationConfig(max_new_tokens=40, gamma=3, tree_nodes=0)
     off = Controls(speculate=False)
-    evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), off))
+    evs, end = _reply(host.run(reply_events, (MESSAGES, None, config), off))
     assert all(not ev.drafted for ev in evs if isinstance(ev, RoundVerified))
 
     controls = Controls()
     controls.cancel()  # the window's Stop (a tiny model would finish before a cancel sent midway arrived)
-    _evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), controls))
+    _evs, end = _reply(host.run(reply_events, (MESSAGES, None, config), controls))
     assert end.stop_reason is StopReason.CANCELLED and len(end.token_ids) < 40
-    _evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))  # the next reply runs in full
+    _evs, end = _reply(host.run(reply_events, (MESSAGES, None, config), Controls()))  # the next reply runs in full
     assert end.stop_reason is not StopReason.CANCELLED
 
 
 def test_a_reply_left_midway_does_not_leak_into_the_next(host):
     config = GenerationConfig(max_new_tokens=30, gamma=3, tree_nodes=0)
-    events = host.run(REPLY, (MESSAGES, None, config), Controls())
+    events = host.run(reply_events, (MESSAGES, None, config), Controls())
     next(events), next(events)
     events.close()  # its consumer stopped reading
-    evs, end = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
+    evs, end = _reply(host.run(reply_events, (MESSAGES, None, config), Controls()))
     assert isinstance(evs[0], PromptInfo) and end.stop_reason is not StopReason.CANCELLED
 
 
@@ -115,9 +116,9 @@ def test_an_error_in_the_child_arrives_as_the_same_error(session, host):
     with pytest.raises(SpecdecError) as here:
         list(reply_events(session, huge, None, config, Controls()))
     with pytest.raises(SpecdecError) as there:
-        list(host.run(REPLY, (huge, None, config), Controls()))
+        list(host.run(reply_events, (huge, None, config), Controls()))
     assert type(there.value) is type(here.value) and str(there.value) == str(here.value)
-    _evs, end = _reply(host.run(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), Controls()))
+    _evs, end = _reply(host.run(reply_events, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), Controls()))
     assert end.stop_reason is not StopReason.ERROR
 
 
@@ -131,10 +132,10 @@ def test_a_child_that_died_is_said_and_the_keeper_decodes_in_the_app_from_then_o
         host._process.join(5)
         args = (MESSAGES, None, GenerationConfig(max_new_tokens=4))
         with pytest.raises(SpecdecError, match="decoding process"):
-            list(run(REPLY, args, Controls()))
+            list(run(reply_events, args, Controls()))
         again = keeper.runner(session)
         assert keeper.host is None and "app's process" in keeper.note
-        _evs, end = _reply(again(REPLY, args, Controls()))
+        _evs, end = _reply(again(reply_events, args, Controls()))
         assert end.stop_reason is not StopReason.ERROR
     finally:
         keeper.close()
@@ -181,7 +182,7 @@ def test_a_child_runs_the_apps_threads_per_pass_though_the_app_ran_parallel_prod
     try:
         assert host.start(), host.failure
         assert host.threads == 2
-        _evs, there = _reply(host.run(REPLY, (MESSAGES, None, config), Controls()))
+        _evs, there = _reply(host.run(reply_events, (MESSAGES, None, config), Controls()))
         assert there.token_ids == here.token_ids and there.stop_reason is here.stop_reason
     finally:
         host.close()
@@ -189,7 +190,7 @@ def test_a_child_runs_the_apps_threads_per_pass_though_the_app_ran_parallel_prod
 
 
 def test_a_race_decoded_by_the_host_runs_the_same_lanes_as_in_the_app(session, host):
-    from app.talk.context import LaneEvent
+    from app.runs import LaneEvent
 
     args = (MESSAGES, None, GenerationConfig(max_new_tokens=10, gamma=3, tree_nodes=0), 2)
 
@@ -198,8 +199,8 @@ def test_a_race_decoded_by_the_host_runs_the_same_lanes_as_in_the_app(session, h
         assert isinstance(evs[0], PromptInfo) and all(isinstance(e, LaneEvent) for e in evs[1:])
         return {e.lane: e.event.token_ids for e in evs[1:] if isinstance(e.event, Finished)}
 
-    here = lanes(run_here(session, RACE, args, Controls()))
-    there = lanes(host.run(RACE, args, Controls()))
+    here = lanes(run_here(session, race_events, args, Controls()))
+    there = lanes(host.run(race_events, args, Controls()))
     assert there == here and list(there) == ["off", "on", "on 2", "off 2"]  # each pair in turn the other way
     assert len(set(there.values())) == 1  # greedy: every lane writes the same reply
 
@@ -278,7 +279,7 @@ def _events_until_stop(run, controls: Controls, config: GenerationConfig) -> lis
     from specdec_core.events import TokenCommitted
 
     seen = []
-    for ev in run(REPLY, (MESSAGES, None, config), controls):
+    for ev in run(reply_events, (MESSAGES, None, config), controls):
         seen.append(ev)
         if sum(isinstance(e, TokenCommitted) for e in seen) == 3:
             controls.cancel()
@@ -301,7 +302,7 @@ def test_a_stopped_child_is_ended_after_stop_and_the_next_reply_forks_a_fresh_on
         assert "process of their own" in keeper.note
         controls = Controls()
         controls.cancel()
-        _evs, end = _reply(again(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), controls))
+        _evs, end = _reply(again(reply_events, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), controls))
         assert end.stop_reason is StopReason.CANCELLED
     finally:
         keeper.close()
@@ -313,7 +314,7 @@ def test_a_child_silent_past_the_limit_is_ended_without_a_stop(session, host, mo
     monkeypatch.setattr(host_module, "SILENT_S", 0.5)
     os.kill(host._process.pid, signal.SIGSTOP)
     with pytest.raises(host_module.Unresponsive, match="no sign of life"):
-        list(host.run(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), Controls()))
+        list(host.run(reply_events, (MESSAGES, None, GenerationConfig(max_new_tokens=4)), Controls()))
     assert not host.alive and host.unresponsive
 
 
@@ -373,7 +374,7 @@ def test_a_child_stopped_halfway_through_a_message_is_ended_after_stop(session, 
 
     controls, seen = Controls(), []
     with pytest.raises(Unresponsive, match="stopped answering .* the reply so far is kept"):
-        for ev in host.run(REPLY, (MESSAGES, None, GenerationConfig(max_new_tokens=200)), controls):
+        for ev in host.run(reply_events, (MESSAGES, None, GenerationConfig(max_new_tokens=200)), controls):
             seen.append(ev)
             controls.cancel()  # Stop, pressed once the first event is in
     assert len(seen) == 1 and not host.alive and host.unresponsive

@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from app.chat_view import Notice
-from app.graphs import PAUSED_ROUNDS, LiveGraphs
+from app.bubbles import Notice
+from app.graphs.header import PAUSED_ROUNDS
+from app.graphs.live import LiveGraphs
 from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace, RoundRecord
 from specdec_core.events import TokenCommitted
 

@@ -46,7 +46,7 @@ def test_the_main_window_fits_the_screen_with_its_graphs_and_buttons_on_it(scree
 
 
 def test_graphs_go_to_one_column_when_narrow(qtbot):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
 
     live = LiveGraphs()
     qtbot.addWidget(live)

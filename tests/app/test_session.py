@@ -68,7 +68,7 @@ def test_a_tiny_temperature_in_settings_json_replies_as_greedy(request_, loud_pa
     import json
 
     from app.session import config_from_settings, reply_events
-    from app.store import Settings
+    from app.settings import Settings
     from specdec_core.events import Finished
 
     loud = replace(request_, verifier=str(loud_pair[0]), draft=str(loud_pair[1]))

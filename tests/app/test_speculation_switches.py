@@ -3,7 +3,7 @@ was mixed instead of giving it one speedup. The footer also counts accepted and 
 
 from __future__ import annotations
 
-from app.graphs import LiveGraphs
+from app.graphs.live import LiveGraphs
 from app.toggles import mixed, switches
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
 from specdec_core.events import RoundVerified

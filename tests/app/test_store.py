@@ -8,16 +8,10 @@ import sqlite3
 
 import pytest
 
-from app.store import (
-    Conversation,
-    ConversationStore,
-    Message,
-    Settings,
-    StoreReadOnlyError,
-    to_html,
-    to_json,
-    to_markdown,
-)
+from app.conversation import Conversation, Message
+from app.export_formats import to_html, to_json, to_markdown
+from app.settings import Settings
+from app.store import ConversationStore, StoreReadOnlyError
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
 
 
@@ -285,7 +279,7 @@ def test_exports_keep_text_colours_and_trace():
 
 
 def test_the_apps_default_draft_is_the_one_the_cli_uses():
-    from app.store import Settings
+    from app.settings import Settings
     from specdec_core.pairs.pairing import default_draft
 
     shipped, settings = default_draft(None), Settings()

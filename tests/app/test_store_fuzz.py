@@ -11,7 +11,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import ConversationStore, Settings
+from app.settings import Settings
+from app.store import ConversationStore
 from app.validate import InvalidData
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,7 +136,7 @@ def test_any_settings_file_loads_valid_settings(document):
 
 
 def _populated(root: Path, n: int = 8) -> None:
-    from app.store import Conversation, Message
+    from app.conversation import Conversation, Message
 
     store = ConversationStore(root)
     for i in range(n):
@@ -148,7 +149,8 @@ def _populated(root: Path, n: int = 8) -> None:
 @given(damage=st.lists(st.tuples(st.integers(0, 10**6), st.binary(min_size=1, max_size=512)), min_size=1,
                        max_size=4))
 def test_any_damage_inside_the_database_file_opens_lists_loads_and_saves(damage):
-    from app.store import DB_NAME, Conversation, Message
+    from app.conversation import Conversation, Message
+    from app.store import DB_NAME
 
     with tempfile.TemporaryDirectory() as tmp:
         _populated(Path(tmp))
@@ -175,7 +177,8 @@ def test_two_stores_writing_one_database_under_a_lock_lose_nothing(writes, lock_
     write lock for a moment: every save lands (the busy timeout and retries wait the lock out)."""
     import threading
 
-    from app.store import DB_NAME, Conversation, Message
+    from app.conversation import Conversation, Message
+    from app.store import DB_NAME
 
     with tempfile.TemporaryDirectory() as tmp:
         stores = [ConversationStore(Path(tmp)), ConversationStore(Path(tmp))]
@@ -207,7 +210,8 @@ def test_two_instances_editing_one_conversation_never_lose_a_version_nor_leave_a
     """Two app instances (two stores) open one conversation and, in any order, add turns, delete it or open
     it again. Every conversation in the database is a whole version one of them saved (no fragment of a
     deleted one), and each one's last version is stored unless the other deleted it afterwards."""
-    from app.store import Conversation, Message, SaveConflict
+    from app.conversation import Conversation, Message
+    from app.store import SaveConflict
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

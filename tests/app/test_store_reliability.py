@@ -13,7 +13,9 @@ import zlib
 import pytest
 
 from app import store as store_module
-from app.store import Conversation, ConversationStore, Message
+from app import store_schema
+from app.conversation import FORMAT_VERSION, Conversation, Message
+from app.store import ConversationStore
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
 
 
@@ -159,7 +161,7 @@ def test_a_trace_of_deeply_nested_brackets_is_dropped_not_a_recursion_error(tmp_
 
 
 def test_a_zlib_bomb_in_a_trace_is_refused_without_inflating_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "TRACE_SIZE_LIMIT", 1 << 20)
+    monkeypatch.setattr(store_schema, "TRACE_SIZE_LIMIT", 1 << 20)
     store, conv_id = store_with_trace_blob(tmp_path, zlib.compress(b" " * (8 << 20), 9))
     conv = store.load(conv_id)
     assert conv.messages[1].trace is None
@@ -329,7 +331,7 @@ def test_a_store_that_cannot_open_still_lists_the_chats_kept_in_recovery_files(t
 def test_what_was_added_to_a_newer_versions_chat_is_kept_beside_it(tmp_path):
     store = ConversationStore(tmp_path)
     conv = chat_of(1)
-    conv.format = store_module.FORMAT_VERSION + 1
+    conv.format = FORMAT_VERSION + 1
     conv.read_only = True
     conv.messages.append(Message("user", "added here"))
     path = store.save_or_recover(conv)

@@ -62,7 +62,7 @@ def test_the_tooltip_lists_the_tree_and_the_dialog_exports_a_png(qtbot, tree_tra
 
 
 def test_a_tokens_tooltip_in_a_tree_round_shows_the_round_s_tree(tree_trace):
-    from app.chat_view import token_tooltip
+    from app.token_view import token_tooltip
 
     index = tree_rounds(tree_trace)[0]
     token = next(t for t in tree_trace.tokens if t.round == index)
@@ -91,7 +91,7 @@ def test_the_draft_tree_setting_reaches_the_engine_and_a_bad_value_falls_back(tm
     import json
 
     from app.session import config_from_settings
-    from app.store import Settings
+    from app.settings import Settings
 
     settings = Settings()
     assert config_from_settings(settings).tree_nodes == -1  # auto
@@ -104,14 +104,14 @@ def test_the_draft_tree_setting_reaches_the_engine_and_a_bad_value_falls_back(tm
 
 
 def test_the_graphs_count_every_candidate_a_tree_round_checked(qtbot, tree_trace):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
     from app.speedup import measured_costs
 
     graphs = LiveGraphs()
     qtbot.addWidget(graphs)
     graphs.set_trace(tree_trace)
     checked = [len(r.tree) if r.tree else r.drafted for r in tree_trace.rounds]
-    assert list(graphs.b_drafted.data[:len(checked)]) == checked
+    assert list(graphs.figures.drafted.data[:len(checked)]) == checked
     assert any(len(r.tree) > r.drafted for r in tree_trace.rounds)  # more than the main line
     costs = measured_costs(tree_trace.rounds, baseline_tps=100.0)
     assert costs is not None and max(costs.measured_verify) == max(checked)  # verify cost by nodes checked
@@ -119,7 +119,7 @@ def test_the_graphs_count_every_candidate_a_tree_round_checked(qtbot, tree_trace
 
 @pytest.mark.parametrize("tree_nodes", [0, 6])
 def test_the_graphs_figures_are_the_engines_own_tally(qtbot, tiny_tokenizer, tree_nodes):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
 
     verifier, draft = tiny.make_pair("llama", tiny_tokenizer)
     trace = ReplyTrace()
@@ -131,15 +131,17 @@ def test_the_graphs_figures_are_the_engines_own_tally(qtbot, tiny_tokenizer, tre
     qtbot.addWidget(graphs)
     graphs.set_trace(trace)
     stats = trace.stats
-    assert graphs.alpha == pytest.approx(stats["acceptance_rate"])
-    assert graphs.c == pytest.approx(stats["c"])
-    assert graphs.mean_gamma == pytest.approx(stats["mean_gamma"])
-    assert graphs.tally.drafted_at and [a / d for a, d in zip(graphs.tally.accepted_at, graphs.tally.drafted_at)] \
+    assert graphs.figures.alpha == pytest.approx(stats["acceptance_rate"])
+    assert graphs.figures.c == pytest.approx(stats["c"])
+    assert graphs.figures.mean_gamma == pytest.approx(stats["mean_gamma"])
+    tally = graphs.figures.tally
+    assert tally.drafted_at and [a / d for a, d in zip(tally.accepted_at, tally.drafted_at)] \
         == pytest.approx(list(stats["per_position_acceptance"]))
 
 
 def test_a_reply_with_draft_trees_survives_the_conversation_store(tmp_path, tree_trace):
-    from app.store import Conversation, ConversationStore, Message
+    from app.conversation import Conversation, Message
+    from app.store import ConversationStore
 
     store = ConversationStore(tmp_path)
     conv = Conversation(messages=[Message("user", "Once upon a time"), Message("assistant", tree_trace.text,
@@ -154,7 +156,7 @@ def test_a_reply_with_draft_trees_survives_the_conversation_store(tmp_path, tree
 def test_the_cost_panel_plots_every_pass_and_the_engines_own_cost_curve(qtbot, tiny_tokenizer):
     import numpy as np
 
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
 
     verifier, draft = tiny.make_pair("llama", tiny_tokenizer)
     engine = Engine(verifier, ModelDrafter(draft))
@@ -169,12 +171,13 @@ def test_the_cost_panel_plots_every_pass_and_the_engines_own_cost_curve(qtbot, t
     qtbot.addWidget(graphs)
     graphs.set_trace(trace)
     graphs.set_baseline(100.0, verify_s_per_token=0.004)
-    fed, ms = graphs.cost_passes.getData()
+    fed, ms = graphs.panels["cost"].passes.getData()
     assert sorted(fed[np.isfinite(fed)]) == sorted(r.rows for r in rounds if r.rows)
-    assert graphs.cost.seconds == pytest.approx(engine.planner.sizer.cost.seconds)  # what the sizer read, pass for pass
-    x, y = graphs.cost_curve.getData()
+    # what the sizer read, pass for pass
+    assert graphs.figures.cost.seconds == pytest.approx(engine.planner.sizer.cost.seconds)
+    x, y = graphs.panels["cost"].curve.getData()
     assert list(x) == sorted(engine.planner.sizer.cost.seconds) and list(y) == sorted(y)  # never falling as k grows
-    assert graphs.step_line.isVisible() and graphs.step_line.value() == pytest.approx(4.0)
+    assert graphs.panels["cost"].step_line.isVisible() and graphs.panels["cost"].step_line.value() == pytest.approx(4.0)
     assert f"{trace.stats['mean_accepted_length']:.2f} tokens per verifier call" in graphs.header.text()
     saved = ReplyTrace.from_dict(trace.to_dict())
     assert [r.rows for r in saved.rounds] == [r.rows for r in rounds]

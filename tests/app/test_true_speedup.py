@@ -114,9 +114,9 @@ def test_theory_vs_practice_draws_both_curves_and_never_says_faster_below_one(ma
     w.spec_button.setChecked(True)
     send_and_wait(w, "Hello")
     live = w.graphs.live
-    assert len(live.theory_curve.getData()[0]) == 16 and len(live.practical_curve.getData()[0]) == 16
+    assert len(live.theory.theory_curve.getData()[0]) == 16 and len(live.theory.practical_curve.getData()[0]) == 16
     assert "textbook curve assumes checking" in live.words.text()
-    sp = live.measured_speedup
+    sp = live.figures.measured_speedup
     if sp is not None and sp < 1:
         assert "faster" not in live.words.text()
 
@@ -144,7 +144,7 @@ def test_once_the_user_has_run_the_verifier_alone_the_load_time_calibration_no_l
 
 
 def test_the_graph_header_shows_no_verdict_colour_against_the_calibration_alone(qtbot):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
     from app.trace import ReplyTrace, RoundRecord
 
     def trace(rounds: int) -> ReplyTrace:
@@ -196,7 +196,7 @@ def _tree_reply():
 
 
 def test_a_reply_with_trees_is_predicted_from_its_trees_not_the_chain_formula(qtbot):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
     from app.speedup import tree_path_mass, tree_prediction
     from app.talk import style as ts
     from app.talk.explainer import Explainer
@@ -225,11 +225,11 @@ def test_a_reply_with_trees_is_predicted_from_its_trees_not_the_chain_formula(qt
     graphs.show()
     graphs.set_trace(trace, 50.0)
     assert graphs.words.text().count("From its trees (3.0 candidates a round)") == 1
-    assert graphs.predicted_point.getData()[1][0] == pytest.approx(pred.speedup)
+    assert graphs.theory.predicted_point.getData()[1][0] == pytest.approx(pred.speedup)
 
 
 def test_the_verifier_alone_line_labels_itself_on_the_side_away_from_the_running_mean(qtbot):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
     from app.trace import ReplyTrace, RoundRecord
 
     graphs = LiveGraphs()
@@ -243,5 +243,5 @@ def test_the_verifier_alone_line_labels_itself_on_the_side_away_from_the_running
         graphs.set_trace(trace)
         graphs.set_baseline(baseline, "verifier alone", like_for_like=True)
         graphs._draw_panel("tps")
-        label = graphs.baseline_line.label
+        label = graphs.panels["tps"].baseline_line.label
         assert label.anchors == [side, side] and "verifier alone" in label.toPlainText()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app import branches
-from app.store import Message
+from app.conversation import Message
 from app.trace import ReplyTrace, RoundRecord, TokenRecord
 
 

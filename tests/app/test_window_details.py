@@ -108,7 +108,7 @@ def test_a_new_chat_is_in_the_sidebar_from_its_first_message(make_window, qtbot)
 
 
 def test_empty_plots_show_no_negative_axes_and_whole_counts(qtbot):
-    from app.graphs import LiveGraphs
+    from app.graphs.live import LiveGraphs
 
     live = LiveGraphs()
     qtbot.addWidget(live)
@@ -118,7 +118,7 @@ def test_empty_plots_show_no_negative_axes_and_whole_counts(qtbot):
     for name, plot in live.plots.items():
         (x0, _x1), (y0, _y1) = plot.getPlotItem().vb.viewRange()
         assert y0 >= 0 and (x0 >= -0.5), name
-    axis = live.hist_plot.getPlotItem().getAxis("left")
+    axis = live.plots["hist"].getPlotItem().getAxis("left")
     for spacing, _offset in axis.tickSpacing(0, 1, 200):
         assert spacing >= 1 and spacing == int(spacing)  # no 0.2 of a round
 
@@ -152,7 +152,7 @@ def test_regenerate_at_temperature_zero_says_why_the_text_is_the_same(make_windo
     with qtbot.waitSignal(w.reply_finished, timeout=60_000) as blocker:
         w.regenerate(None)
     assert blocker.args[0].text == first.text
-    from app.chat_view import Notice
+    from app.bubbles import Notice
 
     notices = [n.label.text() for n in w.chat.findChildren(Notice)]
     assert any("Temperature is 0" in t and "same reply" in t for t in notices)
@@ -209,7 +209,7 @@ def test_quitting_mid_reply_exits_promptly_and_keeps_the_partial_reply(tiny_mode
 
 
 def test_busy_is_one_public_state_announced_on_each_change(make_window, qtbot, send_and_wait):
-    from app.window import Busy
+    from app.session import Busy
 
     w = make_window(max_new_tokens=6)
     seen = []

@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.store import Settings
+from app.settings import Settings
 from specdec_core.commands.cli import main
 from specdec_core.drafting import adapt, phrases
 from specdec_core.drafting.adapt import ADAPTED_FILE, HeadAdapter

@@ -25,11 +25,11 @@ def tiny_session(tiny_tokenizer):
 @pytest.fixture(scope="session")
 def saved_trace(tiny_session):
     """A reply's trace built from real engine events, saved to JSON and read back."""
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.trace import ReplyTrace
     from specdec_core.config import GenerationConfig
 
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Once upon a time"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "Once upon a time"}], None,
                       GenerationConfig(max_new_tokens=24, gamma=4))
     trace = ReplyTrace(verifier="tiny-verifier", drafter="tiny-draft")
     tiny_session.engine.reset_caches()

@@ -30,8 +30,8 @@ def write_bench(folder, name: str, result: dict):
 
 @pytest.fixture
 def demo(qtbot, tiny_session):
+    from app.runs import RunContext
     from app.talk import TalkDialog
-    from app.talk.context import TalkContext
     from app.talk.demo import DemoView
     from app.talk.demo_script import STEPS
 
@@ -41,7 +41,7 @@ def demo(qtbot, tiny_session):
     dialog.resize(1280, 800)
     dialog.show()
     qtbot.waitExposed(dialog)
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": STEPS[0].prompt}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": STEPS[0].prompt}], None,
                       GenerationConfig(max_new_tokens=16, gamma=3))
     yield view, ctx
     view.stop()
@@ -182,12 +182,12 @@ def test_the_talk_menu_runs_the_demo_on_the_windows_models_and_records_it(make_w
 
 
 def test_the_poor_drafter_of_what_makes_it_slow_drafts_every_round_whatever_the_cost_model_says(tiny_session):
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.slow_demo import slow_lanes
     from specdec_core.engine import Controls
     from specdec_core.events import DraftStop, RoundVerified
 
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
                       GenerationConfig(max_new_tokens=24, gamma=3, cost_aware=True, adaptive=True, tree_nodes=-1))
     weak = next(lane for lane in slow_lanes(ctx) if lane.key == "weak")
     assert "drafting forced" in weak.title

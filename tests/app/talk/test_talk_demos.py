@@ -61,13 +61,13 @@ def test_explainer_takes_live_values_from_a_trace(qtbot, saved_trace):
 
 
 def test_draft_alone_shows_the_drafts_own_reply(qtbot, tiny_session):
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.draft_alone import DraftAloneView
     from specdec_core.engine import Engine
 
     view = DraftAloneView()
     qtbot.addWidget(view)
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
                       GenerationConfig(max_new_tokens=10))
     with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
         view.start(ctx)
@@ -92,11 +92,11 @@ def test_prompt_lookup_alone_copies_then_stops(tiny_tokenizer):
 
 
 def test_weakened_drafter_is_exact_and_accepts_less(tiny_session):
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.drafters import WeakenedDrafter
     from specdec_core.engine import Engine
 
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Once upon"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "Once upon"}], None,
                       GenerationConfig(max_new_tokens=16, gamma=4))
     ids = ctx.prompt_ids()
     good = list(Engine(tiny_session.verifier, tiny_session.drafter).generate(ids, ctx.config))[-1]
@@ -107,12 +107,12 @@ def test_weakened_drafter_is_exact_and_accepts_less(tiny_session):
 
 
 def test_slow_demo_measures_every_lane_against_the_verifier_alone(qtbot, tiny_session):
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.slow_demo import SlowDemoView
 
     view = SlowDemoView()
     qtbot.addWidget(view)
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
                       GenerationConfig(max_new_tokens=10, gamma=4))
     with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
         view.start(ctx)
@@ -149,14 +149,14 @@ def head_session(tiny_tokenizer):
 
 
 def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtbot, head_session):
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.draft_alone import DraftAloneView
     from specdec_core.drafting.drafters import DraftTarget, HeadDrafter
     from specdec_core.verification.kv import CachedForward
 
     view = DraftAloneView()
     qtbot.addWidget(view)
-    ctx = TalkContext(head_session, [{"role": "user", "content": "Hello"}], None, GenerationConfig(max_new_tokens=10))
+    ctx = RunContext(head_session, [{"role": "user", "content": "Hello"}], None, GenerationConfig(max_new_tokens=10))
     with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
         view.start(ctx)
     draft_text, _ = blocker.args[0]
@@ -173,10 +173,10 @@ def test_draft_alone_with_a_head_shows_what_the_head_writes_after_the_prompt(qtb
 
 
 def test_the_chat_keeps_drafting_with_its_head_after_a_demo_lane_used_it(head_session):
-    from app.talk.context import TalkContext, engine_lane, lane_events
+    from app.runs import RunContext, engine_lane, lane_events
     from specdec_core.engine import Controls
 
-    ctx = TalkContext(head_session, [{"role": "user", "content": "Once upon a time"}], None,
+    ctx = RunContext(head_session, [{"role": "user", "content": "Once upon a time"}], None,
                       GenerationConfig(max_new_tokens=16, gamma=4))
     lane = engine_lane("on", "speculation on", head_session.verifier, head_session.drafter, True)
     list(lane_events(ctx, [lane], Controls()))  # a race lane: its own Engine, the session's drafter

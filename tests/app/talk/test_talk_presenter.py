@@ -24,7 +24,7 @@ def test_presenter_mode_enlarges_type_survives_resize_and_restores(qtbot, make_w
     assert font >= before_font * 1.5 and composer >= before_composer * 1.5
     assert window.legend.isVisible() and window.right_dock.isVisible() and not window.left_dock.isVisible()
     assert window.isFullScreen()
-    axis = window.graphs.live.tps_plot.getPlotItem().getAxis("bottom")
+    axis = window.graphs.live.plots["tps"].getPlotItem().getAxis("bottom")
     assert axis.style["tickFont"].pointSizeF() >= 11
 
     window.showNormal()

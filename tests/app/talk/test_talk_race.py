@@ -6,14 +6,14 @@ from specdec_core.config import GenerationConfig
 
 
 def test_race_produces_two_replies_and_a_speedup(qtbot, tiny_session):
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.race import RaceView
 
     view = RaceView()
     qtbot.addWidget(view)
     view.show()
     view.pairs = 2
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "The capital of France"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "The capital of France"}], None,
                       GenerationConfig(max_new_tokens=16, gamma=3))
     started = []
     with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
@@ -37,12 +37,12 @@ def test_race_produces_two_replies_and_a_speedup(qtbot, tiny_session):
 
 def finished_race(qtbot, tiny_session):
     """A RaceView that has run a short race on the tiny session."""
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.race import RaceView
 
     view = RaceView()
     qtbot.addWidget(view)
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
                       GenerationConfig(max_new_tokens=8, gamma=3))
     with qtbot.waitSignal(view.finished, timeout=60_000):
         view.start(ctx)

@@ -36,12 +36,12 @@ def test_with_nothing_to_export_the_window_says_so(make_window, tmp_path):
 
 
 def test_a_finished_race_and_slow_demo_become_scenes_of_the_page(qtbot, tiny_session, tmp_path):
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from app.talk.race import RaceView
     from app.talk.recorder import Recorder, race_view_scene, slow_view_scene
     from app.talk.slow_demo import SlowDemoView
 
-    ctx = TalkContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
+    ctx = RunContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
                       GenerationConfig(max_new_tokens=8, gamma=3))
     race, slow = RaceView(), SlowDemoView()
     qtbot.addWidget(race)

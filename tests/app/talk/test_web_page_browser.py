@@ -70,12 +70,12 @@ class Shown(HTMLParser):
 
 
 def tiny_reply(session, prompt: str, speculate: bool) -> ReplyTrace:
-    from app.talk.context import TalkContext
+    from app.runs import RunContext
     from specdec_core.config import GenerationConfig
     from specdec_core.engine import Engine
 
     config = GenerationConfig(max_new_tokens=24, gamma=4, speculate=speculate)
-    ids = TalkContext(session, [{"role": "user", "content": prompt}], None, config).prompt_ids()
+    ids = RunContext(session, [{"role": "user", "content": prompt}], None, config).prompt_ids()
     engine = Engine(session.verifier, session.drafter if speculate else None)
     trace = ReplyTrace(verifier="tiny-verifier", drafter="tiny-draft" if speculate else "")
     for event in engine.generate(ids, config):

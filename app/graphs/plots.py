@@ -1,0 +1,123 @@
+"""What every plot of the graphs shares: a modest preferred size, whole-number count axes, small axis fonts,
+no mouse, ranges set from the data; and `LabelBox`, which holds a label whose text changes on every tick."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import QSize
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import QLabel, QWidget
+
+PLOT_MIN_WIDTH = 250  # fits the axes, their labels and the short titles
+PLOT_MIN_HEIGHT = 150
+ONE_COLUMN_HEIGHT = 220
+QWIDGETSIZE_MAX = (1 << 24) - 1
+# While a reply streams, at most one panel is redrawn per this many seconds (and the race's curves once): a
+# plot costs 10-30 ms to paint on a 2-core CPU, on the GUI thread, holding the GIL the decoding thread needs.
+# Measured with bench/ui_latency.py --cli-ab: redrawing one panel every other 40 ms tick cost a tiny model's
+# replies about a third of their tokens/s. Every panel is drawn once the reply has finished.
+PANEL_EVERY_S = 0.5
+
+
+def with_alpha(c: QColor, a: int) -> QColor:
+    c = QColor(c)
+    c.setAlpha(a)
+    return c
+
+
+def small_font(points: int = 8) -> QFont:
+    font = QFont()
+    font.setPointSize(points)
+    return font
+
+
+class CountAxis(pg.AxisItem):
+    """An axis of counts (tokens, rounds, positions): whole-number ticks only, never 0.5 of a round."""
+
+    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 - pyqtgraph override
+        levels = super().tickSpacing(minVal, maxVal, size)
+        out = [(max(1.0, round(spacing)), offset) for spacing, offset in levels]
+        return out[:1] if out else [(1.0, 0.0)]
+
+
+class _PlotWidget(pg.PlotWidget):
+    """A plot whose preferred size is modest: a scroll area sizes its content by preferred heights, and
+    the default (a 640×480 view) made the two-column panel three plots of ~500 px tall."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(PLOT_MIN_WIDTH + 40, ONE_COLUMN_HEIGHT)
+
+
+def make_plot(title: str, left: str, bottom: str, *, count_left: bool = False, count_bottom: bool = False
+              ) -> pg.PlotWidget:
+    axes = {}
+    if count_left:
+        axes["left"] = CountAxis("left")
+    if count_bottom:
+        axes["bottom"] = CountAxis("bottom")
+    w = _PlotWidget(axisItems=axes)
+    w.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
+    pi = w.getPlotItem()
+    pi.setTitle(f"<span style='font-size:10pt'>{title}</span>")
+    pi.setLabel("left", left)
+    pi.setLabel("bottom", bottom)
+    pi.showGrid(x=False, y=True, alpha=0.12)
+    pi.setMenuEnabled(False)
+    pi.setMouseEnabled(x=False, y=False)  # ranges are set from the data (see each panel's `ranges`)
+    pi.hideButtons()
+    pi.disableAutoRange()
+    font = small_font()
+    for ax in ("left", "bottom"):
+        pi.getAxis(ax).enableAutoSIPrefix(False)  # "seconds (x0.001)" reads worse than 0.2, 0.4, ...
+        pi.getAxis(ax).setTickFont(font)
+        pi.getAxis(ax).label.setFont(font)
+    return w
+
+
+def right_axis_view(pi: pg.PlotItem, label: str, **label_style: object) -> pg.ViewBox:
+    """A second view box on `pi`'s right axis, sharing its x axis (a rate beside counts)."""
+    view = pg.ViewBox()
+    view.setMouseEnabled(False, False)
+    pi.showAxis("right")
+    pi.scene().addItem(view)
+    right = pi.getAxis("right")
+    right.linkToView(view)
+    right.setLabel(label, **label_style)
+    return view
+
+
+class LabelBox(QWidget):
+    """Holds a label whose text changes on every tick, outside any layout.
+
+    A label in a layout makes its parent's layout recompute on every setText: here the scrolled grid of seven
+    plots, which cost a tiny model's replies about a quarter of their tokens/s (bench/ui_latency.py --cli-ab,
+    graphs shown against hidden). In this box, with no layout of its own, the label's text changes touch nothing
+    else; the box changes height (one re-layout) only when the text's line count does."""
+
+    def __init__(self, label: QLabel, parent: QWidget | None = None, lines: int = 0) -> None:
+        super().__init__(parent)
+        self.label = label
+        self.lines = lines  # with text, at least this many lines tall
+        label.setParent(self)
+        self.setFixedHeight(0)
+
+    def fit(self, shrink: bool = False) -> None:
+        """Tall enough for the text. It grows, but shrinks only when its width changes (`shrink`): a reply's
+        header goes from empty to four lines and back to one, and each change of height re-lays out (and
+        repaints) every plot under it. With text it is at least `lines` lines tall from the start, so that a
+        streaming reply's header, which gains a line or two as its figures arrive, does not re-lay out (and
+        repaint) the seven plots each time (in a tiny model's reply those repaints cost the decoding
+        thread more than all the rest of the window)."""
+        text = self.label.text()
+        height = max(0, self.label.heightForWidth(self.width())) if text else 0
+        if text and self.lines:
+            height = max(height, self.lines * self.label.fontMetrics().lineSpacing()
+                         + self.label.contentsMargins().top() + self.label.contentsMargins().bottom())
+        if height > self.height() or (shrink and height != self.height()):
+            self.setFixedHeight(height)
+        self.label.setGeometry(0, 0, self.width(), max(height, self.height()))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.fit(shrink=event.size().width() != event.oldSize().width())
+

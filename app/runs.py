@@ -1,0 +1,131 @@
+"""The runs the window and talk mode share, as Qt-free generators of events: a race of speculation off against
+on, and lanes (the same prompt under several configurations, one after the other).
+
+A `RunContext` is a loaded Session (the window's, or one built from `load_pair`) with the prompt and settings
+to use. `lane_events` runs several configurations of the same prompt one after the other, never at once (a
+two-core laptop would distort both timings), each on its own Engine over the same loaded models, so the
+window's engine and its caches are left alone. The race runs as a job of the window's decoding process
+(app/host.py); the windows run these generators on app.worker.EventWorker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from app.session import PromptInfo, Session
+from app.speedup import RaceSpread, race_key, race_order, race_spread
+from app.trace import ReplyTrace
+from specdec_core.config import GenerationConfig
+
+if TYPE_CHECKING:
+    from app.host import Runner
+
+
+@dataclass
+class RunContext:
+    session: Session
+    messages: list[dict]  # the conversation up to and including the user's prompt
+    system: str | None
+    config: GenerationConfig
+    # Where a race on these models runs (app/host.py: the window's decoding process, or this one); called on the
+    # GUI thread as the race starts. None: in this process.
+    runner: Callable[[], Runner] | None = None
+
+    def race_source(self, pairs: int) -> Callable[[Any], Iterator[object]]:
+        """(controls) -> the events of a race of `pairs` alternating off/on pairs on this prompt (race_events),
+        decoded where `runner` says. Call on the GUI thread (it may fork the window's decoding process)."""
+        from app.host import run_here
+
+        run = self.runner() if self.runner is not None else partial(run_here, self.session)
+        args = (self.messages, self.system, self.config, pairs)
+        return lambda controls: run(race_events, args, controls)
+
+    def prompt_ids(self) -> list[int]:
+        from specdec_core.text.chat import build_prompt
+
+        v = self.session.verifier
+        return build_prompt(v.tokenizer, self.messages, system=self.system or None,
+                            context_length=v.context_length,
+                            reserve_new_tokens=self.config.max_new_tokens).ids
+
+    @property
+    def prompt_text(self) -> str:
+        return self.messages[-1]["content"] if self.messages else ""
+
+    def with_prompt(self, text: str) -> RunContext:
+        """The same models and settings on a new single-turn prompt."""
+        return RunContext(self.session, [{"role": "user", "content": text}], self.system, self.config, self.runner)
+
+
+# ---- lanes: the same prompt under several configurations, one after the other ----------------------
+@dataclass(frozen=True)
+class Lane:
+    key: str  # "off", "on", "draft", "weak", ...
+    title: str  # what the room reads above the lane
+    run: Callable[[list[int], GenerationConfig, Any], Iterator[object]]  # (prompt ids, config, controls)
+
+
+@dataclass(frozen=True)
+class LaneEvent:
+    lane: str
+    event: object
+
+
+def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bool,
+                overrides: dict[str, Any] | None = None) -> Lane:
+    """A lane on a fresh Engine over `verifier` (cold caches: every lane pays the same prefill); `overrides`:
+    GenerationConfig fields this lane sets its own way."""
+
+    def run(ids: list[int], config: GenerationConfig, controls: Any) -> Iterator[object]:
+        from specdec_core.engine import Engine
+
+        engine = Engine(verifier, drafter if speculate else None)
+        lane_config = config.with_(speculate=speculate and drafter is not None, **(overrides or {}))
+        yield from engine.generate(ids, lane_config, controls)
+
+    return Lane(key, title, run)
+
+
+def race_lanes(verifier: Any, drafter: Any, pairs: int) -> list[Lane]:
+    """A race: the verifier alone and speculation, `pairs` times each, alternating (speedup.race_order)."""
+    return [engine_lane(key, "speculation on" if spec else "speculation off", verifier, drafter if spec else None,
+                        spec) for key, spec in race_order(pairs)]
+
+
+def race_events(session: Session, messages: list[dict], system: str | None, config: GenerationConfig, pairs: int,
+                controls: Any) -> Iterator[object]:
+    """A race as a job (app/host.py): PromptInfo, then race_lanes' events as LaneEvents, lane after lane."""
+    ctx = RunContext(session, messages, system, config)
+    return lane_events(ctx, race_lanes(session.verifier, session.drafter, pairs), controls)
+
+
+def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:
+    """The median speedup and spread of a race's finished off/on pairs (keys from speedup.race_key)."""
+    pairs = []
+    for n in range(1, len(traces) + 1):
+        off, on = traces.get(race_key(False, n)), traces.get(race_key(True, n))
+        if off is None or on is None:
+            break
+        if not off.stats or not on.stats or off.error or on.error:
+            continue
+        pairs.append((float(off.stats.get("tokens_per_s") or 0.0), float(on.stats.get("tokens_per_s") or 0.0),
+                      min(int(off.stats.get("new_tokens") or 0), int(on.stats.get("new_tokens") or 0))))
+    return race_spread(pairs)
+
+
+def lane_events(ctx: RunContext, lanes: list[Lane], controls: Any) -> Iterator[object]:
+    """PromptInfo, then every lane's events wrapped in LaneEvent, lane after lane."""
+    from specdec_core.text.chat import build_prompt
+
+    v = ctx.session.verifier
+    built = build_prompt(v.tokenizer, ctx.messages, system=ctx.system or None, context_length=v.context_length,
+                         reserve_new_tokens=ctx.config.max_new_tokens)
+    yield PromptInfo(len(built.ids), built.dropped_turns)
+    for lane in lanes:
+        if controls.cancelled:
+            return
+        for ev in lane.run(built.ids, ctx.config, controls):
+            yield LaneEvent(lane.key, ev)
