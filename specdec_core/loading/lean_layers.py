@@ -17,10 +17,9 @@ check of k tokens still computes each token bit for bit as a one-token step does
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -28,7 +27,7 @@ from specdec_core.loading import cpu_attention, qkernel
 from specdec_core.loading.quantised import QuantLinear, QuantStorage
 
 _LAYERS = {"LlamaDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer", "MistralDecoderLayer"}
-_ACTIVATIONS = {"silu": F.silu}
+_ACTIVATIONS = {"silu"}  # the MLP activations the kernel library computes (specdec_silu_mul)
 
 
 def streamline(model: nn.Module) -> int:
@@ -67,14 +66,17 @@ class _Joined:
 
     def __call__(self, rows: torch.Tensor) -> list[torch.Tensor]:
         """rows [n, in] float32 contiguous -> each layer's output [n, out_i] (views of the joined outputs)."""
+        return list(self.joined(rows).split(self.sizes, dim=-1))
+
+    def joined(self, rows: torch.Tensor) -> torch.Tensor:
+        """The layers' outputs side by side, [n, sum of out_i], contiguous."""
         parts = []
         for storage, bias in self.calls:
             out = storage.product(self.lib, rows)
             if bias is not None:
                 out += bias
             parts.append(out)
-        joined = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-        return list(joined.split(self.sizes, dim=-1))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
 
 
 def _same_layout(a: QuantStorage, b: QuantStorage) -> bool:
@@ -97,7 +99,10 @@ def _join(layers: list[QuantLinear]) -> tuple[QuantStorage, torch.Tensor | None]
 
 
 class _LeanLayer:
-    """The forward of one decoder layer, with its parts looked up once."""
+    """The forward of one decoder layer, with its parts looked up once. Where its weights allow (one joined q/k/v
+    product, one joined gate/up product), the layer runs as two calls into the kernel library around the KV cache's
+    update (qkernel.layer_qkv, layer_rest): the Python between its dozen steps cost a small model more than its
+    products. Both ways compute the same bits."""
 
     def __init__(self, layer: nn.Module):
         attention, mlp = layer.self_attn, layer.mlp
@@ -113,13 +118,17 @@ class _LeanLayer:
         config = attention.config
         self.head_dim, self.layer_idx, self.config = attention.head_dim, attention.layer_idx, config
         self.heads = config.num_attention_heads
-        self.activation: Callable[[torch.Tensor], torch.Tensor] = _ACTIVATIONS[mlp.config.hidden_act]
         if hasattr(attention, "sliding_window"):
             self.window = attention.sliding_window
         else:
             self.window = getattr(config, "sliding_window", None) if type(layer).__name__ == "MistralDecoderLayer" \
                 else None
         self.extra = {"sliding_window": self.window} if type(layer).__name__ != "LlamaDecoderLayer" else {}
+        self._layer: qkernel.Layer | None = None  # the fused form (_fused), built on first use
+        self._layer_at: tuple[int, ...] = ()  # the weights' addresses it was built for
+        self.fusable = len(self.qkv.calls) == 1 and len(self.gate_up.calls) == 1 \
+            and self.gate_up.sizes[0] == self.gate_up.sizes[1] and self.input_norm.eps == self.post_norm.eps \
+            and (self.q_norm is None or self.q_norm.eps == self.k_norm.eps)
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, cache=None, use_cache: bool | None = False,
@@ -128,24 +137,17 @@ class _LeanLayer:
         cache = cache if cache is not None else past_key_values
         batch, length, width = hidden_states.shape
         rows = hidden_states.reshape(-1, width).to(torch.float32).contiguous()
-        attended = self._attend(self.input_norm(rows), batch, length, attention_mask, cache,
-                                position_embeddings, kwargs)
-        rows = rows + self._product(self.o_proj, self.o_bias, attended)
-        gate, up = self.gate_up(self.post_norm(rows))
-        rows = rows + self._product(self.down_proj, self.down_bias, (self.activation(gate) * up).contiguous())
-        return rows.view(batch, length, width)
-
-    def _attend(self, rows: torch.Tensor, batch: int, length: int, mask: torch.Tensor | None, cache,
-                position_embeddings: tuple[torch.Tensor, torch.Tensor], kwargs: dict) -> torch.Tensor:
-        query, key, value = self.qkv(rows)  # [n, heads * dim] views of one product
-        if self.q_norm is not None:
-            query, key = self.q_norm.per_head(query, self.head_dim), self.k_norm.per_head(key, self.head_dim)
         cos, sin = position_embeddings
         rotary = batch == 1 and cos.dtype == torch.float32 and cos.shape[-1] == self.head_dim
         if rotary:
             cos, sin = cos.reshape(length, -1).contiguous(), sin.reshape(length, -1).contiguous()
-            qkernel.rope_(self.lib, query, cos, sin, self.heads, self.head_dim)
-            qkernel.rope_(self.lib, key, cos, sin, key.shape[1] // self.head_dim, self.head_dim)
+        fused = self._fused() if rotary else None
+        threads, fine = max(1, torch.get_num_threads()), self.o_proj.activation_bytes == 2
+        if fused is not None:
+            qkv = qkernel.layer_qkv(self.lib, fused, rows, cos, sin, threads, fine)
+            query, key, value = qkv.split(self.qkv.sizes, dim=-1)
+        else:
+            query, key, value = self._qkv(self.input_norm(rows), cos, sin, rotary)
         query_states, key_states, value_states = (
             part.view(batch, length, -1, self.head_dim).transpose(1, 2) for part in (query, key, value))
         if not rotary:
@@ -154,14 +156,60 @@ class _LeanLayer:
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
         keys = key_states.shape[2]
-        if rotary and self._row_by_row(length, keys) and key_states.stride(-1) == 1 \
-                and key_states.dtype == torch.float32 and key_states.stride() == value_states.stride():
-            return qkernel.attend(self.lib, query, self.heads, key_states[0], value_states[0],
-                                  _visible_bytes(mask, length, keys), self.attention.scaling)
-        attend = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
-        out, _ = attend(self.attention, query_states.contiguous(), key_states, value_states, mask, dropout=0.0,
-                        scaling=self.attention.scaling, **self.extra, **kwargs)
-        return out.reshape(batch * length, -1).contiguous()
+        by_rows = rotary and self._row_by_row(length, keys) and key_states.stride(-1) == 1 \
+            and key_states.dtype == torch.float32 and key_states.stride() == value_states.stride()
+        visible = _visible_bytes(attention_mask, length, keys) if by_rows else None
+        if by_rows and fused is not None:
+            out = qkernel.layer_rest(self.lib, fused, rows, query, key_states[0], value_states[0], visible, threads,
+                                     fine)
+            return out.view(batch, length, width)
+        if by_rows:
+            attended = qkernel.attend(self.lib, query, self.heads, key_states[0], value_states[0], visible,
+                                      self.attention.scaling)
+        else:
+            attend = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+            out, _ = attend(self.attention, query_states.contiguous(), key_states, value_states, attention_mask,
+                            dropout=0.0, scaling=self.attention.scaling, **self.extra, **kwargs)
+            attended = out.reshape(batch * length, -1).contiguous()
+        return self._rest(rows, attended).view(batch, length, width)
+
+    def _qkv(self, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: bool
+             ) -> list[torch.Tensor]:
+        """The query, key and value rows [n, heads * dim] (views of one product), normed per head where the layer
+        says so, and rotated when `rotary` (else the caller rotates them)."""
+        query, key, value = self.qkv(normed)
+        if self.q_norm is not None:
+            query, key = self.q_norm.per_head(query, self.head_dim), self.k_norm.per_head(key, self.head_dim)
+        if rotary:
+            qkernel.rope_(self.lib, query, cos, sin, self.heads, self.head_dim)
+            qkernel.rope_(self.lib, key, cos, sin, key.shape[1] // self.head_dim, self.head_dim)
+        return [query, key, value]
+
+    def _rest(self, rows: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        """rows plus the attention's output projected, plus the MLP on that sum."""
+        rows = rows + self._product(self.o_proj, self.o_bias, attended)
+        hidden = qkernel.silu_mul(self.lib, self.gate_up.joined(self.post_norm(rows)))
+        return rows + self._product(self.down_proj, self.down_bias, hidden)
+
+    def _fused(self) -> qkernel.Layer | None:
+        """The layer as the kernel library's layer functions take it; None where its weights do not allow."""
+        if not self.fusable:
+            return None
+        storages = (self.qkv.calls[0][0], self.o_proj, self.gate_up.calls[0][0], self.down_proj)
+        at = tuple(storage._buffers["data"].data_ptr() for storage in storages)
+        if self._layer is None or at != self._layer_at:  # first use, or the weights moved (`.to`)
+            self._layer, self._layer_at = self._build(storages), at
+        return self._layer
+
+    def _build(self, storages: tuple[QuantStorage, ...]) -> qkernel.Layer:
+        biases = (self.qkv.calls[0][1], self.o_bias, self.gate_up.calls[0][1], self.down_bias)
+        qkv, o, gate_up, down = (_weight(storage, bias) for storage, bias in zip(storages, biases))
+        kv_heads = self.qkv.sizes[1] // self.head_dim
+        return qkernel.Layer(
+            self.o_proj.shape[0], self.heads, kv_heads, self.head_dim, self.gate_up.sizes[0], self.input_norm.eps,
+            self.q_norm.eps if self.q_norm is not None else 0.0, self.attention.scaling,
+            _address(self.input_norm), _address(self.post_norm), _address(self.q_norm), _address(self.k_norm),
+            qkv, o, gate_up, down)
 
     def _row_by_row(self, length: int, keys: int) -> bool:
         """Whether this pass attends row by row (cpu_attention's rule), with no sliding window cutting the keys."""
@@ -173,6 +221,17 @@ class _LeanLayer:
         if bias is not None:
             out += bias
         return out
+
+
+def _address(norm: _Norm | None) -> int | None:
+    return None if norm is None else norm.weight.data_ptr()
+
+
+def _weight(storage: QuantStorage, bias: torch.Tensor | None) -> qkernel.QWeight:
+    buffers = storage._buffers
+    return qkernel.QWeight(storage.kind, storage.shape[0], storage.shape[1], storage.group, buffers["data"].data_ptr(),
+                           buffers["scales"].data_ptr(), buffers["offsets"].data_ptr(),
+                           None if bias is None else bias.data_ptr())
 
 
 def _visible_bytes(mask: torch.Tensor | None, rows: int, keys: int) -> torch.Tensor | None:

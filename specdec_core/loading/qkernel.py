@@ -125,8 +125,76 @@ def _declare(lib: ctypes.CDLL) -> None:
                                    integer, pointer, single, pointer, pointer]
     lib.specdec_decode.argtypes = [integer, pointer, integer, integer, pointer, pointer, pointer, pointer]
     lib.specdec_decode.restype = integer
-    for name in ("specdec_rmsnorm", "specdec_rope", "specdec_attend"):
+    lib.specdec_silu_mul.argtypes = [pointer, integer, integer, pointer]
+    for name in ("specdec_rmsnorm", "specdec_rope", "specdec_attend", "specdec_silu_mul"):
         getattr(lib, name).restype = None
+    layer = ctypes.POINTER(Layer)
+    lib.specdec_layer_qkv.argtypes = [layer, pointer, integer, pointer, pointer, pointer, pointer, pointer, integer,
+                                      integer]
+    lib.specdec_layer_rest.argtypes = [layer, pointer, pointer, integer, pointer, pointer, pointer, long, long,
+                                       integer, pointer, pointer, pointer, integer, integer]
+    lib.specdec_layer_qkv.restype = lib.specdec_layer_rest.restype = integer
+
+
+class QWeight(ctypes.Structure):
+    """A quantised weight as the C file's layer functions take it (qweight_t): kind, output rows, input columns,
+    group; the data, scale and offset tables' addresses; a float32 bias's address or None."""
+
+    _fields_ = [("kind", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int), ("g", ctypes.c_int),
+                ("w", ctypes.c_void_p), ("wd", ctypes.c_void_p), ("wm", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
+
+
+class Layer(ctypes.Structure):
+    """A decoder layer as the C file's layer functions take it (layer_t)."""
+
+    _fields_ = [("width", ctypes.c_int), ("heads", ctypes.c_int), ("kv_heads", ctypes.c_int), ("dim", ctypes.c_int),
+                ("inter", ctypes.c_int), ("eps", ctypes.c_float), ("qk_eps", ctypes.c_float),
+                ("scale", ctypes.c_float), ("in_norm", ctypes.c_void_p), ("post_norm", ctypes.c_void_p),
+                ("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p), ("qkv", QWeight), ("o", QWeight),
+                ("gate_up", QWeight), ("down", QWeight)]
+
+
+def silu_mul(lib: ctypes.CDLL, gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for rows [rows, 2 * inter] of gate then up (float32 contiguous): [rows, inter]."""
+    rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
+    out = torch.empty(rows, inter)
+    lib.specdec_silu_mul(gate_up.data_ptr(), rows, inter, out.data_ptr())
+    return out
+
+
+def layer_qkv(lib: ctypes.CDLL, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, threads: int,
+              fine: bool) -> torch.Tensor:
+    """A layer's query, key and value rows [rows, (heads + 2 kv_heads) * dim] of x [rows, width] float32 contiguous,
+    normed per head where the layer says so and rotated by cos, sin [rows, dim] (specdec_layer_qkv)."""
+    rows = x.shape[0]
+    qkv = torch.empty(rows, layer.qkv.n)
+    work, scratch = _work(4 * rows * layer.width), _scratch(layer_scratch_bytes(layer, rows))
+    status = lib.specdec_layer_qkv(ctypes.byref(layer), x.data_ptr(), rows, cos.data_ptr(), sin.data_ptr(),
+                                   qkv.data_ptr(), work.data_ptr(), scratch.data_ptr(), threads, fine)
+    if status != 0:
+        raise ValueError("the quantised kernel cannot take this layer's weights")
+    return qkv
+
+
+def layer_rest(lib: ctypes.CDLL, layer: Layer, x: torch.Tensor, qkv: torch.Tensor, key: torch.Tensor,
+               value: torch.Tensor, visible: torch.Tensor | None, threads: int, fine: bool) -> torch.Tensor:
+    """x plus the layer's attention of qkv's queries over key, value [kv_heads, keys, dim] (same strides, rows of
+    dim contiguous), plus its MLP on that sum (specdec_layer_rest): the layer's output [rows, width]."""
+    rows, keys = x.shape[0], key.shape[1]
+    out = torch.empty_like(x)
+    floats = rows * (3 * layer.width + layer.heads * layer.dim + 3 * layer.inter) + keys
+    status = lib.specdec_layer_rest(ctypes.byref(layer), x.data_ptr(), out.data_ptr(), rows, qkv.data_ptr(),
+                                    key.data_ptr(), value.data_ptr(), key.stride(0), key.stride(1), keys,
+                                    None if visible is None else visible.data_ptr(), _work(4 * floats).data_ptr(),
+                                    _scratch(layer_scratch_bytes(layer, rows)).data_ptr(), threads, fine)
+    if status != 0:
+        raise ValueError("the quantised kernel cannot take this layer's weights")
+    return out
+
+
+def layer_scratch_bytes(layer: Layer, rows: int) -> int:
+    """The products' scratch for the widest input of a layer's weights."""
+    return scratch_bytes(rows, max(layer.width, layer.heads * layer.dim, layer.inter))
 
 
 def scratch_bytes(rows: int, cols: int) -> int:
@@ -182,6 +250,15 @@ def decode_into(lib: ctypes.CDLL, type_name: str, raw: np.ndarray, cols: int, or
                                 data.data_ptr(), scales.data_ptr(), offsets.data_ptr())
     if status != 0:
         raise ValueError(f"the kernel cannot decode a {type_name} tensor of {cols} columns")
+
+
+def _work(nbytes: int) -> torch.Tensor:
+    """A second work buffer of at least `nbytes` for this thread (the layer functions' intermediate rows), kept apart
+    from `_scratch`, which their products use meanwhile."""
+    held = getattr(_local, "work", None)
+    if held is None or held.numel() < nbytes:
+        held = _local.work = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8)
+    return held
 
 
 def _scratch(nbytes: int) -> torch.Tensor:

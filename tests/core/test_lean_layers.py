@@ -86,3 +86,25 @@ def test_joined_projections_hold_their_weights_once(quantised_models):
     assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()  # views of one joined tensor
     rows = torch.arange(attention.k_proj.out_features)
     assert torch.equal(attention.k_proj.storage.rows(rows), attention.k_proj.weight)
+
+
+def _lean_layers_of(model) -> list:
+    return [module.forward.__self__ for module in model.modules()
+            if isinstance(getattr(module.forward, "__self__", None), lean_layers._LeanLayer)]
+
+
+def test_a_layer_run_as_two_kernel_calls_computes_the_same_bits_as_its_parts(quantised_models):
+    lean = quantised_models[1]
+    layers = _lean_layers_of(lean)
+    assert layers and all(layer.fusable for layer in layers)  # joined q/k/v and gate/up: the fused form runs
+    fused_prompt, past = _logits(lean, PROMPT)
+    fused_check = _logits(lean, [DRAFTED], past)[0]
+    for layer in layers:
+        layer.fusable = False
+    try:
+        parts_prompt, past = _logits(lean, PROMPT)
+        parts_check = _logits(lean, [DRAFTED], past)[0]
+    finally:
+        for layer in layers:
+            layer.fusable = True
+    assert torch.equal(fused_prompt, parts_prompt) and torch.equal(fused_check, parts_check)

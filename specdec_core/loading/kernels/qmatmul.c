@@ -554,6 +554,82 @@ void specdec_attend(const float *q, long q_stride, int rows, int heads, int dim,
     }
 }
 
+/* ---- A whole decoder layer in two calls (lean_layers.py's fused path) ----
+ * The same steps as the lean layer's parts, in the same order, each row alone: the Python between them cost a small
+ * model more than its products did. The first call ends where the KV cache (transformers' object) takes the new keys
+ * and values; the second starts from the cache's keys. */
+
+typedef struct {
+    int kind, n, k, g;
+    const uint8_t *w;
+    const float *wd, *wm, *bias;  /* bias: NULL for none */
+} qweight_t;
+
+typedef struct {
+    int width, heads, kv_heads, dim, inter;
+    float eps, qk_eps, scale;
+    const float *in_norm, *post_norm, *q_norm, *k_norm;  /* q_norm, k_norm: NULL for none (Qwen3 has them) */
+    qweight_t qkv, o, gate_up, down;
+} layer_t;
+
+/* h[r, j] = silu(gate) * up for rows of [gate (inter values) | up (inter values)]: the SwiGLU MLP's middle, for the
+ * fused layer and for the lean layer's parts alike, so that both compute the same bits. */
+void specdec_silu_mul(const float *gate_up, int rows, int inter, float *h) {
+    for (size_t r = 0; r < (size_t)rows; r++) {
+        const float *gate = gate_up + r * 2 * inter, *up = gate + inter;
+        float *out = h + r * inter;
+        for (int j = 0; j < inter; j++) out[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+    }
+}
+
+static int product(const qweight_t *wt, const float *x, int rows, float *y, void *scratch, int threads, int fine) {
+    int status = specdec_qmatmul(wt->kind, wt->w, wt->wd, wt->wm, wt->n, wt->k, wt->g, x, rows, y, scratch, threads,
+                                 fine);
+    if (status == 0 && wt->bias)
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < wt->n; j++) y[(size_t)r * wt->n + j] += wt->bias[j];
+    return status;
+}
+
+/* qkv [rows, (heads + 2 kv_heads) * dim] = the layer's query, key and value rows of x [rows, width], normed per head
+ * where the layer says so, queries and keys rotated. work: rows * width floats. */
+int specdec_layer_qkv(const layer_t *L, const float *x, int rows, const float *cos_, const float *sin_, float *qkv,
+                      float *work, void *scratch, int threads, int fine) {
+    specdec_rmsnorm(x, L->in_norm, L->eps, rows, L->width, work);
+    if (product(&L->qkv, work, rows, qkv, scratch, threads, fine) != 0) return -1;
+    int stride = L->qkv.n, kv_at = L->heads * L->dim;
+    if (L->q_norm)
+        for (int r = 0; r < rows; r++) {
+            float *row = qkv + (size_t)r * stride;
+            specdec_rmsnorm(row, L->q_norm, L->qk_eps, L->heads, L->dim, row);
+            specdec_rmsnorm(row + kv_at, L->k_norm, L->qk_eps, L->kv_heads, L->dim, row + kv_at);
+        }
+    specdec_rope(qkv, stride, rows, L->heads, L->dim, cos_, sin_);
+    specdec_rope(qkv + kv_at, stride, rows, L->kv_heads, L->dim, cos_, sin_);
+    return 0;
+}
+
+/* y [rows, width] = x plus the layer's attention over the cache's keys k, v ([kv_heads, keys, dim] at the given
+ * strides) for the queries in qkv, plus its MLP (SiLU-gated) on the sum. work: rows * (3 * width + heads * dim
+ * + 3 * inter) + keys floats. */
+int specdec_layer_rest(const layer_t *L, const float *x, float *y, int rows, const float *qkv, const float *k,
+                       const float *v, long head_stride, long pos_stride, int keys, const uint8_t *visible,
+                       float *work, void *scratch, int threads, int fine) {
+    size_t n = (size_t)rows;
+    float *attended = work, *out = attended + n * L->heads * L->dim, *normed = out + n * L->width;
+    float *gate_up = normed + n * L->width, *hidden = gate_up + n * 2 * L->inter, *weights = hidden + n * L->inter;
+    specdec_attend(qkv, L->qkv.n, rows, L->heads, L->dim, k, v, head_stride, pos_stride, L->kv_heads, keys, visible,
+                   L->scale, attended, weights);
+    if (product(&L->o, attended, rows, out, scratch, threads, fine) != 0) return -1;
+    for (size_t i = 0; i < n * L->width; i++) y[i] = x[i] + out[i];
+    specdec_rmsnorm(y, L->post_norm, L->eps, rows, L->width, normed);
+    if (product(&L->gate_up, normed, rows, gate_up, scratch, threads, fine) != 0) return -1;
+    specdec_silu_mul(gate_up, rows, L->inter, hidden);
+    if (product(&L->down, hidden, rows, out, scratch, threads, fine) != 0) return -1;
+    for (size_t i = 0; i < n * L->width; i++) y[i] += out[i];
+    return 0;
+}
+
 /* ---- Decoding a GGUF tensor's blocks straight into the layout above (the loader's fast path) ----
  * The same numbers as gguf_blocks.py's decoders followed by qkernel.pack_rows and kernel_order: tested equal. */
 
