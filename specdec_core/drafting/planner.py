@@ -183,17 +183,19 @@ class DraftPlanner:
         """A tree grown and cut to the nodes that pay here, unless this round probes a plain step, or not even
         the root's children can pay (_tree_pays). A round that drafts for evidence (_pays) grows its tree at the
         draft's word: cut by a calibration that has not seen this draft (or not lately), it would be cut to
-        nothing and teach the calibration nothing. It grows γ nodes, not the configuration's whole tree: that is
-        evidence enough, and where the verifier's products are compute-bound (quantised weights on a CPU) a check
-        of 16 rows costs as much as 10 plain steps, and growing them as many draft steps."""
+        nothing and teach the calibration nothing. It grows no more nodes than a draft that is always right would
+        pay for (at most γ), not the configuration's whole tree: that is evidence enough, and where the verifier's
+        products are compute-bound (quantised weights on a CPU) a check of 16 rows costs as much as 10 plain
+        steps, and growing them as many draft steps."""
         if not config.cost_aware:
             return Plan(tree=True)
         if probe:
             return Plan(tree=True, stop=DraftStop.PROBE)
         if not self._tree_pays(gamma):
             return Plan(tree=True, stop=DraftStop.COST)
-        if self.exploring:
-            return Plan(tree=True, exploring=True, nodes=gamma)
+        if self.exploring:  # as deep as a draft that is always right would pay for, and at least one node
+            depth = self.sizer.best_length([1.0] * max(1, gamma), max(1, gamma))
+            return Plan(tree=True, exploring=True, nodes=max(1, depth))
         return Plan(tree=True, worth=self.sizer)
 
     def _tree_pays(self, gamma: int) -> bool:

@@ -233,8 +233,10 @@ def test_the_sizer_checks_nothing_when_a_plain_step_is_faster_and_more_when_chec
 
 def test_growing_stops_where_the_next_node_cannot_pay():
     sizer = TreeSizer(cost=VerifyCost({1: 0.050, 2: 0.056, 3: 0.065, 5: 0.090}), draft_per_expansion=0.002)
-    assert sizer.least_value([]) == pytest.approx(0.12)  # a second row costs 6 ms: it must bring 0.12 tokens
-    assert sizer.least_value([], more=1) == pytest.approx(0.16)  # and 2 ms more if its children are scored
+    # A second row costs 6 ms: it must bring 0.12 tokens to break even, and beat a plain step by MARGIN ...
+    assert sizer.least_value([]) == pytest.approx((1 + TreeSizer.MARGIN) * 0.056 / 0.050 - 1)
+    # ... and pay for 2 ms more if its children are scored
+    assert sizer.least_value([], more=1) == pytest.approx((1 + TreeSizer.MARGIN) * 0.058 / 0.050 - 1)
     assert sizer.least_value([0.9]) < sizer.least_value([0.1]) + 1  # finite either way
     # the threshold is what best_size uses: a node just above it is kept, one just below is not
     need = sizer.least_value([])
