@@ -88,11 +88,12 @@ class DraftPlanner:
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
     # slow first round (a cold draft) would otherwise price it out for good.
     PROBE_AFTER = 16
-    # A draft whose settled cost could not pay even if every token it drafted were accepted (a draft model
+    # A draft whose settled cost could not pay well even if every token it drafted were accepted (a draft model
     # costing half the verifier's step, beside a quantised verifier whose check of k rows costs nearly k steps)
     # is probed this many times more rarely: its acceptance may change with the text, its cost hardly does, and
     # each probe costs the draft's catching up on the tokens it sat out as well as its drafting.
     HOPELESS_PROBE_FACTOR = 8
+    PROBE_WORTH = 0.25  # the least gain an always-right draft must promise to be probed at the usual pace
     # A new draft's first trees are grown, and checked, whatever the cost model says: its calibration starts
     # as the draft's own word, and a tree cut to nothing on that alone teaches the calibration nothing
     # (docs/performance.md, "The cost model remembers").
@@ -212,12 +213,17 @@ class DraftPlanner:
         return self.sizer.best_length(self.chain_record.rates(), gamma, per_token_s=per_token)
 
     def _hopeless(self, gamma: int) -> bool:
-        """Whether even the draft's fastest recent time per token prices out a draft that is always right (the
-        fastest: a draft slow while it warms up is not written off by its first steps)."""
-        if not self.sizer.draft_settled:
+        """Whether even a draft that is always right, at the draft's fastest recent time per token, would gain less
+        than PROBE_WORTH over plain steps (the fastest: a draft slow while it warms up is not written off by its
+        first steps). A probe costs the draft's catching up on every token it sat out: on a 1.5B verifier with a
+        0.5B draft, 3.5 plain steps, for a gain that could only be small."""
+        plain = self.sizer.cost.estimate(1)
+        if not self.sizer.draft_settled or plain is None:
             return False
-        gamma = max(1, gamma)
-        return self.sizer.best_length([1.0] * gamma, gamma, per_token_s=min(self.sizer.draft_timings)) == 0
+        per_token = min(self.sizer.draft_timings)
+        best = max((k + 1) / ((self.sizer.cost.estimate(k + 1) or plain) + k * per_token)
+                   for k in range(1, max(1, gamma) + 1))
+        return best < (1.0 + self.PROBE_WORTH) / plain
 
     def _pays(self, worth_it: bool, gamma: int) -> bool:
         """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
