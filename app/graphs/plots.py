@@ -4,11 +4,11 @@ no mouse, ranges set from the data; and `LabelBox`, which holds a label whose te
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QLabel, QWidget
 
-PLOT_MIN_WIDTH = 250  # fits the axes, their labels and the short titles
+PLOT_MIN_WIDTH = 250  # fits the axes, their labels and the short titles (a longer title clips)
 PLOT_MIN_HEIGHT = 150
 ONE_COLUMN_HEIGHT = 220
 QWIDGETSIZE_MAX = (1 << 24) - 1
@@ -29,6 +29,15 @@ def small_font(points: int = 8) -> QFont:
     font = QFont()
     font.setPointSize(points)
     return font
+
+
+def _title_sets_no_minimum_width(label: pg.LabelItem) -> None:
+    """A plot's title is clipped rather than widening the plot: measured in the machine's own font, a title one font
+    family draws in 250 px takes 285 in another, and the window would no longer fit 1024 px."""
+    label.setMinimumWidth(0)
+    height = label._sizeHint[Qt.SizeHint.MinimumSize][1]
+    label._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
+    label.updateGeometry()
 
 
 class CountAxis(pg.AxisItem):
@@ -59,6 +68,7 @@ def make_plot(title: str, left: str, bottom: str, *, count_left: bool = False, c
     w.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
     pi = w.getPlotItem()
     pi.setTitle(f"<span style='font-size:10pt'>{title}</span>")
+    _title_sets_no_minimum_width(pi.titleLabel)
     pi.setLabel("left", left)
     pi.setLabel("bottom", bottom)
     pi.showGrid(x=False, y=True, alpha=0.12)

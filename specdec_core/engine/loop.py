@@ -235,6 +235,8 @@ class Engine:
         bonus token. `timed` False: drafted ahead, beside the prefill, its time is not the draft's cost."""
         if not speculating:
             return Drafted(Draft.empty(DraftStop.OFF, self.vocab_size), speculating=False)
+        if remaining <= 1:  # the budget leaves room for the verifier's own token only
+            return Drafted(Draft.empty(DraftStop.MAX_TOKENS, self.vocab_size))
         tree = self.grows_trees and self.tree_nodes(config) > 0
         plan = self.planner.plan(config, reply.gamma, first_round=not reply.round_index, tree=tree)
         if plan.stop is DraftStop.COST and (copied := self._priced_copy(reply, remaining)) is not None:

@@ -87,7 +87,9 @@ def unchecked(folder: Path) -> str | None:
     recorded = (marker or {}).get("files_sha256")
     if not isinstance(recorded, dict) or not recorded:
         return "it carries no checksums"
-    kept = kept_files.kept_json(folder / VERDICT, _verdict_schema, "its files are checked again") or {}
+    kept = kept_files.kept_json(folder / VERDICT, _verdict_schema, "its files are checked again")
+    if kept is None:  # never loaded since it was converted: its checksums were written from these very files
+        return None
     trusted = kept.get("files", {})
     for name, expected in recorded.items():
         known = trusted.get(name)

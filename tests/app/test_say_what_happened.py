@@ -103,10 +103,10 @@ def test_a_reply_whose_draft_never_pays_ends_with_the_header_saying_speculation_
     assert w.spec_button.text() == "Speculation ON"
     trace = send_and_wait(w, "Once upon a time")
     assert {"tree" if shape == "tree" else "gamma"} <= {r.stop for r in trace.rounds if r.drafted}
-    # The engine drafts a round or two now and then to see whether a draft pays again, and the reply's last
-    # round has no room for one: the pause goes on through both.
-    paused = next(i for i, r in enumerate(trace.rounds) if not r.drafted)
-    assert trace.rounds[-1].stop == "max_tokens" and any(r.drafted for r in trace.rounds[paused:])
+    # A draft this dear is tried again only rarely (DraftPlanner.HOPELESS_PROBE_FACTOR), and the reply's last
+    # round has no room for one: the pause goes on through it.
+    assert any(not r.drafted for r in trace.rounds)
+    assert trace.rounds[-1].stop == "max_tokens"
     assert "speculation paused: not paying here" in w.graphs.live.header.text()
 
 

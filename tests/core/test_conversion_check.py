@@ -136,7 +136,7 @@ def test_a_gguf_is_hashed_again_only_when_it_changes_even_in_place_with_its_time
 def test_the_models_list_reads_a_conversions_kept_verdict_and_flags_a_changed_file_without_hashing(
         cache, monkeypatch):
     gguf, cache_dir, folder = cache
-    assert conversion_check.unchecked(folder) == "not checked yet"
+    assert conversion_check.unchecked(folder) is None  # as converted: no verdict kept yet, nothing to flag
     load_model(str(gguf), device="cpu", dtype="float32", cache_dir=cache_dir)  # checked: a verdict kept
     hashed = []
     monkeypatch.setattr(conversion_check, "file_sha256", lambda path: hashed.append(path) or "")

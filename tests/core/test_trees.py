@@ -380,13 +380,16 @@ def test_a_tree_priced_out_is_tried_again_after_a_while_and_checked_however_litt
     engine = Engine(verifier, ModelDrafter(draft))
     engine.planner.sizer.cost = VerifyCost({1: 0.001, 2: 1.0})  # by the cost model, no node is ever worth its row
     prompt = tiny_tokenizer("The capital of France is").input_ids
-    # Not even a draft that is always right could pay for such rows: it is tried again, but rarely.
-    back = DraftPlanner.FIRST_TREES_CHECKED + DraftPlanner.PROBE_AFTER * DraftPlanner.HOPELESS_PROBE_FACTOR
-    events = generate(engine, prompt, max_new_tokens=back + 12, tree_nodes=8)
+    # Not even a draft that is always right could pay for such rows: once its cost is settled (timed three
+    # times; a first tree drafted beside the prefill is not timed) it is tried again only rarely.
+    first = DraftPlanner.FIRST_TREES_CHECKED
+    tokens = first + DraftPlanner.PROBE_AFTER * DraftPlanner.HOPELESS_PROBE_FACTOR + 12
+    events = generate(engine, prompt, max_new_tokens=tokens, tree_nodes=8)
     rounds = [e for e in events if isinstance(e, RoundVerified)]
-    assert all(not r.tree for r in rounds[DraftPlanner.FIRST_TREES_CHECKED:back])
+    back = next(i for i, r in enumerate(rounds) if i >= first and r.tree)
+    assert back >= first + DraftPlanner.PROBE_AFTER
     assert rounds[back].tree and rounds[back + 1].tree  # evidence, not the priors' verdict again
-    assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, back + 12)
+    assert list(events[-1].token_ids) == hf_greedy(verifier, prompt, tokens)
 
 
 def test_a_size_measured_slow_long_ago_is_guessed_again_and_so_tried_again():
