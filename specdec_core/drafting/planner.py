@@ -225,6 +225,13 @@ class DraftPlanner:
                    for k in range(1, max(1, gamma) + 1))
         return best < (1.0 + self.PROBE_WORTH) / plain
 
+    def _probe_due(self, gamma: int) -> bool:
+        """Whether enough rounds were priced out in a row to draft again (_hopeless is weighed only then: it reads
+        the cost curve, and a round that is not due to probe needs none of it)."""
+        if self.priced_out < self.PROBE_AFTER:
+            return False
+        return self.priced_out >= self.PROBE_AFTER * self.HOPELESS_PROBE_FACTOR or not self._hopeless(gamma)
+
     def _pays(self, worth_it: bool, gamma: int) -> bool:
         """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
         plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row (and
@@ -233,7 +240,7 @@ class DraftPlanner:
         draft's cost, _observe_draft), the second measures it afresh; so do a new draft's first
         FIRST_TREES_CHECKED trees (meet). Such rounds are `exploring`: a tree is checked whatever the
         cut says (cut)."""
-        if self.priced_out >= self.PROBE_AFTER * (self.HOPELESS_PROBE_FACTOR if self._hopeless(gamma) else 1):
+        if self._probe_due(gamma):
             self.priced_out, self.probe_left = 0, 2
         self.exploring = bool(self.probe_left)
         if worth_it or self.probe_left:
