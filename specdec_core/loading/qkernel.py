@@ -255,17 +255,19 @@ def decode_into(lib: ctypes.CDLL, type_name: str, raw: np.ndarray, cols: int, or
 def _work(nbytes: int) -> torch.Tensor:
     """A second work buffer of at least `nbytes` for this thread (the layer functions' intermediate rows), kept apart
     from `_scratch`, which their products use meanwhile."""
-    held = getattr(_local, "work", None)
-    if held is None or held.numel() < nbytes:
-        held = _local.work = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8)
-    return held
+    return _held("work", nbytes)
 
 
 def _scratch(nbytes: int) -> torch.Tensor:
     """A work buffer of at least `nbytes` for this thread's calls (kept between calls; a draft thread has its own)."""
-    held = getattr(_local, "buffer", None)
+    return _held("buffer", nbytes)
+
+
+def _held(name: str, nbytes: int) -> torch.Tensor:
+    held = getattr(_local, name, None)
     if held is None or held.numel() < nbytes:
-        held = _local.buffer = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8)
+        held = torch.empty(max(nbytes, 1 << 16), dtype=torch.uint8)
+        setattr(_local, name, held)
     return held
 
 
