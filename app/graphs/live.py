@@ -171,6 +171,8 @@ class LiveGraphs(QWidget):
             self._dirty += [name for name in self.PANELS if name not in self._dirty]
             self._header_stale = True
         if not self.isVisible():
+            if new and figures:
+                self._show_headline()  # shown outside these graphs too (presenter mode), so kept up while hidden
             return False
         if self._header_stale and figures:
             self._draw_header()
@@ -186,6 +188,7 @@ class LiveGraphs(QWidget):
         self._dirty = []
         if not self.isVisible() and self.trace is not None and not self.trace.finished:
             self._dirty = list(self.PANELS)  # drawn when shown
+            self._show_headline()
             return
         self._draw_header()
         for name in self.PANELS:
@@ -219,14 +222,16 @@ class LiveGraphs(QWidget):
 
     def _draw_header(self) -> None:
         self._header_stale = False
-        switched = bool(self.switch_marks.switches)
-        headline = headline_of(self.figures, switched, self.baseline_like)
-        if headline != self.headline:
-            self.headline = headline
-            self.headline_changed.emit(headline)
-        text = header_text(self.figures, switched, self.baseline_like, self.baseline_how)
+        self._show_headline()
+        text = header_text(self.figures, bool(self.switch_marks.switches), self.baseline_like, self.baseline_how)
         if text != self.speedup_label:
             self.speedup_label = text
             self.header.setText(text)
             self.header_box.fit()
             self.header.setToolTip(header_tooltip(self.figures, self.baseline_how))
+
+    def _show_headline(self) -> None:
+        headline = headline_of(self.figures, bool(self.switch_marks.switches), self.baseline_like)
+        if headline != self.headline:
+            self.headline = headline
+            self.headline_changed.emit(headline)

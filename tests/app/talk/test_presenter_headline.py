@@ -82,3 +82,24 @@ def test_presenter_mode_sets_the_replys_tokens_per_second_and_speedup_large_over
     window.talk.presenter_action.trigger()
     QApplication.processEvents()
     assert presenter.headline is None and column.indexOf(bar) == -1 and not bar.isVisible()
+
+
+def test_the_headline_follows_a_streaming_reply_while_the_graphs_show_the_race_tab(qtbot, make_window):
+    window = make_window(load=False)
+    presenter = window.talk.presenter
+    presenter.full_screen = False
+    window.talk.presenter_action.trigger()
+    window.graphs.tabs.setCurrentIndex(1)  # the Race tab: the live graphs are hidden
+    QApplication.processEvents()
+    live = window.graphs.live
+    assert not live.isVisible()
+    whole = reply(tokens_per_s=40.0)
+    streaming = reply(finished=False)
+    streaming.rounds = []
+    live.set_trace(streaming, 10.0)
+    for r in whole.rounds:
+        streaming.rounds.append(r)
+        live.flush()
+    assert presenter.headline.tps.text() == f"{streaming.running_tps():.1f} tok/s"
+    assert presenter.headline.note.text().endswith("so far")
+    window.talk.presenter_action.trigger()
