@@ -38,7 +38,8 @@ class Legend(QWidget):
         rows = QVBoxLayout(self)
         rows.setContentsMargins(0, 0, 0, 0)
         rows.setSpacing(2)
-        rows.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)  # the minimum is minimumSizeHint's, not the form's
+        # the minimum is minimumSizeHint's, not the form's
+        rows.setSizeConstraint(QLayout.SizeConstraint.SetNoConstraint)
         self._rows = (QHBoxLayout(), QHBoxLayout())
         for row in self._rows:
             rows.addLayout(row)

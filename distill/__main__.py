@@ -173,7 +173,7 @@ def cmd_train_head(args) -> None:
 
 def cmd_agreement(args) -> None:
     from distill.head import HeadSettings, agreement_by_confidence, agreement_by_step, load_examples
-    from specdec_core.drafting.draft_head import SpecdecHeadModel
+    from specdec_core.loading.draft_head import SpecdecHeadModel
 
     verifier = _load_verifier(args)
     folder = args.work / "runs" / args.run / "model" if args.run else Path(args.draft)
@@ -467,8 +467,8 @@ def main(argv: list[str] | None = None) -> None:
         from importlib.metadata import version
 
         print("torch", version("torch"), "transformers", version("transformers"), flush=True)
-    import specdec_core.drafting.draft_head  # noqa: F401 - registers the drafts' model types with transformers
-    import specdec_core.drafting.draft_model  # noqa: F401
+    import specdec_core.loading.draft_head  # noqa: F401 - registers the drafts' model types with transformers
+    import specdec_core.loading.draft_model  # noqa: F401
 
     args.run_step(args)
 

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.drafting.base import Draft, DrafterBase, DraftTarget, autoregress
-from specdec_core.drafting.draft_head import HeadCache
 from specdec_core.drafting.trees import (
     DraftTree,
     TreeRequest,
 )
 from specdec_core.events import DraftStop
 from specdec_core.loading import quantised
+from specdec_core.loading.draft_head import HeadCache
 from specdec_core.verification.kv import CachedForward, common_prefix_length
 
 if TYPE_CHECKING:

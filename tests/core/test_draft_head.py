@@ -9,11 +9,11 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.draft_head import HeadCache, with_layers
 from specdec_core.drafting.drafters import DraftTarget, HeadDrafter, drafter_for
 from specdec_core.drafting.trees import TreeRequest
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
+from specdec_core.loading.draft_head import HeadCache, with_layers
 from specdec_core.loading.models import load_model
 from specdec_core.pairs.doctor import check_models
 
@@ -261,7 +261,7 @@ def test_training_can_start_from_an_earlier_heads_weights_but_not_from_another_w
         else:
             assert torch.equal(fresh.state_dict()[name], weight), name
 
-    from specdec_core.drafting.draft_head import SpecdecHeadModel
+    from specdec_core.loading.draft_head import SpecdecHeadModel
 
     config = copy.deepcopy(fresh.config)
     config.intermediate_size *= 2
