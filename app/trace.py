@@ -281,6 +281,8 @@ class ReplyTrace:
         elif self.speedup() is not None and self.speculative:
             words = self.speedup_words()
             parts.append(words + (f" ({self.baseline_note})" if self.baseline_note and "±" in words else ""))
+        elif self.speculative and self.baseline_note and not self.baseline_tps:
+            parts.append(self.baseline_note)  # no like-for-like baseline yet: said, not a ratio against another
         if self.stop_reason and self.stop_reason not in ("eos", "stop_string"):
             parts.append({"max_tokens": "stopped at max tokens", "context": "context full",
                           "cancelled": "stopped", "error": "error"}.get(self.stop_reason, self.stop_reason))

@@ -1,0 +1,74 @@
+"""The first speedup after a load is honest: none is shown until a like-for-like baseline exists, measured in the
+background where the replies decode; until then the reply shows its tokens/s and says the speedup is being
+measured (issue 55, "An honest first figure")."""
+
+from __future__ import annotations
+
+import re
+
+from app.baseline_controller import MEASURING, NONE_YET
+from app.baseline_runs import AFTER_LOAD, PAIRS
+from app.speedup import BaselineBook, BaselineSample
+from app.trace import ReplyTrace, RoundRecord
+
+RATIO = re.compile(r"\d\.\d\d×")
+
+
+def _speculative_trace(note: str) -> ReplyTrace:
+    trace = ReplyTrace(stats={"tokens_per_s": 12.0, "new_tokens": 40, "drafted": 30, "accepted": 20, "rounds": 10,
+                              "acceptance_rate": 2 / 3, "mean_accepted_length": 3.0}, stop_reason="eos")
+    for i in range(10):
+        trace.rounds.append(RoundRecord(i, 3, 2, "corrected", "gamma", 3, 0.01, 0.05, 0.0, 0.06 * (i + 1), 4 * (i + 1)))
+    trace.baseline_note = note
+    return trace
+
+
+def test_a_baseline_measured_at_another_prompt_length_is_never_like_for_like():
+    book = BaselineBook()
+    book.add(BaselineSample(20.0, 30, AFTER_LOAD, graphs_live=False))
+    assert book.pick(40, graphs_live=False).like_for_like
+    far = book.pick(900, graphs_live=False)
+    assert far is not None and not far.like_for_like and far.short == "vs runs at other prompt lengths"
+
+
+def test_a_reply_without_a_baseline_shows_its_tokens_per_second_and_says_why_there_is_no_ratio():
+    for note in (MEASURING, NONE_YET):
+        summary = _speculative_trace(note).summary()
+        assert "12.0 tok/s" in summary and note in summary and not RATIO.search(summary), summary
+
+
+def test_after_a_load_the_baseline_is_measured_in_the_background_where_replies_decode(make_window, qtbot):
+    w = make_window(max_new_tokens=16, calibrate=True)
+    assert w.busy == "measure" and w.baseline.running and w.send_button.isEnabled()
+    qtbot.waitUntil(lambda: w.busy == "" and not w.baseline.running, timeout=60_000)
+    assert [s.source for s in w.baselines.samples] == [AFTER_LOAD] * PAIRS
+    # Measured in the decoding process, as the replies run there: no repainting slowed either.
+    assert w.hosts.host is not None and w.hosts.host.alive
+    assert not any(s.graphs_live for s in w.baselines.samples) and not w.baseline.graphs_live()
+    assert w.session.baseline_tps in [s.tokens_per_s for s in w.baselines.samples]
+
+
+def test_a_message_sent_during_the_measurement_goes_first_says_the_speedup_is_being_measured_then_gets_it(
+        make_window, qtbot):
+    w = make_window(max_new_tokens=32, calibrate=True)
+    assert w.busy == "measure"
+    with qtbot.waitSignal(w.reply_finished, timeout=60_000) as finished:
+        w.composer.setPlainText("Hello")
+        w.send_from_composer()  # cancels the measurement; the reply goes as soon as it has stopped
+    trace = finished.args[0]
+    footer = w.chat.bubbles[-1].footer
+    assert trace.speculative and trace.baseline_tps is None
+    assert MEASURING in footer.text() and not RATIO.search(footer.text()), footer.text()
+    assert w.baseline.running or w.baselines.samples  # the measurement runs again once the reply has ended
+    qtbot.waitUntil(lambda: w.busy == "" and not w.baseline.running, timeout=60_000)
+    # It landed: the waiting reply is compared with it now, like for like, in its footer and the graphs' header.
+    assert trace.baseline_tps is not None and "like for like" in trace.baseline_note
+    assert RATIO.search(footer.text()) and MEASURING not in footer.text(), footer.text()
+    assert "not like for like" not in w.graphs.live.header.text()
+
+
+def test_without_the_measurement_a_reply_never_shows_a_ratio_against_an_unlike_baseline(make_window, send_and_wait):
+    w = make_window(max_new_tokens=32)  # calibrate=False: nothing measured after the load
+    trace = send_and_wait(w, "Hello")
+    assert trace.baseline_tps is None and trace.baseline_note == NONE_YET
+    assert not RATIO.search(w.chat.bubbles[-1].footer.text())
