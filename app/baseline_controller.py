@@ -19,9 +19,12 @@ from app import baseline_runs
 from app.ports import RunPort, WindowPort
 from app.session import Busy, config_from_settings
 from app.speedup import BaselineSample
+from app.warm_up import warm_up
 from app.worker import EventWorker
 
 if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget
+
     from app.chat_view import ChatView
     from app.graphs.graphs_panel import GraphsPanel
     from app.host import HostKeeper
@@ -41,6 +44,7 @@ class BaselineWindow(WindowPort, RunPort, Protocol):
     chat: ChatView  # the bubbles whose footers wait for a baseline
 
     def set_busy(self, state: Busy | str) -> None: ...
+    def window(self) -> QWidget: ...  # the top-level widget (a rehearsed bubble's parent)
     def graphs_shown(self) -> bool: ...  # the live graphs' dock is shown, on its live tab
 
 
@@ -54,7 +58,8 @@ class BaselineController(QObject):
         self.worker: EventWorker | None = None
         self.due = False  # a load asked for a measurement that has not run yet
         self._results: list[baseline_runs.LaneResult] = []
-        self._in_host = False
+        self.warming = False  # the window rehearses a reply after its first load (app/warm_up.py), then measures
+        self._warmed = False
 
     # -- which baseline a reply is shown against ------------------------------------------------------
     def graphs_live(self) -> bool:
@@ -98,11 +103,18 @@ class BaselineController(QObject):
     def after_load(self, _session: object) -> None:
         """A load succeeded: measure once the window is idle (start_if_due)."""
         self.due = True
+        if not self._warmed and self.window.settings.calibrate:
+            self._warmed, self.warming = True, True
+            warm_up(self.window, then=self._warm)
+
+    def _warm(self) -> None:
+        self.warming = False
+        self.start_if_due()
 
     def start_if_due(self) -> None:
         """Measure now if a load asked for it and the window is idle (else at the next call: a reply's end)."""
         w = self.window
-        if not self.due or self.worker is not None or w.busy or w.session is None or w.closing:
+        if not self.due or self.warming or self.worker is not None or w.busy or w.session is None or w.closing:
             return
         self.due = False
         if not w.settings.calibrate:
@@ -112,8 +124,7 @@ class BaselineController(QObject):
         except Exception:  # noqa: BLE001 - settings the replies will refuse: nothing to measure them against
             return
         run = w.job_runner()  # forks the decoding process now, not on the first reply
-        host = w.hosts.host
-        self._in_host, self._results = host is not None and host.alive, []
+        self._results = []
         from specdec_core.engine import Controls
 
         controls = Controls()

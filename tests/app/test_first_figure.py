@@ -39,7 +39,8 @@ def test_a_reply_without_a_baseline_shows_its_tokens_per_second_and_says_why_the
 
 def test_after_a_load_the_baseline_is_measured_in_the_background_where_replies_decode(make_window, qtbot):
     w = make_window(max_new_tokens=16, calibrate=True)
-    assert w.busy == "measure" and w.baseline.running and w.send_button.isEnabled()
+    qtbot.waitUntil(lambda: w.busy == "measure", timeout=10_000)  # once the window has rehearsed a reply
+    assert w.baseline.running and w.send_button.isEnabled()
     qtbot.waitUntil(lambda: w.busy == "" and not w.baseline.running, timeout=60_000)
     assert [s.source for s in w.baselines.samples] == [AFTER_LOAD] * PAIRS
     # Measured in the decoding process, as the replies run there: no repainting slowed either.
@@ -51,7 +52,7 @@ def test_after_a_load_the_baseline_is_measured_in_the_background_where_replies_d
 def test_a_message_sent_during_the_measurement_goes_first_says_the_speedup_is_being_measured_then_gets_it(
         make_window, qtbot):
     w = make_window(max_new_tokens=32, calibrate=True)
-    assert w.busy == "measure"
+    qtbot.waitUntil(lambda: w.busy == "measure", timeout=10_000)
     with qtbot.waitSignal(w.reply_finished, timeout=60_000) as finished:
         w.composer.setPlainText("Hello")
         w.send_from_composer()  # cancels the measurement; the reply goes as soon as it has stopped
@@ -72,3 +73,22 @@ def test_without_the_measurement_a_reply_never_shows_a_ratio_against_an_unlike_b
     trace = send_and_wait(w, "Hello")
     assert trace.baseline_tps is None and trace.baseline_note == NONE_YET
     assert not RATIO.search(w.chat.bubbles[-1].footer.text())
+
+
+def test_the_first_reply_after_a_load_imports_nothing_and_forks_nothing_on_the_gui_thread(make_window, qtbot,
+                                                                                            send_and_wait, monkeypatch):
+    # What froze the window during the first reply was work done there for the first time (app/warm_up.py): it is
+    # done after the load, so the first reply runs only what every reply runs. Checked by what runs, not by time.
+    import sys
+
+    from app.host import ReplyHost
+
+    w = make_window(max_new_tokens=16, calibrate=True)
+    qtbot.waitUntil(lambda: w.busy == "" and not w.baseline.running and not w.baseline.warming, timeout=60_000)
+    forks = []
+    start = ReplyHost.start
+    monkeypatch.setattr(ReplyHost, "start", lambda host: forks.append(host) or start(host))
+    before = set(sys.modules)
+    trace = send_and_wait(w, "Write a Python function that reverses a string.")
+    assert trace.tokens and not forks and w.hosts.host is not None and w.hosts.host.alive
+    assert sorted(set(sys.modules) - before) == []
