@@ -58,6 +58,7 @@ class BaselineController(QObject):
         self.worker: EventWorker | None = None
         self.due = False  # a load asked for a measurement that has not run yet
         self._results: list[baseline_runs.LaneResult] = []
+        self._prompt: tuple[list[dict], str | None] | None = None  # what to measure on (None: a short first message)
         self.warming = False  # the window rehearses a reply after its first load (app/warm_up.py), then measures
         self._warmed = False
 
@@ -107,6 +108,23 @@ class BaselineController(QObject):
             self._warmed, self.warming = True, True
             warm_up(self.window, then=self._warm)
 
+    def after_reply(self, trace: ReplyTrace | None) -> None:
+        """A reply ended (the window idle again). One that found no like-for-like baseline at its prompt's length
+        has one measured now on its own prompt, where a measurement can be like for like (the replies decode apart
+        from the window); it says so, and gets its speedup when it lands. Then whatever is due runs."""
+        w = self.window
+        host = w.hosts.host
+        if (trace is not None and trace.baseline_note == NONE_YET and trace.speculative and w.settings.calibrate
+                and host is not None and host.alive and not w.closing):
+            messages = w.prompt_messages("")
+            if not isinstance(messages, str):
+                self.due, self._prompt = True, (messages, w.conv.system)
+                trace.baseline_note = MEASURING
+                for bubble in w.chat.bubbles:
+                    if bubble.trace is trace:
+                        bubble.update_footer()
+        self.start_if_due()
+
     def _warm(self) -> None:
         self.warming = False
         self.start_if_due()
@@ -128,7 +146,8 @@ class BaselineController(QObject):
         from specdec_core.engine import Controls
 
         controls = Controls()
-        args = (baseline_runs.PROMPT, None, config, baseline_runs.PAIRS)
+        messages, system = self._prompt or (baseline_runs.PROMPT, None)
+        args = (messages, system, config, baseline_runs.PAIRS)
         worker = EventWorker(lambda: run(baseline_runs.measure_events, args, controls), on_abort=controls.cancel,
                              name="baseline")
         worker.event.connect(self._results.append)
@@ -160,6 +179,7 @@ class BaselineController(QObject):
         if w.busy == Busy.MEASURE:
             w.set_busy(Busy.IDLE)
         if off:
+            self._prompt = None
             self._remember_in_session(off)
             self.refresh_waiting()
             w.say("Ready · the speedup's baseline is measured")

@@ -466,7 +466,7 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         if trace is not None and not self._closing:
             self.reply_finished.emit(trace)
-        self.baseline.start_if_due()
+        self.baseline.after_reply(trace)
 
     def flush(self, final: bool = True) -> None:
         """New tokens into the chat and new rounds into the graphs (the timer's tick; final: every panel)."""

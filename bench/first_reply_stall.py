@@ -103,7 +103,7 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--prompt", default="Write a Python function that reverses a string.")
     p.add_argument("--wait-baseline", action="store_true",
-                   help="send the first prompt once the window is idle (its after-load measurement done)")
+                   help="send the first prompt once the window is idle (its after-load rehearsal and measurement done)")
     p.add_argument("--stacks", type=int, default=3, help="the most sampled GUI-thread stacks to print")
     args = p.parse_args()
     from app.settings import Settings
@@ -121,7 +121,8 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     if args.wait_baseline:
-        while window.busy:
+        waiting = window.baseline
+        while window.busy or waiting.running or waiting.warming or waiting.due:
             QApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
             time.sleep(0.02)
     probe = StallProbe()

@@ -92,3 +92,18 @@ def test_the_first_reply_after_a_load_imports_nothing_and_forks_nothing_on_the_g
     trace = send_and_wait(w, "Write a Python function that reverses a string.")
     assert trace.tokens and not forks and w.hosts.host is not None and w.hosts.host.alive
     assert sorted(set(sys.modules) - before) == []
+
+
+def test_a_reply_at_an_unmeasured_prompt_length_has_its_baseline_measured_on_its_own_prompt(make_window, qtbot,
+                                                                                             send_and_wait):
+    w = make_window(max_new_tokens=32, calibrate=True)
+    idle = lambda: w.busy == "" and not (w.baseline.running or w.baseline.warming or w.baseline.due)  # noqa: E731
+    qtbot.waitUntil(idle, timeout=60_000)
+    measured = len(w.baselines.samples)
+    trace = send_and_wait(w, "Please summarise this: " + "the quick brown fox jumps over the lazy dog, " * 12)
+    assert trace.speculative and trace.baseline_tps is None and trace.baseline_note == MEASURING  # not NONE_YET
+    qtbot.waitUntil(idle, timeout=60_000)
+    assert len(w.baselines.samples) == measured + PAIRS
+    assert abs(w.baselines.samples[-1].prompt_tokens - trace.prompt_tokens) <= 2  # its own prompt, re-read
+    assert trace.baseline_tps is not None and "like for like" in trace.baseline_note
+    assert RATIO.search(w.chat.bubbles[-1].footer.text()), w.chat.bubbles[-1].footer.text()
