@@ -11,6 +11,7 @@ speedup, in their footers and in the graphs' header.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Signal
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 MEASURING = "speedup being measured (tokens/s alone until then)"
 NONE_YET = "no like-for-like baseline for this prompt yet: race it, or send one with speculation off"
+COLD = "no speedup for the first run of a fresh decoding process: it runs slower while it warms up"
 
 
 class BaselineWindow(WindowPort, RunPort, Protocol):
@@ -59,6 +61,7 @@ class BaselineController(QObject):
         self.due = False  # a load asked for a measurement that has not run yet
         self._results: list[baseline_runs.LaneResult] = []
         self._prompt: tuple[list[dict], str | None] | None = None  # what to measure on (None: a short first message)
+        self._warmed_in: weakref.WeakSet = weakref.WeakSet()  # decoding processes (or sessions decoding here) that ran
         self.warming = False  # the window rehearses a reply after its first load (app/warm_up.py), then measures
         self._warmed = False
 
@@ -75,8 +78,12 @@ class BaselineController(QObject):
         """Compare `trace` with verifier-alone runs at a similar prompt length under the same UI load; with none,
         it gets no baseline, and its footer says why (being measured, or none fits)."""
         w = self.window
+        if trace.baseline_note != COLD and not trace.rounds and not self._is_warm():
+            trace.baseline_note = COLD  # its first passes, kernels and caches are cold: no figure to compare
         b = w.baselines.pick(prompt_tokens, self.graphs_live())
-        if b is not None and b.like_for_like:
+        if trace.baseline_note == COLD:
+            trace.baseline_tps, trace.baseline_source = None, ""
+        elif b is not None and b.like_for_like:
             trace.baseline_tps, trace.baseline_source, trace.baseline_note = b.tokens_per_s, b.how, b.short
         else:
             trace.baseline_tps, trace.baseline_source = None, ""
@@ -86,10 +93,18 @@ class BaselineController(QObject):
                                        b.verify_s_per_token if b is not None else None,
                                        like_for_like=trace.baseline_tps is not None)
 
+    def _where(self) -> object:
+        """Where the next job runs: the host, else this process's session."""
+        host = self.window.hosts.host
+        return host if host is not None and host.alive else self.window.session
+
+    def _is_warm(self) -> bool:
+        return self._where() in self._warmed_in
+
     def add(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None:
         """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines."""
         st = trace.get_stats()
-        if st is None or st.new_tokens < 8 or not st.tokens_per_s:
+        if st is None or st.new_tokens < 8 or not st.tokens_per_s or trace.baseline_note == COLD:
             return
         live = self.graphs_live() if graphs_live is None else graphs_live
         self.window.baselines.add(BaselineSample(st.tokens_per_s, trace.prompt_tokens or st.prompt_tokens, source,
@@ -106,7 +121,7 @@ class BaselineController(QObject):
         self.due = True
         if not self._warmed and self.window.settings.calibrate:
             self._warmed, self.warming = True, True
-            warm_up(self.window, then=self._warm)
+            warm_up(self.window, then=self._warmed_up)
 
     def after_reply(self, trace: ReplyTrace | None) -> None:
         """A reply ended (the window idle again). One that found no like-for-like baseline at its prompt's length
@@ -114,6 +129,8 @@ class BaselineController(QObject):
         from the window); it says so, and gets its speedup when it lands. Then whatever is due runs."""
         w = self.window
         host = w.hosts.host
+        if trace is not None and trace.rounds:
+            self._warmed_in.add(self._where())
         if (trace is not None and trace.baseline_note == NONE_YET and trace.speculative and w.settings.calibrate
                 and host is not None and host.alive and not w.closing):
             messages = w.prompt_messages("")
@@ -125,7 +142,7 @@ class BaselineController(QObject):
                         bubble.update_footer()
         self.start_if_due()
 
-    def _warm(self) -> None:
+    def _warmed_up(self) -> None:
         self.warming = False
         self.start_if_due()
 
@@ -168,6 +185,8 @@ class BaselineController(QObject):
             return
         self.worker = None
         w = self.window
+        if any(r.speculate for r in self._results) or (self._results and w.session and w.session.drafter is None):
+            self._warmed_in.add(self._where())
         off = [r for r in self._results if not r.speculate and r.new_tokens >= 8 and r.tokens_per_s > 0]
         for r in off:
             # The window sat idle meanwhile: in a host, as its replies run; in this process, unlike replies
@@ -186,7 +205,7 @@ class BaselineController(QObject):
             self.landed.emit()
         elif w.busy == Busy.IDLE:
             w.say("Ready")
-        self.finished.emit()
+        self.finished.emit()  # the window sends a message that waited, else starts what is due (start_if_due)
 
     def _remember_in_session(self, off: list[baseline_runs.LaneResult]) -> None:
         s = self.window.session

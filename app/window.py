@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self.loader.loaded.connect(self.baseline.after_load)
         self.baseline.finished.connect(self._send_pending_prompt)
         self.racer.finished.connect(self.race_finished)
+        self.racer.finished.connect(lambda _text: self.baseline.start_if_due())  # a measurement that waited
         self.conversations = ConversationController(self)
         self.exporter = ExportController(self)
 
