@@ -51,6 +51,7 @@ class Draft:
     draft_s: float
     # A draft with another tokenizer (cross_vocab.py): the draft's own token(s) behind each proposed token.
     sources: tuple[str | None, ...] = ()
+    copied: bool = False  # copied from earlier text (prompt lookup, the phrase store), not drafted by a model
 
     @classmethod
     def empty(cls, stop: DraftStop, vocab_size: int, start: float | None = None) -> Draft:
@@ -536,7 +537,8 @@ class PromptLookupDrafter(DrafterBase):
             stop = DraftStop.GAMMA
         index = torch.tensor(tokens, dtype=torch.long)
         probs = torch.nn.functional.one_hot(index, vocab_size).float() if tokens else torch.empty(0, vocab_size)
-        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start)
+        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start,
+                     copied=True)
 
 
 class HybridDrafter(DrafterBase):
@@ -642,7 +644,7 @@ class HybridDrafter(DrafterBase):
                 else DraftStop.NO_MATCH)
         probs = torch.nn.functional.one_hot(torch.tensor(tokens, dtype=torch.long), vocab_size).float()
         return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop,
-                     nothing.draft_s + time.perf_counter() - start)
+                     nothing.draft_s + time.perf_counter() - start, copied=True)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)
