@@ -61,7 +61,7 @@ class BaselineController(QObject):
         self.due = False  # a load asked for a measurement that has not run yet
         self._results: list[baseline_runs.LaneResult] = []
         self._prompt: tuple[list[dict], str | None] | None = None  # what to measure on (None: a short first message)
-        self._warmed_in: weakref.WeakSet = weakref.WeakSet()  # decoding processes (or sessions decoding here) that ran
+        self._warmed_in: list[weakref.ref] = []  # decoding processes (or sessions decoding here) that ran a job
         self.warming = False  # the window rehearses a reply after its first load (app/warm_up.py), then measures
         self._warmed = False
 
@@ -78,8 +78,10 @@ class BaselineController(QObject):
         """Compare `trace` with verifier-alone runs at a similar prompt length under the same UI load; with none,
         it gets no baseline, and its footer says why (being measured, or none fits)."""
         w = self.window
-        if trace.baseline_note != COLD and not trace.rounds and not self._is_warm():
-            trace.baseline_note = COLD  # its first passes, kernels and caches are cold: no figure to compare
+        if trace.baseline_note != COLD and not trace.rounds and w.settings.calibrate and not self._is_warm():
+            # Its first passes, kernels and caches are cold: no figure to compare. (With the after-load measurement
+            # off nothing is warmed before the first reply either, and no reply is held back.)
+            trace.baseline_note = COLD
         b = w.baselines.pick(prompt_tokens, self.graphs_live())
         if trace.baseline_note == COLD:
             trace.baseline_tps, trace.baseline_source = None, ""
@@ -99,7 +101,13 @@ class BaselineController(QObject):
         return host if host is not None and host.alive else self.window.session
 
     def _is_warm(self) -> bool:
-        return self._where() in self._warmed_in
+        where = self._where()
+        return any(ref() is where for ref in self._warmed_in)
+
+    def _ran_here(self) -> None:
+        """A job ran where the next one runs: it is warm (its first passes, kernels and caches are behind it)."""
+        if not self._is_warm() and self._where() is not None:
+            self._warmed_in = [ref for ref in self._warmed_in if ref() is not None] + [weakref.ref(self._where())]
 
     def add(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None:
         """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines."""
@@ -130,7 +138,7 @@ class BaselineController(QObject):
         w = self.window
         host = w.hosts.host
         if trace is not None and trace.rounds:
-            self._warmed_in.add(self._where())
+            self._ran_here()
         if (trace is not None and trace.baseline_note == NONE_YET and trace.speculative and w.settings.calibrate
                 and host is not None and host.alive and not w.closing):
             messages = w.prompt_messages("")
@@ -186,7 +194,7 @@ class BaselineController(QObject):
         self.worker = None
         w = self.window
         if any(r.speculate for r in self._results) or (self._results and w.session and w.session.drafter is None):
-            self._warmed_in.add(self._where())
+            self._ran_here()
         off = [r for r in self._results if not r.speculate and r.new_tokens >= 8 and r.tokens_per_s > 0]
         for r in off:
             # The window sat idle meanwhile: in a host, as its replies run; in this process, unlike replies
