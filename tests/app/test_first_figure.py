@@ -110,3 +110,18 @@ def test_a_reply_at_an_unmeasured_prompt_length_has_its_baseline_measured_on_its
     assert abs(w.baselines.samples[-1].prompt_tokens - trace.prompt_tokens) <= 2  # its own prompt, re-read
     assert trace.baseline_tps is not None and "like for like" in trace.baseline_note
     assert RATIO.search(w.chat.bubbles[-1].footer.text()), w.chat.bubbles[-1].footer.text()
+
+
+def test_a_baseline_that_lands_after_the_reply_is_the_one_the_throughput_plot_labels(qtbot):
+    from app.graphs.live import LiveGraphs
+
+    graphs = LiveGraphs()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    first, second = _speculative_trace(""), _speculative_trace(MEASURING)
+    graphs.set_trace(first)
+    graphs.set_baseline(7.0, "verifier alone", like_for_like=True)
+    graphs.set_trace(second)  # no baseline yet: the line is hidden
+    graphs.set_baseline(5.1, "verifier alone", like_for_like=True)  # it lands
+    line = graphs.panels["tps"].baseline_line
+    assert line.isVisible() and line.value() == 5.1 and "5.1 tok/s" in line.label.toPlainText()
