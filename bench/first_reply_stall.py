@@ -121,8 +121,8 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     if args.wait_baseline:
-        waiting = window.baseline
-        while window.busy or waiting.running or waiting.warming or waiting.due:
+        waiting = getattr(window, "baseline", None)  # (an app from before the after-load measurement has none)
+        while window.busy or (waiting is not None and (waiting.running or waiting.warming or waiting.due)):
             QApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
             time.sleep(0.02)
     probe = StallProbe()
