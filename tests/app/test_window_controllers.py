@@ -53,7 +53,12 @@ def test_reloading_keeps_the_baselines_and_remeasuring_starts_them_afresh(make_w
 
     after_load = [AFTER_LOAD] * PAIRS  # each load measures the verifier alone PAIRS times, in the background
     w = make_window(max_new_tokens=16, calibrate=True)
-    qtbot.waitUntil(lambda: w.busy == "" and not w.baseline.running, timeout=60_000)
+    b = w.baseline
+
+    def idle() -> bool:
+        return w.busy == "" and not (b.running or b.warming or b.due)
+
+    qtbot.waitUntil(idle, timeout=60_000)
     assert [s.source for s in w.baselines.samples] == after_load
     w.spec_button.setChecked(False)
     send_and_wait(w, "Hello")  # a verifier-alone reply is one more measurement
@@ -61,12 +66,12 @@ def test_reloading_keeps_the_baselines_and_remeasuring_starts_them_afresh(make_w
 
     with qtbot.waitSignal(w.models_loaded, timeout=60_000):
         w.loader.load()  # the same verifier: its measurements still hold (and the new load measures more)
-    qtbot.waitUntil(lambda: w.busy == "" and not w.baseline.running, timeout=60_000)
+    qtbot.waitUntil(idle, timeout=60_000)
     assert [s.source for s in w.baselines.samples] == [*after_load, "speculation-off reply", *after_load]
 
     with qtbot.waitSignal(w.models_loaded, timeout=60_000):
         w.loader.remeasure_baseline()
-    qtbot.waitUntil(lambda: w.busy == "" and not w.baseline.running, timeout=60_000)
+    qtbot.waitUntil(idle, timeout=60_000)
     assert [s.source for s in w.baselines.samples] == after_load  # measured again, the rest dropped
     assert w.session.baseline_tps in [s.tokens_per_s for s in w.baselines.samples]
 
