@@ -11,7 +11,7 @@ The logits of the last position run are kept as well: when the next call starts 
 prefill of the whole prompt, then the first round), that distribution is reused rather than
 recomputed by feeding the last token again, so a reply costs one verifier call less. So is the distribution
 after a prompt (`prefill`), while the cache still holds that prompt: the same prompt again (a reply regenerated,
-a benchmark's repeats, a sampling test's thousand seeds) then costs no forward pass either.
+a sampling test's thousand seeds) then costs no forward pass either.
 
 On request (`record_hidden_states`) it also keeps the model's final hidden state at every cached
 position (and, if asked, some decoder layers' outputs beside it), cut back with the cache: a draft head
