@@ -88,8 +88,9 @@ def _tempered(logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
     T < 1, else the uniform distribution over its finite logits (-inf logits stay ruled out). Rows that
     stay finite are exactly logits / T, as before.
     """
-    top = logits.amax(-1, keepdim=True)  # NaN anywhere in a row makes the row's maximum NaN
-    if not bool(torch.isfinite(top).all()):
+    top = logits.amax(-1, keepdim=True)
+    # amax alone may skip a NaN on some devices (MPS has), so NaN is looked for on its own.
+    if not bool(torch.isfinite(top).all()) or bool(logits.isnan().any()):
         raise NonFiniteError("the model's logits are not finite (NaN or infinity): its weights or "
                              "dtype overflow; try --dtype float32")
     tempered = logits / config.temperature
