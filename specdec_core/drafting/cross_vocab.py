@@ -76,7 +76,7 @@ class _CrossVocabDrafter(DrafterBase):
     def prefill(self, ids: Sequence[int]) -> None:
         context = self.read(ids)
         if context:
-            self.forward.logits_for(context)
+            self.forward.prefill(context)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         pass  # rollback is implicit: the next round's context keeps only the cache prefix that still matches

@@ -63,7 +63,7 @@ class ModelDrafter(DrafterBase):
     def prefill(self, ids: Sequence[int]) -> None:
         readable = self._readable(ids)
         if readable:
-            self.forward.logits_for(readable)  # the first propose() then reuses these logits (kv.py)
+            self.forward.prefill(readable)  # the first propose() then reuses these logits (kv.py)
 
     def propose(self, ids: Sequence[int], max_tokens: int) -> Draft:
         start, vocab_size = time.perf_counter(), self.target.vocab_size

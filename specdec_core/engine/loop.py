@@ -149,7 +149,7 @@ class Engine:
         prompt, stats = list(reply.ids), reply.stats
         start = time.perf_counter()
         try:
-            self.verifier_forward.logits_for(prompt)
+            self.verifier_forward.prefill(prompt)
             reused = len(prompt) - self.verifier_forward.last_run
             if read_draft and reply.ahead is None:
                 assert self.drafter is not None

@@ -9,7 +9,9 @@ accepted round, and reusing the conversation prefix from one chat turn to the ne
 
 The logits of the last position run are kept as well: when the next call starts exactly there (a
 prefill of the whole prompt, then the first round), that distribution is reused rather than
-recomputed by feeding the last token again, so a reply costs one verifier call less.
+recomputed by feeding the last token again, so a reply costs one verifier call less. So is the distribution
+after a prompt (`prefill`), while the cache still holds that prompt: the same prompt again (a reply regenerated,
+a sampling test's thousand seeds) then costs no forward pass either.
 
 On request (`record_hidden_states`) it also keeps the model's final hidden state at every cached
 position (and, if asked, some decoder layers' outputs beside it), cut back with the cache: a draft head
@@ -124,6 +126,7 @@ class CachedForward:
         self.cached_ids: list[int] = []
         self.cache = new_cache(model)
         self._next_logits: torch.Tensor | None = None  # [V] predicting the token after cached_ids, if known
+        self._prefilled: tuple[int, torch.Tensor] | None = None  # a prompt's length and [V] after it (`prefill`)
         self.last_run = 0  # tokens the last logits_for() call fed to the model
         # Computing the LM head only for the rows we read saves a [n, V] matmul per call.
         params = inspect.signature(model.forward).parameters
@@ -197,6 +200,7 @@ class CachedForward:
         self.cached_ids = []
         self.cache = new_cache(self.model)
         self._next_logits = None
+        self._prefilled = None
         self.hidden_len = 0
 
     def roll_back(self, keep: int) -> None:
@@ -209,6 +213,8 @@ class CachedForward:
             del self.cached_ids[keep:]
             self._next_logits = None
             self.hidden_len = min(self.hidden_len, keep)
+            if self._prefilled is not None and keep < self._prefilled[0]:
+                self._prefilled = None  # the prompt it followed is no longer all held
 
     @torch.inference_mode()
     def logits_for(self, ids: Sequence[int], n_last: int = 1) -> torch.Tensor:
@@ -225,9 +231,25 @@ class CachedForward:
                 self.last_run = 0
                 return known
             return torch.cat([known, self._run(ids[held:], n_last - 1)])
+        if n_last == 1 and self._prefilled is not None and self._prefilled[0] == len(ids) == held:
+            # The prefilled prompt again, with more after it in the cache: cut back to the prompt, whose
+            # distribution was kept, instead of feeding its last token again.
+            self.roll_back(held)
+            self._next_logits = self._prefilled[1]
+            self.last_run = 0
+            return self._next_logits[None]
         keep = min(held, first_row)
         self.roll_back(keep)
         return self._run(ids[keep:], n_last)
+
+    @torch.inference_mode()
+    def prefill(self, ids: Sequence[int]) -> torch.Tensor:
+        """`logits_for(ids)` [1, V] for a prompt, whose distribution is then kept while the cache holds the prompt:
+        asked for again after a reply (the same prompt once more), it costs no forward pass."""
+        logits = self.logits_for(ids)
+        # A copy: the row may be a view of every position's logits (a model that computes them all).
+        self._prefilled = (len(ids), logits[-1].clone())
+        return logits
 
     @torch.inference_mode()
     def logits_for_tree(self, ids: Sequence[int], node_tokens: Sequence[int], parents: Sequence[int]
@@ -283,6 +305,8 @@ class CachedForward:
             _compact(layer, base, rows)
         tokens = self.cached_ids[base:]
         del self.cached_ids[base:]
+        if self._prefilled is not None and base < self._prefilled[0]:
+            self._prefilled = None
         self.cached_ids.extend(tokens[node] for node in path)
         if self._hidden is not None and self.hidden_len > base:
             self._hidden[base:base + len(path)] = self._hidden[rows]

@@ -5,6 +5,7 @@ Pure tensor functions, no model and no state: every random draw takes an explici
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -87,14 +88,18 @@ def _tempered(logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
     T < 1, else the uniform distribution over its finite logits (-inf logits stay ruled out). Rows that
     stay finite are exactly logits / T, as before.
     """
-    if not bool(torch.isfinite(logits.amax(-1)).all()) or bool(logits.isnan().any()):
+    top = logits.amax(-1, keepdim=True)
+    # amax alone may skip a NaN on some devices (MPS has), so NaN is looked for on its own.
+    if not bool(torch.isfinite(top).all()) or bool(logits.isnan().any()):
         raise NonFiniteError("the model's logits are not finite (NaN or infinity): its weights or "
                              "dtype overflow; try --dtype float32")
     tempered = logits / config.temperature
-    # softmax is finite exactly when each row's maximum is; a temperature that is 0 or inf in float32
-    # has lost the logits' order even where the quotient is finite (1e39: every logit becomes 0).
-    overflowed = ~torch.isfinite(tempered.amax(-1, keepdim=True))
-    scale = float(torch.tensor(config.temperature, dtype=torch.float32))
+    # softmax is finite exactly when each row's maximum is: dividing by T > 0 keeps the order (rounding
+    # included), so that is the row's maximum divided by T, with no second pass over the row. A temperature
+    # that is 0 or inf in float32 has lost the logits' order even where the quotient is finite (1e39: every
+    # logit becomes 0).
+    overflowed = ~torch.isfinite(top / config.temperature)
+    scale = _as_float32(config.temperature)
     if scale == 0.0 or math.isinf(scale):
         overflowed = torch.ones_like(overflowed)
     if not bool(overflowed.any()):
@@ -108,6 +113,12 @@ def _tempered(logits: torch.Tensor, config: GenerationConfig) -> torch.Tensor:
             kept &= logits >= torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
         limit = torch.zeros_like(logits).masked_fill(~kept, float("-inf"))
     return torch.where(overflowed, limit, tempered)
+
+
+@functools.lru_cache(maxsize=64)
+def _as_float32(value: float) -> float:
+    """`value` as float32 holds it (0 or inf beyond float32's range), worked out once per temperature."""
+    return float(torch.tensor(value, dtype=torch.float32))
 
 
 def _check_finite(value: float, what: str) -> None:

@@ -6,6 +6,7 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.drafters import ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.planner import DraftPlanner, DraftPolicy
 from specdec_core.engine import Controls, Engine
 from specdec_core.errors import ConfigError, PromptTooLongError
 from specdec_core.events import (
@@ -139,6 +140,29 @@ def test_next_chat_turn_reuses_the_cached_prefix_and_changes_nothing(pairs, tiny
     assert events[0].reused_tokens >= len(first_prompt) + len(first.token_ids) - 2
     fresh = finished(run(Engine(verifier, ModelDrafter(draft)), second_prompt, max_new_tokens=12))
     assert finished(events).token_ids == fresh.token_ids
+
+
+def test_the_same_prompt_again_costs_no_forward_pass_before_its_first_round_and_changes_nothing(pairs,
+                                                                                                tiny_tokenizer):
+    verifier, draft = pairs["llama"]
+    drafter = ModelDrafter(draft)
+    # The draft reads the prompt after the prefill, not on a thread beside it: its passes are then counted here.
+    engine = Engine(verifier, drafter, DraftPlanner(DraftPolicy(draft_during_prefill=False)))
+    prompt = prompt_ids(tiny_tokenizer)
+    first = finished(run(engine, prompt, max_new_tokens=12, temperature=1.0, seed=5))
+    passes = engine.verifier_forward.forward_calls, drafter.forward.forward_calls
+    events = engine.generate(prompt, GenerationConfig(max_new_tokens=12, temperature=1.0, seed=5))
+    assert next(events).reused_tokens == len(prompt)
+    assert (engine.verifier_forward.forward_calls, drafter.forward.forward_calls) == passes
+    assert finished(list(events)).token_ids == first.token_ids
+    # A prompt the cache holds only part of drops the kept distribution: the shorter one and the first one
+    # again each read their last token, and reply as a fresh engine does.
+    for again in (prompt[:-1], prompt):
+        events = run(engine, again, max_new_tokens=12, temperature=1.0, seed=5)
+        assert events[0].reused_tokens == len(again) - 1
+        fresh = finished(run(Engine(verifier, ModelDrafter(draft)), again, max_new_tokens=12, temperature=1.0,
+                             seed=5))
+        assert finished(events).token_ids == fresh.token_ids
 
 
 def test_max_tokens_reached_mid_round_stops_exactly(pairs, tiny_tokenizer):
