@@ -272,7 +272,8 @@ class ViewPage(StepPage):
         if result is None:
             self._finish("no result", error="the race did not finish")
             return
-        self._finish(f"{result.speedup:.2f}×", f"{result.tps_off:.1f} → {result.tps_on:.1f} tok/s; "
+        off, on = result.pair_tps  # the pair drawn: the median one, whose ratio is the headline
+        self._finish(f"{result.speedup:.2f}×", f"{off:.1f} → {on:.1f} tok/s (the median pair); "
                      + result.spread.spread_words())
 
     def _slow_done(self, view, results: dict) -> None:
