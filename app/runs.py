@@ -155,14 +155,22 @@ def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:
     return race_spread(pairs)
 
 
-def lane_events(ctx: RunContext, lanes: list[Lane], controls: Any) -> Iterator[object]:
-    """PromptInfo, then every lane's events wrapped in LaneEvent, lane after lane."""
+def lane_events(ctx: RunContext, lanes: list[Lane], controls: Any, warm_up_tokens: int = 0) -> Iterator[object]:
+    """PromptInfo, then every lane's events wrapped in LaneEvent, lane after lane. With `warm_up_tokens`, each
+    distinct lane run (lanes repeated share theirs) first runs that many tokens, not yielded: the first passes
+    of a model on a new shape are the slow ones, and whichever lane came first would pay for all."""
     from specdec_core.text.chat import build_prompt
 
     v = ctx.session.verifier
     built = build_prompt(v.tokenizer, ctx.messages, system=ctx.system or None, context_length=v.context_length,
                          reserve_new_tokens=ctx.config.max_new_tokens)
     yield PromptInfo(len(built.ids), built.dropped_turns)
+    if warm_up_tokens:
+        warm_config = ctx.config.with_(max_new_tokens=warm_up_tokens)
+        for run in {id(lane.run): lane.run for lane in lanes}.values():
+            for _ev in run(built.ids, warm_config, controls):
+                if controls.cancelled:
+                    return
     for lane in lanes:
         if controls.cancelled:
             return

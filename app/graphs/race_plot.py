@@ -9,7 +9,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.graphs import plots
 from app.graphs.plots import legend_below, make_plot
-from app.graphs.race_curves import RaceCurves
+from app.graphs.race_curves import race_curves
 from app.runs import race_spread_of
 from app.speedup import race_key
 from app.theme import ACCENT, STATE_SOLID
@@ -29,7 +29,7 @@ class RacePlot(QWidget):
         pi.enableAutoRange()
         pi.setLimits(xMin=0, yMin=0)  # no negative seconds or tokens, even on an empty plot
         legend_below(pi, 3)
-        self.curves = RaceCurves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 2.5)
+        self.curves = race_curves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 2.5)
         lay.addWidget(self.plot, 1)
         self.result = QLabel("Run a race (Generation ▸ Race) to measure speculation against the verifier "
                              "alone on this machine.")

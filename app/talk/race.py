@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from app.graphs.plots import legend_below
-from app.graphs.race_curves import RaceCurves
+from app.graphs.race_curves import race_curves
 from app.runs import RunContext, race_lanes, race_spread_of
 from app.speedup import RACE_PAIRS, RaceSpread, race_key
 from app.talk import style as ts
@@ -119,7 +119,7 @@ class RaceView(QWidget):
                              "seconds")
         pi = self.plot.getPlotItem()
         legend_below(pi, 3, "13pt")
-        self.race_curves = RaceCurves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 4)
+        self.race_curves = race_curves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 4)
         self.curves = self.race_curves.bold  # the pair drawn bold: the running one, then the median one
         split.addWidget(self.plot)
         split.setSizes([420, 300])
@@ -263,7 +263,7 @@ class RaceView(QWidget):
         """Both replies again, side by side, each token appearing when it was generated (engine time)."""
         if self.run is None or self.running:
             return
-        pair = self.race_curves.pair  # the pair drawn bold: the median one
+        pair = self.race_curves.run  # the pair drawn bold: the median one
         self._shown = {race_key(side == "on", pair): ReplyTrace(config=dict(self.run.traces[side].config))
                        for side in self.panes}
         for key, shown in self._shown.items():

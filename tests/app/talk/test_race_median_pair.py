@@ -103,7 +103,7 @@ def test_the_chats_race_tab_draws_the_median_pair_bold_and_says_so(qtbot, tiny_s
             plot.traces[ev.lane].apply(ev.event)
             plot.flush()
     words = plot.finish(greedy=True)
-    assert plot.curves.pair == 2 and "pair 2 of 3, the median: 10.0 → 15.0 tok/s (1.50×)" in words
+    assert plot.curves.run == 2 and "pair 2 of 3, the median: 10.0 → 15.0 tok/s (1.50×)" in words
     assert words.startswith("1.50× (faster), median of 3 alternating runs each, 1.20–3.00×")
     x, _ = plot.curves.bold["on"].getData()
     assert np.array_equal(x, curve_data(plot.traces["on 2"])[0])

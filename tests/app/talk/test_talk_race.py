@@ -70,7 +70,7 @@ def test_the_race_redraws_a_curve_only_when_its_lane_has_new_rounds(qtbot, tiny_
     off = view.run.traces["off"]
     off.rounds.append(off.rounds[-1])
     view._tick()
-    assert drawn == ["off"] + (["bold off"] if curves.pair == 1 else [])
+    assert drawn == ["off"] + (["bold off"] if curves.run == 1 else [])
 
 
 def test_the_race_buttons_stay_in_view_without_scrolling_and_fit_scale_2(qtbot):
