@@ -92,6 +92,8 @@ class RowLegend(pg.LegendItem):
     never covers a curve, whatever the data and the plot's size (an anchored legend covers whatever is drawn in
     its corner). It cannot be dragged back over the data."""
 
+    most = 1  # entries a row where they fit (legend_below's `columns`)
+
     def updateSize(self) -> None:  # noqa: N802 - pyqtgraph override
         # pyqtgraph's sets a geometry at (0, 0) of the parent, over the title; here the plot's layout places it.
         self.updateGeometry()
@@ -99,11 +101,36 @@ class RowLegend(pg.LegendItem):
     def mouseDragEvent(self, ev) -> None:  # noqa: N802 - pyqtgraph override
         ev.ignore()
 
+    def addItem(self, item, name) -> None:  # noqa: N802 - pyqtgraph override
+        super().addItem(item, name)
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """As many entries a row as fit the width of the data area above, at most `most` (legend_below's columns):
+        a narrow plot wraps its legend onto more rows rather than clipping its last entries."""
+        view = self.parentItem().vb if self.parentItem() is not None else None
+        if view is None or view.width() <= 0:
+            return
+        widths = [sample.effectiveSizeHint(Qt.SizeHint.PreferredSize).width()
+                  + label.effectiveSizeHint(Qt.SizeHint.PreferredSize).width() + 2 * self.layout.horizontalSpacing()
+                  for sample, label in self.items]
+        columns = max(1, min(self.most, len(widths)))
+        while columns > 1 and _row_width(widths, columns) > view.width():
+            columns -= 1
+        if columns != self.columnCount:
+            self.setColumnCount(columns)
+
+
+def _row_width(widths: list[float], columns: int) -> float:
+    """The width of a legend laid out `columns` entries a row: the sum of each column's widest entry."""
+    return sum(max(widths[c::columns]) for c in range(columns))
+
 
 def legend_below(pi: pg.PlotItem, columns: int, text_size: str = "8pt", row_spacing: int = -4) -> RowLegend:
-    """`pi`'s legend, in a row of its own under the x axis, `columns` entries a row; plots added with a name
-    join it, as with PlotItem.addLegend. It sets no minimum width: a narrow plot clips it rather than widening
-    the window (see _title_sets_no_minimum_width)."""
+    """`pi`'s legend, in a row of its own under the x axis, up to `columns` entries a row (fewer where they do not
+    fit the plot's width: RowLegend.fit_columns); plots added with a name join it, as with PlotItem.addLegend. It
+    sets no minimum width: a plot too narrow for its widest entry clips it rather than widening the window (see
+    _title_sets_no_minimum_width)."""
     legend = RowLegend(offset=None, labelTextSize=text_size, colCount=columns, frame=False, horSpacing=4,
                        verSpacing=row_spacing)
     legend.layout.setContentsMargins(0, 2, 0, 0)
@@ -112,6 +139,8 @@ def legend_below(pi: pg.PlotItem, columns: int, text_size: str = "8pt", row_spac
     pi.layout.addItem(legend, LEGEND_ROW, 1, Qt.AlignmentFlag.AlignHCenter)
     pi.layout.setRowStretchFactor(LEGEND_ROW, 0)
     legend.setMinimumWidth(0)
+    legend.most = columns
+    pi.vb.sigResized.connect(lambda _vb: legend.fit_columns())
     pi.legend = legend
     return legend
 

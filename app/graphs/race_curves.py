@@ -43,7 +43,7 @@ class RunCurves:
             curve.setZValue(2)
         first = next(iter(colors.values()))
         self.others = pi.plot(pen=pg.mkPen(with_alpha(first, FAINT_ALPHA * 2), width=max(1.0, width / 2)),
-                              name="the other runs")  # a legend sample only: the runs are drawn per lane below
+                              name="other runs")  # a legend sample only: the runs are drawn per lane below
         self.faint: dict[str, pg.PlotDataItem] = {}
         self.run = 1  # the run drawn bold
         self.median: int | None = None  # the median run, once every run has finished

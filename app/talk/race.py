@@ -122,7 +122,7 @@ class RaceView(QWidget):
         self.race_curves = race_curves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 4)
         self.curves = self.race_curves.bold  # the pair drawn bold: the running one, then the median one
         split.addWidget(self.plot)
-        split.setSizes([420, 300])
+        split.setSizes([300, 380])  # the curves, with every run's spread, in view at 700 px
         return split
 
     def _build_controls(self) -> QWidget:

@@ -110,7 +110,7 @@ class SlowDemoView(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal)
         self.curves_plot = big_plot("Tokens over time", "tokens", "seconds (engine time)")
         legend_below(self.curves_plot.getPlotItem(), 3, "12pt")
-        self.bars_plot = big_plot("Tokens per second (median, with the range of the runs)", "tokens/s", "")
+        self.bars_plot = big_plot("Tokens per second: median, range", "tokens/s", "")
         self.bars_plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)  # "0.5", not "500 (×0.001)"
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.6, brushes=[])
         self.bars_plot.getPlotItem().addItem(self.bars)

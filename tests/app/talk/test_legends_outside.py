@@ -7,7 +7,7 @@ not by the pixels of any font."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import QPoint, QRect, QSize
+from PySide6.QtCore import QPoint, QRect, QSize, Qt
 from PySide6.QtWidgets import QApplication
 
 SCREENS = {"1024x700": QSize(1024, 700), "1280x800": QSize(1280, 800)}
@@ -26,6 +26,9 @@ def assert_legend_outside_the_data(plot, what: str) -> None:
     assert data.height() > 0 and box.height() > 0, what
     assert box.top() >= data.bottom() - 0.5 and not box.intersects(data.adjusted(0, 0, 0, -0.5)), \
         f"{what}: legend {box} overlaps the data {data}"
+    # every entry shown: a legend wider than the plot wraps onto more rows rather than clipping its last entries
+    wanted = legend.effectiveSizeHint(Qt.SizeHint.PreferredSize).width()
+    assert wanted <= data.width() + 0.5 or legend.columnCount == 1, f"{what}: {wanted} wide over {data.width()}"
 
 
 @pytest.mark.parametrize("screen", list(SCREENS))
