@@ -4,7 +4,7 @@ no mouse, ranges set from the data; and `LabelBox`, which holds a label whose te
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
@@ -140,7 +140,8 @@ def legend_below(pi: pg.PlotItem, columns: int, text_size: str = "8pt", row_spac
     pi.layout.setRowStretchFactor(LEGEND_ROW, 0)
     legend.setMinimumWidth(0)
     legend.most = columns
-    pi.vb.sigResized.connect(lambda _vb: legend.fit_columns())
+    # After the layout pass that resized the view, not inside it: refitting changes the legend's size in that layout.
+    pi.vb.sigResized.connect(lambda _vb: QTimer.singleShot(0, legend, legend.fit_columns))
     pi.legend = legend
     return legend
 
