@@ -27,8 +27,8 @@ class TheoryPanel:
         pi = self.plot.getPlotItem()
         legend_below(pi, 2, "7pt")
         self.theory_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2, style=Qt.PenStyle.DashLine),
-                                    name="textbook (a check costs 1 step)")
-        self.practical_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="with measured costs")
+                                    name="textbook")
+        self.practical_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="measured costs")
         self.predicted_point = pi.plot(pen=None, symbol="o", symbolSize=8, symbolBrush=None,
                                        symbolPen=pg.mkPen(ACCENT, width=2))
         self.measured_point = pi.plot(pen=None, symbol="star", symbolSize=15,
@@ -38,7 +38,11 @@ class TheoryPanel:
                                                        style=Qt.PenStyle.DashLine),
                                           )
         pi.addItem(self.break_even)
-        pi.legend.addItem(pg.PlotDataItem(pen=self.break_even.pen), "break-even (1×)")
+        pi.legend.addItem(pg.PlotDataItem(pen=self.break_even.pen), "break-even")
+        self.plot.setToolTip(
+            "The predicted speedup over γ for the measured α and c. Textbook (dashed): if checking γ+1 tokens cost one "
+            "decode step (Leviathan et al.). Measured costs: with this machine's measured draft and check costs. The "
+            "star is the measured speedup; under break-even (1×) speculation is slower than the verifier alone.")
         self.caption = ""  # α, c, γ of the drawn reply (or what it drafted)
         self.words = ""  # why theory and practice differ, in words
         self.top = 2.0  # the y axis's top

@@ -30,7 +30,7 @@ class VerifyCostPanel:
                                          pen=pg.mkPen(STATE_SOLID["plain"], width=1.5, style=Qt.PenStyle.DashLine))
         self.step_line.setVisible(False)
         pi.addItem(self.step_line)
-        pi.legend.addItem(pg.PlotDataItem(pen=self.step_line.pen), "one step, verifier alone")
+        pi.legend.addItem(pg.PlotDataItem(pen=self.step_line.pen), "verifier-alone step")
         self.plot.setToolTip(
             "What one verifier pass cost in this reply, by the number of positions it fed (the last token and "
             "the drafts, or a tree's nodes). The line is what the cost model reads from these passes to size "
