@@ -282,7 +282,11 @@ class ViewPage(StepPage):
         if poor is None or poor.key not in results:
             self._finish("no poor draft", error="no poorly aligned drafter ran")
             return
-        self._finish(f"{results[poor.key][2]:.2f}×", f"{poor.title}, against the verifier alone")
+        from app.talk.slow_lanes import slower_runs
+
+        slower, runs = slower_runs(view.run.traces, poor.key)
+        self._finish(f"{results[poor.key][2]:.2f}×", f"{poor.title}, against the verifier alone; "
+                     f"{view.spreads[poor.key].spread_words()}; slower in {slower} of {runs}")
 
     def scene(self) -> dict | None:
         return self._scene

@@ -104,3 +104,19 @@ def test_the_slow_demo_runs_where_the_window_decodes_and_draws_the_median_run_wi
     assert list(view.bars.opts["height"]) == [20.0, 28.0, 18.0, 12.0]
     assert list(view.ranges.opts["bottom"]) == [10.0, 13.0, 9.0, 7.0]
     assert list(view.ranges.opts["top"]) == [0.0, 2.0, 1.0, 4.0]
+
+
+def test_the_demos_slow_step_gives_the_median_with_its_spread_and_how_often_the_poor_draft_lost(
+        qtbot, tiny_session, recorded):
+    from app.runs import RunContext
+    from app.talk.demo_script import STEPS
+    from app.talk.demo_steps import DemoResults, ViewPage
+
+    config, events = recorded
+    page = ViewPage(next(step for step in STEPS if step.key == "slow"))
+    qtbot.addWidget(page)
+    ctx = RunContext(tiny_session, PROMPT, None, config, scripted_runner(events, SCRIPTED_TPS, []))
+    with qtbot.waitSignal(page.done, timeout=60_000):
+        page.begin(ctx, DemoResults())
+    assert page.last_headline == "0.60×" and not page.error
+    assert page.last_detail.endswith("; median of 3 alternating runs each, 0.50–0.80×; slower in 3 of 3")
