@@ -8,13 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import (
     QGuiApplication,
     QKeyEvent,
 )
 from PySide6.QtWidgets import (
-    QCheckBox,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -24,9 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.bubbles import MessageBubble, Notice
-from app.theme import STATE_LABEL, STATE_STYLE, css_rgba
-from app.trace import STATE_DESCRIPTIONS, ReplyTrace
-from specdec_core.events import TokenState
+from app.trace import ReplyTrace
 
 EARLIER_SLICE_S = 0.03  # drawing the bubbles above the open ones: about this long per event-loop turn
 EARLIER_PER_BOX = 16  # bubbles drawn above share boxes of this many (one layout item per box)
@@ -296,85 +293,6 @@ COLOURS_HELP = (
     "correction, and the rejected draft it replaced is in its tooltip.\n\nHover any token for its round, "
     "position, draft and verifier probabilities, acceptance probability and the verifier's top "
     "alternatives.")
-
-
-class Legend(QWidget):
-    """Swatches for the token states, the switch that turns colouring off, and reading mode's switch."""
-
-    toggled = Signal(bool)
-    reading_toggled = Signal(bool)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        lay = QHBoxLayout(self)
-        lay.setContentsMargins(0, 0, 0, 0)
-        lay.setSpacing(10)
-        self.check = QCheckBox("Colour tokens")
-        self.check.setChecked(True)
-        self.check.setToolTip("Show each token's speculation state (hover a token for details)")
-        self.check.toggled.connect(self.toggled)
-        lay.addWidget(self.check)
-        self.reading = QCheckBox("Reading mode")
-        self.reading.setToolTip("Hide rejected drafts inside the replies, so they read as text (hover a token, "
-                                "the tree view and the replay still show them)")
-        self.reading.toggled.connect(self.reading_toggled)
-        lay.addWidget(self.reading)
-        self.swatches: list[QLabel] = []
-        self._texts: list[tuple[QWidget, str, str]] = [(self.check, "Colour tokens", "Colours"),
-                                                          (self.reading, "Reading mode", "Reading")]
-        for state in (TokenState.ACCEPTED, TokenState.REJECTED, TokenState.CORRECTED, TokenState.BONUS,
-                      TokenState.PLAIN):
-            bg, fg = STATE_STYLE[state.value]
-            style = f"background:{css_rgba(bg)};" if bg is not None else "border:1px solid rgba(127,127,127,128);"
-            deco = "text-decoration:line-through;" if state is TokenState.REJECTED else ""
-            color = f"color:{css_rgba(fg)};" if fg is not None else ""
-            html_of = f"<span style='{style}{deco}{color} padding:1px 4px'>&nbsp;{{}}&nbsp;</span>".format
-            label = STATE_LABEL[state.value]
-            lbl = QLabel(html_of(label))
-            # narrow: "verifier only" -> "verifier"
-            self._texts.append((lbl, html_of(label), html_of(label.split()[0])))
-            lbl.setToolTip(STATE_DESCRIPTIONS[state.value])
-            lay.addWidget(lbl)
-            self.swatches.append(lbl)
-        lay.addStretch(1)
-        self._hints: tuple[str, QSize, int] | None = None  # (font, the row's minimum with its short texts, full width)
-
-    def _set_narrow(self, narrow: bool) -> None:
-        for widget, full, short in self._texts:
-            widget.setText(short if narrow else full)
-        self.layout().setSpacing(6 if narrow else 10)
-
-    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
-        """The row with its shorter texts: a narrow window may give it less than the full row (resizeEvent)."""
-        return self._measure()[0]
-
-    def full_width(self) -> int:
-        """How wide the row is with its full texts."""
-        return self._measure()[1]
-
-    def _measure(self) -> tuple[QSize, int]:
-        """Measured once per font: measuring changes the texts, and a changed text asks for a new layout, which
-        asks for the minimum size again."""
-        key = self.check.font().key()
-        if self._hints is None or self._hints[0] != key:
-            narrow = self.check.text() != self._texts[0][1]
-            self._set_narrow(True)
-            short = self.layout().minimumSize()
-            self._set_narrow(False)
-            full = self.layout().sizeHint().width()
-            self._set_narrow(narrow)
-            self._hints = (key, short, full)
-        return self._hints[1], self._hints[2]
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
-        """Shorter texts where the full row does not fit (presenter mode's large type on a small screen)."""
-        super().resizeEvent(event)
-        narrow = self.check.text() != self._texts[0][1]
-        self._set_narrow(False)
-        full = self.layout().sizeHint().width()
-        self._set_narrow(narrow)
-        if (event.size().width() < full) != narrow:
-            self._set_narrow(not narrow)
 
 
 def copy_text(text: str) -> None:

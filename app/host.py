@@ -189,7 +189,6 @@ def why_not(session: Any) -> str | None:
         return f"turned off ({OFF_ENV}=0)"
     if sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
         return "a process running the window can be forked safely only on Linux"
-    import torch
 
     models = [m for m in (session.verifier, session.draft) if m is not None]
     devices = {str(getattr(m, "device", "cpu")) for m in models}

@@ -24,9 +24,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.chat_view import COLOURS_HELP, ChatView, Composer, Legend, copy_text
+from app.chat_view import COLOURS_HELP, ChatView, Composer, copy_text
 from app.fit import ElidedLabel, fit_to_screen
 from app.graphs.graphs_panel import GraphsPanel
+from app.legend import Legend
 from app.models_line import models_line
 from app.settings_panel import SettingsPanel
 from app.sidebar import ConversationSidebar

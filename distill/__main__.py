@@ -167,11 +167,13 @@ def cmd_train_head(args) -> None:
     verifier = _load_verifier(args)
     figures = train_head(verifier, args.work, args.work / "runs" / args.run, settings, _special_ids(verifier))
     print(json.dumps({k: v for k, v in figures.items() if k != "history"}, indent=2))
+    if args.export_to:  # as `export --run RUN --dest FOLDER` would, without loading everything again
+        _export(args.work, args.run, args.verifier, verifier.tokenizer, args.export_to, None)
 
 
 def cmd_agreement(args) -> None:
     from distill.head import HeadSettings, agreement_by_confidence, agreement_by_step, load_examples
-    from specdec_core.drafting.draft_head import SpecdecHeadModel
+    from specdec_core.loading.draft_head import SpecdecHeadModel
 
     verifier = _load_verifier(args)
     folder = args.work / "runs" / args.run / "model" if args.run else Path(args.draft)
@@ -225,17 +227,23 @@ def _categories(work: Path, prompts: Path, examples) -> list[str]:
 
 
 def cmd_export(args) -> None:
-    from distill.export import export_draft
     from specdec_core.loading.models import load_model
 
     verifier = load_model(args.verifier, device="cpu")
-    stems = [path.stem.split("-") for path in (args.work / "replies").glob("*.pt")]
-    facts = {"verifier": args.verifier, "exported": time.strftime("%Y-%m-%d %H:%M:%S"), "run": args.run,
+    _export(args.work, args.run, args.verifier, verifier.tokenizer, args.dest,
+            (Path(args.average_with), args.share) if args.average_with else None)
+
+
+def _export(work: Path, run: str, verifier_spec: str, tokenizer, dest: Path, average) -> None:
+    """Write run `run`'s best head to `dest`, with the facts of the data it was trained on."""
+    from distill.export import export_draft
+
+    stems = [path.stem.split("-") for path in (work / "replies").glob("*.pt")]
+    facts = {"verifier": verifier_spec, "exported": time.strftime("%Y-%m-%d %H:%M:%S"), "run": run,
              "reply_modes": sorted({parts[0] for parts in stems}),
              "prompt_sets": sorted({parts[1] if len(parts) > 2 else "corpus" if parts[0].startswith("corpus")
                                     else "train" for parts in stems})}
-    dest = export_draft(args.work / "runs" / args.run, verifier.tokenizer, args.dest, facts,
-                        (Path(args.average_with), args.share) if args.average_with else None)
+    dest = export_draft(work / "runs" / run, tokenizer, dest, facts, average)
     size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     print(f"exported to {dest} ({size / 1e6:.1f} MB)")
 
@@ -319,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--versions", action="store_true", help="print torch's and transformers' versions first")
     steps = parser.add_subparsers(dest="step", required=True)
 
     steps.add_parser("prompts", help="compose the prompt sets").set_defaults(run_step=cmd_prompts)
@@ -387,6 +396,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--cls-weight", type=float, default=1.0)
     p.add_argument("--noise", type=float, default=0.2)
+    p.add_argument("--export-to", type=Path, metavar="FOLDER", help="then export the run's best head there (as the "
+                   "export step does)")
     p.set_defaults(run_step=cmd_train_head)
 
     p = steps.add_parser("agreement", help="a head's teacher-forced agreement with the verifier on replies shards")
@@ -452,8 +463,12 @@ def main(argv: list[str] | None = None) -> None:
     add_outside_steps(steps, _load_verifier)  # outside-replies
 
     args = parser.parse_args(argv)
-    import specdec_core.drafting.draft_head  # noqa: F401 - registers the drafts' model types with transformers
-    import specdec_core.drafting.draft_model  # noqa: F401
+    if args.versions:  # from the packages' metadata: no import
+        from importlib.metadata import version
+
+        print("torch", version("torch"), "transformers", version("transformers"), flush=True)
+    import specdec_core.loading.draft_head  # noqa: F401 - registers the drafts' model types with transformers
+    import specdec_core.loading.draft_model  # noqa: F401
 
     args.run_step(args)
 

@@ -275,8 +275,8 @@ def add_steps(steps, load_verifier) -> None:
         replies, tokens = write_phrases(args.folder, args.dest)
         print(f"{replies} replies, {tokens} tokens -> {args.dest} ({args.dest.stat().st_size / 1e6:.2f} MB)")
 
-    from specdec_core.loading.resources import assets_dir
     from specdec_core.drafting.phrases import FILE_NAME
+    from specdec_core.loading.resources import assets_dir
 
     p = steps.add_parser("phrases", help="the verifier's own phrases (n-gram store of the corpus's replies), "
                          "shipped beside the draft head")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-import specdec_core.drafting.draft_head  # noqa: F401 - registers both draft types with transformers
-import specdec_core.drafting.draft_model  # noqa: F401
+import specdec_core.loading.draft_head  # noqa: F401 - registers both draft types with transformers
+import specdec_core.loading.draft_model  # noqa: F401
 
 
 def _earlier_runs(history: dict) -> list[dict]:

@@ -31,14 +31,14 @@ from tqdm.auto import tqdm
 from distill.data import load_sequences, padded_batches, reply_files, save_atomic, top_k_rows
 from distill.train import batches as endless_batches
 from distill.train import ranking_from_counts
-from specdec_core.drafting.draft_head import (
+from specdec_core.loading import cpu_speed
+from specdec_core.loading.draft_head import (
     SpecdecHeadConfig,
     SpecdecHeadModel,
     chain_scores,
     embedding_fingerprint,
     with_layers,
 )
-from specdec_core.loading import cpu_speed
 
 
 @dataclass(frozen=True)

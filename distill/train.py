@@ -25,7 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from distill.data import load_sequences, reply_files, save_atomic
-from specdec_core.drafting.draft_model import SpecdecDraftConfig, SpecdecDraftForCausalLM
+from specdec_core.loading.draft_model import SpecdecDraftConfig, SpecdecDraftForCausalLM
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,10 @@ TRAIN_BATCH=${TRAIN_BATCH:-8192}
 CHAIN=${CHAIN:-4}
 mkdir -p "$OUT_DIR" "$WORK"
 export SPECDEC_CACHE_DIR=${SPECDEC_CACHE_DIR:-$WORK/cache} PYTHONUNBUFFERED=1 TQDM_MININTERVAL=${TQDM_MININTERVAL:-15}
-run() { python3 -m distill --verifier "$SPEC" --work "$WORK" --device "$DEVICE" --dtype float32 "$@"; }
+# Each step's log starts with torch's and transformers' versions (--versions).
+run() { python3 -m distill --versions --verifier "$SPEC" --work "$WORK" --device "$DEVICE" --dtype float32 "$@"; }
 {
   date
-  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
   # Grow a copy: the checkout's corpus changes only when the new shards are unpacked into it.
   mkdir -p "$WORK/corpus"
   cp -n "$CORPUS"/shard-*.npz "$WORK/corpus/" 2>/dev/null || true
@@ -64,7 +64,7 @@ run() { python3 -m distill --verifier "$SPEC" --work "$WORK" --device "$DEVICE" 
     [ "$name" = "$entry" ] || flags=${entry#*:}
     # shellcheck disable=SC2086  # the flags are words
     run train-head --run "$name" --chain-steps "$CHAIN" --steps "$STEPS" --max-minutes "$TRAIN_MIN" \
-        --batch-tokens "$TRAIN_BATCH" $flags >"$WORK/train-$name.log" 2>&1 &
+        --batch-tokens "$TRAIN_BATCH" --export-to "$WORK/export/$name" $flags >"$WORK/train-$name.log" 2>&1 &
     pids+=($!)
   done
   status=0
@@ -72,8 +72,7 @@ run() { python3 -m distill --verifier "$SPEC" --work "$WORK" --device "$DEVICE" 
   for entry in "${RUNS[@]}"; do
     name=${entry%%:*}
     tail -n 5 "$WORK/train-$name.log"
-    [ -f "$WORK/runs/$name/train.json" ] || continue
-    run export --run "$name" --dest "$WORK/export/$name"
+    [ -f "$WORK/runs/$name/train.json" ] && [ -d "$WORK/export/$name" ] || continue
     cp "$WORK/runs/$name/train.json" "$WORK/export/$name/train.json"
     tar -cf "$OUT_DIR/$name.tar" -C "$WORK/export" "$name"
   done

@@ -33,7 +33,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download anything
 os.environ["SPECDEC_COST_MEMORY"] = "off"
 sys.path.insert(0, str(Path(__file__).parent))  # for `import tiny`
 
+import made_fonts  # noqa: E402
 import tiny  # noqa: E402
+
+made_fonts.use_made_fonts()  # before Qt loads: every test draws with fonts it made, whatever the machine has
 
 # A test that runs this long is hung, not slow (the slowest, on the real model, take well under a
 # minute on 2 cores). faulthandler's watchdog is a C thread that needs no GIL, so it also fires on a

@@ -144,7 +144,7 @@ def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, sca
     `scale` multiplies the residual branch so that its prediction starts near the state it read (a
     random head then agrees with the verifier often enough for rounds to mix acceptances and rejections).
     With `feature_layers` it also reads those layers' states, through a random (not zero) fusion."""
-    from specdec_core.drafting.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
+    from specdec_core.loading.draft_head import SpecdecHeadConfig, SpecdecHeadModel, embedding_fingerprint
 
     model = verifier.model
     text_config = model.config.get_text_config()

@@ -13,7 +13,7 @@ import html
 import time
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGridLayout, QLabel, QVBoxLayout, QWidget
 
@@ -23,6 +23,7 @@ from app.graphs.accepted_lengths import AcceptedLengthsPanel
 from app.graphs.chat_acceptance import ChatAcceptance
 from app.graphs.figures import ReplyFigures
 from app.graphs.header import header_text, header_tooltip
+from app.graphs.headline import Headline, headline_of
 from app.graphs.panel import Panel
 from app.graphs.plots import ONE_COLUMN_HEIGHT, PLOT_MIN_WIDTH, QWIDGETSIZE_MAX, LabelBox
 from app.graphs.positions import PositionsPanel
@@ -49,6 +50,7 @@ class LiveGraphs(QWidget):
     """Seven panels bound to one reply trace at a time (and under them the open chat's `ChatAcceptance`)."""
 
     PANELS = ("tps", "acc", "time", "hist", "pos", "theory", "cost")
+    headline_changed = Signal(object)  # the header's Headline (its two big figures), drawn with the header
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -59,6 +61,7 @@ class LiveGraphs(QWidget):
         self._drew_final = False
         self.updates = 0  # how many panel redraws happened (tests read this)
         self.speedup_label = ""
+        self.headline = Headline()  # the header's figures for a room (presenter mode sets them large)
         self._dirty: list[str] = []
         self._ranges: dict[str, tuple] = {}
         self._columns = 0
@@ -168,6 +171,8 @@ class LiveGraphs(QWidget):
             self._dirty += [name for name in self.PANELS if name not in self._dirty]
             self._header_stale = True
         if not self.isVisible():
+            if new and figures:
+                self._show_headline()  # shown outside these graphs too (presenter mode), so kept up while hidden
             return False
         if self._header_stale and figures:
             self._draw_header()
@@ -183,6 +188,7 @@ class LiveGraphs(QWidget):
         self._dirty = []
         if not self.isVisible() and self.trace is not None and not self.trace.finished:
             self._dirty = list(self.PANELS)  # drawn when shown
+            self._show_headline()
             return
         self._draw_header()
         for name in self.PANELS:
@@ -216,9 +222,16 @@ class LiveGraphs(QWidget):
 
     def _draw_header(self) -> None:
         self._header_stale = False
+        self._show_headline()
         text = header_text(self.figures, bool(self.switch_marks.switches), self.baseline_like, self.baseline_how)
         if text != self.speedup_label:
             self.speedup_label = text
             self.header.setText(text)
             self.header_box.fit()
             self.header.setToolTip(header_tooltip(self.figures, self.baseline_how))
+
+    def _show_headline(self) -> None:
+        headline = headline_of(self.figures, bool(self.switch_marks.switches), self.baseline_like)
+        if headline != self.headline:
+            self.headline = headline
+            self.headline_changed.emit(headline)

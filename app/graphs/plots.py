@@ -33,11 +33,18 @@ def small_font(points: int = 8) -> QFont:
 
 def _title_sets_no_minimum_width(label: pg.LabelItem) -> None:
     """A plot's title is clipped rather than widening the plot: measured in the machine's own font, a title one font
-    family draws in 250 px takes 285 in another, and the window would no longer fit 1024 px."""
-    label.setMinimumWidth(0)
-    height = label._sizeHint[Qt.SizeHint.MinimumSize][1]
-    label._sizeHint[Qt.SizeHint.MinimumSize] = (0, height)
-    label.updateGeometry()
+    family draws in 250 px takes 285 in another, and the window would no longer fit 1024 px. Every new text measures
+    the title again (pyqtgraph's `updateMin`), so the minimum is dropped after each measure, not once."""
+    measure = label.updateMin
+
+    def measure_height_only() -> None:
+        measure()
+        label.setMinimumWidth(0)
+        label._sizeHint[Qt.SizeHint.MinimumSize] = (0, label._sizeHint[Qt.SizeHint.MinimumSize][1])
+        label.updateGeometry()
+
+    label.updateMin = measure_height_only
+    measure_height_only()
 
 
 class CountAxis(pg.AxisItem):

@@ -1,5 +1,6 @@
 """Presenter mode for the main window: full screen, large type, a high-contrast projector theme, the
-token legend always visible and the graphs enlarged. Everything stays live, and leaving the mode puts
+token legend always visible, the reply's tokens/s and speedup set large over the chat (presenter_headline.py)
+and the graphs enlarged. Everything stays live, and leaving the mode puts
 every changed property back as it was.
 
 It works from the outside, through the window's public attributes (`legend`, `graphs`, `left_dock`,
@@ -10,11 +11,16 @@ that it touches (and puts back) of the window.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QPalette
-from PySide6.QtWidgets import QDockWidget, QWidget
+from PySide6.QtWidgets import QBoxLayout, QDockWidget, QWidget
+
+from app.talk.presenter_headline import HeadlineBar
+
+if TYPE_CHECKING:
+    from app.graphs.graphs_panel import GraphsPanel
 
 SCALE = 1.6  # type size multiplier
 # Of the window's width, for the graphs dock. The chat keeps the rest: at 1.6× type a code line of a reply wrapped
@@ -76,8 +82,8 @@ class PresentedWindow(Protocol):
 
     left_dock: QDockWidget
     right_dock: QDockWidget
-    legend: QWidget
-    graphs: QWidget
+    legend: QWidget  # the chat column's legend: the headline goes under it
+    graphs: GraphsPanel  # its live graphs' headline is what the headline shows
 
     def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): this mode's parent
     def installEventFilter(self, watcher: QObject) -> None: ...  # noqa: N802 - Qt's names, here and below
@@ -133,6 +139,7 @@ class PresenterMode(QObject):
         self.scale = scale
         self.full_screen = full_screen
         self._saved: _Saved | None = None
+        self.headline: HeadlineBar | None = None  # the reply's figures set large, while the mode is on
         window.installEventFilter(self)
 
     @property
@@ -173,6 +180,7 @@ class PresenterMode(QObject):
         w.right_dock.show()
         s.legend_visible = w.legend.isVisible()
         w.legend.show()
+        self._show_headline()
         self._enlarge_plots(point)
         if self.full_screen:
             w.showFullScreen()
@@ -182,6 +190,7 @@ class PresenterMode(QObject):
         w, s = self.window, self._saved
         assert s is not None
         self._saved = None
+        self._remove_headline()
         for pw, brush in s.backgrounds:
             pw.setBackgroundBrush(brush)
         for axis, label_font, tick_font in s.axes:
@@ -223,6 +232,26 @@ class PresenterMode(QObject):
         docks = [(d, width) for d, width in s.dock_widths if d.isVisible()]
         if docks:
             w.resizeDocks([d for d, _ in docks], [width for _, width in docks], Qt.Orientation.Horizontal)
+
+    # -- the headline ---------------------------------------------------------------------------------
+    def _show_headline(self) -> None:
+        """The shown reply's tokens/s and speedup, set large in the chat column under the legend, following the
+        live graphs' figures."""
+        w = self.window
+        column = w.legend.parentWidget().layout()
+        assert isinstance(column, QBoxLayout)
+        self.headline = HeadlineBar()
+        column.insertWidget(column.indexOf(w.legend) + 1, self.headline)
+        self.headline.show_headline(w.graphs.live.headline)
+        w.graphs.live.headline_changed.connect(self.headline.show_headline)
+
+    def _remove_headline(self) -> None:
+        bar, self.headline = self.headline, None
+        if bar is not None:
+            self.window.graphs.live.headline_changed.disconnect(bar.show_headline)
+            bar.hide()
+            bar.setParent(None)
+            bar.deleteLater()
 
     # -- graphs -----------------------------------------------------------------------------------------
     def _plots(self) -> list[Any]:

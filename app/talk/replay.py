@@ -329,6 +329,14 @@ class ReplayWidget(QWidget):
             self.render()
 
     # -- drawing -----------------------------------------------------------------------------------------
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
+        """The height a scroll area (ReplayDialog's) gives the replay: its wrapped labels' heights at `width`, with
+        the stage and the numbers at their minimum. The splitter shares out whatever the window has beyond that
+        (give_rows), and only a window under it scrolls. At the splitter's preferred height the area held the
+        replay taller than a 1280×800 screen, so the numbers' last rows lay under the controls."""
+        slack = self.split.sizeHint().height() - self.split.minimumSizeHint().height()
+        return max(self.minimumSizeHint().height(), super().heightForWidth(width) - max(0, slack))
+
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         give_rows(self.split, self.numbers)  # a larger window: room for more of the round's rows

@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
-from specdec_core.drafting.draft_head import SpecdecHeadModel, chain_scores, with_layers
 from specdec_core.loading import quantised
+from specdec_core.loading.draft_head import SpecdecHeadModel, chain_scores, with_layers
 from specdec_core.loading.kept_files import DamagedFile, read_bytes, read_json
 
 ADAPTED_FILE = "adapted.json"  # beside an exported head: what it learnt from

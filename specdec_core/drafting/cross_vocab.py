@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec_core.defaults import SLEM, TLI
-from specdec_core.drafting.drafters import Draft, DrafterBase, _autoregress
+from specdec_core.drafting.base import Draft, DrafterBase, autoregress
 from specdec_core.drafting.trees import DraftTree, TreeRequest, level_as_tree
 from specdec_core.drafting.vocabularies import Retokenizer, map_vocabularies
 from specdec_core.events import DraftStop
@@ -126,7 +126,7 @@ class TokenIntersectionDrafter(_CrossVocabDrafter):
         def next_logits(drafted: list[int]) -> torch.Tensor:
             return self._placed(self.forward.logits_for(self._own(ids, context, drafted))[-1], vocab_size)
 
-        draft = _autoregress(next_logits, start, max_tokens, self.target, self.generator, ids=ids)
+        draft = autoregress(next_logits, start, max_tokens, self.target, self.generator, ids=ids)
         return dataclasses.replace(draft, sources=tuple(self._shown([self._to_draft[t]]) for t in draft.token_ids))
 
     @torch.inference_mode()

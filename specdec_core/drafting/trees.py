@@ -1,9 +1,9 @@
 """Draft trees: many candidate continuations per round, grown best first, checked in one verifier pass.
 
-A drafter that can score several paths at once (a draft model or head, drafters.py; a draft with another
-tokenizer, cross_vocab.py) grows a DraftTree with TreeGrowth, after EAGLE-2 (Li et al. 2024, "EAGLE-2:
-Faster Inference of Language Models with Dynamic Draft Trees"); prompt lookup's copy can join it as one
-more branch (Copy, CopyRecord). The engine checks the tree with tree attention (kv.py) and the tree
+A drafter that can score several paths at once (a draft model or head, model_drafter.py and head_drafter.py;
+a draft with another tokenizer, cross_vocab.py) grows a DraftTree with TreeGrowth, after EAGLE-2 (Li et al.
+2024, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees"); prompt lookup's copy can join it
+as one more branch (Copy, CopyRecord). The engine checks the tree with tree attention (kv.py) and the tree
 acceptance rule (sampling.accept_tree), and keeps the accepted path (engine.Engine._check_tree).
 
 The boundary: this module knows tokens, values and the draft's scores; it runs no model itself.

@@ -79,7 +79,7 @@ class Engine:
         self.grows_trees = drafter is not None and drafter.grows_trees and supports_trees(self.verifier.model)
         self.planner.meet(drafter, self.grows_trees)
         # The verifier samples over its own whole vocabulary: only output rows past its tokenizer (padding)
-        # are cut. A drafter proposes from the ids it knows and gives the others zero mass (drafters.py),
+        # are cut. A drafter proposes from the ids it knows and gives the others zero mass (base.in_verifier_ids),
         # so a draft with a smaller vocabulary never stops the verifier from producing any of its tokens.
         self.vocab_size = self.verifier.producible_ids
         if drafter is not None:

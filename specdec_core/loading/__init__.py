@@ -3,6 +3,7 @@
 Owns resolving specs (`specs`), GGUF conversion and its on-disk cache (`gguf_cache`, `gguf_types`), the
 installable catalog (`catalog`), load progress (`progress`), weight checks, where shipped files and memory
 figures are (`resources`, `memory`) and the CPU backend the loader applies (`cpu_speed`, `cpu_attention`).
-May import the root vocabulary (config, defaults, errors); of the drafting package only the two draft
-architectures (`draft_head`, `draft_model`), to register them with transformers before a load.
+Our own two draft architectures live here too (`draft_head`, `draft_model`): they are models the loader
+registers with transformers before a load, which the drafters above then run. May import the root vocabulary
+(config, defaults, errors) only.
 """

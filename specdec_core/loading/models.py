@@ -274,7 +274,7 @@ def _run_quantised(model: PreTrainedModel) -> None:
 
 
 def _is_draft_head(folder: Path) -> bool:
-    from specdec_core.drafting.draft_head import MODEL_TYPE
+    from specdec_core.loading.draft_head import MODEL_TYPE
 
     try:
         return json.loads((Path(folder) / "config.json").read_text()).get("model_type") == MODEL_TYPE
@@ -284,7 +284,7 @@ def _is_draft_head(folder: Path) -> bool:
 
 def _head_output_layer(model: PreTrainedModel) -> torch.nn.Linear | None:
     """For a draft head, its output layer (hidden size -> head size), zero until a drafter fills it; else None."""
-    from specdec_core.drafting.draft_head import SpecdecHeadModel
+    from specdec_core.loading.draft_head import SpecdecHeadModel
 
     if not isinstance(model, SpecdecHeadModel):
         return None

@@ -165,8 +165,8 @@ def _check_remote_code(folder: Path, spec: str, trust_remote_code: bool) -> None
         raise ModelLoadError(f"cannot read {folder / 'config.json'}: {error}") from error
     from transformers import CONFIG_MAPPING
 
-    import specdec_core.drafting.draft_head  # noqa: F401 - registers our own draft architectures with transformers
-    import specdec_core.drafting.draft_model  # noqa: F401
+    import specdec_core.loading.draft_head  # noqa: F401 - registers our own draft architectures with transformers
+    import specdec_core.loading.draft_model  # noqa: F401
 
     model_type = config.get("model_type")
     if model_type in CONFIG_MAPPING or trust_remote_code:

@@ -29,10 +29,10 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.adapt import AdaptSettings, HeadAdapter, verifier_states
-from specdec_core.drafting.draft_head import SpecdecHeadModel
 from specdec_core.drafting.drafters import Draft, DrafterBase, DraftTarget, HybridDrafter
 from specdec_core.drafting.phrases import PhraseStore
 from specdec_core.events import DraftStop
+from specdec_core.loading.draft_head import SpecdecHeadModel
 from specdec_core.measuring.prompt_sets import PromptCase
 
 

@@ -116,7 +116,7 @@ def check_models(verifier: LoadedModel, draft: LoadedModel, *, weigh_mass: bool 
 def _head_findings(verifier: LoadedModel, draft: LoadedModel) -> tuple[Finding, ...]:
     """A draft head reads the verifier's final hidden states: their width must match, and a head trained
     on another verifier still works (exactly) but will rarely be accepted."""
-    from specdec_core.drafting.draft_head import MODEL_TYPE, embedding_fingerprint
+    from specdec_core.loading.draft_head import MODEL_TYPE, embedding_fingerprint
 
     config = draft.model.config
     if getattr(config, "model_type", None) != MODEL_TYPE:

@@ -42,3 +42,16 @@ def test_the_acceptance_rate_line_lines_up_with_the_rounds_under_it(qtbot):
     assert acc.rate_vb.viewRange()[0] == pytest.approx(rounds_view.viewRange()[0])
     x, y = acc.rate_curve.getData()
     assert list(x) == list(range(1, 13)) and y[-1] == pytest.approx(0.5)  # round k at x = k, rate 1 of 2
+
+
+def test_a_plots_title_never_widens_the_plot_even_after_its_text_changes(qtbot):
+    from app.graphs.plots import make_plot
+
+    plot = make_plot("Short", "left", "bottom")
+    qtbot.addWidget(plot)
+    pi = plot.getPlotItem()
+    long_title = "A title far wider than any plot of the panel would ever be given " * 3
+    pi.setTitle(long_title)
+    assert pi.titleLabel.itemRect().width() > 600  # the text itself is wide
+    assert pi.titleLabel.minimumWidth() == 0
+    assert pi.minimumWidth() < 200  # the axes', not the title's

@@ -117,7 +117,7 @@ def test_streaming_renders_the_same_reply_and_never_redraws_lines_that_ended(qtb
 def test_the_legend_shortens_its_texts_where_the_full_row_does_not_fit(qtbot):
     from PySide6.QtWidgets import QWidget
 
-    from app.chat_view import Legend
+    from app.legend import Legend
 
     holder = QWidget()  # a child, as in the window: its parent's layout decides its width
     qtbot.addWidget(holder)

@@ -157,3 +157,27 @@ def test_from_1280_px_the_chat_keeps_its_legends_full_row_and_at_1024_it_takes_t
         qtbot.wait(50)
         QApplication.processEvents()
         assert (w.legend.check.text(), w.legend.reading.text()) == texts, area
+
+
+def test_a_legend_too_narrow_for_its_short_row_wraps_its_swatches_onto_a_second_row_and_shows_them_all(qtbot):
+    from app.legend import FULL, SHORT, TWO_ROWS, Legend
+
+    legend = Legend()
+    qtbot.addWidget(legend)
+    legend.show()
+    sizes = legend._measure()
+    assert sizes[TWO_ROWS].width() < sizes[SHORT].width() < sizes[FULL].width()
+    assert legend.minimumSizeHint().width() == sizes[TWO_ROWS].width()  # the window's minimum is the narrowest form
+    for width, form in ((sizes[FULL].width(), FULL), (sizes[SHORT].width(), SHORT),
+                        (sizes[SHORT].width() - 1, TWO_ROWS), (sizes[FULL].width(), FULL)):
+        legend.resize(width, legend.minimumSizeHint().height())
+        qtbot.wait(10)
+        QApplication.processEvents()
+        assert legend.form == form, width
+        legend.resize(width, legend.sizeHint().height())
+        QApplication.processEvents()
+        for widget in (legend.check, legend.reading, *legend.swatches):
+            assert widget.isVisible() and inside(widget, legend), (form, widget.text())
+    legend.resize(sizes[TWO_ROWS].width(), 100)
+    QApplication.processEvents()
+    assert legend.swatches[0].y() > legend.check.y()  # the swatches sit under the switches

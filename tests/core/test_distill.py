@@ -15,10 +15,10 @@ from distill.measure import measure_pair
 from distill.prompts import TOPICS, build_extra_train_set, build_prompt_sets, read_jsonl, write_jsonl
 from distill.train import DraftShape, TrainSettings, train
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.draft_model import SpecdecDraftConfig, SpecdecDraftForCausalLM
 from specdec_core.drafting.drafters import ModelDrafter
 from specdec_core.engine import Engine
 from specdec_core.events import Finished
+from specdec_core.loading.draft_model import SpecdecDraftConfig, SpecdecDraftForCausalLM
 from specdec_core.loading.models import load_model
 from specdec_core.pairs.doctor import check_models
 from specdec_core.verification.kv import CachedForward

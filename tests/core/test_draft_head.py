@@ -9,11 +9,11 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
-from specdec_core.drafting.draft_head import HeadCache, with_layers
 from specdec_core.drafting.drafters import DraftTarget, HeadDrafter, drafter_for
 from specdec_core.drafting.trees import TreeRequest
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
+from specdec_core.loading.draft_head import HeadCache, with_layers
 from specdec_core.loading.models import load_model
 from specdec_core.pairs.doctor import check_models
 
@@ -153,8 +153,10 @@ def test_head_pipeline_generate_train_export_and_accept_more_than_an_untrained_h
         assert len(a) == len(b) - 1
         torch.testing.assert_close(a.float(), b[:len(a)].float(), atol=2e-2, rtol=1e-2)
 
+    # Two drafting steps trained, not the default three: half the training's time, and the head learns as well
+    # (the chain's steps are held to the drafter's by test_training_chain_steps_compute_what_the_drafter_computes).
     settings = HeadSettings(head_size=200, intermediate=64, heads=4, kv_heads=2, steps=150, batch_tokens=512,
-                            lr=3e-3, warmup=10, validate_every=50, validation_fraction=0.1)
+                            lr=3e-3, warmup=10, validate_every=50, validation_fraction=0.1, chain_steps=2)
     special = sorted({verifier.tokenizer.eos_token_id, verifier.tokenizer.pad_token_id})
     summary = train_head(verifier, work, work / "runs" / "h", settings, special)
     history = summary["history"]
@@ -259,7 +261,7 @@ def test_training_can_start_from_an_earlier_heads_weights_but_not_from_another_w
         else:
             assert torch.equal(fresh.state_dict()[name], weight), name
 
-    from specdec_core.drafting.draft_head import SpecdecHeadModel
+    from specdec_core.loading.draft_head import SpecdecHeadModel
 
     config = copy.deepcopy(fresh.config)
     config.intermediate_size *= 2

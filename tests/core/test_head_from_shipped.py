@@ -85,7 +85,7 @@ def test_a_run_from_an_exported_head_proposes_the_new_datas_tokens_and_its_expor
                         {"verifier": "tiny", "run": "h2", "reply_modes": ["corpustf"], "prompt_sets": ["corpus"]},
                         average_with=(shipped, 0.25))
 
-    from specdec_core.drafting.draft_head import SpecdecHeadModel
+    from specdec_core.loading.draft_head import SpecdecHeadModel
 
     before = SpecdecHeadModel.from_pretrained(shipped).head_ids.tolist()
     after = SpecdecHeadModel.from_pretrained(dest).head_ids.tolist()

@@ -10,10 +10,10 @@ import torch
 
 from specdec_core.config import GenerationConfig
 from specdec_core.drafting.adapt import verifier_states
-from specdec_core.drafting.draft_head import HeadCache, SpecdecHeadConfig, SpecdecHeadModel, with_layers
 from specdec_core.drafting.drafters import drafter_for
 from specdec_core.engine import Engine
 from specdec_core.events import Finished, RoundVerified
+from specdec_core.loading.draft_head import HeadCache, SpecdecHeadConfig, SpecdecHeadModel, with_layers
 from specdec_core.loading.models import load_model
 
 LAYERS = (0, 1)  # of a three-layer verifier: every layer but the last (whose output is the final state)

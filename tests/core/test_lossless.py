@@ -11,6 +11,7 @@ import tiny
 import torch
 
 from specdec_core.config import GenerationConfig
+from specdec_core.drafting import base as drafting_base
 from specdec_core.drafting import drafters
 from specdec_core.drafting.drafters import ModelDrafter, drafter_for
 from specdec_core.drafting.planner import DraftPlanner, DraftPolicy
@@ -110,7 +111,7 @@ def test_the_check_catches_a_draft_that_samples_greedily_while_the_verifier_samp
     verifier, draft = pair
     config = CONFIGS[0]
     # bug: the draft takes its argmax but reports its (softmax) distribution to the rule
-    monkeypatch.setattr(drafters, "sample", lambda probs, generator: int(probs.argmax()))
+    monkeypatch.setattr(drafting_base, "sample", lambda probs, generator: int(probs.argmax()))  # pick's
     counts = sampled_joint(verifier, draft, config, runs=600)
     monkeypatch.undo()
     assert chi_square_p_value(counts, exact_joint(verifier, config)) < 1e-6
@@ -119,7 +120,7 @@ def test_the_check_catches_a_draft_that_samples_greedily_while_the_verifier_samp
 def test_the_check_catches_draft_probabilities_taken_from_raw_logits(pair, monkeypatch):
     verifier, draft = pair
     config = CONFIGS[1]
-    real = drafters.processed_probs
+    real = processed_probs
     raw = GenerationConfig(temperature=1.0)
     # bug: the draft samples from processed probabilities but reports unprocessed ones to the rule
     original_propose = ModelDrafter.propose

@@ -23,6 +23,18 @@ def tree_trace() -> ReplyTrace:
     return trace
 
 
+def seven_drafts_trace() -> ReplyTrace:
+    """Round 1 drafts seven tokens: five accepted, two rejected, and a correction (eight rows of numbers)."""
+    trace = ReplyTrace(stop_reason="eos")
+    trace.tokens = [TokenRecord(99, "A", "plain", 0, 0, None, 0.5, None)]
+    trace.tokens += [TokenRecord(i, f"w{i}", "accepted" if i < 5 else "rejected", 1, i, 0.5, 0.5, 0.5)
+                     for i in range(7)]
+    trace.tokens.append(TokenRecord(100, "Z", "corrected", 1, 5, None, 0.5, None))
+    trace.rounds = [RoundRecord(0, 0, 0, "plain", "off", 0, 0.0, 0.1, 0.0, 0.1, 1),
+                    RoundRecord(1, 7, 5, "corrected", "gamma", 7, 0.01, 0.1, 0.0, 0.21, 7)]
+    return trace
+
+
 def test_a_caption_quotes_a_newline_token_without_breaking_inside_its_quotes():
     assert quoted("\n") == "“↵”" and quoted("") == "“∅”" and quoted("  ") == "“␣␣”"
     assert quoted("    return x") == "“\u00a0\u00a0\u00a0\u00a0return\u00a0x”"
@@ -41,14 +53,7 @@ def test_a_caption_quotes_a_newline_token_without_breaking_inside_its_quotes():
 def test_the_numbers_table_shows_every_row_of_the_round_when_the_window_has_room(qtbot):
     from app.talk.replay import ReplayWidget
 
-    trace = ReplyTrace(stop_reason="eos")
-    trace.tokens = [TokenRecord(99, "A", "plain", 0, 0, None, 0.5, None)]
-    trace.tokens += [TokenRecord(i, f"w{i}", "accepted" if i < 5 else "rejected", 1, i, 0.5, 0.5, 0.5)
-                     for i in range(7)]
-    trace.tokens.append(TokenRecord(100, "Z", "corrected", 1, 5, None, 0.5, None))
-    trace.rounds = [RoundRecord(0, 0, 0, "plain", "off", 0, 0.0, 0.1, 0.0, 0.1, 1),
-                    RoundRecord(1, 7, 5, "corrected", "gamma", 7, 0.01, 0.1, 0.0, 0.21, 7)]
-    w = ReplayWidget(trace)
+    w = ReplayWidget(seven_drafts_trace())
     qtbot.addWidget(w)
     w.show()
     w.to_end()
@@ -62,3 +67,30 @@ def test_the_numbers_table_shows_every_row_of_the_round_when_the_window_has_room
     assert table.rowViewportPosition(last) + table.rowHeight(last) <= table.viewport().height()
     top = w.split.widget(0)
     assert w.split.sizes()[0] >= top.minimumSizeHint().height()  # the stage keeps its own minimum
+
+
+def test_in_its_dialog_the_replay_fits_the_window_so_the_rows_given_to_the_numbers_are_in_view(qtbot):
+    from PySide6.QtCore import QPoint
+    from PySide6.QtWidgets import QApplication
+
+    from app.talk.replay import ReplayDialog
+
+    dlg = ReplayDialog(seven_drafts_trace())
+    qtbot.addWidget(dlg)
+    dlg.resize(1280, 800)
+    dlg.show()
+    replay = dlg.replay
+    replay.to_end()
+    area = replay.parentWidget().parentWidget()  # the scroll area the dialog keeps the replay in
+    qtbot.waitUntil(lambda: area.viewport().width() >= 1280 - area.verticalScrollBar().sizeHint().width())
+    around = dlg.height() - area.viewport().height()  # the controls and the info row below it
+    # Taller than the replay's minimum by some rows: the replay fills the window, and nothing scrolls.
+    height = around + replay.minimumSizeHint().height() + 3 * replay.numbers.rowHeight(0)
+    dlg.resize(1280, height)
+    qtbot.waitUntil(lambda: dlg.height() == height and replay.split.sizes()[1] > 0)
+    QApplication.processEvents()
+    assert area.verticalScrollBar().maximum() == 0
+    table = replay.numbers
+    bottom = table.mapTo(area.viewport(), QPoint(0, table.height())).y()
+    assert bottom <= area.viewport().height()  # the table's last rows are not under the controls
+    assert replay.split.sizes()[1] > table.minimumSizeHint().height()  # the room went to the numbers
