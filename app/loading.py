@@ -14,8 +14,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app import session as session_mod
 from app.ports import WindowPort
-from app.session import Busy, LoadRequest, LoadStep, Session, calibration_prompt_tokens
-from app.speedup import BaselineSample
+from app.session import Busy, LoadRequest, LoadStep, Session
 from app.worker import FunctionWorker, error_text
 from specdec_core import defaults
 
@@ -60,8 +59,10 @@ class LoadController(QObject):
 
     def request(self) -> LoadRequest:
         s = self.window.settings
+        # No calibration during the load: the baseline is measured after it, where the replies decode
+        # (app/baseline_controller.py), when the settings ask for it.
         return LoadRequest(verifier=s.verifier, draft=s.draft, drafter=s.drafter, draft_tokens=s.draft_tokens,
-                           device=s.device, dtype=s.dtype, calibrate=s.calibrate)
+                           device=s.device, dtype=s.dtype, calibrate=False)
 
     def load(self) -> None:
         """Load the models named in the settings, in the background (keeps the current pair until done)."""
@@ -69,8 +70,9 @@ class LoadController(QObject):
         if w.busy == Busy.RANK:
             w.say("A draft ranking is running: cancel it (Generation ▸ Rank drafts) to reload.")
             return
-        if w.busy in (Busy.REPLY, Busy.RACE):
-            if not self._stopping:  # said once, however many times the load waits for the round to end
+        if w.busy in (Busy.REPLY, Busy.RACE, Busy.MEASURE):
+            # Said once, however many times the load waits for the round to end (a measurement goes unsaid).
+            if not self._stopping and w.busy != Busy.MEASURE:
                 what = "reply" if w.busy == Busy.REPLY else "race"
                 w.show_info(f"Loading the models stopped the {what} that was running"
                             + ("; what it wrote so far is kept." if what == "reply" else "."))
@@ -130,10 +132,6 @@ class LoadController(QObject):
         w.hosts.close()  # forked from the previous session: the next reply forks one for this one
         if previous is None or previous.verifier is not session.verifier or self._remeasure:
             w.baselines.clear()  # measurements of another verifier (or asked to measure again)
-            if session.baseline_tps:
-                w.baselines.add(BaselineSample(session.baseline_tps, calibration_prompt_tokens(session),
-                                               "calibration", graphs_live=False,
-                                               verify_s_per_token=session.baseline_verify_s))
         self._remeasure = False
         w.settings_panel.set_dirty(False)
         w.settings_panel.set_verdict(session.verdict, session.verdict_ok, session.verdict_report)

@@ -25,6 +25,7 @@ class Busy(str, Enum):
     REPLY = "reply"
     RACE = "race"
     RANK = "rank"
+    MEASURE = "measure"  # the verifier alone and speculation, measured after a load (app/baseline_controller.py)
 
 
 @dataclass(frozen=True)

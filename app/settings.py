@@ -51,7 +51,7 @@ class Settings:
     colored: bool = True
     reading: bool = False  # reading mode: rejected drafts hidden inside replies
     code_colored: bool = False  # fenced code coloured token by token (off: plain, a thin mark at each correction)
-    calibrate: bool = True  # measure the verifier alone after loading (the speedup baseline)
+    calibrate: bool = True  # after a load: rehearse a reply, measure the verifier alone (app/baseline_controller.py)
     recent_specs: list[str] = field(default_factory=list)
     model_dirs: list[str] = field(default_factory=list)  # searched for models besides other apps' folders
 

@@ -63,7 +63,8 @@ class BaselineBook:
         same_load = [s for s in self.samples if s.graphs_live == graphs_live]
         pool = same_load or self.samples
         near = [s for s in pool if abs(s.prompt_tokens - prompt_tokens) <= max(NEAR_TOKENS, prompt_tokens // 2)]
-        if not near:  # nothing of a similar length: the three closest
+        same_length = bool(near)
+        if not near:  # nothing of a similar length: the three closest (described, never like for like)
             near = sorted(pool, key=lambda s: abs(s.prompt_tokens - prompt_tokens))[:3]
         # The calibration at load is the fallback until the user's own verifier-alone runs exist: it is timed once,
         # on a fixed prompt, in the app's process, as the models are first used, and it has read 10-20 % below
@@ -81,9 +82,11 @@ class BaselineBook:
             load += f" (no run yet with the graphs {'repainting' if graphs_live else 'hidden'})"
         how = f"verifier alone: {runs} ({', '.join(sources)}) at {length}, {load}"
         calibration_only = sources == ["calibration"]
-        like = bool(same_load) and not calibration_only
+        like = bool(same_load) and same_length and not calibration_only
         if calibration_only:
             short = "only the calibration at load so far: race for a like-for-like figure"
+        elif not same_length:
+            short = "vs runs at other prompt lengths"
         elif not same_load:
             short = f"vs runs with the live graphs {'repainting' if near[0].graphs_live else 'hidden'}"
         else:

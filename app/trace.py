@@ -85,6 +85,7 @@ class RoundRecord:
     emitted_token_id: int | None = None  # the verifier's correction or bonus token (None: path ended on EOS)
     rows: int = 0  # positions the verifier's pass fed (0: none ran, or a trace saved before this was kept)
     hidden_draft_s: float = 0.0  # drafting done during the prefill, not waited for (RoundVerified.hidden_draft_s)
+    copied: int = 0  # accepted drafts copied from earlier text (prompt lookup), not drafted by a model
 
     @property
     def total_s(self) -> float:
@@ -154,6 +155,7 @@ class ReplyTrace:
                 tree=[dict(vars(node)) for node in event.tree],  # flat fields: no asdict deep copy per token
                 emitted_token_id=event.emitted_token_id if event.emitted_state != TokenState.ACCEPTED else None,
                 rows=event.rows, hidden_draft_s=event.hidden_draft_s,
+                copied=sum(1 for v in event.drafted if v.accepted and v.copied),
             ))
         elif isinstance(event, Prefilled):
             self.prompt_tokens = event.prompt_tokens
@@ -275,12 +277,17 @@ class ReplyTrace:
             parts.append(f"{s.accepted}/{s.drafted} drafted tokens accepted")  # the counts, as LM Studio gives them
         elif self.all_plain:
             parts.append("speculation off")
+        copied = sum(r.copied for r in self.rounds)
+        if copied and n:  # a repeated prompt's reply copies the earlier one: its speed says little about drafting
+            parts.append(f"{copied / n:.0%} of it copied from earlier text ({copied}/{n} tokens, prompt lookup)")
         mixed = mixed_words(self)
         if mixed:  # its tokens/s averages decoding with and without speculation: no one speedup
             parts.append(mixed)
         elif self.speedup() is not None and self.speculative:
             words = self.speedup_words()
             parts.append(words + (f" ({self.baseline_note})" if self.baseline_note and "±" in words else ""))
+        elif self.speculative and self.baseline_note and not self.baseline_tps:
+            parts.append(self.baseline_note)  # no like-for-like baseline yet: said, not a ratio against another
         if self.stop_reason and self.stop_reason not in ("eos", "stop_string"):
             parts.append({"max_tokens": "stopped at max tokens", "context": "context full",
                           "cancelled": "stopped", "error": "error"}.get(self.stop_reason, self.stop_reason))

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from app import branches, gc_pin, window_layout
 from app import session as session_mod
 from app.adapt_controller import AdaptController
+from app.baseline_controller import BaselineController
 from app.bubbles import MessageBubble
 from app.conversation import Conversation, Message
 from app.conversations import ConversationController
@@ -35,7 +36,7 @@ from app.loading import LoadController
 from app.race_controller import RaceController
 from app.session import Busy, PromptInfo, Session, reply_events
 from app.settings import Settings
-from app.speedup import BaselineBook, BaselineSample
+from app.speedup import BaselineBook
 from app.store import ConversationStore
 from app.talk import install_talk_mode
 from app.theme import style_sheet
@@ -63,10 +64,11 @@ class MainWindow(QMainWindow):
     use (nothing else of it): the signals below; the state `settings`, `store`, `session`, `conv`,
     `baselines`, `busy` (changed through `set_busy`), `closing`; the widgets built in `_build`; the
     methods `prompt_messages`, `show_error`, `show_info`, `update_controls`, `save_settings`, `flush`,
-    `add_baseline`, `start_worker`, `send`, `stop`, `new_chat`; and the controllers `loader`, `racer`,
-    `conversations`, `exporter` and `talk`. The controllers and dialogs see it through ports (app/ports.py),
-    each a Protocol naming the part of this surface it uses, and change its widgets through verbs (`say`,
-    `set_progress`, `show_graphs`, `fill_composer`…) rather than reaching into them."""
+    `add_baseline`, `graphs_shown`, `job_runner`, `start_worker`, `send`, `stop`, `new_chat`; and the
+    controllers `loader`, `racer`, `baseline`, `conversations`, `exporter` and `talk`. The controllers and
+    dialogs see it through ports (app/ports.py), each a Protocol naming the part of this surface it uses, and
+    change its widgets through verbs (`say`, `set_progress`, `show_graphs`, `fill_composer`…) rather than
+    reaching into them."""
 
     models_loaded = Signal(object)  # Session
     load_failed = Signal(str)
@@ -107,7 +109,11 @@ class MainWindow(QMainWindow):
         self.loader.failed.connect(self.load_failed)
         self.loader.finished.connect(self._send_pending_prompt)
         self.racer = RaceController(self)
+        self.baseline = BaselineController(self)  # which baseline a reply is shown against; measured after loads
+        self.loader.loaded.connect(self.baseline.after_load)
+        self.baseline.finished.connect(self._send_pending_prompt)
         self.racer.finished.connect(self.race_finished)
+        self.racer.finished.connect(lambda _text: self.baseline.start_if_due())  # a measurement that waited
         self.conversations = ConversationController(self)
         self.exporter = ExportController(self)
 
@@ -208,7 +214,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------------------------ status --
     def update_controls(self) -> None:
         """Buttons and the model label from `busy` and the session."""
-        baseline = self.baselines.pick(self._last_prompt_tokens, self._graphs_live()) if self.session else None
+        baseline = self.baselines.pick(self._last_prompt_tokens, self.baseline.graphs_live()) if self.session else None
         window_layout.show_controls(self, baseline)
 
     def show_error(self, text: str) -> None:
@@ -269,32 +275,14 @@ class MainWindow(QMainWindow):
         self.timer.stop()
 
     # --------------------------------------------------------------------------------- baselines --
-    def _graphs_live(self) -> bool:
-        """Whether the window's repainting slows a reply (the UI load a speed is measured under): the live graphs
-        shown, not behind the Race tab, and the replies decoded in this process (a host's, app/host.py, are not)."""
-        if self.hosts.host is not None and self.hosts.host.alive:
-            return False
+    def graphs_shown(self) -> bool:
+        """The live graphs are shown, not behind the Race tab (what a reply decoded in this process competes with)."""
         return self.right_dock.isVisible() and self.graphs.tabs.currentIndex() == 0
-
-    def _pick_baseline(self, trace: ReplyTrace, prompt_tokens: int) -> None:
-        """Compare this reply with verifier-alone runs at a similar prompt length and the same UI load."""
-        b = self.baselines.pick(prompt_tokens, self._graphs_live())
-        if b is None:
-            return
-        trace.baseline_tps, trace.baseline_source, trace.baseline_note = b.tokens_per_s, b.how, b.short
-        if self.graphs.live.trace is trace:
-            self.graphs.live.set_baseline(b.tokens_per_s, b.how, b.verify_s_per_token, like_for_like=b.like_for_like)
 
     def add_baseline(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None:
         """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines.
-        `graphs_live`: whether the live graphs repainted while it ran (default: whether they are shown now)."""
-        st = trace.get_stats()
-        if st is None or st.new_tokens < 8 or not st.tokens_per_s:
-            return
-        live = self._graphs_live() if graphs_live is None else graphs_live
-        self.baselines.add(BaselineSample(st.tokens_per_s, trace.prompt_tokens or st.prompt_tokens, source,
-                                          graphs_live=live,
-                                          verify_s_per_token=st.verify_s / st.rounds if st.rounds else None))
+        `graphs_live`: whether the live graphs repainted while it ran (default: whether they do now)."""
+        self.baseline.add(trace, source, graphs_live)
 
     # -------------------------------------------------------------------------------- generation --
     def send_from_composer(self) -> None:
@@ -319,9 +307,11 @@ class MainWindow(QMainWindow):
 
     def send(self, text: str) -> None:
         """Add a user message and start the reply (queued until the models are loaded)."""
-        if self.busy == "load" or (self.session is None and self.loader.worker is not None):
+        if self.busy in (Busy.LOAD, Busy.MEASURE) or (self.session is None and self.loader.worker is not None):
             self._pending_prompt = text
-            self.status_label.setText("The message will be sent once the models are loaded…")
+            self.baseline.cancel()  # a measurement after the load gives way, and runs after the reply
+            self.status_label.setText("The message will be sent once the models are loaded…" if self.busy == Busy.LOAD
+                                      else "Sending…")
             return
         if self.session is None or self.settings_panel.dirty:
             # Model settings changed since the load: the reply uses the pair they name, loaded first.
@@ -350,6 +340,7 @@ class MainWindow(QMainWindow):
             self.send(text)
         else:
             self._pending_prompt = None  # loading failed or was cancelled: the text is still in the composer
+        self.baseline.start_if_due()
 
     def _start_reply(self) -> None:
         assert self.session is not None
@@ -371,7 +362,7 @@ class MainWindow(QMainWindow):
         trace = ReplyTrace(verifier=s.verifier_name, drafter=s.drafter_name, config=asdict(config),
                            baseline_tps=s.baseline_tps, baseline_source=s.baseline_source, seed=config.seed,
                            adapted_tokens=self.adaptation.head_tokens)  # which head drafts it (the chat's plot)
-        self._pick_baseline(trace, self._last_prompt_tokens)  # refined when the prompt is built
+        self.baseline.pick_for(trace, self._last_prompt_tokens)  # refined when the prompt is built
         message = Message("assistant", "", trace)
         branches.attach(message, self._earlier_versions)
         self._earlier_versions = []
@@ -379,7 +370,7 @@ class MainWindow(QMainWindow):
         self._trace, self._message = trace, message
         bubble = self.chat.add_assistant(trace, len(self.conv.messages) - 1, streaming=True)
         bubble.set_branch(*branches.position(message))
-        self.graphs.live.set_trace(trace, s.baseline_tps)
+        self.graphs.live.set_trace(trace)
         self.graphs.tabs.setCurrentIndex(0)
         self._controls = Controls(speculate=self.spec_button.isChecked())
         controls = self._controls
@@ -419,7 +410,7 @@ class MainWindow(QMainWindow):
         if isinstance(ev, PromptInfo):
             trace.dropped_turns = ev.dropped_turns
             self._last_prompt_tokens = ev.prompt_tokens
-            self._pick_baseline(trace, ev.prompt_tokens)
+            self.baseline.pick_for(trace, ev.prompt_tokens)
             if ev.dropped_turns:
                 self.show_info(f"This conversation is longer than the verifier's context: the "
                                f"{ev.dropped_turns} oldest message{'s are' if ev.dropped_turns > 1 else ' is'} "
@@ -476,6 +467,7 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         if trace is not None and not self._closing:
             self.reply_finished.emit(trace)
+        self.baseline.after_reply(trace)
 
     def flush(self, final: bool = True) -> None:
         """New tokens into the chat and new rounds into the graphs (the timer's tick; final: every panel)."""
@@ -488,7 +480,8 @@ class MainWindow(QMainWindow):
         self.graphs.flush(panels=final or self._ticks % GRAPH_EVERY == 0, figures=figures)
 
     def stop(self) -> None:
-        """Stop the reply or the race that is running."""
+        """Stop the reply or the race that is running (or the baseline's measurement)."""
+        self.baseline.cancel()
         for worker in (self._gen_worker, self.racer.worker):
             if worker is not None and worker.is_running:
                 worker.abort()

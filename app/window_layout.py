@@ -182,7 +182,7 @@ def show_controls(w: Window, baseline: Any | None) -> None:
     generating = w.busy in ("reply", "race")
     w.send_button.setVisible(not generating)
     w.stop_button.setVisible(generating)
-    w.send_button.setEnabled(w.busy == "" or w.busy == "load")
+    w.send_button.setEnabled(w.busy in ("", "load", "measure"))  # a message sent meanwhile goes once they end
     w.race_button.setEnabled(w.busy == "" and w.session is not None)
     s = w.session
     # Without a usable drafter the engine decodes with the verifier alone, whatever the switch says:

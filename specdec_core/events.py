@@ -81,6 +81,7 @@ class Verdict:
     accept_prob: float | None  # probability the rule accepted it when checked (min(1, target/draft)); None: never
     accepted: bool  # on the accepted path
     draft_source: str | None = None  # a draft with another tokenizer: its own token(s) this one came from
+    copied: bool = False  # copied from earlier text (prompt lookup, the phrase store), not drafted by a model
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class ThroughputPanel:
     def draw(self, f: ReplyFigures) -> None:
         self.curve.setData(f.t.data, f.tps.data, connect="finite")
         self.round_curve.setData(f.t.data, f.tps_round.data, connect="finite")
+        # Shown first: a hidden line's label ignores a new value (a baseline that lands after the reply kept the
+        # last reply's figure in its label).
+        self.baseline_line.setVisible(bool(f.baseline_tps))
         if f.baseline_tps:
             self.baseline_line.setValue(f.baseline_tps)
             self.baseline_line.label.setFormat(f"verifier alone {f.baseline_tps:.1f} tok/s")
@@ -49,7 +52,6 @@ class ThroughputPanel:
             if self.baseline_line.label.anchors[0] != side:
                 self.baseline_line.label.anchors = [side, side]
                 self.baseline_line.label.updatePosition()
-        self.baseline_line.setVisible(bool(f.baseline_tps))
 
     def ranges(self, f: ReplyFigures) -> tuple[Range, Range]:
         running = f.tps.data[np.isfinite(f.tps.data)]

@@ -37,6 +37,7 @@ class Draft:
     draft_s: float
     # A draft with another tokenizer (cross_vocab.py): the draft's own token(s) behind each proposed token.
     sources: tuple[str | None, ...] = ()
+    copied: bool = False  # copied from earlier text (prompt lookup, the phrase store), not drafted by a model
 
     @classmethod
     def empty(cls, stop: DraftStop, vocab_size: int, start: float | None = None) -> Draft:

@@ -124,7 +124,7 @@ class HybridDrafter(DrafterBase):
                 else DraftStop.NO_MATCH)
         probs = torch.nn.functional.one_hot(torch.tensor(tokens, dtype=torch.long), vocab_size).float()
         return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop,
-                     nothing.draft_s + time.perf_counter() - start)
+                     nothing.draft_s + time.perf_counter() - start, copied=True)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.model_drafter.observe(n_drafted, n_accepted)

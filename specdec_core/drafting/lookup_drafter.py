@@ -64,4 +64,5 @@ class PromptLookupDrafter(DrafterBase):
             stop = DraftStop.GAMMA
         index = torch.tensor(tokens, dtype=torch.long)
         probs = torch.nn.functional.one_hot(index, vocab_size).float() if tokens else torch.empty(0, vocab_size)
-        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start)
+        return Draft(tuple(tokens), probs, tuple(1.0 for _ in tokens), stop, time.perf_counter() - start,
+                     copied=True)

@@ -258,7 +258,7 @@ class Engine:
         if length == len(copied.token_ids):
             return copied
         return Draft(copied.token_ids[:length], copied.draft_probs[:length], copied.display_probs[:length],
-                     DraftStop.COST, copied.draft_s)
+                     DraftStop.COST, copied.draft_s, copied=copied.copied)
 
     def _check_chain(self, reply: Reply, drafted: Drafted, config: GenerationConfig, round_start: float
                      ) -> RoundResult:
@@ -380,7 +380,8 @@ class Engine:
         n = acceptance.n_accepted
         return MainLine(draft.token_ids, draft.display_probs, acceptance.accept_probs, n,
                          self._committed(draft.token_ids[:n], acceptance.next_token),
-                         tuple(range(len(draft.token_ids) + 1)), draft.stop, gamma, draft.sources)
+                         tuple(range(len(draft.token_ids) + 1)), draft.stop, gamma, draft.sources,
+                         (draft.copied,) * len(draft.token_ids) if draft.copied else ())
 
     def _accept_tree(self, tree: DraftTree, target_probs: torch.Tensor, gamma: int
                      ) -> tuple[TreeAcceptance, MainLine]:
@@ -392,7 +393,8 @@ class Engine:
         return acceptance, MainLine(
             tuple(tree.token_ids[i] for i in line), tuple(tree.display_probs[i] for i in line),
             tuple(acceptance.accept_probs[i] or 0.0 for i in line), len(acceptance.path), committed,
-            (0, *(node + 1 for node in line)), tree.stop, gamma, tuple(tree.source(node) for node in line))
+            (0, *(node + 1 for node in line)), tree.stop, gamma, tuple(tree.source(node) for node in line),
+            tuple(tree.is_copy(node) for node in line))
 
     def _failed(self, error: BaseException, text: str, new_ids: list[int], stats: StatsAccumulator) -> Finished:
         # The caches may hold a half-written step: start clean next time.

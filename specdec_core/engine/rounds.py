@@ -111,6 +111,7 @@ class MainLine:
     stop: DraftStop  # why drafting stopped
     gamma: int  # the round's length limit (0: the round did not speculate)
     sources: tuple[str | None, ...] = ()  # a draft with another tokenizer: its own token(s) behind each
+    copied: tuple[bool, ...] = ()  # each token copied from earlier text rather than drafted (empty: none)
 
     def verdicts(self, texts: Sequence[str], shown: torch.Tensor) -> tuple[Verdict, ...]:
         """Each token with what it adds to the reply (`texts`) and the verifier's view of it (`shown`, the
@@ -120,7 +121,8 @@ class MainLine:
         targets = shown[torch.arange(k, device=shown.device), drafted].tolist() if k else []
         return tuple(Verdict(token_id=token, text=texts[i], parent=i - 1, draft_prob=self.draft_probs[i],
                              target_prob=targets[i], accept_prob=self.accept_probs[i], accepted=i < self.n_accepted,
-                             draft_source=self.sources[i] if i < len(self.sources) else None)
+                             draft_source=self.sources[i] if i < len(self.sources) else None,
+                             copied=i < len(self.copied) and self.copied[i])
                      for i, token in enumerate(self.token_ids))
 
 
@@ -209,7 +211,7 @@ def tree_verdicts(tree: DraftTree, acceptance: TreeAcceptance, shown: torch.Tens
     return tuple(
         Verdict(token_id=token, text=token_text(token), parent=parent, draft_prob=tree.display_probs[node],
                 target_prob=float(shown[parent + 1, token]), accept_prob=acceptance.accept_probs[node],
-                accepted=node in on_path, draft_source=tree.source(node))
+                accepted=node in on_path, draft_source=tree.source(node), copied=tree.is_copy(node))
         for node, (token, parent) in enumerate(zip(tree.token_ids, tree.parents)))
 
 

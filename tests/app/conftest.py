@@ -43,7 +43,7 @@ def make_window(qtbot, data_dir, tiny_models_dir):
         if load:
             with qtbot.waitSignal(w.models_loaded, timeout=LOAD_TIMEOUT_MS):
                 w.loader.load()
-            qtbot.waitUntil(lambda: w.busy == "", timeout=5000)
+            qtbot.waitUntil(lambda: w.busy in ("", "measure"), timeout=5000)  # measure: after the load (calibrate)
         return w
 
     yield make

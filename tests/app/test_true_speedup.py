@@ -97,6 +97,7 @@ def test_a_reply_says_how_its_baseline_was_measured(make_window, send_and_wait, 
     w.spec_button.setChecked(False)
     send_and_wait(w, "Hello")
     w.spec_button.setChecked(True)
+    w.new_chat()  # a prompt of the same length: a baseline at another length is never like for like
     trace = send_and_wait(w, "Hello again")
     assert trace.baseline_tps == w.baselines.samples[0].tokens_per_s
     assert trace.baseline_source.startswith("verifier alone: 1 run (speculation-off reply)")
