@@ -10,6 +10,7 @@ window's engine and its caches are left alone. The race runs as a job of the win
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -21,7 +22,7 @@ from app.trace import ReplyTrace
 from specdec_core.config import GenerationConfig
 
 if TYPE_CHECKING:
-    from app.host import Runner
+    from app.host import Job, Runner
 
 
 @dataclass
@@ -37,11 +38,17 @@ class RunContext:
     def race_source(self, pairs: int) -> Callable[[Any], Iterator[object]]:
         """(controls) -> the events of a race of `pairs` alternating off/on pairs on this prompt (race_events),
         decoded where `runner` says. Call on the GUI thread (it may fork the window's decoding process)."""
+        return self.job_source(race_events, pairs)
+
+    def job_source(self, job: Job, *args: Any) -> Callable[[Any], Iterator[object]]:
+        """(controls) -> the events of `job` (a module-level generator function (session, messages, system,
+        config, *args, controls), app/host.py) on this prompt, decoded where `runner` says: the window's decoding
+        process, like the chat's replies, or this one. Call on the GUI thread (it may fork that process)."""
         from app.host import run_here
 
         run = self.runner() if self.runner is not None else partial(run_here, self.session)
-        args = (self.messages, self.system, self.config, pairs)
-        return lambda controls: run(race_events, args, controls)
+        job_args = (self.messages, self.system, self.config, *args)
+        return lambda controls: run(job, job_args, controls)
 
     def prompt_ids(self) -> list[int]:
         from specdec_core.text.chat import build_prompt
@@ -102,6 +109,38 @@ def race_events(session: Session, messages: list[dict], system: str | None, conf
     return lane_events(ctx, race_lanes(session.verifier, session.drafter, pairs), controls)
 
 
+def run_key(kind: str, run: int) -> str:
+    """The lane key of run `run` (1, 2, ...) of a lane kind: "weak" for the first, then "weak 2", ... (a race's
+    keys are the same scheme: speedup.race_key)."""
+    return kind if run == 1 else f"{kind} {run}"
+
+
+def median_run(traces: dict[str, ReplyTrace], base: str, kind: str) -> int | None:
+    """The run n (1, 2, ...) whose `kind` lane against the `base` lane of the same run (run_key) has the median
+    speedup of the finished runs: the lower middle one of an even count, so that it is a run that happened.
+    None when no run of both finished. For a race (base "off", kind "on") it is the median pair, whose lanes
+    are the ones to draw beside the median headline."""
+    ratios = []
+    for n in range(1, len(traces) + 1):
+        b, k = traces.get(run_key(base, n)), traces.get(run_key(kind, n))
+        if b is None or k is None:
+            break
+        tps_b, tps_k = _tps(b), _tps(k)
+        if tps_b > 0 and tps_k > 0:
+            ratios.append((tps_k / tps_b, n))
+    if not ratios:
+        return None
+    middle = statistics.median_low(r for r, _ in ratios)
+    return next(n for r, n in ratios if r == middle)
+
+
+def _tps(trace: ReplyTrace) -> float:
+    """A finished lane's tokens/s; 0 for one that did not finish or failed."""
+    if not trace.stats or trace.error:
+        return 0.0
+    return float(trace.stats.get("tokens_per_s") or 0.0)
+
+
 def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:
     """The median speedup and spread of a race's finished off/on pairs (keys from speedup.race_key)."""
     pairs = []
@@ -116,14 +155,22 @@ def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:
     return race_spread(pairs)
 
 
-def lane_events(ctx: RunContext, lanes: list[Lane], controls: Any) -> Iterator[object]:
-    """PromptInfo, then every lane's events wrapped in LaneEvent, lane after lane."""
+def lane_events(ctx: RunContext, lanes: list[Lane], controls: Any, warm_up_tokens: int = 0) -> Iterator[object]:
+    """PromptInfo, then every lane's events wrapped in LaneEvent, lane after lane. With `warm_up_tokens`, each
+    distinct lane run (lanes repeated share theirs) first runs that many tokens, not yielded: the first passes
+    of a model on a new shape are the slow ones, and whichever lane came first would pay for all."""
     from specdec_core.text.chat import build_prompt
 
     v = ctx.session.verifier
     built = build_prompt(v.tokenizer, ctx.messages, system=ctx.system or None, context_length=v.context_length,
                          reserve_new_tokens=ctx.config.max_new_tokens)
     yield PromptInfo(len(built.ids), built.dropped_turns)
+    if warm_up_tokens:
+        warm_config = ctx.config.with_(max_new_tokens=warm_up_tokens)
+        for run in {id(lane.run): lane.run for lane in lanes}.values():
+            for _ev in run(built.ids, warm_config, controls):
+                if controls.cancelled:
+                    return
     for lane in lanes:
         if controls.cancelled:
             return

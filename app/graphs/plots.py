@@ -4,9 +4,9 @@ no mouse, ranges set from the data; and `LabelBox`, which holds a label whose te
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont
-from PySide6.QtWidgets import QLabel, QWidget
+from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
 
 PLOT_MIN_WIDTH = 250  # fits the axes, their labels and the short titles (a longer title clips)
 PLOT_MIN_HEIGHT = 150
@@ -89,6 +89,68 @@ def make_plot(title: str, left: str, bottom: str, *, count_left: bool = False, c
         pi.getAxis(ax).setTickFont(font)
         pi.getAxis(ax).label.setFont(font)
     return w
+
+
+LEGEND_ROW = 4  # PlotItem's layout: title 0, top axis 1, the view and side axes 2, bottom axis 3; the legend's row
+
+
+class RowLegend(pg.LegendItem):
+    """A legend laid out in its plot's own layout, in a row under the bottom axis: outside the data area, so it
+    never covers a curve, whatever the data and the plot's size (an anchored legend covers whatever is drawn in
+    its corner). It cannot be dragged back over the data."""
+
+    most = 1  # entries a row where they fit (legend_below's `columns`)
+
+    def updateSize(self) -> None:  # noqa: N802 - pyqtgraph override
+        # pyqtgraph's sets a geometry at (0, 0) of the parent, over the title; here the plot's layout places it.
+        self.updateGeometry()
+
+    def mouseDragEvent(self, ev) -> None:  # noqa: N802 - pyqtgraph override
+        ev.ignore()
+
+    def addItem(self, item, name) -> None:  # noqa: N802 - pyqtgraph override
+        super().addItem(item, name)
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """As many entries a row as fit the width of the data area above, at most `most` (legend_below's columns):
+        a narrow plot wraps its legend onto more rows rather than clipping its last entries."""
+        view = self.parentItem().vb if self.parentItem() is not None else None
+        if view is None or view.width() <= 0:
+            return
+        widths = [sample.effectiveSizeHint(Qt.SizeHint.PreferredSize).width()
+                  + label.effectiveSizeHint(Qt.SizeHint.PreferredSize).width() + 2 * self.layout.horizontalSpacing()
+                  for sample, label in self.items]
+        columns = max(1, min(self.most, len(widths)))
+        while columns > 1 and _row_width(widths, columns) > view.width():
+            columns -= 1
+        if columns != self.columnCount:
+            self.setColumnCount(columns)
+
+
+def _row_width(widths: list[float], columns: int) -> float:
+    """The width of a legend laid out `columns` entries a row: the sum of each column's widest entry."""
+    return sum(max(widths[c::columns]) for c in range(columns))
+
+
+def legend_below(pi: pg.PlotItem, columns: int, text_size: str = "8pt", row_spacing: int = -4) -> RowLegend:
+    """`pi`'s legend, in a row of its own under the x axis, up to `columns` entries a row (fewer where they do not
+    fit the plot's width: RowLegend.fit_columns); plots added with a name join it, as with PlotItem.addLegend. It
+    sets no minimum width: a plot too narrow for its widest entry clips it rather than widening the window (see
+    _title_sets_no_minimum_width)."""
+    legend = RowLegend(offset=None, labelTextSize=text_size, colCount=columns, frame=False, horSpacing=4,
+                       verSpacing=row_spacing)
+    legend.layout.setContentsMargins(0, 2, 0, 0)
+    legend.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)  # its own size, centred
+    legend.setParentItem(pi)
+    pi.layout.addItem(legend, LEGEND_ROW, 1, Qt.AlignmentFlag.AlignHCenter)
+    pi.layout.setRowStretchFactor(LEGEND_ROW, 0)
+    legend.setMinimumWidth(0)
+    legend.most = columns
+    # After the layout pass that resized the view, not inside it: refitting changes the legend's size in that layout.
+    pi.vb.sigResized.connect(lambda _vb: QTimer.singleShot(0, legend, legend.fit_columns))
+    pi.legend = legend
+    return legend
 
 
 def right_axis_view(pi: pg.PlotItem, label: str, **label_style: object) -> pg.ViewBox:

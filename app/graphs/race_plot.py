@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from app.graphs import plots
-from app.graphs.plots import make_plot
+from app.graphs.plots import legend_below, make_plot
+from app.graphs.race_curves import race_curves
 from app.runs import race_spread_of
+from app.speedup import race_key
 from app.theme import ACCENT, STATE_SOLID
 from app.trace import ReplyTrace
 
@@ -28,9 +28,8 @@ class RacePlot(QWidget):
         pi = self.plot.getPlotItem()
         pi.enableAutoRange()
         pi.setLimits(xMin=0, yMin=0)  # no negative seconds or tokens, even on an empty plot
-        pi.addLegend(offset=(8, 8), labelTextSize="9pt")
-        self.off_curve = pi.plot(pen=pg.mkPen(STATE_SOLID["plain"], width=2.5), name="speculation off")
-        self.on_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="speculation on")
+        legend_below(pi, 3)
+        self.curves = race_curves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 2.5)
         lay.addWidget(self.plot, 1)
         self.result = QLabel("Run a race (Generation ▸ Race) to measure speculation against the verifier "
                              "alone on this machine.")
@@ -38,15 +37,13 @@ class RacePlot(QWidget):
         self.result.setTextFormat(Qt.TextFormat.RichText)
         lay.addWidget(self.result)
         self.traces: dict[str, ReplyTrace] = {}
-        self._drawn: dict[str, int] = {}
         self._drawn_at = 0.0
 
     def start(self, keys: list[str] | None = None) -> None:
-        """A new race whose runs are `keys` (speedup.race_order); the curves show its first off/on pair."""
+        """A new race whose runs are `keys` (speedup.race_order): each run's curve drawn faint as it runs, the
+        running pair bold, and once it has finished the median pair bold."""
         self.traces = {key: ReplyTrace() for key in (keys or ["off", "on"])}
-        self._drawn = {"off": -1, "on": -1}
-        self.off_curve.setData([], [])
-        self.on_curve.setData([], [])
+        self.curves.start(list(self.traces))
         runs = len(self.traces) // 2
         self.result.setText(f"Racing… speculation off and on, {runs} time{'s' if runs > 1 else ''} each, "
                             "alternating, one after the other so they don't share the CPU.")
@@ -56,22 +53,16 @@ class RacePlot(QWidget):
         if not final and time.perf_counter() - self._drawn_at < plots.PANEL_EVERY_S:
             return False
         self._drawn_at = time.perf_counter()
-        changed = False
-        for key, curve in (("off", self.off_curve), ("on", self.on_curve)):
-            tr = self.traces.get(key)
-            if tr is None or self._drawn.get(key) == len(tr.rounds):
-                continue
-            t = np.array([0.0] + [r.t_end for r in tr.rounds])
-            n = np.array([0.0] + [float(r.tokens_after) for r in tr.rounds])
-            curve.setData(t, n)
-            self._drawn[key] = len(tr.rounds)
-            changed = True
-        return changed
+        running = [key for key, tr in self.traces.items() if tr.tokens and not tr.finished]
+        if running:
+            self.curves.follow(running[-1])
+        return bool(self.curves.draw(self.traces))
 
     def finish(self, greedy: bool) -> str:
         self.flush(final=True)
+        pair = self.curves.finish(self.traces)
         spread = race_spread_of(self.traces)
-        on = self.traces.get("on")
+        on = self.traces.get(race_key(True, pair or 1))
         if spread is None or on is None or on.stats is None:
             self.result.setText("The race did not finish.")
             return "The race did not finish."
@@ -81,9 +72,11 @@ class RacePlot(QWidget):
         parts = [f"{figure}, {spread.spread_words()} — off {spread.tps_off:.1f} tok/s, on {spread.tps_on:.1f} tok/s"
                  f"{' (medians)' if spread.pairs > 1 else ''}; {spread.tokens} tokens"
                  + (": too short to judge a speed" if spread.short_reply else "")]
+        drawn = self.curves.words(self.traces) or "the first pair"
         if on.stats.get("drafted"):
-            parts.append(f"first run: acceptance {on.stats.get('acceptance_rate', 0):.0%}, "
-                         f"{on.stats.get('mean_accepted_length', 0):.2f} tokens per verifier call")
+            drawn += (f"; acceptance {on.stats.get('acceptance_rate', 0):.0%}, "
+                      f"{on.stats.get('mean_accepted_length', 0):.2f} tokens per verifier call")
+        parts.append(drawn)
         if greedy:
             texts = {tr.text for tr in self.traces.values() if tr.finished}
             parts.append("greedy: texts <b style='color:rgb(46,160,67)'>identical</b> token for token"

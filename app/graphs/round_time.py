@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import pyqtgraph as pg
 
 from app.graphs.figures import ReplyFigures
 from app.graphs.panel import Range
-from app.graphs.plots import make_plot, with_alpha
+from app.graphs.plots import legend_below, make_plot, with_alpha
 from app.speedup import nice_ceiling
 from app.theme import DRAFT_COLOR, OVERHEAD_COLOR, VERIFY_COLOR
 
@@ -18,7 +17,7 @@ class RoundTimePanel:
     def __init__(self) -> None:
         self.plot = make_plot("Time per round", "ms", "round", count_bottom=True)
         pi = self.plot.getPlotItem()
-        pi.addLegend(offset=(-4, 4), labelTextSize="8pt", brush=pg.mkBrush(0, 0, 0, 0), colCount=3)
+        legend_below(pi, 3)
         self.total_curve = pi.plot(stepMode="center", fillLevel=0, brush=with_alpha(OVERHEAD_COLOR, 170),
                                    pen=None, name="overhead")
         self.verify_curve = pi.plot(stepMode="center", fillLevel=0, brush=with_alpha(VERIFY_COLOR, 200),

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from app.graphs.figures import ReplyFigures
 from app.graphs.panel import Range
-from app.graphs.plots import make_plot
+from app.graphs.plots import legend_below, make_plot
 from app.speedup import measured_costs, nice_ceiling, practical_speedup, tree_prediction, why_they_differ
 from app.theme import ACCENT, STATE_SOLID
 from specdec_core.stats import predicted_speedup
@@ -25,10 +25,10 @@ class TheoryPanel:
     def __init__(self) -> None:
         self.plot = make_plot("Theory vs practice", "speedup", "γ (draft length)", count_bottom=True)
         pi = self.plot.getPlotItem()
-        pi.addLegend(offset=(-4, 4), labelTextSize="7pt", brush=pg.mkBrush(0, 0, 0, 0), verSpacing=-6)
+        legend_below(pi, 2, "7pt")
         self.theory_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2, style=Qt.PenStyle.DashLine),
-                                    name="textbook (checking costs 1 step)")
-        self.practical_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="with measured costs")
+                                    name="textbook")
+        self.practical_curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), name="measured costs")
         self.predicted_point = pi.plot(pen=None, symbol="o", symbolSize=8, symbolBrush=None,
                                        symbolPen=pg.mkPen(ACCENT, width=2))
         self.measured_point = pi.plot(pen=None, symbol="star", symbolSize=15,
@@ -38,10 +38,14 @@ class TheoryPanel:
                                                        style=Qt.PenStyle.DashLine),
                                           )
         pi.addItem(self.break_even)
-        pi.legend.addItem(pg.PlotDataItem(pen=self.break_even.pen), "break-even (1×)")
+        pi.legend.addItem(pg.PlotDataItem(pen=self.break_even.pen), "break-even")
+        self.plot.setToolTip(
+            "The predicted speedup over γ for the measured α and c. Textbook (dashed): if checking γ+1 tokens cost one "
+            "decode step (Leviathan et al.). Measured costs: with this machine's measured draft and check costs. The "
+            "star is the measured speedup; under break-even (1×) speculation is slower than the verifier alone.")
         self.caption = ""  # α, c, γ of the drawn reply (or what it drafted)
         self.words = ""  # why theory and practice differ, in words
-        self.top = 2.0  # the y axis's top: room above the curves for the legend
+        self.top = 2.0  # the y axis's top
 
     def draw(self, f: ReplyFigures) -> None:
         top = 2.0
@@ -52,7 +56,7 @@ class TheoryPanel:
                 item.setData([], [])
             self.caption = "no draft tokens yet" if f.n else ""
             self.words = ""
-        self.top = nice_ceiling(top * 1.5)  # room above the curves for the legend
+        self.top = nice_ceiling(top * 1.15)  # a little room above the highest point; the legend is under the plot
 
     def _draw_drafted(self, f: ReplyFigures) -> float:
         """The curves, points and words of a reply that drafted; returns the highest speedup drawn."""

@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from app.graphs.figures import ReplyFigures
 from app.graphs.panel import Range
-from app.graphs.plots import make_plot, with_alpha
+from app.graphs.plots import legend_below, make_plot, with_alpha
 from app.speedup import nice_ceiling
 from app.theme import ACCENT, STATE_SOLID, VERIFY_COLOR
 
@@ -21,7 +21,7 @@ class VerifyCostPanel:
     def __init__(self) -> None:
         self.plot = make_plot("Cost of checking k tokens", "ms per pass", "tokens fed (k)", count_bottom=True)
         pi = self.plot.getPlotItem()
-        pi.addLegend(offset=(-4, 4), labelTextSize="7pt", brush=pg.mkBrush(0, 0, 0, 0), verSpacing=-6)
+        legend_below(pi, 3, "7pt")
         self.passes = pi.plot(pen=None, symbol="o", symbolSize=4, symbolPen=None,
                               symbolBrush=with_alpha(VERIFY_COLOR, 110), name="a pass")
         self.curve = pi.plot(pen=pg.mkPen(ACCENT, width=2.5), symbol="o", symbolSize=6,
@@ -30,7 +30,7 @@ class VerifyCostPanel:
                                          pen=pg.mkPen(STATE_SOLID["plain"], width=1.5, style=Qt.PenStyle.DashLine))
         self.step_line.setVisible(False)
         pi.addItem(self.step_line)
-        pi.legend.addItem(pg.PlotDataItem(pen=self.step_line.pen), "one step, verifier alone")
+        pi.legend.addItem(pg.PlotDataItem(pen=self.step_line.pen), "verifier-alone step")
         self.plot.setToolTip(
             "What one verifier pass cost in this reply, by the number of positions it fed (the last token and "
             "the drafts, or a tree's nodes). The line is what the cost model reads from these passes to size "

@@ -272,7 +272,8 @@ class ViewPage(StepPage):
         if result is None:
             self._finish("no result", error="the race did not finish")
             return
-        self._finish(f"{result.speedup:.2f}×", f"{result.tps_off:.1f} → {result.tps_on:.1f} tok/s; "
+        off, on = result.pair_tps  # the pair drawn: the median one, whose ratio is the headline
+        self._finish(f"{result.speedup:.2f}×", f"{off:.1f} → {on:.1f} tok/s (the median pair); "
                      + result.spread.spread_words())
 
     def _slow_done(self, view, results: dict) -> None:
@@ -281,7 +282,11 @@ class ViewPage(StepPage):
         if poor is None or poor.key not in results:
             self._finish("no poor draft", error="no poorly aligned drafter ran")
             return
-        self._finish(f"{results[poor.key][2]:.2f}×", f"{poor.title}, against the verifier alone")
+        from app.talk.slow_lanes import slower_runs
+
+        slower, runs = slower_runs(view.run.traces, poor.key)
+        self._finish(f"{results[poor.key][2]:.2f}×", f"{poor.title}, against the verifier alone; "
+                     f"{view.spreads[poor.key].spread_words()}; slower in {slower} of {runs}")
 
     def scene(self) -> dict | None:
         return self._scene

@@ -16,6 +16,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QSlider, QVBoxLayout, QWidget
 
+from app.graphs.plots import legend_below
 from app.speedup import TreePrediction, measured_costs, tree_prediction
 from app.talk import style as ts
 from app.talk.lanes_ui import big_plot
@@ -108,7 +109,7 @@ class Explainer(QWidget):
         """The predicted speedup over γ, the point at this γ, the measured one, and break-even."""
         self.plot = big_plot("Predicted speedup over γ", "speedup ×", "γ (draft length)")
         pi = self.plot.getPlotItem()
-        pi.addLegend(offset=(-10, 10), labelTextSize="12pt")
+        legend_below(pi, 3, "12pt")  # under the plot: over it, it covered the curve's high end
         self.curve = pi.plot(pen=pg.mkPen(ACCENT, width=4), name="predicted for α, c")
         self.point = pi.plot(pen=None, symbol="o", symbolSize=22, symbolBrush=ACCENT, symbolPen=pg.mkPen("k", width=2),
                              name="at this γ")

@@ -11,14 +11,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
+from app.graphs.plots import legend_below
+from app.graphs.race_curves import race_curves
 from app.runs import RunContext, race_lanes, race_spread_of
 from app.speedup import RACE_PAIRS, RaceSpread, race_key
 from app.talk import style as ts
-from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data, redraw_grown
+from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data
 from app.theme import ACCENT, STATE_SOLID
 from app.trace import ReplyTrace
 
@@ -29,6 +30,8 @@ class RaceResult:
     identical: bool | None  # greedy: did every pair's texts match token for token? None when sampling
     text_off: str
     text_on: str
+    pair: int = 1  # the pair on screen (its texts above): the median one
+    pair_tps: tuple[float, float] = (0.0, 0.0)  # that pair's tokens/s, off and on: their ratio is the headline's
 
     @property
     def speedup(self) -> float:
@@ -46,13 +49,15 @@ class RaceResult:
         return f"{self.speedup:.2f}× {'faster' if self.speedup >= 1 else 'slower'}"
 
 
-def race_result(traces: dict[str, ReplyTrace], greedy: bool) -> RaceResult | None:
+def race_result(traces: dict[str, ReplyTrace], greedy: bool, pair: int = 1) -> RaceResult | None:
+    """The race's median and spread, and pair `pair`'s two texts (the pair on screen)."""
     spread = race_spread_of(traces)
     if spread is None:
         return None
-    off, on = traces[race_key(False, 1)], traces[race_key(True, 1)]
+    off, on = traces[race_key(False, pair)], traces[race_key(True, pair)]
     texts = {tuple(t.token_id for t in tr.tokens if t.in_reply) for tr in traces.values() if tr.finished}
-    return RaceResult(spread, len(texts) == 1 if greedy else None, off.text, on.text)
+    tps = tuple(float((t.stats or {}).get("tokens_per_s") or 0.0) for t in (off, on))
+    return RaceResult(spread, len(texts) == 1 if greedy else None, off.text, on.text, pair, tps)
 
 
 class RaceView(QWidget):
@@ -66,7 +71,6 @@ class RaceView(QWidget):
         self.result: RaceResult | None = None
         self._replay_start = 0.0
         self._shown: dict[str, ReplyTrace] = {}
-        self._drawn: dict[str, int] = {}  # lane -> the rounds its curve shows (a curve is redrawn only when it grew)
 
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 10, 12, 10)
@@ -114,11 +118,11 @@ class RaceView(QWidget):
         self.plot = big_plot("Tokens over time (shared clock: engine seconds from each start)", "tokens",
                              "seconds")
         pi = self.plot.getPlotItem()
-        pi.addLegend(offset=(10, 10), labelTextSize="13pt")
-        self.curves = {"off": pi.plot(pen=pg.mkPen(STATE_SOLID["plain"], width=4), name="speculation off"),
-                       "on": pi.plot(pen=pg.mkPen(ACCENT, width=4), name="speculation on")}
+        legend_below(pi, 3, "13pt")
+        self.race_curves = race_curves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 4)
+        self.curves = self.race_curves.bold  # the pair drawn bold: the running one, then the median one
         split.addWidget(self.plot)
-        split.setSizes([420, 300])
+        split.setSizes([300, 380])  # the curves, with every run's spread, in view at 700 px
         return split
 
     def _build_controls(self) -> QWidget:
@@ -168,24 +172,29 @@ class RaceView(QWidget):
         self.run = LaneRun(lanes, self)
         for key, pane in self.panes.items():
             pane.bind(self.run.traces[key])
-        for c in self.curves.values():
-            c.setData([], [])
-        self._drawn = {}
+        self.race_curves.start([lane.key for lane in lanes])
         self.result = None
         self.headline.setText("")
         self.spread.setText("")
         self.identity.setText("")
         self.status.setText(f"Racing: speculation off and on, {self.pairs} times each, alternating (one after "
                             "the other, so neither steals the other's CPU)…")
-        order = [lane.key for lane in lanes]
-        self.run.lane_started.connect(lambda k: self.status.setText(
-            f"Run {order.index(k) + 1} of {len(order)}: speculation {k.split()[0].upper()}…"
-            + (" (the panes show the first pair)" if order.index(k) >= 2 else "")))
+        self.run.lane_started.connect(self._lane_started)
         self.run.errored.connect(lambda m: self.status.setText(f"Error: {m}"))
         self.run.finished.connect(self._on_finished)
         self.run.start(ctx, ctx.race_source(self.pairs))  # where the chat's replies decode (app/host.py)
         self.timer.start()
         self._update_buttons()
+
+    def _lane_started(self, key: str) -> None:
+        """The lane that has just started streams into its side's pane, and its pair is drawn bold."""
+        assert self.run is not None
+        order = [lane.key for lane in self.run.lanes]
+        side = key.split()[0]
+        self.status.setText(f"Run {order.index(key) + 1} of {len(order)}: speculation {side.upper()}…")
+        if side in self.panes:
+            self.panes[side].bind(self.run.traces[key])
+        self.race_curves.follow(key)
 
     def stop(self) -> None:
         if self.run is not None:
@@ -202,7 +211,11 @@ class RaceView(QWidget):
         run = self.run
         assert run is not None
         greedy = self.ctx.config.greedy if self.ctx else True
-        self.result = race_result(run.traces, greedy)
+        pair = self.race_curves.finish(run.traces) or 1
+        self.result = race_result(run.traces, greedy, pair)
+        for side, pane in self.panes.items():  # the panes show the pair the curves draw bold: the median one
+            pane.bind(run.traces[race_key(side == "on", pair)])
+            pane.flush()
         self._show_result()
         self._update_buttons()
         self.finished.emit(self.result)
@@ -229,7 +242,7 @@ class RaceView(QWidget):
                                   "distribution exactly.")
         elif r.identical:
             self.identity.setText(f"<b style='color:{ts.ACCEPTED.name()}'>✓ Identical text</b>, token for token "
-                                  f"(greedy) — {r.tps_off:.1f} → {r.tps_on:.1f} tokens/s")
+                                  f"(greedy) — {self.race_curves.words(self.run.traces)}")
         else:
             self.identity.setText(f"<b style='color:{ts.REJECTED.name()}'>✗ The texts differ</b> (greedy): "
                                   "this should not happen in float32; in float16 near-ties can part.")
@@ -242,18 +255,20 @@ class RaceView(QWidget):
             return
         if self.run is None:
             return
-        for key, pane in self.panes.items():
+        for pane in self.panes.values():
             pane.flush()
-            redraw_grown(self.curves[key], self.run.traces[key], self._drawn, key)
+        self.race_curves.draw(self.run.traces)
 
     def replay_together(self) -> None:
         """Both replies again, side by side, each token appearing when it was generated (engine time)."""
         if self.run is None or self.running:
             return
-        self._shown = {k: ReplyTrace(config=dict(self.run.traces[k].config)) for k in self.panes}  # the first pair
-        for key, pane in self.panes.items():
-            pane.bind(self._shown[key])
-        self._drawn = {}  # the replay cuts the curves: whatever ends it, the next tick draws them whole again
+        pair = self.race_curves.run  # the pair drawn bold: the median one
+        self._shown = {race_key(side == "on", pair): ReplyTrace(config=dict(self.run.traces[side].config))
+                       for side in self.panes}
+        for key, shown in self._shown.items():
+            self.panes[key.split()[0]].bind(shown)
+        self.race_curves.forget()  # the replay cuts the bold curves: whatever ends it, they are drawn whole again
         self._replay_start = time.perf_counter()
         self.status.setText("Replaying both at the speed they were generated…")
         self.timer.start()
@@ -271,9 +286,8 @@ class RaceView(QWidget):
                 done = False
             else:
                 shown.stats, shown.stop_reason = full.stats, full.stop_reason
-            self.panes[key].flush()
-            t, n = curve_data(full, until=now)
-            self.curves[key].setData(t, n)
+            self.panes[key.split()[0]].flush()
+            self.curves[key.split()[0]].setData(*curve_data(full, until=now))
         if done:
             self.timer.stop()
             self._shown = {}

@@ -42,7 +42,8 @@ def slow_view_scene(view) -> dict | None:
 
     if view.run is None or not view.results:
         return None
-    lanes = [RecordedLane(lane.key, lane.title, view.run.traces[lane.key], color.name())
+    drawn = view.drawn_traces()  # each kind's median run, as the view draws it
+    lanes = [RecordedLane(lane.key, lane.title, drawn[lane.key], color.name())
              for lane, color in zip(view.lanes, LANE_COLORS)]
     rows = [f"{lane.title}: {view.results[lane.key][2]:.2f}×" for lane in view.lanes
             if lane.key != "off" and lane.key in view.results]

@@ -312,7 +312,7 @@ def test_race_runs_off_then_on_and_compares_greedy_texts(make_window, qtbot):
     off, on = w.graphs.race.traces["off"], w.graphs.race.traces["on"]
     assert {t.state for t in off.tokens} == {"plain"} and on.speculative
     assert off.text == on.text and "identical" in done.args[0]
-    assert len(w.graphs.race.on_curve.getData()[0]) == len(on.rounds) + 1
+    assert len(w.graphs.race.curves.faint["on"].getData()[0]) == len(on.rounds) + 1
     assert not w.conv.messages  # a race is a measurement, not a chat turn
     # every pair's off run joins the baselines, marked as run with the live graphs hidden behind the Race tab
     assert len(w.graphs.race.traces) == 2 * w.racer.pairs and f"median of {w.racer.pairs} alternating" in done.args[0]

@@ -183,13 +183,13 @@ def test_the_talk_menu_runs_the_demo_on_the_windows_models_and_records_it(make_w
 
 def test_the_poor_drafter_of_what_makes_it_slow_drafts_every_round_whatever_the_cost_model_says(tiny_session):
     from app.runs import RunContext
-    from app.talk.slow_demo import slow_lanes
+    from app.talk.slow_lanes import slow_lanes
     from specdec_core.engine import Controls
     from specdec_core.events import DraftStop, RoundVerified
 
     ctx = RunContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
                       GenerationConfig(max_new_tokens=24, gamma=3, cost_aware=True, adaptive=True, tree_nodes=-1))
-    weak = next(lane for lane in slow_lanes(ctx) if lane.key == "weak")
+    weak = next(lane for lane in slow_lanes(ctx.session, ctx.config) if lane.key == "weak")
     assert "drafting forced" in weak.title
     rounds = [ev for ev in weak.run(ctx.prompt_ids(), ctx.config, Controls()) if isinstance(ev, RoundVerified)]
     full = [r for r in rounds if r.stop != DraftStop.MAX_TOKENS]  # the last few are cut by the reply's length

@@ -112,6 +112,7 @@ def test_slow_demo_measures_every_lane_against_the_verifier_alone(qtbot, tiny_se
 
     view = SlowDemoView()
     qtbot.addWidget(view)
+    view.repeats = 2
     ctx = RunContext(tiny_session, [{"role": "user", "content": "Hello"}], None,
                       GenerationConfig(max_new_tokens=10, gamma=4))
     with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
@@ -121,14 +122,11 @@ def test_slow_demo_measures_every_lane_against_the_verifier_alone(qtbot, tiny_se
     assert results["off"][2] == pytest.approx(1.0)
     assert all(tps > 0 for tps, _, _ in results.values())
     assert results["weak"][1] < results["good"][1]
-    drawn = []
-    for key, curve in view.curves.items():
-        curve.setData = lambda *args, key=key: drawn.append(key)
-    view._tick()  # the timer's tick with no lane grown: nothing is repainted
-    assert drawn == []
-    view.run.traces["good"].rounds.append(view.run.traces["good"].rounds[-1])
-    view._tick()
-    assert drawn == ["good"]
+    assert sorted(view.run.traces) == sorted(f"{k}{n}" for k in ("off", "good", "lookup", "weak") for n in ("", " 2"))
+    for _ in range(3):
+        assert view.curves.draw(view.run.traces) == []  # the timer's tick with no lane grown: nothing is repainted
+    view.run.traces["good 2"].rounds.append(view.run.traces["good 2"].rounds[-1])
+    assert view.curves.draw(view.run.traces) == ["good 2"] + (["bold good"] if view.curves.run == 2 else [])
 
 
 @pytest.fixture

@@ -61,15 +61,16 @@ def test_the_race_redraws_a_curve_only_when_its_lane_has_new_rounds(qtbot, tiny_
     """Setting unchanged curves on every tick repainted the plot all race long, slowing the lanes it timed."""
     view = finished_race(qtbot, tiny_session)
     drawn = []
-    for key, curve in view.curves.items():
-        curve.setData = lambda *args, key=key: drawn.append(key)
+    curves = view.race_curves
+    for name, curve in [*curves.faint.items(), *((f"bold {k}", c) for k, c in curves.bold.items())]:
+        curve.setData = lambda *args, name=name: drawn.append(name)
     for _ in range(3):
-        view._tick()  # the timer's tick, lanes unchanged (the later pairs run while the first pair's curves stand)
+        view._tick()  # the timer's tick, lanes unchanged
     assert drawn == []
     off = view.run.traces["off"]
     off.rounds.append(off.rounds[-1])
     view._tick()
-    assert drawn == ["off"]
+    assert drawn == ["off"] + (["bold off"] if curves.run == 1 else [])
 
 
 def test_the_race_buttons_stay_in_view_without_scrolling_and_fit_scale_2(qtbot):
