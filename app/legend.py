@@ -104,6 +104,11 @@ class Legend(QWidget):
         sizes = self._measure()
         return QSize(sizes[TWO_ROWS].width(), sizes[self.form].height())
 
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """As wide as the full row, whichever form is shown: the chat column asks for room for it."""
+        sizes = self._measure()
+        return QSize(sizes[FULL].width(), sizes[self.form].height())
+
     def full_width(self) -> int:
         """How wide the row is with its full texts."""
         return self._measure()[FULL].width()

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir:
         os.environ["SPECDEC_DATA_DIR"] = args.data_dir
 
-    from PySide6.QtCore import QTimer
+    from PySide6.QtCore import QRect, QTimer
     from PySide6.QtWidgets import QApplication
 
     from app.settings import Settings
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow(settings, store, persist_settings=not overrides)
     try:
         w, h = (int(x) for x in args.size.lower().split("x"))
-        window.resize(w, h)
+        window.fit_to(QRect(0, 0, w, h))  # that size, with the docks shared out as on a screen of that size
     except ValueError:
         window.fit_to()  # the default size, or the screen's available area where that is smaller
     window.show()

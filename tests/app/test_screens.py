@@ -174,6 +174,7 @@ def test_a_legend_too_narrow_for_its_short_row_wraps_its_swatches_onto_a_second_
         qtbot.wait(10)
         QApplication.processEvents()
         assert legend.form == form, width
+        assert legend.sizeHint().width() == sizes[FULL].width()  # the chat column asks for the full row's room
         legend.resize(width, legend.sizeHint().height())
         QApplication.processEvents()
         for widget in (legend.check, legend.reading, *legend.swatches):
