@@ -41,9 +41,9 @@ def scripted_runner(events: list, tps: dict[str, float]):
     return lambda: run
 
 
-def test_the_talk_race_draws_and_shows_the_median_pair_not_the_first(qtbot, tiny_session, recorded):
+def finished_race(qtbot, tiny_session, recorded):
+    """A Talk race of 3 pairs over the recorded events at the scripted speeds, run to its end: (view, result)."""
     from app.runs import RunContext
-    from app.talk.lanes_ui import curve_data
     from app.talk.race import RaceView
 
     config, events = recorded
@@ -53,7 +53,13 @@ def test_the_talk_race_draws_and_shows_the_median_pair_not_the_first(qtbot, tiny
     ctx = RunContext(tiny_session, PROMPT, None, config, scripted_runner(events, SCRIPTED_TPS))
     with qtbot.waitSignal(view.finished, timeout=60_000) as blocker:
         view.start(ctx)
-    result = blocker.args[0]
+    return view, blocker.args[0]
+
+
+def test_the_talk_race_draws_and_shows_the_median_pair_not_the_first(qtbot, tiny_session, recorded):
+    from app.talk.lanes_ui import curve_data
+
+    view, result = finished_race(qtbot, tiny_session, recorded)
     traces = view.run.traces
     assert result.speedup == pytest.approx(1.5) and result.pair == 2
     # the bold curves, the panes' texts and their figures are pair 2's: 10 → 15 tok/s, the headline's 1.50×
@@ -72,16 +78,7 @@ def test_the_talk_race_draws_and_shows_the_median_pair_not_the_first(qtbot, tiny
 
 
 def test_replay_together_replays_the_median_pair(qtbot, tiny_session, recorded):
-    from app.runs import RunContext
-    from app.talk.race import RaceView
-
-    config, events = recorded
-    view = RaceView()
-    qtbot.addWidget(view)
-    view.pairs = 3
-    ctx = RunContext(tiny_session, PROMPT, None, config, scripted_runner(events, SCRIPTED_TPS))
-    with qtbot.waitSignal(view.finished, timeout=60_000):
-        view.start(ctx)
+    view, _ = finished_race(qtbot, tiny_session, recorded)
     view.replay_together()
     assert sorted(view._shown) == ["off 2", "on 2"]
     qtbot.waitUntil(lambda: not view.timer.isActive(), timeout=10_000)
