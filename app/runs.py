@@ -10,7 +10,6 @@ window's engine and its caches are left alone. The race runs as a job of the win
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -107,38 +106,6 @@ def race_events(session: Session, messages: list[dict], system: str | None, conf
     """A race as a job (app/host.py): PromptInfo, then race_lanes' events as LaneEvents, lane after lane."""
     ctx = RunContext(session, messages, system, config)
     return lane_events(ctx, race_lanes(session.verifier, session.drafter, pairs), controls)
-
-
-def run_key(kind: str, run: int) -> str:
-    """The lane key of run `run` (1, 2, ...) of a lane kind: "weak" for the first, then "weak 2", ... (a race's
-    keys are the same scheme: speedup.race_key)."""
-    return kind if run == 1 else f"{kind} {run}"
-
-
-def median_run(traces: dict[str, ReplyTrace], base: str, kind: str) -> int | None:
-    """The run n (1, 2, ...) whose `kind` lane against the `base` lane of the same run (run_key) has the median
-    speedup of the finished runs: the lower middle one of an even count, so that it is a run that happened.
-    None when no run of both finished. For a race (base "off", kind "on") it is the median pair, whose lanes
-    are the ones to draw beside the median headline."""
-    ratios = []
-    for n in range(1, len(traces) + 1):
-        b, k = traces.get(run_key(base, n)), traces.get(run_key(kind, n))
-        if b is None or k is None:
-            break
-        tps_b, tps_k = _tps(b), _tps(k)
-        if tps_b > 0 and tps_k > 0:
-            ratios.append((tps_k / tps_b, n))
-    if not ratios:
-        return None
-    middle = statistics.median_low(r for r, _ in ratios)
-    return next(n for r, n in ratios if r == middle)
-
-
-def _tps(trace: ReplyTrace) -> float:
-    """A finished lane's tokens/s; 0 for one that did not finish or failed."""
-    if not trace.stats or trace.error:
-        return 0.0
-    return float(trace.stats.get("tokens_per_s") or 0.0)
 
 
 def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:

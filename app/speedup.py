@@ -19,7 +19,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from app.trace import MIN_SPEEDUP_TOKENS
+from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace
 from specdec_core.stats import expected_tokens_per_call
 
 NEAR_TOKENS = 64  # prompts this close in length (or within half their length) count as "the same length"
@@ -290,3 +290,35 @@ def nice_ceiling(x: float) -> float:
         if m * e >= x * (1 - 1e-9):
             return m * e
     return 10 * e
+
+
+def run_key(kind: str, run: int) -> str:
+    """The lane key of run `run` (1, 2, ...) of a lane kind: "weak" for the first, then "weak 2", ... (a race's
+    keys are the same scheme: speedup.race_key)."""
+    return kind if run == 1 else f"{kind} {run}"
+
+
+def median_run(traces: dict[str, ReplyTrace], base: str, kind: str) -> int | None:
+    """The run n (1, 2, ...) whose `kind` lane against the `base` lane of the same run (run_key) has the median
+    speedup of the finished runs: the lower middle one of an even count, so that it is a run that happened.
+    None when no run of both finished. For a race (base "off", kind "on") it is the median pair, whose lanes
+    are the ones to draw beside the median headline."""
+    ratios = []
+    for n in range(1, len(traces) + 1):
+        b, k = traces.get(run_key(base, n)), traces.get(run_key(kind, n))
+        if b is None or k is None:
+            break
+        tps_b, tps_k = _tps(b), _tps(k)
+        if tps_b > 0 and tps_k > 0:
+            ratios.append((tps_k / tps_b, n))
+    if not ratios:
+        return None
+    middle = statistics.median_low(r for r, _ in ratios)
+    return next(n for r, n in ratios if r == middle)
+
+
+def _tps(trace: ReplyTrace) -> float:
+    """A finished lane's tokens/s; 0 for one that did not finish or failed."""
+    if not trace.stats or trace.error:
+        return 0.0
+    return float(trace.stats.get("tokens_per_s") or 0.0)

@@ -1,23 +1,24 @@
 """Repeated runs on one plot: tokens over time for every run of every lane kind on one shared clock, each run
 faint, one run of each kind bold. While the runs go on, the bold run is the one going on; once they have finished,
-the median run (the one whose speedup is the headline's median, app/runs.median_run), so the lanes the room sees
+the median run (the one whose speedup is the headline's median, app/speedup.median_run), so the lanes the room sees
 agree with the figure beside them, and the faint runs around them show the spread. The window's Race tab, talk
 mode's race and "What makes it slow" share it."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtGui import QColor
 
 from app.graphs.plots import with_alpha
-from app.runs import median_run, run_key
+from app.speedup import median_run, run_key
 from app.trace import ReplyTrace
 
 FAINT_ALPHA = 80  # the other runs: visible as a spread, not read as the result
 
 
 def run_of(key: str) -> int:
-    """The run a lane key belongs to (app/runs.run_key): "off" and "weak" are run 1, "off 2" run 2, ..."""
+    """The run a lane key belongs to (app/speedup.run_key): "off" and "weak" are run 1, "off 2" run 2, ..."""
     _kind, _, n = key.partition(" ")
     return int(n) if n else 1
 
@@ -92,7 +93,6 @@ class RunCurves:
     def draw(self, traces: dict[str, ReplyTrace]) -> list[str]:
         """Redraw the curves whose lane has rounds not drawn yet; returns the names of the curves redrawn (a lane
         key, or "bold " and its kind)."""
-        from app.talk.lanes_ui import curve_data
 
         redrawn = []
         items = [(key, key, curve) for key, curve in self.faint.items()]
@@ -120,3 +120,11 @@ class RunCurves:
 def race_curves(pi: pg.PlotItem, colors: dict[str, QColor], width: float) -> RunCurves:
     """A race's curves: speculation off and on (`colors` by "off" and "on")."""
     return RunCurves(pi, colors, {"off": "speculation off", "on": "speculation on"}, width)
+
+
+def curve_data(tr: ReplyTrace, until: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(engine seconds, reply tokens) at the end of each round, from (0, 0); cut at `until` if given."""
+    rounds = [r for r in tr.rounds if until is None or r.t_end <= until]
+    t = np.array([0.0] + [r.t_end for r in rounds])
+    n = np.array([0.0] + [float(r.tokens_after) for r in rounds])
+    return t, n

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app.graphs.race_curves import curve_data
 from app.runs import Lane, LaneEvent, RunContext, lane_events
 from app.talk import style as ts
 from app.token_view import TokenTextView
@@ -174,11 +174,3 @@ def redraw_grown(curve, trace: ReplyTrace, drawn: dict[str, int], key: str) -> N
     if drawn.get(key) != len(trace.rounds):
         curve.setData(*curve_data(trace))
         drawn[key] = len(trace.rounds)
-
-
-def curve_data(tr: ReplyTrace, until: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(engine seconds, reply tokens) at the end of each round, from (0, 0); cut at `until` if given."""
-    rounds = [r for r in tr.rounds if until is None or r.t_end <= until]
-    t = np.array([0.0] + [r.t_end for r in rounds])
-    n = np.array([0.0] + [float(r.tokens_after) for r in rounds])
-    return t, n

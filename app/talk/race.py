@@ -15,11 +15,11 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 from app.graphs.plots import legend_below
-from app.graphs.race_curves import race_curves
+from app.graphs.race_curves import curve_data, race_curves
 from app.runs import RunContext, race_lanes, race_spread_of
 from app.speedup import RACE_PAIRS, RaceSpread, race_key
 from app.talk import style as ts
-from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot, curve_data
+from app.talk.lanes_ui import FLUSH_MS, LanePane, LaneRun, big_plot
 from app.theme import ACCENT, STATE_SOLID
 from app.trace import ReplyTrace
 

@@ -22,8 +22,8 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSpli
 
 from app.graphs.plots import legend_below
 from app.graphs.race_curves import RunCurves, run_of
-from app.runs import Lane, RunContext, run_key
-from app.speedup import RaceSpread
+from app.runs import Lane, RunContext
+from app.speedup import RaceSpread, run_key
 from app.talk import style as ts
 from app.talk.lanes_ui import FLUSH_MS, LaneRun, big_plot, lane_figures
 from app.talk.slow_lanes import (

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from app.runs import Lane, RunContext, engine_lane, lane_events, run_key
-from app.speedup import RaceSpread, race_spread
+from app.runs import Lane, RunContext, engine_lane, lane_events
+from app.speedup import RaceSpread, race_spread, run_key
 from app.talk.drafters import WeakenedDrafter
 from app.trace import ReplyTrace
 from specdec_core.config import GenerationConfig

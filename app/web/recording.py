@@ -7,10 +7,9 @@ page replays a reply at the pace it was generated. Qt-free.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
-from app.speedup import RaceSpread, race_key
+from app.speedup import RaceSpread, median_run, race_key
 from app.trace import ReplyTrace, RoundRecord
 from specdec_core.events import TokenState
 
@@ -121,19 +120,9 @@ def lanes_scene(title: str, lanes: list[RecordedLane], prompt: str = "", note: s
 
 
 def median_pair(traces: dict[str, ReplyTrace]) -> int:
-    """The race pair (1, 2, ...) whose speedup is the median of the finished pairs' (the lower middle one of an
-    even count); 1 when none finished."""
-    ratios = []
-    for n in range(1, len(traces) // 2 + 1):
-        off, on = traces.get(race_key(False, n)), traces.get(race_key(True, n))
-        tps_off = float((off.stats or {}).get("tokens_per_s") or 0.0) if off else 0.0
-        tps_on = float((on.stats or {}).get("tokens_per_s") or 0.0) if on else 0.0
-        if tps_off > 0 and tps_on > 0:
-            ratios.append((tps_on / tps_off, n))
-    if not ratios:
-        return 1
-    middle = statistics.median_low(r for r, _ in ratios)
-    return next(n for r, n in ratios if r == middle)
+    """The race pair (1, 2, ...) whose speedup is the median of the finished pairs' (speedup.median_run); 1 when
+    none finished."""
+    return median_run(traces, "off", "on") or 1
 
 
 def race_scene(title: str, traces: dict[str, ReplyTrace], spread: RaceSpread | None, prompt: str = "",

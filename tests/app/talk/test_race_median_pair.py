@@ -57,7 +57,7 @@ def finished_race(qtbot, tiny_session, recorded):
 
 
 def test_the_talk_race_draws_and_shows_the_median_pair_not_the_first(qtbot, tiny_session, recorded):
-    from app.talk.lanes_ui import curve_data
+    from app.graphs.race_curves import curve_data
 
     view, result = finished_race(qtbot, tiny_session, recorded)
     traces = view.run.traces
@@ -86,10 +86,10 @@ def test_replay_together_replays_the_median_pair(qtbot, tiny_session, recorded):
 
 
 def test_the_chats_race_tab_draws_the_median_pair_bold_and_says_so(qtbot, tiny_session, recorded):
+    from app.graphs.race_curves import curve_data
     from app.graphs.race_plot import RacePlot
     from app.runs import LaneEvent
     from app.speedup import race_order
-    from app.talk.lanes_ui import curve_data
 
     _config, events = recorded
     plot = RacePlot()

@@ -75,8 +75,8 @@ def test_a_warm_up_runs_each_distinct_lane_once_with_few_tokens_and_yields_nothi
 
 def test_the_slow_demo_runs_where_the_window_decodes_and_draws_the_median_run_with_its_spread(
         qtbot, tiny_session, recorded):
+    from app.graphs.race_curves import curve_data
     from app.runs import RunContext
-    from app.talk.lanes_ui import curve_data
     from app.talk.slow_demo import SlowDemoView
     from app.talk.slow_lanes import slow_events
 
