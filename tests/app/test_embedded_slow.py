@@ -20,8 +20,10 @@ def test_embedded_default_chats_and_races(qtbot, tmp_path, monkeypatch):
     with qtbot.waitSignal(w.models_loaded, timeout=300_000) as loaded:
         w.loader.load()
     session = loaded.args[0]
-    assert session.verdict_ok and session.baseline_tps and session.baseline_tps > 0
-    qtbot.waitUntil(lambda: w.busy == "", timeout=10_000)
+    assert session.verdict_ok
+    # The verifier alone is measured after the load, in the decoding process, not during it.
+    qtbot.waitUntil(lambda: session.baseline_tps is not None and w.busy == "", timeout=300_000)
+    assert session.baseline_tps > 0
     with qtbot.waitSignal(w.reply_finished, timeout=300_000) as done:
         w.send("Repeat exactly: the cat sat on the mat. the cat sat on the mat.")
     trace = done.args[0]

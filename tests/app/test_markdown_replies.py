@@ -126,6 +126,7 @@ def test_the_legend_shortens_its_texts_where_the_full_row_does_not_fit(qtbot):
     full = legend.sizeHint().width()
     legend.resize(full - 40, 30)
     qtbot.waitUntil(lambda: legend.reading.text() == "Reading")
-    assert legend.check.text() == "Colours" and legend.sizeHint().width() <= full - 40
+    # it may be given less than its full row: its minimum is narrower (its preferred width stays the full row's)
+    assert legend.check.text() == "Colours" and legend.minimumSizeHint().width() <= full - 40
     legend.resize(full + 20, 30)
     qtbot.waitUntil(lambda: legend.reading.text() == "Reading mode")
