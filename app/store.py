@@ -26,6 +26,7 @@ import sqlite3
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -270,9 +271,7 @@ class ConversationStore:
         with self._lock:
             self._pending[conv.id] = info
             self._saved[conv.id] = [_fingerprint(m) for m in conv.messages]
-        future = self._writer.submit(self._write_retrying, job)
-        future.add_done_callback(lambda f, i=info: self._written(conv.id, i, f))
-        return future
+        return self._writer.submit(self._booked, conv.id, info, self._write_retrying, job)
 
     def save_failed(self, conv_id: str) -> bool:
         """Whether the last write of conversation `conv_id` failed (after the queued writes land)."""
@@ -385,11 +384,23 @@ class ConversationStore:
                 conn.execute("ROLLBACK")
             raise
 
-    def _written(self, conv_id: str, info: ConversationInfo | None, future: Future) -> None:
+    def _booked(self, conv_id: str, info: ConversationInfo | None, write: Callable[..., None], *args) -> None:
+        """Run a queued write on the store's thread, then book its outcome (`_written`) before its Future resolves:
+        a caller woken by the Future (`save`, `delete`) never lists a write that has ended as still queued. A
+        done-callback ran after the caller woke, and a conversation the other window had deleted meanwhile was
+        listed but could not be loaded."""
+        try:
+            write(*args)
+        except BaseException:
+            self._written(conv_id, info, failed=True)
+            raise
+        self._written(conv_id, info, failed=False)
+
+    def _written(self, conv_id: str, info: ConversationInfo | None, failed: bool) -> None:
         with self._lock:
             if self._pending.get(conv_id, "gone") is info:
                 del self._pending[conv_id]
-            if future.exception() is not None:
+            if failed:
                 self._saved.pop(conv_id, None)  # unknown what is stored now: the next save writes it all
                 self._failed.add(conv_id)
             else:
@@ -473,9 +484,7 @@ class ConversationStore:
             with transaction(conn):
                 conn.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
 
-        future = self._writer.submit(write)
-        future.add_done_callback(lambda f: self._written(conv_id, None, f))
-        future.result()
+        self._writer.submit(self._booked, conv_id, None, write).result()
 
     def list(self) -> list[ConversationInfo]:
         """Saved conversations, most recently updated first (queued saves included); bad rows skipped."""
