@@ -11,6 +11,7 @@ speedup, in their footers and in the graphs' header.
 
 from __future__ import annotations
 
+import statistics
 import weakref
 from typing import TYPE_CHECKING, Protocol
 
@@ -69,10 +70,12 @@ class BaselineController(QObject):
     def graphs_live(self) -> bool:
         """Whether the window's repainting slows a reply (the UI load a speed is measured under): the live graphs
         shown, and the replies decoded in this process (a host's, app/host.py, are not slowed by them)."""
+        return self._live_host() is None and self.window.graphs_shown()
+
+    def _live_host(self) -> object | None:
+        """The window's decoding process (app/host.py) while it runs, else None (replies decode here)."""
         host = self.window.hosts.host
-        if host is not None and host.alive:
-            return False
-        return self.window.graphs_shown()
+        return host if host is not None and host.alive else None
 
     def pick_for(self, trace: ReplyTrace, prompt_tokens: int) -> None:
         """Compare `trace` with verifier-alone runs at a similar prompt length under the same UI load; with none,
@@ -97,8 +100,8 @@ class BaselineController(QObject):
 
     def _where(self) -> object:
         """Where the next job runs: the host, else this process's session."""
-        host = self.window.hosts.host
-        return host if host is not None and host.alive else self.window.session
+        host = self._live_host()
+        return host if host is not None else self.window.session
 
     def _is_warm(self) -> bool:
         where = self._where()
@@ -136,11 +139,10 @@ class BaselineController(QObject):
         has one measured now on its own prompt, where a measurement can be like for like (the replies decode apart
         from the window); it says so, and gets its speedup when it lands. Then whatever is due runs."""
         w = self.window
-        host = w.hosts.host
         if trace is not None and trace.rounds:
             self._ran_here()
         if (trace is not None and trace.baseline_note == NONE_YET and trace.speculative and w.settings.calibrate
-                and host is not None and host.alive and not w.closing):
+                and self._live_host() is not None and not w.closing):
             messages = w.prompt_messages("")
             if not isinstance(messages, str):
                 self.due, self._prompt = True, (messages, w.conv.system)
@@ -219,11 +221,10 @@ class BaselineController(QObject):
         s = self.window.session
         if s is None:
             return
-        tps = sorted(r.tokens_per_s for r in off)[len(off) // 2]
-        s.baseline_tps = tps
+        s.baseline_tps = statistics.median_high(r.tokens_per_s for r in off)
         s.baseline_source = f"verifier alone, {len(off)} short runs {baseline_runs.AFTER_LOAD}"
         verify = [r.verify_s_per_token for r in off if r.verify_s_per_token]
-        s.baseline_verify_s = sorted(verify)[len(verify) // 2] if verify else s.baseline_verify_s
+        s.baseline_verify_s = statistics.median_high(verify) if verify else s.baseline_verify_s
 
     def refresh_waiting(self) -> None:
         """The replies shown without a baseline pick one again (the streaming one and those finished)."""
