@@ -102,8 +102,7 @@ MIN_RATIO_TOKENS = MIN_SPEEDUP_TOKENS  # a race's replies shorter than this: its
 
 def race_key(speculate: bool, pair: int) -> str:
     """The lane key of one run of a race: "off" and "on" for the first pair, then "off 2", "on 2", ..."""
-    side = "on" if speculate else "off"
-    return side if pair == 1 else f"{side} {pair}"
+    return run_key("on" if speculate else "off", pair)
 
 
 def race_order(pairs: int) -> list[tuple[str, bool]]:
