@@ -65,8 +65,9 @@ def _box(width: int):
     return pen.glyph()
 
 
-def _glyph_name(codepoint: int) -> str:
-    return f"uni{codepoint:04X}"
+def _glyph_name(advance: int) -> str:
+    """The glyph of every character `advance` units wide."""
+    return f"w{advance}"
 
 
 def _panose(fixed: bool):
@@ -79,19 +80,19 @@ def _panose(fixed: bool):
 
 
 def make_font(path: Path, family: str, advance_of) -> Path:
-    """Write a TrueType font of boxes: `advance_of(char)` gives each character's advance."""
+    """Write a TrueType font of boxes: `advance_of(char)` gives each character's advance. Characters of one
+    advance share one glyph (a box that wide)."""
     from fontTools.fontBuilder import FontBuilder
 
     codepoints = [c for first, last in _RANGES for c in range(first, last + 1)]
-    advances = {c: 0 if c in _ZERO_WIDTH else advance_of(chr(c)) for c in codepoints}
-    names = [".notdef"] + [_glyph_name(c) for c in codepoints]
+    glyph_of = {c: _glyph_name(0 if c in _ZERO_WIDTH else advance_of(chr(c))) for c in codepoints}
+    advances = {name: int(name[1:]) for name in set(glyph_of.values())}
     builder = FontBuilder(EM, isTTF=True)
-    builder.setupGlyphOrder(names)
-    builder.setupCharacterMap({c: _glyph_name(c) for c in codepoints})
-    glyphs = {".notdef": _box(600), **{_glyph_name(c): _box(advances[c]) for c in codepoints}}
-    builder.setupGlyf(glyphs)
-    metrics = {".notdef": (600, 60), **{_glyph_name(c): (advances[c], advances[c] // 10) for c in codepoints}}
-    builder.setupHorizontalMetrics(metrics)
+    builder.setupGlyphOrder([".notdef", *sorted(advances)])
+    builder.setupCharacterMap(glyph_of)
+    builder.setupGlyf({".notdef": _box(600), **{name: _box(width) for name, width in advances.items()}})
+    builder.setupHorizontalMetrics({".notdef": (600, 60),
+                                    **{name: (width, width // 10) for name, width in advances.items()}})
     builder.setupHorizontalHeader(ascent=ASCENT, descent=-DESCENT)
     builder.setupNameTable({"familyName": family, "styleName": "Regular"})
     fixed = family == MONO
