@@ -130,7 +130,7 @@ class RankDialog(QDialog):
     def start(self) -> None:
         from specdec_core.config import GenerationConfig
         from specdec_core.errors import SpecdecError
-        from specdec_core.measuring.bench import Candidate, parse_gammas
+        from specdec_core.measuring.rank import Candidate, parse_gammas
         from specdec_core.measuring.prompt_sets import load_prompts
 
         window = self.window_
@@ -235,7 +235,7 @@ def _ranking_work(verifier, request, candidates: list, cases: list, config, gamm
     def work(progress, cancelled):
         from specdec_core.engine import Engine
         from specdec_core.loading.models import load_model
-        from specdec_core.measuring.bench import rank_drafts
+        from specdec_core.measuring.rank import rank_drafts
         from specdec_core.pairs.pairing import draft_dtype_for
 
         engine = Engine(verifier)

@@ -23,15 +23,9 @@ from specdec_core.commands.cli_options import (
     progress_bar,
     tree_nodes,
 )
-from specdec_core.measuring.bench import (
-    BenchError,
-    BenchSettings,
-    Candidate,
-    parse_gammas,
-    rank_drafts,
-    run_bench,
-)
+from specdec_core.measuring.bench import BenchError, BenchSettings, run_bench
 from specdec_core.measuring.prompt_sets import BUNDLED_SETS, PromptCase, load_prompts
+from specdec_core.measuring.rank import Candidate, parse_gammas, rank_drafts
 
 # --------------------------------------------------------------------------- presentation
 
