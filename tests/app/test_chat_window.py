@@ -267,7 +267,7 @@ def test_a_reply_ending_after_the_window_is_gone_is_saved_without_touching_widge
 
     w = make_window(max_new_tokens=5000)
     w.send("A long one")
-    qtbot.waitUntil(lambda: w._trace is not None and len(w._trace.tokens) >= 3, timeout=60_000)
+    qtbot.waitUntil(lambda: w.replies.trace is not None and len(w.replies.trace.tokens) >= 3, timeout=60_000)
     conv_id, store = w.conv.id, w.store
     w.close()  # aborts the reply; its last events and `finished` are still queued for the GUI thread
     shiboken6.delete(w.chat)  # its widgets are gone (as after qtbot's teardown) before those signals arrive

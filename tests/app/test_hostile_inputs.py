@@ -146,7 +146,7 @@ def test_closing_mid_reply_under_a_lock_keeps_the_partial_reply(make_window, qtb
     def close_after_tokens(event) -> None:
         # Once the reply has text: its first token alone may be part of a character (it shows as nothing),
         # and rejected drafts count among the trace's tokens.
-        if isinstance(event, TokenCommitted) and not closed and len(w._trace.text.strip("\ufffd")) >= 2:
+        if isinstance(event, TokenCommitted) and not closed and len(w.replies.trace.text.strip("\ufffd")) >= 2:
             closed.append(True)
             w.close()
 

@@ -81,6 +81,8 @@ CONTROLLERS = {  # module: its port, the one type under which it is given the ma
     "loading": ("app.loading", "LoadWindow"),
     "baseline_controller": ("app.baseline_controller", "BaselineWindow"),
     "race_controller": ("app.race_controller", "RaceWindow"),
+    "reply_controller": ("app.reply_controller", "ReplyWindow"),
+    "run_controller": ("app.run_controller", "RunWindow"),
     "export": ("app.export", "ExportWindow"),
     "rank_dialog": ("app.rank_dialog", "RankWindow"),
     "models_dialog": ("app.models_dialog", "ModelsWindow"),
