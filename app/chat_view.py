@@ -283,6 +283,14 @@ class Composer(QPlainTextEdit):
             return
         super().keyPressEvent(e)
 
+    def fill(self, text: str) -> None:
+        """Put `text` here to edit, with the cursor at its end."""
+        self.setPlainText(text)
+        self.setFocus()
+        cursor = self.textCursor()
+        cursor.movePosition(cursor.MoveOperation.End)
+        self.setTextCursor(cursor)
+
 
 COLOURS_HELP = (
     "Green: a draft token the verifier accepted.\nRed, struck through: a draft token the verifier "

@@ -88,6 +88,17 @@ class Conversation:
         """What the models see: roles and texts (a reply's text is its committed tokens)."""
         return [{"role": m.role, "content": m.content} for m in self.messages if m.content or m.role == "user"]
 
+    def prompt_messages(self, prompt: str) -> list[dict] | str:
+        """The chat messages a run sends: these plus `prompt` as the user's turn, or (no prompt) these up to the
+        last user turn; else a sentence saying why there are none."""
+        messages = self.chat_messages()
+        if prompt.strip():
+            return messages + [{"role": "user", "content": prompt.strip()}]
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is None:
+            return "Type a prompt in the composer (or send one first)."
+        return messages[: last_user + 1]
+
     def auto_title(self) -> None:
         if self.title == "New chat":
             first = next((m.content for m in self.messages if m.role == "user" and m.content.strip()), "")

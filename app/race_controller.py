@@ -25,19 +25,19 @@ from specdec_core.events import Finished
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
+    from app.baseline_controller import BaselineController
     from app.graphs.graphs_panel import GraphsPanel
-    from app.trace import ReplyTrace
 
 
 class RaceWindow(RunWindow, Protocol):
     """What the race uses of the window besides a run's port."""
 
     graphs: GraphsPanel  # the Race tab's curves and verdict
+    baseline: BaselineController  # the off lanes join the verifier-alone baselines
 
     def window(self) -> QWidget: ...  # the top-level widget (Qt's QWidget.window()): this controller's parent
     def show_graphs(self, tab: int) -> None: ...
     def stop_flushing(self) -> None: ...
-    def add_baseline(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None: ...
 
 
 class RaceController(QObject):
@@ -102,7 +102,7 @@ class RaceController(QObject):
             if key.startswith("off") and trace.stats and not trace.error and w.session is not None:
                 trace.prompt_tokens = trace.prompt_tokens or prompt_tokens
                 # The Live graphs sat hidden behind the Race tab meanwhile: a baseline with the graphs hidden.
-                w.add_baseline(trace, "race", graphs_live=False)
+                w.baseline.add(trace, "race", graphs_live=False)
         plain = html.replace("<br>", " · ")
         plain = re.sub(r"<[^>]+>", "", plain)
         w.show_info(f"Race: {plain}")

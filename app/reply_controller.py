@@ -49,7 +49,7 @@ class ReplyWindow(RunWindow, Protocol):
     chat: ChatView
     graphs: GraphsPanel
     loader: LoadController
-    baseline: BaselineController
+    baseline: BaselineController  # which baseline the reply is shown against; a plain reply joins them
     conversations: ConversationController
     adaptation: AdaptController  # which draft head drafts the reply
     generation_event: SignalInstance  # every event of the streaming reply, after it is folded in
@@ -57,7 +57,6 @@ class ReplyWindow(RunWindow, Protocol):
 
     def flush(self, final: bool = True) -> None: ...
     def stop_flushing(self) -> None: ...
-    def add_baseline(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None: ...
 
 
 class ReplyController(QObject):
@@ -283,4 +282,4 @@ class ReplyController(QObject):
         # (a median of comparable runs is the baseline) instead of replacing them.
         if trace is not None and trace.all_plain and trace.stop_reason in ENDED and (trace.get_stats() or None) \
                 and trace.get_stats().new_tokens >= 8 and self.window.session:
-            self.window.add_baseline(trace, "speculation-off reply")
+            self.window.baseline.add(trace, "speculation-off reply")

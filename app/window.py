@@ -1,24 +1,15 @@
-"""The main window: conversations on the left, the chat in the middle, live graphs on the right.
-
-Threads: model loading, replies and races run on workers (app/worker.py); their slots here only fold
-events into the reply's trace (a buffer). One QTimer (40 ms) flushes new tokens into the chat view and
-new rounds into the graphs. The engine runs one generation at a time, so loading, replying, racing and
-ranking are mutually exclusive: `busy` (a `Busy`) says which one is running; other modules change it
-only through `set_busy`, and build prompts with `prompt_messages`.
-
-The window keeps the layout, the menus and the reply flow; controllers in their own modules do the rest
-through its public surface (`MainWindow`'s docstring): loading (app/loading.py), the race
-(app/race_controller.py), the conversation's life outside a reply (app/conversations.py) and exports
-(app/export.py).
+"""The main window, the app's composition root: conversations on the left, the chat in the middle, live graphs on
+the right, and the controllers that do the work, each in its own module, wired together here. The reply
+(app/reply_controller.py) and the race (app/race_controller.py) are runs (app/run_controller.py) whose events one
+timer draws (app/flush_clock.py); the engine runs one of anything at a time, and `busy` says which. The screens
+are built by app/window_layout.py; the controllers reach the window through ports (app/ports.py).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRect, QSize, QTimer, Signal
+from PySide6.QtCore import QRect, QSize, Signal
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import (
-    QMainWindow,
-)
+from PySide6.QtWidgets import QMainWindow
 
 from app import gc_pin, window_layout
 from app.adapt_controller import AdaptController
@@ -27,6 +18,7 @@ from app.bubbles import MessageBubble
 from app.conversation import Conversation
 from app.conversations import ConversationController
 from app.export import ExportController
+from app.flush_clock import FlushClock
 from app.found_offers import FoundOffers
 from app.host import HostKeeper, Runner
 from app.loading import LoadController
@@ -34,37 +26,24 @@ from app.race_controller import RaceController
 from app.reply_controller import ReplyController
 from app.session import Busy, Session
 from app.settings import Settings
+from app.settings_controller import SettingsController
 from app.speedup import BaselineBook
 from app.store import ConversationStore
 from app.talk import install_talk_mode
 from app.theme import style_sheet
-from app.trace import ReplyTrace
 from app.worker import wait_all
 
-FLUSH_MS = 40
-# While a reply streams, the graphs redraw one panel on every GRAPH_EVERY-th tick (app/graphs/live.py), so each
-# of the six repaints about twice a second: plots cost tens of milliseconds to paint on a 2-core CPU
-# (and hold the GIL the decoding thread needs), text does not. The last flush draws everything.
-GRAPH_EVERY = 2
-# The figures (the graphs' header, the bubble's footer) are rewritten on every FIGURES_EVERY-th tick, about four
-# times a second, and only when tokens arrived: each rewrite is a label's text and size (a millisecond or
-# more on the GUI thread, holding the GIL the decoding thread needs), and on every 40 ms tick it cost a slow
-# verifier's replies a few percent of their tokens/s. The text itself streams on every tick.
-FIGURES_EVERY = 6
 CLOSE_WAIT_S = 0.3  # how long closing waits for a reply to end its round (its text is saved before)
 DEFAULT_SIZE = QSize(1480, 900)
 
 
 class MainWindow(QMainWindow):
-    """The main window and its public surface, which the controllers, app/talk, the rank dialog and main.py
-    use (nothing else of it): the signals below; the state `settings`, `store`, `session`, `conv`,
-    `baselines`, `busy` (changed through `set_busy`), `closing`; the widgets built in `_build`; the
-    methods `prompt_messages`, `show_error`, `show_info`, `update_controls`, `save_settings`, `flush`,
-    `add_baseline`, `graphs_shown`, `job_runner`, `start_flushing`, `send`, `stop`, `new_chat`; and the
-    controllers `replies`, `loader`, `racer`, `baseline`, `conversations`, `exporter` and `talk`. The controllers and
-    dialogs see it through ports (app/ports.py), each a Protocol naming the part of this surface it uses, and
-    change its widgets through verbs (`say`, `set_progress`, `show_graphs`, `fill_composer`…) rather than
-    reaching into them."""
+    """The main window and its public surface, which the controllers, app/talk, the dialogs and main.py use
+    (nothing else of it): the signals below; the state `settings`, `store`, `session`, `conv`, `baselines`, `busy`
+    (changed through `set_busy`), `closing`; the widgets built in `_build`; the methods below; and the controllers
+    `replies`, `loader`, `racer`, `baseline`, `conversations`, `exporter`, `settings_controller` and `talk`. They see
+    it through ports (app/ports.py), each a Protocol naming the part of this surface it uses, and change its
+    widgets through verbs (`say`, `set_progress`, `show_graphs`, `fill_composer`…) rather than reaching into them."""
 
     models_loaded = Signal(object)  # Session
     load_failed = Signal(str)
@@ -104,6 +83,7 @@ class MainWindow(QMainWindow):
         self.racer.finished.connect(lambda _text: self.baseline.start_if_due())  # a measurement that waited
         self.conversations = ConversationController(self)
         self.exporter = ExportController(self)
+        self.settings_controller = SettingsController(self)  # the switches and the settings panel's changes
 
         self.setWindowTitle("specdec")
         self.resize(DEFAULT_SIZE)
@@ -114,10 +94,7 @@ class MainWindow(QMainWindow):
         self.adaptation = AdaptController(self)  # the draft head learns from the chats (app/adapt_controller.py)
         self.found_offers = FoundOffers(self)  # models found on this machine, in the settings' drop-downs
 
-        self.timer = QTimer(self)  # THE flush timer: tokens into the chat, rounds into the graphs
-        self.timer.setInterval(FLUSH_MS)
-        self.timer.timeout.connect(lambda: self.flush(final=False))
-        self._ticks = 0
+        self.clock = FlushClock([self.replies.run, self.racer.run], self.chat, self.graphs, self)
 
         self.conversations.refresh_sidebar()
         self.update_controls()
@@ -130,8 +107,6 @@ class MainWindow(QMainWindow):
     def _build(self) -> None:
         window_layout.build_chat_column(self)
         window_layout.build_left_dock(self)
-        self.settings_panel.models_changed.connect(self._models_changed)
-        self.settings_panel.system.textChanged.connect(self._system_edited)
         window_layout.build_right_dock(self)
         window_layout.build_status_bar(self)
 
@@ -141,8 +116,7 @@ class MainWindow(QMainWindow):
 
         if getattr(self, "rank_dialog", None) is None:
             self.rank_dialog = RankDialog(self)
-        self.rank_dialog.show()
-        self.rank_dialog.raise_()
+        window_layout.raise_dialog(self.rank_dialog)
 
     def show_models(self) -> None:
         """Known models, installed or not, and their pairs (app/models_dialog.py)."""
@@ -151,13 +125,12 @@ class MainWindow(QMainWindow):
         if getattr(self, "models_dialog", None) is None:
             self.models_dialog = ModelsDialog(self)
         self.models_dialog.refresh()
-        self.models_dialog.show()
-        self.models_dialog.raise_()
+        window_layout.raise_dialog(self.models_dialog)
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(DEFAULT_SIZE)
 
-    # ----------------------------------------------------------------------------- public surface --
+    # ------------------------------------------------------------------------------------- state --
     @property
     def busy(self) -> Busy:
         """What the engine is doing; every change is announced on `busy_changed`."""
@@ -183,16 +156,8 @@ class MainWindow(QMainWindow):
         return self._closing
 
     def prompt_messages(self, prompt: str | None = None) -> list[dict] | str:
-        """The chat messages a race or a talk demo runs: the conversation plus `prompt` (else the
-        composer's text), or the conversation up to its last user turn; else a sentence saying why not."""
-        messages = self.conv.chat_messages()
-        text = (prompt if prompt is not None else self.composer.toPlainText()).strip()
-        if text:
-            return messages + [{"role": "user", "content": text}]
-        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
-        if last_user is None:
-            return "Type a prompt in the composer (or send one first)."
-        return messages[: last_user + 1]
+        """The chat messages a run sends (Conversation.prompt_messages): with `prompt`, else the composer's text."""
+        return self.conv.prompt_messages(prompt if prompt is not None else self.composer.toPlainText())
 
     def fit_to(self, area: QRect | None = None) -> None:
         """Fit the window to the screen's available area (at most its default size) and share the width
@@ -225,11 +190,7 @@ class MainWindow(QMainWindow):
 
     def set_progress(self, fraction: float | None) -> None:
         """The status bar's progress: `fraction` done (0 to 1), or None for a bar that only says "working"."""
-        if fraction is None:
-            self.progress.setRange(0, 0)
-        else:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * max(0.0, min(1.0, fraction))))
+        self.progress.set_fraction(fraction)
 
     def show_progress(self, on: bool) -> None:
         """Show or hide the load's progress bar and its Cancel button."""
@@ -247,11 +208,7 @@ class MainWindow(QMainWindow):
 
     def fill_composer(self, text: str) -> None:
         """Put `text` in the composer to edit, with the cursor at its end."""
-        self.composer.setPlainText(text)
-        self.composer.setFocus()
-        cursor = self.composer.textCursor()
-        cursor.movePosition(cursor.MoveOperation.End)
-        self.composer.setTextCursor(cursor)
+        self.composer.fill(text)
 
     def clear_composer(self) -> None:
         self.composer.clear()
@@ -261,21 +218,15 @@ class MainWindow(QMainWindow):
 
     def start_flushing(self) -> None:
         """Start the flush timer (a run has started: its events are delivered and drawn on each tick)."""
-        self.timer.start()
+        self.clock.start()
 
     def stop_flushing(self) -> None:
         """Stop the flush timer (the run it repainted for has ended)."""
-        self.timer.stop()
+        self.clock.stop()
 
-    # --------------------------------------------------------------------------------- baselines --
     def graphs_shown(self) -> bool:
         """The live graphs are shown, not behind the Race tab (what a reply decoded in this process competes with)."""
         return self.right_dock.isVisible() and self.graphs.tabs.currentIndex() == 0
-
-    def add_baseline(self, trace: ReplyTrace, source: str, graphs_live: bool | None = None) -> None:
-        """A verifier-alone run (a reply with speculation off, a race's off lane) joins the baselines.
-        `graphs_live`: whether the live graphs repainted while it ran (default: whether they do now)."""
-        self.baseline.add(trace, source, graphs_live)
 
     # ------------------------------------------------------------------------------------- runs --
     def send_from_composer(self) -> None:
@@ -296,13 +247,8 @@ class MainWindow(QMainWindow):
         return self.hosts.runner(self.session, head_version=self.adaptation.head_tokens, adapting=adapting)
 
     def flush(self, final: bool = True) -> None:
-        """New tokens into the chat and new rounds into the graphs (the timer's tick; final: every panel)."""
-        for run in (self.replies.run, self.racer.run):
-            run.deliver()  # the reply's (or the race's) events since the last tick
-        self._ticks += 1
-        figures = final or self._ticks % FIGURES_EVERY == 0  # the header's and the footer's, at the same tick
-        self.chat.flush(figures=figures)
-        self.graphs.flush(panels=final or self._ticks % GRAPH_EVERY == 0, figures=figures)
+        """The runs' new events, tokens into the chat and rounds into the graphs (final: every panel)."""
+        self.clock.flush(final)
 
     def stop(self) -> None:
         """Stop the reply or the race that is running (or the baseline's measurement)."""
@@ -311,48 +257,12 @@ class MainWindow(QMainWindow):
             if run.stop():
                 self.say("Stopping…")
 
-    def set_speculation(self, on: bool) -> None:
-        self.settings.speculate = on
-        self.replies.speculate(on)  # from the streaming reply's next round (a race's lanes keep their own)
-        self.update_controls()
-        self.save_settings()
-
-    def set_colored(self, on: bool) -> None:
-        self.settings.colored = on
-        self.chat.set_colored(on)
-        self.save_settings()
-
-    def set_code_colored(self, on: bool) -> None:
-        self.settings.code_colored = on
-        self.chat.set_code_colored(on)
-        self.save_settings()
-
-    def set_reading(self, on: bool) -> None:
-        self.settings.reading = on
-        self.chat.set_reading(on)
-        self.save_settings()
-
-    # ------------------------------------------------------------------------------ conversations --
     def new_chat(self) -> None:
         """Stop a running reply or race and start an empty conversation."""
         if self.busy in (Busy.REPLY, Busy.RACE):
             self.stop()
         self.replies.forget()  # the stopping reply's last events no longer reach the view
         self.conversations.new()
-
-    # ---------------------------------------------------------------------------------- settings --
-    def _system_edited(self) -> None:
-        """The settings' System box edits the open chat's system prompt, saved with the chat."""
-        self.conv.system = self.settings_panel.system.toPlainText()
-        if self.conv.messages and not self.conv.read_only:
-            self.conversations.store_quietly()
-
-    def _models_changed(self) -> None:
-        self.settings_panel.set_dirty(True)
-        if not self.busy:
-            self.status_label.setText("Model settings changed: they are loaded when you send your next message "
-                                      "(or now: Load models)")
-        self.save_settings()
 
     def save_settings(self) -> None:
         if not self.persist_settings:
@@ -368,7 +278,7 @@ class MainWindow(QMainWindow):
         CLOSE_WAIT_S to end (a reply stops within a round; a model load may not, and main() exits anyway)."""
         first_close = not self._closing
         self._closing = True
-        self.timer.stop()
+        self.clock.stop()
         self.replies.keep_at_close()
         # Keep what was generated so far, and whatever a failed background save left unwritten; what the
         # database refuses goes to a recovery file. If even that fails, the window stays open (once).
@@ -376,7 +286,7 @@ class MainWindow(QMainWindow):
             self._closing = False
             self._close_refused = True
             if self.busy in (Busy.REPLY, Busy.RACE):
-                self.timer.start()
+                self.clock.start()
             self.show_error(self.conversations.lost.get(self.conv.id, ""))  # (nothing is shown while closing)
             event.ignore()
             return

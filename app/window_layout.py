@@ -1,7 +1,7 @@
 """The main window's screens, built once: the chat column in the middle, the conversations and settings dock on
 the left, the graphs dock on the right, the status bar and the menus. Each builder sets the widgets it makes as
 the window's public attributes (its surface: app/window.py's `MainWindow` docstring) and wires them to the
-window's public slots and its controllers; the window wires its private slots itself.
+window's public slots and its controllers.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from app.fit import ElidedLabel, fit_to_screen
 from app.graphs.graphs_panel import GraphsPanel
 from app.legend import Legend
 from app.models_line import models_line
+from app.session import Busy
 from app.settings_panel import SettingsPanel
 from app.sidebar import ConversationSidebar
 
@@ -46,9 +47,9 @@ def build_chat_column(w: Window) -> None:
     v.addLayout(_models_row(w))
     w.legend = Legend()
     w.legend.check.setChecked(w.settings.colored)
-    w.legend.toggled.connect(w.set_colored)
+    w.legend.toggled.connect(w.settings_controller.set_colored)
     w.legend.reading.setChecked(w.settings.reading)
-    w.legend.reading_toggled.connect(w.set_reading)
+    w.legend.reading_toggled.connect(w.settings_controller.set_reading)
     v.addWidget(w.legend)
     w.chat = ChatView()
     w.chat.colored = w.settings.colored
@@ -76,7 +77,7 @@ def _models_row(w: Window) -> QHBoxLayout:
     w.spec_button.setCheckable(True)
     w.spec_button.setChecked(w.settings.speculate)
     w.spec_button.setToolTip(SPEC_TIP)
-    w.spec_button.toggled.connect(w.set_speculation)
+    w.spec_button.toggled.connect(w.settings_controller.set_speculation)
     top.addWidget(w.spec_button)
     return top
 
@@ -105,6 +106,12 @@ def _composer_row(w: Window) -> QHBoxLayout:
     return row
 
 
+def raise_dialog(dialog: QWidget) -> None:
+    """Show a dialog the window keeps (made once) and bring it to the front."""
+    dialog.show()
+    dialog.raise_()
+
+
 def build_left_dock(w: Window) -> None:
     """Conversations and settings, in two tabs."""
     w.left_tabs = QTabWidget()
@@ -118,6 +125,8 @@ def build_left_dock(w: Window) -> None:
     w.left_tabs.addTab(w.sidebar, "Chats")
     w.settings_panel = SettingsPanel(w.settings)
     w.settings_panel.changed.connect(w.save_settings)
+    w.settings_panel.models_changed.connect(w.settings_controller.models_changed)
+    w.settings_panel.system.textChanged.connect(w.settings_controller.system_edited)
     w.settings_panel.load_requested.connect(w.loader.load)
     w.left_tabs.addTab(w.settings_panel, "Settings")
     w.left_dock = QDockWidget("Conversations", w)
@@ -143,10 +152,22 @@ def build_right_dock(w: Window) -> None:
     w.resizeDocks([w.left_dock, w.right_dock], [350, 560], Qt.Orientation.Horizontal)
 
 
+class FractionBar(QProgressBar):
+    """A progress bar set by the fraction done."""
+
+    def set_fraction(self, fraction: float | None) -> None:
+        """`fraction` done (0 to 1), or None for a bar that only says "working"."""
+        if fraction is None:
+            self.setRange(0, 0)
+        else:
+            self.setRange(0, 1000)
+            self.setValue(int(1000 * max(0.0, min(1.0, fraction))))
+
+
 def build_status_bar(w: Window) -> None:
     """The message line, and a model load's progress with a cancel button."""
     sb = w.statusBar()
-    w.progress = QProgressBar()
+    w.progress = FractionBar()
     w.progress.setFixedWidth(220)
     w.progress.setTextVisible(False)
     w.progress.setVisible(False)
@@ -179,15 +200,16 @@ def fit_window(w: Window, default_size: Any, area: QRect | None = None) -> None:
 def show_controls(w: Window, baseline: Any | None) -> None:
     """The buttons and the models' line from the window's `busy` and session; `baseline`: the verifier-alone
     baseline the next reply compares with (app.speedup.Baseline), if any."""
-    generating = w.busy in ("reply", "race")
+    generating = w.busy in (Busy.REPLY, Busy.RACE)
     w.send_button.setVisible(not generating)
     w.stop_button.setVisible(generating)
-    w.send_button.setEnabled(w.busy in ("", "load", "measure"))  # a message sent meanwhile goes once they end
-    w.race_button.setEnabled(w.busy == "" and w.session is not None)
+    # A message sent while the models load (or the baseline is measured) goes once they end.
+    w.send_button.setEnabled(w.busy in (Busy.IDLE, Busy.LOAD, Busy.MEASURE))
+    w.race_button.setEnabled(w.busy == Busy.IDLE and w.session is not None)
     s = w.session
     # Without a usable drafter the engine decodes with the verifier alone, whatever the switch says:
     # the button says so instead of staying green. The setting itself is kept for the next pair.
-    no_drafter = s is not None and s.drafter is None and w.busy != "load"
+    no_drafter = s is not None and s.drafter is None and w.busy != Busy.LOAD
     w.spec_button.setEnabled(not no_drafter)
     if no_drafter:
         w.spec_button.setText("Speculation unavailable")
@@ -196,7 +218,7 @@ def show_controls(w: Window, baseline: Any | None) -> None:
     else:
         w.spec_button.setText("Speculation ON" if w.spec_button.isChecked() else "Speculation OFF")
         w.spec_button.setToolTip(SPEC_TIP)
-    if w.busy == "load":
+    if w.busy == Busy.LOAD:
         return
     if s is None:
         w.model_label.setText("No models loaded — Settings ▸ Load models")
@@ -269,6 +291,6 @@ def _view_menu(w: Window, v: QMenu) -> None:
     w.code_action = action(w, v, "Colour code blocks", None, "Ctrl+Shift+K")
     w.code_action.setCheckable(True)
     w.code_action.setChecked(w.settings.code_colored)
-    w.code_action.toggled.connect(w.set_code_colored)
+    w.code_action.toggled.connect(w.settings_controller.set_code_colored)
     w.chat.code_colours_requested.connect(w.code_action.setChecked)
     action(w, v, "Settings", lambda: (w.left_dock.show(), w.left_tabs.setCurrentIndex(1)), "Ctrl+,")

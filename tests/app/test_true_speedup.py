@@ -86,7 +86,7 @@ def test_mid_reply_the_graph_header_and_the_bubble_footer_show_the_same_speed(ma
     w.generation_event.connect(check)
     with qtbot.waitSignal(w.reply_finished, timeout=60_000):
         w.send("Tell me a long story")
-    # The figures are rewritten every FIGURES_EVERY-th tick (app/window.py), header and footer on the same one.
+    # The figures are rewritten every FIGURES_EVERY-th tick (app/flush_clock.py), header and footer on the same one.
     shown = [(h, f) for h, f in seen if h or f]
     assert shown and all(h == f for h, f in shown), shown[:5]
 
