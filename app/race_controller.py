@@ -2,8 +2,9 @@
 their median and spread), same seed, into the Race graphs.
 
 It runs the same lanes as the Talk menu's race (`lane_events` in app/runs.py): one race
-implementation. Each off run is a verifier-alone run, so it joins the window's baselines, marked as run
-with the live graphs hidden (the Race tab covers them).
+implementation, started as a run (app/run_controller.py) where the chat's replies decode. Each off run is a
+verifier-alone run, so it joins the window's baselines, marked as run with the live graphs hidden (the Race tab
+covers them).
 """
 
 from __future__ import annotations

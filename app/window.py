@@ -1,8 +1,8 @@
 """The main window, the app's composition root: conversations on the left, the chat in the middle, live graphs on
 the right, and the controllers that do the work, each in its own module, wired together here. The reply
 (app/reply_controller.py) and the race (app/race_controller.py) are runs (app/run_controller.py) whose events one
-timer draws (app/flush_clock.py); the engine runs one of anything at a time, and `busy` says which. The screens
-are built by app/window_layout.py; the controllers reach the window through ports (app/ports.py).
+timer draws (app/flush_clock.py). The engine does one thing at a time (load, reply, race, rank...): `busy` says
+which. The screens are built by app/window_layout.py; the controllers reach the window through ports (app/ports.py).
 """
 
 from __future__ import annotations
