@@ -61,6 +61,9 @@ class ChatView(QScrollArea):
         self.code_colored = False  # fenced code coloured token by token (else plain, with thin marks)
         self._streaming: MessageBubble | None = None
         self._footer_stale = False  # tokens of the streaming reply arrived that its footer does not count yet
+        # The streaming reply's rounds its footer counts: a round that lands after its tokens (no new text that
+        # tick) still makes the footer stale, so the footer and the graphs' header change on the same tick.
+        self._footer_rounds = 0
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
         self._earlier: list[Callable[[], object]] = []  # builders of bubbles still to draw above, oldest first
         self._earlier_timer = QTimer(self)
@@ -139,7 +142,7 @@ class ChatView(QScrollArea):
         self._add_bubble(b, (0, 30), above)
         if streaming:
             self._streaming = b
-            self._footer_stale = False
+            self._footer_stale, self._footer_rounds = False, 0
             self._stick = True
         return b
 
@@ -208,16 +211,18 @@ class ChatView(QScrollArea):
 
     def flush(self, figures: bool = True) -> int:
         """Render tokens that arrived since the last flush (called by the window's timer); with `figures`, also
-        the footer's figures, if tokens arrived since they were last shown (always once the reply has ended)."""
+        the footer's figures, if tokens or rounds arrived since they were last shown (always once the reply has
+        ended)."""
         b = self._streaming
         if b is None:
             return 0
         n = b.body.render_pending()
-        self._footer_stale = self._footer_stale or n > 0
+        rounds = len(b.trace.rounds) if b.trace is not None else 0
+        self._footer_stale = self._footer_stale or n > 0 or rounds != self._footer_rounds
         finished = b.trace is not None and b.trace.finished
         if finished or (figures and self._footer_stale):
             b.update_footer()
-            self._footer_stale = False
+            self._footer_stale, self._footer_rounds = False, rounds
         if finished:
             b.set_streaming(False)
             self._streaming = None

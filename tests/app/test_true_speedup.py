@@ -246,3 +246,24 @@ def test_the_verifier_alone_line_labels_itself_on_the_side_away_from_the_running
         graphs._draw_panel("tps")
         label = graphs.panels["tps"].baseline_line.label
         assert label.anchors == [side, side] and "verifier alone" in label.toPlainText()
+
+
+def test_a_round_that_lands_on_a_tick_without_new_text_still_refreshes_the_footer(qtbot):
+    """The graphs' header redraws when rounds arrive; the footer must too, or the two show different tokens/s on
+    the same tick (a round's verdict can land one tick after its tokens)."""
+    from app.chat_view import ChatView
+    from app.trace import ReplyTrace
+    from specdec_core.events import DraftStop, Prefilled, RoundVerified, TokenCommitted, TokenState
+
+    view = ChatView()
+    qtbot.addWidget(view)
+    trace = ReplyTrace()
+    trace.apply(Prefilled(5, 0, 0.01))
+    bubble = view.add_assistant(trace, 1, streaming=True)
+    for index, token in enumerate((10, 11, 12)):
+        trace.apply(TokenCommitted(token, f" w{token}", TokenState.PLAIN, index, 0, None, 0.9, None))
+        view.flush(figures=True)  # the text and the footer, from what has arrived
+        trace.apply(RoundVerified(index, (), 0, token, TokenState.PLAIN, DraftStop.PROBE, 0, 0.0, 0.01 * (index + 1),
+                                  0.001, rows=1))
+        view.flush(figures=True)  # no new text, a new round
+        assert bubble.footer.text() == trace.summary()
