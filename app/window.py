@@ -55,6 +55,7 @@ GRAPH_EVERY = 2
 # more on the GUI thread, holding the GIL the decoding thread needs), and on every 40 ms tick it cost a slow
 # verifier's replies a few percent of their tokens/s. The text itself streams on every tick.
 FIGURES_EVERY = 6
+PREPARE_AFTER_MS = 300  # a reply ended: the next message's bubbles are built this much later (ChatView.prepare)
 CLOSE_WAIT_S = 0.3  # how long closing waits for a reply to end its round (its text is saved before)
 DEFAULT_SIZE = QSize(1480, 900)
 
@@ -467,6 +468,8 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         if trace is not None and not self._closing:
             self.reply_finished.emit(trace)
+        # The next message's bubbles, built once the window has settled (not in this turn, which redraws the reply).
+        QTimer.singleShot(PREPARE_AFTER_MS, self.chat, self.chat.prepare)
         self.baseline.after_reply(trace)
 
     def flush(self, final: bool = True) -> None:
