@@ -4,10 +4,10 @@ figures and over the theory panel's words, and the open chat's `ChatAcceptance` 
 Cost: the window's timer calls `flush()`; new rounds go into the figures' buffers (cheap), then while a reply
 streams only the next panel with new data is redrawn (one per tick, so each panel repaints a few times a
 second), axis ranges grow in steps so axes are re-laid out rarely, and nothing is drawn while the panel is
-hidden. The header is a plain label (a plot title re-lays out its plot). A streaming reply shown, or its baseline
-given, redraws every panel at the next tick that draws panels, not at once: a reply starts in the event-loop turn
-that builds its bubbles (and then learns its baseline as its prompt is built), and drawing seven plots there too
-froze the window for that whole turn.
+hidden. The header is a plain label (a plot title re-lays out its plot). A reply that has just started (no round
+yet) redraws every panel at the next tick that draws panels, not at once, and so does its baseline given then: a
+reply starts in the event-loop turn that builds its bubbles (and learns its baseline as its prompt is built), and
+drawing seven plots there too froze the window for that whole turn.
 """
 
 from __future__ import annotations
@@ -154,9 +154,10 @@ class LiveGraphs(QWidget):
         self._draw_at_tick()
 
     def _draw_at_tick(self) -> None:
-        """Every panel: now, unless a reply streams in these shown graphs; then at the next flush that draws panels
-        (the window's tick), once however many changes came before it."""
-        if self.trace is not None and not self.trace.finished and self.isVisible():
+        """Every panel: now, unless these shown graphs follow a reply that has just started (no round yet); then at
+        the next flush that draws panels (the window's tick), once however many changes came before it."""
+        trace = self.trace
+        if trace is not None and not trace.finished and not trace.rounds and self.isVisible():
             self._redraw_due = True
             self._header_stale = True
         else:
