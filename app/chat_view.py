@@ -74,6 +74,7 @@ class ChatView(QScrollArea):
         self._box: QVBoxLayout | None = None  # the top box of bubbles drawn above, while it has room
         self._in_box = 0  # bubbles in it
         self._last_slice: tuple[int, float, float] | None = None  # (bubbles, build seconds, when it ended)
+        self._spare: dict[str, MessageBubble] = {}  # a bubble of each role built ahead (prepare), not shown yet
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
         self.verticalScrollBar().valueChanged.connect(self._on_scroll)
         self.empty = QLabel(
@@ -126,16 +127,32 @@ class ChatView(QScrollArea):
         else:
             self.bubbles.append(b)
 
+    def prepare(self) -> None:
+        """Build a bubble of each role ahead, for the next message and its reply (call it while the window idles:
+        after a load, after a reply). Sending a message then only fills them in: building the two bubbles was
+        a third of the work done in the event-loop turn of a Send, during which the window cannot repaint."""
+        for role in ("user", "assistant"):
+            if role not in self._spare:
+                self._spare[role] = MessageBubble(role, 0)
+
+    def _bubble(self, role: str, index: int) -> MessageBubble:
+        """A bubble for message `index` at the end: the one built ahead (prepare), else a new one."""
+        b = self._spare.pop(role, None)
+        if b is None:
+            return MessageBubble(role, index)
+        b.index = index
+        return b
+
     def add_user(self, text: str, index: int, above: bool = False) -> MessageBubble:
         """A user turn at the end (or, `above`, before every bubble drawn so far)."""
-        b = MessageBubble("user", index)
+        b = MessageBubble("user", index) if above else self._bubble("user", index)
         b.body.set_plain(text)
         self._add_bubble(b, (60, 0), above)
         return b
 
     def add_assistant(self, trace: ReplyTrace, index: int, streaming: bool = False,
                       above: bool = False) -> MessageBubble:
-        b = MessageBubble("assistant", index)
+        b = MessageBubble("assistant", index) if above else self._bubble("assistant", index)
         b.body.set_trace(trace, self.colored, self.reading, self.code_colored)
         b.update_footer()
         b.set_streaming(streaming)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Protocol
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QTimer
 
 from app import branches
 from app import session as session_mod
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from app.loading import LoadController
     from app.settings_panel import SettingsPanel
 
+PREPARE_AFTER_MS = 300  # a reply ended: the next message's bubbles are built this much later (ChatView.prepare)
 ENDED = ("eos", "max_tokens", "stop_string")  # a reply that ran its course (a baseline can be taken from it)
 
 
@@ -275,6 +276,9 @@ class ReplyController(QObject):
         w.stop_flushing()
         if trace is not None and not w.closing:
             w.reply_finished.emit(trace)
+            # The next message's bubbles, built once the window has settled (not in this turn, which redraws
+            # the reply).
+            QTimer.singleShot(PREPARE_AFTER_MS, w.chat, w.chat.prepare)
         w.baseline.after_reply(trace)
 
     def _keep_as_baseline(self, trace: ReplyTrace | None) -> None:

@@ -22,6 +22,7 @@ from specdec_core.config import GenerationConfig
 
 if TYPE_CHECKING:
     from app.host import Job, Runner
+    from specdec_core.drafting.planner import DraftPlanner
 
 
 @dataclass
@@ -81,31 +82,44 @@ class LaneEvent:
 
 
 def engine_lane(key: str, title: str, verifier: Any, drafter: Any, speculate: bool,
-                overrides: dict[str, Any] | None = None) -> Lane:
+                overrides: dict[str, Any] | None = None, planner: DraftPlanner | None = None) -> Lane:
     """A lane on a fresh Engine over `verifier` (cold caches: every lane pays the same prefill); `overrides`:
-    GenerationConfig fields this lane sets its own way."""
+    GenerationConfig fields this lane sets its own way; `planner`: the cost model each run of the lane starts
+    from (a copy of it, so runs learn apart from it and from each other), else a new one."""
 
     def run(ids: list[int], config: GenerationConfig, controls: Any) -> Iterator[object]:
         from specdec_core.engine import Engine
 
-        engine = Engine(verifier, drafter if speculate else None)
+        engine = Engine(verifier, drafter if speculate else None, planner.copy() if planner is not None else None)
         lane_config = config.with_(speculate=speculate and drafter is not None, **(overrides or {}))
         yield from engine.generate(ids, lane_config, controls)
 
     return Lane(key, title, run)
 
 
-def race_lanes(verifier: Any, drafter: Any, pairs: int) -> list[Lane]:
-    """A race: the verifier alone and speculation, `pairs` times each, alternating (speedup.race_order)."""
+def race_lanes(verifier: Any, drafter: Any, pairs: int, planner: DraftPlanner | None = None) -> list[Lane]:
+    """A race: the verifier alone and speculation, `pairs` times each, alternating (speedup.race_order).
+    `planner`: what each speculation run's cost model starts from (chat_planner), else a new one."""
     return [engine_lane(key, "speculation on" if spec else "speculation off", verifier, drafter if spec else None,
-                        spec) for key, spec in race_order(pairs)]
+                        spec, planner=planner if spec else None) for key, spec in race_order(pairs)]
+
+
+def chat_planner(session: Session) -> DraftPlanner | None:
+    """The cost model of the chat's engine, where it drafts with the session's drafter: a race started from it
+    drafts as the chat's next reply would. A lane on a new planner drafts by other rules in its first rounds (a
+    draft's cost taken as free until timed, no pause carried over), so its speedup is not the one the footer
+    shows for a reply of the same prompt (bench/footer_vs_race.py). None: a new one."""
+    engine = session.engine
+    if engine is None or session.drafter is None or getattr(engine, "drafter", None) is not session.drafter:
+        return None
+    return engine.planner
 
 
 def race_events(session: Session, messages: list[dict], system: str | None, config: GenerationConfig, pairs: int,
                 controls: Any) -> Iterator[object]:
     """A race as a job (app/host.py): PromptInfo, then race_lanes' events as LaneEvents, lane after lane."""
     ctx = RunContext(session, messages, system, config)
-    return lane_events(ctx, race_lanes(session.verifier, session.drafter, pairs), controls)
+    return lane_events(ctx, race_lanes(session.verifier, session.drafter, pairs, chat_planner(session)), controls)
 
 
 def race_spread_of(traces: dict[str, ReplyTrace]) -> RaceSpread | None:

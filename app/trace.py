@@ -275,8 +275,8 @@ class ReplyTrace:
             parts.append(f"acceptance {s.acceptance_rate:.0%}")
             parts.append(f"{s.mean_accepted_length:.2f} tokens/call")
             parts.append(f"{s.accepted}/{s.drafted} drafted tokens accepted")  # the counts, as LM Studio gives them
-        elif self.all_plain:
-            parts.append("speculation off")
+        elif self.all_plain:  # as the graphs' headline says it: a reply the cost model priced out was not "off"
+            parts.append("speculation paused: drafts do not pay here" if self.paused_rounds() else "speculation off")
         copied = sum(r.copied for r in self.rounds)
         if copied and n:  # a repeated prompt's reply copies the earlier one: its speed says little about drafting
             parts.append(f"{copied / n:.0%} of it copied from earlier text ({copied}/{n} tokens, prompt lookup)")

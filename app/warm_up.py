@@ -8,7 +8,8 @@ masked arrays, on the graphs' first median; the UTF-16 codec, on the token view'
 first layout and paint of a streaming bubble and of the live graphs with data (style sheets, fonts, glyphs,
 pyqtgraph's first curves and axis labels). This module rehearses those on a scripted reply that is never
 shown: a bubble made hidden and painted into a pixmap, and the live graphs painted with it into a pixmap and
-handed back their own reply before the event loop could show them anything else.
+handed back their own reply before the event loop could show them anything else. Last, the chat builds the
+bubbles of the first message and its reply ahead (ChatView.prepare), as it does again after each reply.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from specdec_core.events import TokenState
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QWidget
 
+    from app.chat_view import ChatView
     from app.graphs.graphs_panel import GraphsPanel
 
 # A reply with every token state, prose, digits and a fenced code block: the paths a real one takes.
@@ -34,6 +36,7 @@ _PIECES = ["Here", " is", " a", " function", ":\n\n", "```", "python", "\n", "de
 
 class WarmWindow(Protocol):
     graphs: GraphsPanel
+    chat: ChatView  # builds the first message's bubbles ahead (ChatView.prepare)
 
     def window(self) -> QWidget: ...  # the top-level widget: the rehearsed bubble's parent (its style sheet)
 
@@ -91,7 +94,7 @@ def _graphs(window: WarmWindow) -> None:
 
 
 def steps(window: WarmWindow) -> list[Callable[[], None]]:
-    return [_imports, lambda: _bubble(window), lambda: _graphs(window)]
+    return [_imports, lambda: _bubble(window), lambda: _graphs(window), window.chat.prepare]
 
 
 def warm_up(window: WarmWindow, then: Callable[[], None] = lambda: None) -> None:

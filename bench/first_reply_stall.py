@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import os
+import pstats
 import sys
 import threading
 import time
@@ -31,6 +33,7 @@ class StallProbe:
         self.interval_ms = interval_ms
         self.stack_after_s = stack_after_ms / 1000
         self.gaps: list[tuple[float, float]] = []  # (seconds since start, gap in ms past the interval)
+        self.cpu: list[float] = []  # per gap: the GUI thread's CPU ms in it (the rest it waited: a core, the GIL)
         self.stacks: collections.Counter[str] = collections.Counter()
         self._last = 0.0
         self._start = 0.0
@@ -43,7 +46,9 @@ class StallProbe:
     def start(self) -> None:
         self.gaps.clear()
         self.stacks.clear()
+        self.cpu.clear()
         self._start = self._last = time.perf_counter()
+        self._last_cpu = time.thread_time()
         self._running = True
         self._timer.start()
         threading.Thread(target=self._sample, daemon=True, name="stall-sampler").start()
@@ -54,8 +59,10 @@ class StallProbe:
 
     def _tick(self) -> None:
         now = time.perf_counter()
+        cpu = time.thread_time()
         self.gaps.append((now - self._start, max(0.0, (now - self._last) * 1000 - self.interval_ms)))
-        self._last = now
+        self.cpu.append((cpu - self._last_cpu) * 1000)
+        self._last, self._last_cpu = now, cpu
 
     def _sample(self) -> None:
         while self._running:
@@ -67,30 +74,42 @@ class StallProbe:
                     self.stacks["".join(line for line in lines if "/site-packages/" not in line or
                                         "pyqtgraph" in line)[-1600:]] += 1
 
-    def worst(self, n: int = 5) -> list[tuple[float, float]]:
-        return sorted(self.gaps, key=lambda g: -g[1])[:n]
+    def worst(self, n: int = 5) -> list[tuple[float, float, float]]:
+        """The n longest gaps: (seconds since start, ms past the interval, the GUI thread's CPU ms in the gap)."""
+        order = sorted(range(len(self.gaps)), key=lambda i: -self.gaps[i][1])[:n]
+        return [(*self.gaps[i], self.cpu[i]) for i in order]
 
 
 def timed_application():
     """A QApplication that times the delivery of every event (its C++ work too: layouts, paints, font loads that a
-    Python stack sample cannot see), keeping those over 15 ms while `on` is set, by receiver and event type."""
+    Python stack sample cannot see) while `on` is set: those over 15 ms by receiver and event type (`slow`), and
+    the outermost ones over 5 ms in order, with the GUI thread's CPU time in each (`top`: what ran back to back)."""
     from PySide6.QtWidgets import QApplication
 
     class TimedApp(QApplication):
         on = False
+        start = 0.0
         slow: list[tuple[float, str]] = []
+        top: list[tuple[float, float, float, str]] = []  # (seconds since start, wall ms, CPU ms, what)
+        _depth = 0
 
         def notify(self, receiver, event):  # noqa: N802 - Qt override
             if not TimedApp.on:
                 return super().notify(receiver, event)
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.thread_time()
+            TimedApp._depth += 1
             try:
                 return super().notify(receiver, event)
             finally:
+                TimedApp._depth -= 1
                 took = (time.perf_counter() - t) * 1000
-                if took > 15:
+                if took > 5:
                     name = f"{type(receiver).__name__}({receiver.objectName()})" if receiver is not None else "?"
-                    TimedApp.slow.append((took, f"{name} {event.type().name}"))
+                    if took > 15:
+                        TimedApp.slow.append((took, f"{name} {event.type().name}"))
+                    if TimedApp._depth == 0:
+                        TimedApp.top.append((t - TimedApp.start, took, (time.thread_time() - cpu) * 1000,
+                                             f"{name} {event.type().name}"))
 
     return TimedApp(sys.argv[:1])
 
@@ -105,6 +124,11 @@ def main() -> int:
     p.add_argument("--wait-baseline", action="store_true",
                    help="send the first prompt once the window is idle (its after-load rehearsal and measurement done)")
     p.add_argument("--stacks", type=int, default=3, help="the most sampled GUI-thread stacks to print")
+    p.add_argument("--profile-lines", type=int, default=0,
+                   help="profile the GUI thread as the first reply starts and print this many lines (cumulative)")
+    p.add_argument("--timeline-s", type=float, default=0.0,
+                   help="list what ran on the GUI thread for over 5 ms in this many seconds after Send")
+    p.add_argument("--profile-s", type=float, default=0.5, help="seconds after Send that the profile covers")
     args = p.parse_args()
     from app.settings import Settings
 
@@ -117,7 +141,7 @@ def main() -> int:
     window.resize(1024, 700)
     load_models(window)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", flush=True)
-    from PySide6.QtCore import QEventLoop
+    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     if args.wait_baseline:
@@ -130,20 +154,35 @@ def main() -> int:
     for i in range(args.replies):
         loop = QEventLoop()
         window.reply_finished.connect(loop.quit)
+        profiler = cProfile.Profile() if args.profile_lines and i == 0 else None
+        if profiler is not None:
+            profiler.enable()  # the GUI thread's Python (and what it calls into Qt) as the first reply starts
+            QTimer.singleShot(int(args.profile_s * 1000), profiler.disable)
         probe.start()
-        type(timed).on, type(timed).slow[:] = True, []
+        type(timed).on, type(timed).slow[:], type(timed).top[:] = True, [], []
+        type(timed).start = time.perf_counter()
         window.composer.setPlainText(prompts[i % len(prompts)])
+        t, cpu = time.perf_counter(), time.thread_time()
         window.send_from_composer()
+        type(timed).top.append((0.0, (time.perf_counter() - t) * 1000, (time.thread_time() - cpu) * 1000, "Send"))
         loop.exec()
         window.reply_finished.disconnect(loop.quit)
         probe.stop()
         trace = window.chat.bubbles[-1].trace
         worst = probe.worst()
-        print(f"reply {i + 1}: max stall {worst[0][1]:.0f} ms at {worst[0][0]:.2f} s; next: "
-              + ", ".join(f"{g:.0f} ms at {t:.2f} s" for t, g in worst[1:]) + f"; {trace.summary()}", flush=True)
+        print(f"reply {i + 1}: max stall {worst[0][1]:.0f} ms at {worst[0][0]:.2f} s ({worst[0][2]:.0f} ms CPU); "
+              "next: " + ", ".join(f"{g:.0f} ms at {t:.2f} s ({c:.0f} CPU)" for t, g, c in worst[1:])
+              + f"; load average {os.getloadavg()[0]:.2f}; {trace.summary()}", flush=True)
+        if profiler is not None and i == 0:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.profile_lines)
         type(timed).on = False
         print("  slowest event deliveries (nested ones count in their parents too): " + "; ".join(
             f"{took:.0f} ms {what}" for took, what in sorted(type(timed).slow, reverse=True)[:8]))
+        if args.timeline_s:
+            print(f"  what ran on the GUI thread over 5 ms, in the first {args.timeline_s} s: " + "; ".join(
+                f"{at:.2f} s {what} {wall:.0f} ms ({cpu:.0f} CPU)" for at, wall, cpu, what in type(timed).top
+                if at <= args.timeline_s))
         for stack, count in probe.stacks.most_common(args.stacks):
             print(f"  -- GUI thread stalled here ({count} samples of 10 ms):\n{stack}")
         for _ in range(20):

@@ -4,7 +4,10 @@ figures and over the theory panel's words, and the open chat's `ChatAcceptance` 
 Cost: the window's timer calls `flush()`; new rounds go into the figures' buffers (cheap), then while a reply
 streams only the next panel with new data is redrawn (one per tick, so each panel repaints a few times a
 second), axis ranges grow in steps so axes are re-laid out rarely, and nothing is drawn while the panel is
-hidden. The header is a plain label (a plot title re-lays out its plot).
+hidden. The header is a plain label (a plot title re-lays out its plot). A reply that has just started (no round
+yet) redraws every panel at the next tick that draws panels, not at once, and so does its baseline given then: a
+reply starts in the event-loop turn that builds its bubbles (and learns its baseline as its prompt is built), and
+drawing seven plots there too froze the window for that whole turn.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class LiveGraphs(QWidget):
         self._columns = 0
         self._panel_at = 0.0  # perf_counter of the last panel redrawn while a reply streamed
         self._header_stale = False  # rounds arrived that the header does not show yet
+        self._redraw_due = False  # every panel is redrawn at the next flush that draws panels (_draw_at_tick)
         fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
         pg.setConfigOptions(antialias=False, foreground=fg, background=None)
         self._build_layout()
@@ -137,7 +141,7 @@ class LiveGraphs(QWidget):
         self.switch_marks.clear()
         self._ranges = {}
         self._copy_rounds()
-        self._draw()
+        self._draw_at_tick()
 
     def set_baseline(self, tps: float | None, how: str = "", verify_s_per_token: float | None = None,
                      like_for_like: bool = False) -> None:
@@ -147,7 +151,17 @@ class LiveGraphs(QWidget):
             self.baseline_how = how
         if verify_s_per_token:
             self.figures.verify_s_per_token = verify_s_per_token
-        self._draw()
+        self._draw_at_tick()
+
+    def _draw_at_tick(self) -> None:
+        """Every panel: now, unless these shown graphs follow a reply that has just started (no round yet); then at
+        the next flush that draws panels (the window's tick), once however many changes came before it."""
+        trace = self.trace
+        if trace is not None and not trace.finished and not trace.rounds and self.isVisible():
+            self._redraw_due = True
+            self._header_stale = True
+        else:
+            self._draw()
 
     def _copy_rounds(self) -> bool:
         new = self.figures.copy_rounds()
@@ -163,8 +177,8 @@ class LiveGraphs(QWidget):
         if trace is None:
             return False
         new = self._copy_rounds()
-        if trace.finished and not self._drew_final:
-            self._drew_final = True
+        if (trace.finished and not self._drew_final) or (self._redraw_due and panels and self.isVisible()):
+            self._drew_final = trace.finished
             self._draw()
             return True
         if new:  # every panel is due again, in turn: the one redrawn last goes to the back of the queue
@@ -185,7 +199,7 @@ class LiveGraphs(QWidget):
     # -- drawing ------------------------------------------------------------------------------------
     def _draw(self) -> None:
         """Every panel at once (a new trace or baseline, the final figures, the panel shown again)."""
-        self._dirty = []
+        self._dirty, self._redraw_due = [], False
         if not self.isVisible() and self.trace is not None and not self.trace.finished:
             self._dirty = list(self.PANELS)  # drawn when shown
             self._show_headline()

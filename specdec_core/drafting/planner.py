@@ -12,6 +12,7 @@ Policy is set once, in the constructor (DraftPolicy), never by flipping attribut
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -119,6 +120,11 @@ class DraftPlanner:
         if not (policy or self.policy).draft_during_prefill or drafter is None or drafter.reads_verifier:
             return False
         return device.type == "cpu" and torch.get_num_threads() == 1 and defaults.available_cpus() >= 2
+
+    def copy(self) -> DraftPlanner:
+        """A planner that starts from what this one has learned (costs, acceptance, a pause under way) and learns
+        apart from it from then on. The drafter it measured is the same one, not a copy."""
+        return copy.deepcopy(self, {id(self._measured): self._measured})
 
     # -- the costs this machine remembers
 

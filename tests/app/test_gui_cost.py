@@ -61,6 +61,7 @@ def _shown_graphs(qtbot, size=None, baseline_tps=None):
     graphs.show()
     trace = ReplyTrace()
     graphs.set_trace(trace, baseline_tps)
+    graphs.flush(panels=True)  # the reply's start, drawn at the first tick that draws panels
     return graphs, trace
 
 

@@ -143,3 +143,12 @@ def test_the_header_names_the_drafts_dtype_where_it_differs_from_the_verifiers(m
     w.session.draft = dataclasses.replace(w.session.draft, dtype=torch.bfloat16)
     w.update_controls()
     assert "cpu float32 (draft bfloat16)" in w.model_label.text()
+
+
+def test_a_footer_says_speculation_paused_not_off_when_the_cost_model_drafted_nothing():
+    paused = ReplyTrace(baseline_tps=20.0, stop_reason="max_tokens")
+    paused.rounds = rounds([(0, "cost"), (0, "probe")] * 8)
+    off = ReplyTrace(baseline_tps=20.0, stop_reason="max_tokens")
+    off.rounds = rounds([(0, "off")] * 16)
+    assert "speculation paused: drafts do not pay here" in paused.summary() and "off" not in paused.summary()
+    assert "speculation off" in off.summary() and "paused" not in off.summary()
