@@ -283,7 +283,8 @@ class ReplyTrace:
         mixed = mixed_words(self)
         if mixed:  # its tokens/s averages decoding with and without speculation: no one speedup
             parts.append(mixed)
-        elif self.speedup() is not None and self.speculative:
+        elif self.speedup() is not None and (self.speculative or self.paused_rounds()):
+            # A reply the cost model priced out still ran with speculation on: what that cost (or not) is its figure.
             words = self.speedup_words()
             parts.append(words + (f" ({self.baseline_note})" if self.baseline_note and "±" in words else ""))
         elif self.speculative and self.baseline_note and not self.baseline_tps:

@@ -28,7 +28,11 @@ def header_parts(f: ReplyFigures, switched: bool, like_for_like: bool) -> list[s
             parts.append(f"<b style='color:{color}'>{sp:.2f}×</b> ±{sp * spread:.2f} vs {f.baseline_tps:.1f} tok/s")
         else:  # a ratio against the load-time calibration is no verdict: said plainly, without colour
             parts.append(f"{sp:.2f}× ±{sp * spread:.2f} vs {f.baseline_tps:.1f} tok/s (not like for like)")
-    elif sp is not None and not (trace is not None and trace.paused_rounds()):
+    elif sp is not None and trace is not None and trace.paused_rounds():
+        # priced out: no draft ran, but speculation was on, and the footer shows what that reply's speed was
+        parts.append(f"nothing drafted: {sp:.2f}× ±{sp * spread:.2f} vs {f.baseline_tps:.1f} tok/s" if spread
+                     else f"nothing drafted ({sp:.2f}× the baseline)")
+    elif sp is not None:
         parts.append(f"speculation off ({sp:.2f}× the baseline)")
     if f.tally.drafted and f.tally.rounds:
         parts.append(f"{f.tally.snapshot().mean_accepted_length:.2f} tokens per verifier call")

@@ -155,7 +155,7 @@ class LiveGraphs(QWidget):
 
     def _draw_at_tick(self) -> None:
         """Every panel: now, unless these shown graphs follow a reply that has just started (no round yet); then at
-        the next flush that draws panels (the window's tick), once however many changes came before it."""
+        the next flush that draws panels and figures (the window's tick), once however many changes came before it."""
         trace = self.trace
         if trace is not None and not trace.finished and not trace.rounds and self.isVisible():
             self._redraw_due = True
@@ -177,7 +177,8 @@ class LiveGraphs(QWidget):
         if trace is None:
             return False
         new = self._copy_rounds()
-        if (trace.finished and not self._drew_final) or (self._redraw_due and panels and self.isVisible()):
+        # The deferred redraw draws the header too: only on a tick that shows figures, as the chat's footer does.
+        if (trace.finished and not self._drew_final) or (self._redraw_due and panels and figures and self.isVisible()):
             self._drew_final = trace.finished
             self._draw()
             return True
