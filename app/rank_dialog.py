@@ -130,8 +130,8 @@ class RankDialog(QDialog):
     def start(self) -> None:
         from specdec_core.config import GenerationConfig
         from specdec_core.errors import SpecdecError
-        from specdec_core.measuring.rank import Candidate, parse_gammas
         from specdec_core.measuring.prompt_sets import load_prompts
+        from specdec_core.measuring.rank import Candidate, parse_gammas
 
         window = self.window_
         session = window.session

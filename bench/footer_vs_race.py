@@ -30,6 +30,7 @@ import time
 
 from ui_latency import load_models, open_window  # noqa: E402 - bench/ is the script's folder
 
+
 def pump_until(done, timeout_s: float, what: str) -> None:
     """Run the window's event loop until `done()` (or give up after `timeout_s`, saying what was awaited)."""
     from PySide6.QtCore import QEventLoop

@@ -204,10 +204,10 @@ def measure_prompt(window, prompt: str, rounds: int, race_via: str, say: Callabl
     runs = PromptRuns(prompt, load=[os.getloadavg()[0]])
     for r in range(rounds):
         off_first = r % 2 == 0
-        steps = [("footer", lambda: measure_footer(window, prompt, off_first, runs)),
+        steps = [("footer", lambda first=off_first: measure_footer(window, prompt, first, runs)),
                  ("race", lambda: measure_race(window, prompt, race_via, runs)),
-                 ("cli", lambda: measure_cli(window, prompt, off_first, True, runs)),
-                 ("window's engine", lambda: measure_cli(window, prompt, off_first, False, runs))]
+                 ("cli", lambda first=off_first: measure_cli(window, prompt, first, True, runs)),
+                 ("window's engine", lambda first=off_first: measure_cli(window, prompt, first, False, runs))]
         k = r % len(steps)
         for name, step in steps[k:] + steps[:k]:  # each round starts one place later
             t0 = time.perf_counter()

@@ -85,8 +85,8 @@ def render_page(path: Path) -> str:
     for a paragraph); "" where groff fails."""
     try:
         source = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-        done = subprocess.run(["groff", "-k", "-Kutf-8", "-man", "-Tutf8", "-P-cbou", "-rHY=0", "-rLL=500n"], input=source,
-                              capture_output=True, timeout=20, check=False)
+        command = ["groff", "-k", "-Kutf-8", "-man", "-Tutf8", "-P-cbou", "-rHY=0", "-rLL=500n"]
+        done = subprocess.run(command, input=source, capture_output=True, timeout=20, check=False)
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout.decode("utf-8", "replace")
