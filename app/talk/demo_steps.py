@@ -61,6 +61,10 @@ class StepPage(QWidget):
     def begin(self, ctx: RunContext, results: DemoResults) -> None:
         raise NotImplementedError
 
+    def height_for(self, width: int) -> int:
+        """The height the page asks at `width` in the demo's scroll area (DemoView.heightForWidth)."""
+        return max(self.heightForWidth(width), self.minimumSizeHint().height())
+
     def stop(self) -> None:
         """Stop a run that goes on (leaving the step early)."""
 
@@ -192,6 +196,11 @@ class ReplayPage(StepPage):
     @property
     def playing(self) -> bool:
         return self.beats.isActive()
+
+    def height_for(self, width: int) -> int:
+        """The replay's own height for a scroll area (ReplayWidget.heightForWidth): its stage and numbers at their
+        minimum, the splitter sharing out whatever the window has beyond that."""
+        return self.replay.heightForWidth(width)
 
     def begin(self, ctx: RunContext, results: DemoResults) -> None:
         trace = results.traces.get("spec")

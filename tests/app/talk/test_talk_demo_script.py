@@ -52,6 +52,17 @@ def wait_done(qtbot, view, index: int) -> None:
     qtbot.waitUntil(lambda: index in view.pages and view.pages[index].finished, timeout=STEP_TIMEOUT_MS)
 
 
+def assert_in_view_where_it_fits(view) -> None:
+    """A step whose page can shrink to the dialog does not scroll: its plots shrink, and a taller step shown
+    before it does not leave it that step's height (a QStackedWidget's height for a width is its tallest page's)."""
+    from PySide6.QtWidgets import QApplication, QScrollArea
+
+    QApplication.processEvents()
+    area = view.window().findChild(QScrollArea)
+    if view.minimumSizeHint().height() <= area.viewport().height():
+        assert area.verticalScrollBar().maximum() == 0, (view.index, view.minimumSizeHint(), area.viewport().size())
+
+
 def test_the_demo_reaches_every_step_with_its_figure_and_records_it(qtbot, demo, data_dir):
     from PySide6.QtTest import QTest
 
@@ -69,6 +80,7 @@ def test_the_demo_reaches_every_step_with_its_figure_and_records_it(qtbot, demo,
         assert page.error == "", (STEPS[index].key, page.error)
         assert view.headline.text() and view.detail.text(), STEPS[index].key
         assert view.note.text() == STEPS[index].note
+        assert_in_view_where_it_fits(view)
         QTest.keyClick(view.window(), Qt.Key.Key_Space if index % 2 else Qt.Key.Key_Right)
     assert reached == list(range(len(STEPS)))
     # On the last step (a few lines of text) the demo is as tall as that step needs, not as the race's page.
