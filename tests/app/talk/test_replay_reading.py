@@ -94,3 +94,28 @@ def test_in_its_dialog_the_replay_fits_the_window_so_the_rows_given_to_the_numbe
     bottom = table.mapTo(area.viewport(), QPoint(0, table.height())).y()
     assert bottom <= area.viewport().height()  # the table's last rows are not under the controls
     assert replay.split.sizes()[1] > table.minimumSizeHint().height()  # the room went to the numbers
+
+
+def test_a_tree_round_asks_the_stage_for_its_tree_alone_and_the_numbers_get_the_rest(qtbot):
+    from PySide6.QtWidgets import QApplication
+
+    from app.talk.replay import ReplayWidget
+    from app.talk.round_stage import CHAIN_HEIGHT
+
+    w = ReplayWidget(tree_trace())
+    qtbot.addWidget(w)
+    w.show()
+    assert w.stage.minimumSizeHint().height() == CHAIN_HEIGHT  # before the first round
+    chain_minimum = w.minimumSizeHint().height()
+    w.to_end()  # the tree round's verdict: two rows of candidates
+    QApplication.processEvents()
+    story = w.state.story
+    assert story.tree_nodes
+    needed = w.stage.height_needed(story)
+    assert w.stage.minimumSizeHint().height() == needed < CHAIN_HEIGHT
+    assert w.minimumSizeHint().height() == chain_minimum - (CHAIN_HEIGHT - needed)
+    # At what was the replay's minimum, the height the stage no longer asks goes to the numbers.
+    bottom_minimum = w.split.widget(1).minimumSizeHint().height()
+    w.resize(1000, chain_minimum)
+    QApplication.processEvents()
+    assert w.split.sizes()[1] >= min(rows_height(w.numbers), bottom_minimum + CHAIN_HEIGHT - needed)
