@@ -89,6 +89,29 @@ def test_talk_dialogs_fit_the_screen(screen, qtbot, make_window, send_and_wait):
         dlg.close()
 
 
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_the_models_dialog_fits_the_screen_with_every_known_model_in_view(screen, qtbot, make_window):
+    from app.models_dialog import ModelsDialog
+
+    area = SCREENS[screen]
+    w = make_window(load=False)
+    w.fit_to(QRect(QPoint(0, 0), area))
+    dlg = ModelsDialog(w)
+    qtbot.addWidget(dlg)
+    size = fit_to_screen(dlg, ModelsDialog.PREFERRED, QRect(QPoint(0, 0), area))
+    dlg.show()
+    QApplication.processEvents()
+    assert fits(dlg, area), f"minimum {dlg.minimumSizeHint()} does not fit {area}"
+    frame = dlg.frameGeometry()
+    assert frame.width() <= area.width() and frame.height() <= area.height()
+    assert size == ModelsDialog.PREFERRED.boundedTo(size)  # capped by the screen, never larger than asked
+    table = dlg.table
+    last = table.rowCount() - 1
+    assert last >= 0 and table.rowViewportPosition(last) + table.rowHeight(last) <= table.viewport().height()
+    for button in (dlg.install_button, dlg.remove_button, dlg.cancel_button):
+        assert inside(button, dlg), button.text()
+
+
 def test_presenter_mode_twice_gives_the_layout_back_exactly(qtbot, make_window, send_and_wait):
     w = make_window(max_new_tokens=12)
     w.fit_to(QRect(0, 0, 1480, 900))
