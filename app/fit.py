@@ -56,11 +56,17 @@ def fits(widget: QWidget, area: QSize) -> bool:
     return need.width() + DECORATION.width() <= area.width() and need.height() + DECORATION.height() <= area.height()
 
 
+# A label property: wrap_labels leaves the label on one line. For short text of bounded width (a counter) that
+# shares a row with a stretching widget: wrapped, it broke onto two lines however wide the row.
+ONE_LINE = "one_line"
+
+
 def wrap_labels(root: QWidget) -> None:
-    """Let every text label under `root` wrap: a label that does not wrap is as wide as its longest
-    line (a pair name, a sentence of results), which is what made the talk views 1,200–2,100 px wide."""
+    """Let every text label under `root` wrap (but those marked ONE_LINE): a label that does not wrap is as wide
+    as its longest line (a pair name, a sentence of results), which is what made the talk views 1,200–2,100 px
+    wide."""
     for label in root.findChildren(QLabel):
-        if label.pixmap().isNull() and not label.wordWrap():
+        if label.pixmap().isNull() and not label.wordWrap() and not label.property(ONE_LINE):
             label.setWordWrap(True)
 
 

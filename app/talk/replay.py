@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.fit import available, fit_to_screen, give_rows, scrolling, wrap_labels
+from app.fit import ONE_LINE, available, fit_to_screen, give_rows, scrolling, wrap_labels
 from app.talk import style as ts
 from app.talk.round_stage import RoundStage, chip_label, draft_q
 from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
@@ -205,6 +205,7 @@ class ReplayWidget(QWidget):
         self.slider.valueChanged.connect(self._seek_from_slider)
         seek.addWidget(self.slider, 1)
         self.position = QLabel("")
+        self.position.setProperty(ONE_LINE, True)  # "round 12/40 · beat 30/97" beside the slider, never in two
         ts.set_big(self.position, 0.9)
         seek.addWidget(self.position)
         speed_label = QLabel("speed")

@@ -205,3 +205,24 @@ def test_a_legend_too_narrow_for_its_short_row_wraps_its_swatches_onto_a_second_
     legend.resize(sizes[TWO_ROWS].width(), 100)
     QApplication.processEvents()
     assert legend.swatches[0].y() > legend.check.y()  # the swatches sit under the switches
+
+
+def test_wrap_labels_wraps_every_label_but_one_marked_one_line_like_the_replays_position(qtbot):
+    from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+    from app.fit import ONE_LINE, wrap_labels
+    from app.talk.replay import ReplayWidget
+
+    root = QWidget()
+    qtbot.addWidget(root)
+    lay = QVBoxLayout(root)
+    sentence, counter = QLabel("a sentence of results that may be long"), QLabel("round 1/38 · beat 6/66")
+    counter.setProperty(ONE_LINE, True)
+    for label in (sentence, counter):
+        lay.addWidget(label)
+    wrap_labels(root)
+    assert sentence.wordWrap() and not counter.wordWrap()
+    replay = ReplayWidget()
+    qtbot.addWidget(replay)
+    wrap_labels(replay)
+    assert not replay.position.wordWrap() and replay.caption.wordWrap()
