@@ -124,6 +124,28 @@ def test_the_replay_step_plays_its_best_round_and_holds_at_its_end(qtbot, saved_
     assert state.rounds[state.step.round].index == best_round(saved_trace).index
 
 
+def test_the_theory_step_shrunk_to_the_least_it_needs_keeps_its_rows_apart_and_its_plot_at_its_minimum(qtbot,
+                                                                                                         saved_trace):
+    from PySide6.QtWidgets import QApplication
+
+    from app.talk.demo_script import STEPS
+    from app.talk.demo_steps import DemoResults, TheoryPage
+
+    page = TheoryPage(next(s for s in STEPS if s.key == "theory"))
+    qtbot.addWidget(page)
+    page.begin(None, DemoResults(traces={"spec": saved_trace}))
+    assert page.finished and page.give > 0  # its plot can give up height before the demo scrolls
+    page.show()
+    page.resize(600, page.least_height(600))
+    QApplication.processEvents()
+    e = page.explainer
+    plot, source = e.plot, e.source
+    assert plot.height() >= plot.minimumHeight()
+    assert plot.mapTo(page, plot.rect().bottomLeft()).y() < source.mapTo(page, source.rect().topLeft()).y()
+    assert source.mapTo(page, source.rect().bottomLeft()).y() <= page.height()  # the last row on the page
+    assert page.least_height(600) < page.height_for(600)
+
+
 def test_the_notes_window_follows_the_steps(qtbot, demo):
     from app.talk.demo_script import STEPS
 
