@@ -113,16 +113,18 @@ def rows_height(table: QTableView) -> int:
     return table.horizontalHeader().sizeHint().height() + table.verticalHeader().length() + 2 * table.frameWidth() + 2
 
 
-def give_rows(split: QSplitter, table: QTableView) -> None:
+def give_rows(split: QSplitter, table: QTableView, top_least: int = 0) -> None:
     """In a vertical `split` with `table` in its lower part, grow that part to show every row, taking the height
-    from the part above down to its minimum: the replay's numbers stayed at three rows on a full screen. Never
-    shrinks it (a part dragged larger stays so)."""
+    from the part above down to its minimum (or `top_least` where more: what its wrapped text needs at its width,
+    which a splitter does not ask): the replay's numbers stayed at three rows on a full screen. It shrinks that
+    part only to give the part above `top_least`; else a part dragged larger stays so."""
     sizes = split.sizes()
     total = sum(sizes)
     if len(sizes) != 2 or total <= 0:
         return
     top = split.widget(0)
-    top_min = top.minimumSizeHint().expandedTo(top.minimumSize()).height()
+    top_min = max(top_least, top.minimumSizeHint().expandedTo(top.minimumSize()).height())
+    bottom_min = split.widget(1).minimumSizeHint().height()
     bottom = min(rows_height(table), total - top_min)
-    if bottom > sizes[1]:
-        split.setSizes([total - bottom, bottom])
+    if bottom > sizes[1] or (sizes[0] < top_min and sizes[1] > bottom_min):
+        split.setSizes([total - max(bottom, bottom_min), max(bottom, bottom_min)])

@@ -119,3 +119,22 @@ def test_a_tree_round_asks_the_stage_for_its_tree_alone_and_the_numbers_get_the_
     w.resize(1000, chain_minimum)
     QApplication.processEvents()
     assert w.split.sizes()[1] >= min(rows_height(w.numbers), bottom_minimum + CHAIN_HEIGHT - needed)
+
+
+def test_at_its_height_for_a_narrow_width_the_replay_wraps_its_caption_without_squeezing_the_stage(qtbot):
+    from PySide6.QtWidgets import QApplication
+
+    from app.talk.replay import ReplayWidget
+
+    w = ReplayWidget(seven_drafts_trace())
+    qtbot.addWidget(w)
+    w.show()
+    w.to_end()
+    narrow = w.minimumSizeHint().width()  # where the caption wraps to more lines than its minimum holds
+    margins = w.layout().contentsMargins()
+    caption = w.caption.heightForWidth(narrow - margins.left() - margins.right())
+    assert caption > w.caption.minimumSizeHint().expandedTo(w.caption.minimumSize()).height()  # more than two lines
+    w.resize(narrow, w.heightForWidth(narrow))
+    QApplication.processEvents()
+    assert w.caption.height() >= caption
+    assert w.stage.height() >= w.stage.minimumSizeHint().height()
