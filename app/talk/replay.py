@@ -338,7 +338,8 @@ class ReplayWidget(QWidget):
         splitter, counts at its height for `width` (a splitter asks no height for width): counted at its minimum
         of two lines, a three-line caption at 1024 px took its third line from the stage, whose tree shrank."""
         slack = self.split.sizeHint().height() - self.split.minimumSizeHint().height()
-        return max(self.minimumSizeHint().height(), super().heightForWidth(width) - max(0, slack)) + self._wrapped(width)
+        least = max(self.minimumSizeHint().height(), super().heightForWidth(width) - max(0, slack))
+        return least + self._wrapped(width)
 
     def _wrapped(self, width: int) -> int:
         """How much taller than its minimum the caption is at the replay's `width`."""
