@@ -272,10 +272,10 @@ class ViewPage(StepPage):
             view.finished.connect(lambda results_: self._slow_done(view, results_))
         self.view = view
         self.lay.addWidget(view)
-        # The race's replies over its curves (a splitter), or the slow demo's two plots side by side: what they
-        # can give up below what they ask, so the page shrinks them into the dialog before it scrolls.
+        # The race's replies over its curves (a splitter): what they can give up below what they ask, so the page
+        # shrinks them into the dialog before it scrolls. The slow demo gives none: shrunk so at 1024×700, its
+        # lanes' wrapped results were cut under its plots (its page's height for a width counts them short).
         parts = [s for s in view.findChildren(QSplitter) if s.orientation() == Qt.Orientation.Vertical]
-        parts = parts or [getattr(view, "curves_plot")]
         self.give = sum(max(0, p.sizeHint().height() - p.minimumSizeHint().expandedTo(p.minimumSize()).height())
                         for p in parts)
         controls = getattr(view, "controls", None)
