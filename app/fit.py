@@ -56,11 +56,17 @@ def fits(widget: QWidget, area: QSize) -> bool:
     return need.width() + DECORATION.width() <= area.width() and need.height() + DECORATION.height() <= area.height()
 
 
+# A label property: wrap_labels leaves the label on one line. For short text of bounded width (a counter) that
+# shares a row with a stretching widget: wrapped, it broke onto two lines however wide the row.
+ONE_LINE = "one_line"
+
+
 def wrap_labels(root: QWidget) -> None:
-    """Let every text label under `root` wrap: a label that does not wrap is as wide as its longest
-    line (a pair name, a sentence of results), which is what made the talk views 1,200–2,100 px wide."""
+    """Let every text label under `root` wrap (but those marked ONE_LINE): a label that does not wrap is as wide
+    as its longest line (a pair name, a sentence of results), which is what made the talk views 1,200–2,100 px
+    wide."""
     for label in root.findChildren(QLabel):
-        if label.pixmap().isNull() and not label.wordWrap():
+        if label.pixmap().isNull() and not label.wordWrap() and not label.property(ONE_LINE):
             label.setWordWrap(True)
 
 
@@ -107,16 +113,18 @@ def rows_height(table: QTableView) -> int:
     return table.horizontalHeader().sizeHint().height() + table.verticalHeader().length() + 2 * table.frameWidth() + 2
 
 
-def give_rows(split: QSplitter, table: QTableView) -> None:
+def give_rows(split: QSplitter, table: QTableView, top_least: int = 0) -> None:
     """In a vertical `split` with `table` in its lower part, grow that part to show every row, taking the height
-    from the part above down to its minimum: the replay's numbers stayed at three rows on a full screen. Never
-    shrinks it (a part dragged larger stays so)."""
+    from the part above down to its minimum (or `top_least` where more: what its wrapped text needs at its width,
+    which a splitter does not ask): the replay's numbers stayed at three rows on a full screen. It shrinks that
+    part only to give the part above `top_least`; else a part dragged larger stays so."""
     sizes = split.sizes()
     total = sum(sizes)
     if len(sizes) != 2 or total <= 0:
         return
     top = split.widget(0)
-    top_min = top.minimumSizeHint().expandedTo(top.minimumSize()).height()
+    top_min = max(top_least, top.minimumSizeHint().expandedTo(top.minimumSize()).height())
+    bottom_min = split.widget(1).minimumSizeHint().height()
     bottom = min(rows_height(table), total - top_min)
-    if bottom > sizes[1]:
-        split.setSizes([total - bottom, bottom])
+    if bottom > sizes[1] or (sizes[0] < top_min and sizes[1] > bottom_min):
+        split.setSizes([total - max(bottom, bottom_min), max(bottom, bottom_min)])

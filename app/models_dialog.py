@@ -59,6 +59,9 @@ class ModelsWindow(Protocol):
 
 class ModelsDialog(QDialog):
     installed = Signal(str)  # a model's name, once it is installed and converted
+    # Every known model's row and the found table's first rows in view; at 760×420 the known models showed one
+    # row and a half, on any screen. fit_to_screen caps it to a smaller screen (1024×700, scale 2).
+    PREFERRED = QSize(900, 640)
 
     def __init__(self, window: ModelsWindow, cache_dir: Path | None = None) -> None:
         super().__init__(window.window())
@@ -100,7 +103,7 @@ class ModelsDialog(QDialog):
 
         self.pairs = QVBoxLayout()
         layout = QVBoxLayout(self)
-        layout.addWidget(self.table, 1)
+        layout.addWidget(self.table, 2)  # the known models first: the found table is often empty
         layout.addWidget(QLabel("Pairs (verifier + draft):"))
         layout.addLayout(self.pairs)
         layout.addWidget(QLabel("Found on this machine (LM Studio, Ollama, Hugging Face cache, GPT4All, Jan, your "
@@ -110,7 +113,7 @@ class ModelsDialog(QDialog):
         layout.addWidget(self.progress)
         layout.addLayout(buttons)
         self.refresh()
-        fit_to_screen(self, QSize(760, 420))
+        fit_to_screen(self, self.PREFERRED)
 
     # ------------------------------------------------------------------ listing
 

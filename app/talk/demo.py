@@ -91,6 +91,26 @@ class DemoView(QWidget):
                 shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
                 shortcut.activated.connect(slot)
 
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
+        """The height TalkDialog's scroll area gives the demo at `width`: the layout's, with the page on screen in
+        place of the stack's tallest page, and that page no taller than the area leaves it unless the least it
+        needs at that width is more (its plots shrink first). A QStackedWidget is as tall at a width as the
+        tallest page it holds (QStackedLayout.heightForWidth ignores size policies), so once the replay or the
+        theory step had been shown every later step scrolled, even the few lines of step 8; and a page at its
+        preferred height put its plots' lower half under the fold at 1280×800 where they could have shrunk."""
+        full = super().heightForWidth(width)
+        page = self.pages.get(self.index)
+        if page is None or full < 0:
+            return full
+        margins = self.layout().contentsMargins()
+        inner = width - margins.left() - margins.right()
+        rest = full - self.stack.heightForWidth(inner)  # the title, the headline row, the margins
+        page_height = page.height_for(inner)
+        area = self.parentWidget()  # the scroll area's viewport, in TalkDialog
+        if area is not None:
+            page_height = max(page.least_height(inner), min(page_height, area.height() - rest))
+        return rest + page_height
+
     def _controls(self) -> QWidget:
         box = QWidget()
         lay = QVBoxLayout(box)

@@ -49,6 +49,9 @@ class StepPage(QWidget):
         self.finished = False
         self.error = ""
         self.last_headline = self.last_detail = ""
+        # The height the page's plots, one above another, can give up: their preferred height over their minimum.
+        # Set once they are built: a plot's sizeHint asked in the middle of a layout pass crashed pyqtgraph.
+        self.give = 0
         self.headline.connect(self._keep_headline)
         self.detail.connect(self._keep_detail)
         self.lay = QVBoxLayout(self)
@@ -60,6 +63,15 @@ class StepPage(QWidget):
 
     def begin(self, ctx: RunContext, results: DemoResults) -> None:
         raise NotImplementedError
+
+    def height_for(self, width: int) -> int:
+        """The height the page asks at `width` in the demo's scroll area (DemoView.heightForWidth)."""
+        return max(self.heightForWidth(width), self.minimumSizeHint().height())
+
+    def least_height(self, width: int) -> int:
+        """The least height the page needs at `width`: what it asks, less what its plots can give up (`give`).
+        Below it the layout overlaps its rows (the theory step's last row lay over its plot's axis)."""
+        return max(self.minimumSizeHint().height(), self.height_for(width) - self.give)
 
     def stop(self) -> None:
         """Stop a run that goes on (leaving the step early)."""
@@ -193,6 +205,14 @@ class ReplayPage(StepPage):
     def playing(self) -> bool:
         return self.beats.isActive()
 
+    def height_for(self, width: int) -> int:
+        """The replay's own height for a scroll area (ReplayWidget.heightForWidth): its stage and numbers at their
+        minimum, the splitter sharing out whatever the window has beyond that."""
+        return self.replay.heightForWidth(width)
+
+    def least_height(self, width: int) -> int:
+        return self.replay.heightForWidth(width)
+
     def begin(self, ctx: RunContext, results: DemoResults) -> None:
         trace = results.traces.get("spec")
         record = best_round(trace) if trace is not None else None
@@ -252,6 +272,12 @@ class ViewPage(StepPage):
             view.finished.connect(lambda results_: self._slow_done(view, results_))
         self.view = view
         self.lay.addWidget(view)
+        # The race's replies over its curves (a splitter): what they can give up below what they ask, so the page
+        # shrinks them into the dialog before it scrolls. The slow demo gives none: shrunk so at 1024×700, its
+        # lanes' wrapped results were cut under its plots (its page's height for a width counts them short).
+        parts = [s for s in view.findChildren(QSplitter) if s.orientation() == Qt.Orientation.Vertical]
+        self.give = sum(max(0, p.sizeHint().height() - p.minimumSizeHint().expandedTo(p.minimumSize()).height())
+                        for p in parts)
         controls = getattr(view, "controls", None)
         if isinstance(controls, QWidget):  # a race's buttons live outside its scrolled part in a dialog
             self.lay.addWidget(controls)
@@ -301,6 +327,8 @@ class TheoryPage(StepPage):
         super().__init__(step, parent)
         self.explainer = Explainer()
         self.lay.addWidget(self.explainer)
+        plot = self.explainer.plot
+        self.give = max(0, plot.sizeHint().height() - plot.minimumHeight())
         self.lines: list[str] = []
 
     def begin(self, ctx: RunContext, results: DemoResults) -> None:

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.fit import available, fit_to_screen, give_rows, scrolling, wrap_labels
+from app.fit import ONE_LINE, available, fit_to_screen, give_rows, scrolling, wrap_labels
 from app.talk import style as ts
 from app.talk.round_stage import RoundStage, chip_label, draft_q
 from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
@@ -205,6 +205,7 @@ class ReplayWidget(QWidget):
         self.slider.valueChanged.connect(self._seek_from_slider)
         seek.addWidget(self.slider, 1)
         self.position = QLabel("")
+        self.position.setProperty(ONE_LINE, True)  # "round 12/40 · beat 30/97" beside the slider, never in two
         ts.set_big(self.position, 0.9)
         seek.addWidget(self.position)
         speed_label = QLabel("speed")
@@ -333,19 +334,33 @@ class ReplayWidget(QWidget):
         """The height a scroll area (ReplayDialog's) gives the replay: its wrapped labels' heights at `width`, with
         the stage and the numbers at their minimum. The splitter shares out whatever the window has beyond that
         (give_rows), and only a window under it scrolls. At the splitter's preferred height the area held the
-        replay taller than a 1280×800 screen, so the numbers' last rows lay under the controls."""
+        replay taller than a 1280×800 screen, so the numbers' last rows lay under the controls. The caption, in the
+        splitter, counts at its height for `width` (a splitter asks no height for width): counted at its minimum
+        of two lines, a three-line caption at 1024 px took its third line from the stage, whose tree shrank."""
         slack = self.split.sizeHint().height() - self.split.minimumSizeHint().height()
-        return max(self.minimumSizeHint().height(), super().heightForWidth(width) - max(0, slack))
+        least = max(self.minimumSizeHint().height(), super().heightForWidth(width) - max(0, slack))
+        return least + self._wrapped(width)
+
+    def _wrapped(self, width: int) -> int:
+        """How much taller than its minimum the caption is at the replay's `width`."""
+        margins = self.layout().contentsMargins()
+        caption = self.caption.heightForWidth(width - margins.left() - margins.right())
+        return max(0, caption - self.caption.minimumSizeHint().expandedTo(self.caption.minimumSize()).height())
+
+    def _give_rows(self) -> None:
+        """The numbers' rows in view, where the stage at its minimum and the caption at its width leave room."""
+        top = self.split.widget(0)
+        give_rows(self.split, self.numbers, top.minimumSizeHint().height() + self._wrapped(self.width()))
 
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
-        give_rows(self.split, self.numbers)  # a larger window: room for more of the round's rows
+        self._give_rows()  # a larger window: room for more of the round's rows
 
     def render(self) -> None:
         st = self.state
         self.stage.show_beat(st.story, st.step, len(st.rounds), self.greedy)
         self.numbers.show_beat(st.story, st.step, self.greedy)
-        give_rows(self.split, self.numbers)  # every row of the round in view, where the stage can spare the room
+        self._give_rows()  # every row of the round in view, where the stage can spare the room
         self.caption.setText(st.caption())
         tokens = st.committed_tokens()
         self.reply.setHtml(f"<div>{ts.tokens_html(tokens)}</div>" if tokens else

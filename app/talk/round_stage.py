@@ -15,6 +15,7 @@ from app.trace import MAPPED_MARK, TokenRecord, draft_figure
 from specdec_core.events import TokenState
 
 MARGIN = 24.0
+CHAIN_HEIGHT = 330  # a chain round's context, chips, their numbers and the correction row, at the smallest type
 
 
 def chip_label(tok: TokenRecord) -> str:
@@ -36,7 +37,7 @@ class RoundStage(QWidget):
         self.step: Step | None = None
         self.n_rounds = 0
         self.greedy = True
-        self.setMinimumHeight(330)
+        self._min_height = CHAIN_HEIGHT
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setAutoFillBackground(True)
         pal = self.palette()
@@ -46,9 +47,38 @@ class RoundStage(QWidget):
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(1100, 380)
 
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(0, self._min_height)
+
     def show_beat(self, story: RoundStory | None, step: Step | None, n_rounds: int, greedy: bool) -> None:
+        new_round = story is not self.story
         self.story, self.step, self.n_rounds, self.greedy = story, step, n_rounds, greedy
+        if new_round:
+            height = self.height_needed(story)
+            if height != self._min_height:
+                self._min_height = height
+                self.updateGeometry()  # the replay's splitter gives the numbers what the stage no longer needs
         self.update()
+
+    def height_needed(self, story: RoundStory | None) -> int:
+        """The stage's minimum height for `story`: a tree round needs its header and its whole tree at full size
+        (a tree of a few candidates is a row or two, and the stage's room below it kept the replay's numbers
+        out of view at 1024×700); any other round, the chain's height."""
+        if story is None or story.record is None or not story.tree_nodes:
+            return CHAIN_HEIGHT
+        from app.tree_view import layout_tree
+
+        view = self._tree_view()
+        view.set_placed(layout_tree(story.record, None, story.text_before))
+        header = MARGIN + QFontMetricsF(ts.big_font(1.15, bold=True)).height() + 18
+        return min(CHAIN_HEIGHT, int(header + view.sizeHint().height() + 8))
+
+    def _tree_view(self):
+        from app.tree_view import TreeView
+
+        if not hasattr(self, "_tree"):
+            self._tree = TreeView(legend=False)
+        return self._tree
 
     def tree_beat(self, story: RoundStory, step: Step) -> list:
         """The tree's nodes this beat shows: grown up to the candidate being drafted, then every candidate with
@@ -64,11 +94,7 @@ class RoundStage(QWidget):
     def _paint_tree(self, p: QPainter, story: RoundStory, step: Step, area: QRectF) -> None:
         """A tree round: the tree drawn by the tree view's painter, scaled into `area`; the verifier's one pass
         is a box around every candidate."""
-        from app.tree_view import TreeView
-
-        if not hasattr(self, "_tree"):
-            self._tree = TreeView(legend=False)
-        view = self._tree
+        view = self._tree_view()
         view.set_placed(self.tree_beat(story, step))
         hint = view.sizeHint()
         view.resize(hint)

@@ -89,6 +89,29 @@ def test_talk_dialogs_fit_the_screen(screen, qtbot, make_window, send_and_wait):
         dlg.close()
 
 
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_the_models_dialog_fits_the_screen_with_every_known_model_in_view(screen, qtbot, make_window):
+    from app.models_dialog import ModelsDialog
+
+    area = SCREENS[screen]
+    w = make_window(load=False)
+    w.fit_to(QRect(QPoint(0, 0), area))
+    dlg = ModelsDialog(w)
+    qtbot.addWidget(dlg)
+    size = fit_to_screen(dlg, ModelsDialog.PREFERRED, QRect(QPoint(0, 0), area))
+    dlg.show()
+    QApplication.processEvents()
+    assert fits(dlg, area), f"minimum {dlg.minimumSizeHint()} does not fit {area}"
+    frame = dlg.frameGeometry()
+    assert frame.width() <= area.width() and frame.height() <= area.height()
+    assert size == ModelsDialog.PREFERRED.boundedTo(size)  # capped by the screen, never larger than asked
+    table = dlg.table
+    last = table.rowCount() - 1
+    assert last >= 0 and table.rowViewportPosition(last) + table.rowHeight(last) <= table.viewport().height()
+    for button in (dlg.install_button, dlg.remove_button, dlg.cancel_button):
+        assert inside(button, dlg), button.text()
+
+
 def test_presenter_mode_twice_gives_the_layout_back_exactly(qtbot, make_window, send_and_wait):
     w = make_window(max_new_tokens=12)
     w.fit_to(QRect(0, 0, 1480, 900))
@@ -182,3 +205,24 @@ def test_a_legend_too_narrow_for_its_short_row_wraps_its_swatches_onto_a_second_
     legend.resize(sizes[TWO_ROWS].width(), 100)
     QApplication.processEvents()
     assert legend.swatches[0].y() > legend.check.y()  # the swatches sit under the switches
+
+
+def test_wrap_labels_wraps_every_label_but_one_marked_one_line_like_the_replays_position(qtbot):
+    from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+    from app.fit import ONE_LINE, wrap_labels
+    from app.talk.replay import ReplayWidget
+
+    root = QWidget()
+    qtbot.addWidget(root)
+    lay = QVBoxLayout(root)
+    sentence, counter = QLabel("a sentence of results that may be long"), QLabel("round 1/38 · beat 6/66")
+    counter.setProperty(ONE_LINE, True)
+    for label in (sentence, counter):
+        lay.addWidget(label)
+    wrap_labels(root)
+    assert sentence.wordWrap() and not counter.wordWrap()
+    replay = ReplayWidget()
+    qtbot.addWidget(replay)
+    wrap_labels(replay)
+    assert not replay.position.wordWrap() and replay.caption.wordWrap()

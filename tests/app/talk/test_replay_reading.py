@@ -94,3 +94,47 @@ def test_in_its_dialog_the_replay_fits_the_window_so_the_rows_given_to_the_numbe
     bottom = table.mapTo(area.viewport(), QPoint(0, table.height())).y()
     assert bottom <= area.viewport().height()  # the table's last rows are not under the controls
     assert replay.split.sizes()[1] > table.minimumSizeHint().height()  # the room went to the numbers
+
+
+def test_a_tree_round_asks_the_stage_for_its_tree_alone_and_the_numbers_get_the_rest(qtbot):
+    from PySide6.QtWidgets import QApplication
+
+    from app.talk.replay import ReplayWidget
+    from app.talk.round_stage import CHAIN_HEIGHT
+
+    w = ReplayWidget(tree_trace())
+    qtbot.addWidget(w)
+    w.show()
+    assert w.stage.minimumSizeHint().height() == CHAIN_HEIGHT  # before the first round
+    chain_minimum = w.minimumSizeHint().height()
+    w.to_end()  # the tree round's verdict: two rows of candidates
+    QApplication.processEvents()
+    story = w.state.story
+    assert story.tree_nodes
+    needed = w.stage.height_needed(story)
+    assert w.stage.minimumSizeHint().height() == needed < CHAIN_HEIGHT
+    assert w.minimumSizeHint().height() == chain_minimum - (CHAIN_HEIGHT - needed)
+    # At what was the replay's minimum, the height the stage no longer asks goes to the numbers.
+    bottom_minimum = w.split.widget(1).minimumSizeHint().height()
+    w.resize(1000, chain_minimum)
+    QApplication.processEvents()
+    assert w.split.sizes()[1] >= min(rows_height(w.numbers), bottom_minimum + CHAIN_HEIGHT - needed)
+
+
+def test_at_its_height_for_a_narrow_width_the_replay_wraps_its_caption_without_squeezing_the_stage(qtbot):
+    from PySide6.QtWidgets import QApplication
+
+    from app.talk.replay import ReplayWidget
+
+    w = ReplayWidget(seven_drafts_trace())
+    qtbot.addWidget(w)
+    w.show()
+    w.to_end()
+    narrow = w.minimumSizeHint().width()  # where the caption wraps to more lines than its minimum holds
+    margins = w.layout().contentsMargins()
+    caption = w.caption.heightForWidth(narrow - margins.left() - margins.right())
+    assert caption > w.caption.minimumSizeHint().expandedTo(w.caption.minimumSize()).height()  # more than two lines
+    w.resize(narrow, w.heightForWidth(narrow))
+    QApplication.processEvents()
+    assert w.caption.height() >= caption
+    assert w.stage.height() >= w.stage.minimumSizeHint().height()

@@ -52,6 +52,20 @@ def wait_done(qtbot, view, index: int) -> None:
     qtbot.waitUntil(lambda: index in view.pages and view.pages[index].finished, timeout=STEP_TIMEOUT_MS)
 
 
+def assert_in_view_where_it_fits(view) -> None:
+    """A step that can shrink to the dialog (the least its page needs at its width, with the demo's title and
+    headline) does not scroll: its plots shrink, and a taller step shown before it does not leave it that step's
+    height (a QStackedWidget's height for a width is its tallest page's)."""
+    from PySide6.QtWidgets import QApplication, QScrollArea
+
+    QApplication.processEvents()
+    area = view.window().findChild(QScrollArea)
+    page = view.pages[view.index]
+    needs = view.height() - page.height() + page.least_height(page.width())
+    if needs <= area.viewport().height():
+        assert area.verticalScrollBar().maximum() == 0, (view.index, needs, area.viewport().size())
+
+
 def test_the_demo_reaches_every_step_with_its_figure_and_records_it(qtbot, demo, data_dir):
     from PySide6.QtTest import QTest
 
@@ -69,6 +83,7 @@ def test_the_demo_reaches_every_step_with_its_figure_and_records_it(qtbot, demo,
         assert page.error == "", (STEPS[index].key, page.error)
         assert view.headline.text() and view.detail.text(), STEPS[index].key
         assert view.note.text() == STEPS[index].note
+        assert_in_view_where_it_fits(view)
         QTest.keyClick(view.window(), Qt.Key.Key_Space if index % 2 else Qt.Key.Key_Right)
     assert reached == list(range(len(STEPS)))
     # On the last step (a few lines of text) the demo is as tall as that step needs, not as the race's page.
@@ -110,6 +125,28 @@ def test_the_replay_step_plays_its_best_round_and_holds_at_its_end(qtbot, saved_
     state = page.replay.state
     assert state.index == page.last_beat
     assert state.rounds[state.step.round].index == best_round(saved_trace).index
+
+
+def test_the_theory_step_shrunk_to_the_least_it_needs_keeps_its_rows_apart_and_its_plot_at_its_minimum(qtbot,
+                                                                                                         saved_trace):
+    from PySide6.QtWidgets import QApplication
+
+    from app.talk.demo_script import STEPS
+    from app.talk.demo_steps import DemoResults, TheoryPage
+
+    page = TheoryPage(next(s for s in STEPS if s.key == "theory"))
+    qtbot.addWidget(page)
+    page.begin(None, DemoResults(traces={"spec": saved_trace}))
+    assert page.finished and page.give > 0  # its plot can give up height before the demo scrolls
+    page.show()
+    page.resize(600, page.least_height(600))
+    QApplication.processEvents()
+    e = page.explainer
+    plot, source = e.plot, e.source
+    assert plot.height() >= plot.minimumHeight()
+    assert plot.mapTo(page, plot.rect().bottomLeft()).y() < source.mapTo(page, source.rect().topLeft()).y()
+    assert source.mapTo(page, source.rect().bottomLeft()).y() <= page.height()  # the last row on the page
+    assert page.least_height(600) < page.height_for(600)
 
 
 def test_the_notes_window_follows_the_steps(qtbot, demo):
