@@ -60,10 +60,9 @@ class ChatView(QScrollArea):
         self.reading = False  # reading mode: rejected drafts hidden inline (tooltips, tree and replay keep them)
         self.code_colored = False  # fenced code coloured token by token (else plain, with thin marks)
         self._streaming: MessageBubble | None = None
-        self._footer_stale = False  # tokens of the streaming reply arrived that its footer does not count yet
-        # The streaming reply's rounds its footer counts: a round that lands after its tokens (no new text that
-        # tick) still makes the footer stale, so the footer and the graphs' header change on the same tick.
-        self._footer_rounds = 0
+        # The streaming reply's (tokens, rounds) its footer shows: either one growing makes the footer stale (a
+        # round can land a tick after its tokens), so the footer and the graphs' header change on the same tick.
+        self._footer_shows = (0, 0)
         self._stick = True  # follow the end of the reply while the user hasn't scrolled up
         self._earlier: list[Callable[[], object]] = []  # builders of bubbles still to draw above, oldest first
         self._earlier_timer = QTimer(self)
@@ -159,7 +158,7 @@ class ChatView(QScrollArea):
         self._add_bubble(b, (0, 30), above)
         if streaming:
             self._streaming = b
-            self._footer_stale, self._footer_rounds = False, 0
+            self._footer_shows = _footer_counts(b)
             self._stick = True
         return b
 
@@ -234,12 +233,11 @@ class ChatView(QScrollArea):
         if b is None:
             return 0
         n = b.body.render_pending()
-        rounds = len(b.trace.rounds) if b.trace is not None else 0
-        self._footer_stale = self._footer_stale or n > 0 or rounds != self._footer_rounds
+        counts = _footer_counts(b)
         finished = b.trace is not None and b.trace.finished
-        if finished or (figures and self._footer_stale):
+        if finished or (figures and counts != self._footer_shows):
             b.update_footer()
-            self._footer_stale, self._footer_rounds = False, rounds
+            self._footer_shows = counts
         if finished:
             b.set_streaming(False)
             self._streaming = None
@@ -285,6 +283,11 @@ class ChatView(QScrollArea):
     def scroll_to_end(self) -> None:
         self._stick = True
         QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+
+def _footer_counts(b: MessageBubble) -> tuple[int, int]:
+    """What a bubble's footer figures are made of: its trace's tokens and rounds so far."""
+    return (len(b.trace.tokens), len(b.trace.rounds)) if b.trace is not None else (0, 0)
 
 
 class Composer(QPlainTextEdit):
