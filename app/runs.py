@@ -110,7 +110,7 @@ def chat_planner(session: Session) -> DraftPlanner | None:
     draft's cost taken as free until timed, no pause carried over), so its speedup is not the one the footer
     shows for a reply of the same prompt (bench/footer_vs_race.py). None: a new one."""
     engine = session.engine
-    if engine is None or session.drafter is None or getattr(engine, "drafter", None) is not session.drafter:
+    if engine is None or session.drafter is None or engine.drafter is not session.drafter:
         return None
     return engine.planner
 

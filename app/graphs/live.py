@@ -5,9 +5,9 @@ Cost: the window's timer calls `flush()`; new rounds go into the figures' buffer
 streams only the next panel with new data is redrawn (one per tick, so each panel repaints a few times a
 second), axis ranges grow in steps so axes are re-laid out rarely, and nothing is drawn while the panel is
 hidden. The header is a plain label (a plot title re-lays out its plot). A reply that has just started (no round
-yet) redraws every panel at the next tick that draws panels, not at once, and so does its baseline given then: a
-reply starts in the event-loop turn that builds its bubbles (and learns its baseline as its prompt is built), and
-drawing seven plots there too froze the window for that whole turn.
+yet) redraws every panel at the next tick that draws panels and figures, not at once, and so does its baseline
+given then: a reply starts in the event-loop turn that builds its bubbles (and learns its baseline as its prompt
+is built), and drawing seven plots there too froze the window for that whole turn.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class LiveGraphs(QWidget):
         self._columns = 0
         self._panel_at = 0.0  # perf_counter of the last panel redrawn while a reply streamed
         self._header_stale = False  # rounds arrived that the header does not show yet
-        self._redraw_due = False  # every panel is redrawn at the next flush that draws panels (_draw_at_tick)
+        self._redraw_due = False  # every panel is redrawn at the next flush that draws panels and figures
         fg = QColor(220, 220, 220) if is_dark() else QColor(40, 40, 40)
         pg.setConfigOptions(antialias=False, foreground=fg, background=None)
         self._build_layout()
