@@ -19,6 +19,10 @@ alive is frozen (`freeze`, gc.freeze): no collection walks them again. Reference
 record refers to no record, so a closed chat's records go when the chat does); only cyclic garbage among the
 frozen objects waits, until the next conversation is opened (`pause` thaws them) and a full collection runs,
 or the window closes. (Switching between two chats eight times left none.)
+
+What is alive before the first window opens (the modules of torch, transformers, Qt and pyqtgraph: ~400k objects)
+is frozen once by `freeze_what_is_loaded`, so that no full collection walks it either. Closing the window thaws only
+what `freeze` froze while it was open, so its collection walks the window's objects, not every module's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class GuiThreadCollector(QObject):
         self._restore = True  # whether automatic collection was on before the first user
         self._long_lived = 0  # objects in the oldest generation after the last full collection
         self.paused = False  # a conversation is being read: collect nothing until it has arrived
+        self._froze = False  # whether `freeze` froze objects of the open window (so closing must thaw them)
         self._timer = QTimer(self)
         self._timer.setInterval(INTERVAL_MS)
         self._timer.timeout.connect(self.collect)
@@ -61,7 +66,9 @@ class GuiThreadCollector(QObject):
         if self.users == 0:
             self._timer.stop()
             self.paused = False
-            gc.unfreeze()
+            if self._froze:  # the window's own objects are among the frozen: thawed, so that they are collected
+                gc.unfreeze()
+                self._froze = False
             gc.collect()  # here, on the GUI thread, before any other thread may collect again
             if self._restore:
                 gc.enable()
@@ -75,6 +82,7 @@ class GuiThreadCollector(QObject):
     def freeze(self) -> None:
         """Collect again, and never walk the objects alive now (the conversation just read among them)."""
         gc.freeze()
+        self._froze = self.active
         self.paused = False
         self._long_lived = 0  # the old generation is now only what comes after: full collections are cheap again
 
@@ -105,6 +113,14 @@ class GuiThreadCollector(QObject):
 
 
 _collector: GuiThreadCollector | None = None
+
+
+def freeze_what_is_loaded() -> None:
+    """Before the first window opens: collect, then freeze every object alive (the imported modules' mostly), so
+    that no later collection walks them. Garbage made of them later is never collected: only what lives as long as
+    the process may be here."""
+    gc.collect()
+    gc.freeze()
 
 
 def collector() -> GuiThreadCollector:

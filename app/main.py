@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QRect, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from app import gc_pin
     from app.settings import Settings
     from app.store import ConversationStore
     from app.window import MainWindow
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("specdec")
     app.setApplicationDisplayName("specdec")
     app.setStyle("Fusion")
+    gc_pin.freeze_what_is_loaded()  # before the window: no collection walks the modules (app/gc_pin.py)
 
     store = ConversationStore()
     settings = Settings.load(store.root)

@@ -484,6 +484,40 @@ def test_the_gui_thread_collector_collects_nothing_while_paused_and_thaws_at_the
     assert gc.get_freeze_count() == 0 and not c.paused and gc.isenabled()
 
 
+def test_closing_a_window_keeps_the_modules_frozen_and_still_collects_its_own_garbage():
+    import gc
+
+    from app.gc_pin import GuiThreadCollector
+
+    finalised: list[str] = []
+
+    class Cyclic:
+        def __init__(self, name: str) -> None:
+            self.me, self.name = self, name
+
+        def __del__(self) -> None:
+            finalised.append(self.name)
+
+    gc.collect()
+    gc.freeze()  # what the app freezes before its window opens (gc_pin.freeze_what_is_loaded)
+    loaded = gc.get_freeze_count()
+    try:
+        c = GuiThreadCollector()
+        c.acquire()
+        Cyclic("window's")
+        c.release()  # no conversation was opened: nothing of the window's was frozen
+        assert finalised == ["window's"] and gc.get_freeze_count() == loaded
+
+        c.acquire()
+        c.pause()
+        Cyclic("chat's")
+        c.freeze()  # a conversation arrived: its garbage is frozen with everything else
+        c.release()  # so closing thaws all, and collects it on this thread
+        assert finalised == ["window's", "chat's"] and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()  # the suite freezes its modules again after each test (conftest.py)
+
+
 def test_graphs_and_bubbles_fit_the_default_window_after_a_reply(make_window, qtbot, send_and_wait):
     w = make_window(max_new_tokens=24)  # the tiny models' names are long temp-folder paths
     send_and_wait(w, "Tell me about Paris")
