@@ -79,14 +79,20 @@ def modules_frozen():
         gc_pin.freeze_what_is_loaded()
 
 
+REFREEZE_AT = 100_000  # objects the collector walks, past which what is alive after a test is frozen too
+
+
 @pytest.fixture(autouse=True)
 def modules_stay_frozen(modules_frozen):
-    """A window that opened a saved conversation thaws everything when it closes (app/gc_pin.py): frozen again
-    after that test, once its garbage is collected."""
+    """Frozen again after a test, once its garbage is collected: when a window that opened a saved conversation
+    thawed everything as it closed (app/gc_pin.py), or when the collector's oldest generation has grown past
+    REFREEZE_AT (modules the first tests of a process import: ~180k objects). Each window's collection at close then
+    walks about what its own test made. Objects alive now that become cyclic garbage later are never collected: the
+    fixtures' tiny models, and windows already closed."""
     yield
     import gc
 
-    if gc.get_freeze_count() == 0:
+    if gc.get_freeze_count() == 0 or len(gc.get_objects(2)) > REFREEZE_AT:
         gc.collect()
         gc.freeze()
 
