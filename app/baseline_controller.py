@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Signal
 from app import baseline_runs
 from app.ports import RunPort, WindowPort
 from app.session import Busy, config_from_settings
-from app.speedup import BaselineSample
+from app.speedup import BaselineSample, pace, pace_words, step_s
 from app.warm_up import warm_up
 from app.worker import EventWorker
 
@@ -119,8 +119,30 @@ class BaselineController(QObject):
             return
         live = self.graphs_live() if graphs_live is None else graphs_live
         self.window.baselines.add(BaselineSample(st.tokens_per_s, trace.prompt_tokens or st.prompt_tokens, source,
-                                                 graphs_live=live,
-                                                 verify_s_per_token=st.verify_s / st.rounds if st.rounds else None))
+                                                 graphs_live=live, verify_s_per_token=step_s(trace.rounds)))
+
+    def to_reply_pace(self, trace: ReplyTrace) -> None:
+        """A speculative reply that ended: where its own plain steps (rounds that drafted nothing) show the machine
+        running at another pace than when its baseline was measured (speedup.pace), the baseline is scaled to the
+        reply's pace, and its footer's tooltip and the graphs say so. Once per reply: the baseline it was shown
+        against must still be the one the book gives."""
+        w = self.window
+        if not (trace.speculative or trace.paused_rounds()) or not trace.baseline_tps or trace.baseline_note == COLD:
+            return
+        b = w.baselines.pick(trace.prompt_tokens, self.graphs_live())
+        if b is None or b.tokens_per_s != trace.baseline_tps or not b.verify_s_per_token:
+            return
+        reply_step = step_s(trace.rounds)
+        ratio = pace(b.verify_s_per_token, reply_step)
+        if ratio is None:
+            return
+        trace.baseline_tps = b.tokens_per_s / ratio
+        trace.baseline_source = f"{trace.baseline_source} · {pace_words(ratio, b.verify_s_per_token, reply_step)}"
+        if w.graphs.live.trace is trace:
+            w.graphs.live.set_baseline(trace.baseline_tps, trace.baseline_source, reply_step, like_for_like=True)
+        for bubble in w.chat.bubbles:
+            if bubble.trace is trace:
+                bubble.update_footer()
 
     # -- measuring after a load -----------------------------------------------------------------------
     @property

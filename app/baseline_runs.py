@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.session import CALIBRATION_PROMPT, Session
-from app.speedup import race_order
+from app.speedup import race_order, step_s
 from specdec_core.config import GenerationConfig
-from specdec_core.events import Finished, StopReason
+from specdec_core.events import Finished, RoundVerified, StopReason
 
 AFTER_LOAD = "measured after loading"  # the BaselineSample source of these runs
 # off, on, on, off, off, on: a machine that warms up during the runs favours neither side. Three runs of the verifier
@@ -38,7 +38,7 @@ class LaneResult:
     tokens_per_s: float
     new_tokens: int
     prompt_tokens: int
-    verify_s_per_token: float | None  # the verifier's own seconds per pass (a plain run's: one decode step)
+    verify_s_per_token: float | None  # a plain run's: the verifier's median seconds per decode step (speedup.step_s)
 
 
 def measure_config(config: GenerationConfig) -> GenerationConfig:
@@ -62,11 +62,13 @@ def measure_events(session: Session, messages: list[dict], system: str | None, c
         if speculate and session.drafter is None:
             continue
         run = config.with_(speculate=speculate)
+        rounds = []
         for ev in session.engine.generate(ids, run, controls):
+            if isinstance(ev, RoundVerified):
+                rounds.append(ev)
             if not isinstance(ev, Finished):
                 continue
             if ev.error or ev.stop_reason in (StopReason.CANCELLED, StopReason.ERROR):
                 return
             st = ev.stats
-            yield LaneResult(speculate, st.tokens_per_s, st.new_tokens, len(ids),
-                             st.verify_s / st.rounds if st.rounds and not speculate else None)
+            yield LaneResult(speculate, st.tokens_per_s, st.new_tokens, len(ids), None if speculate else step_s(rounds))

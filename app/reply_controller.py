@@ -269,6 +269,8 @@ class ReplyController(QObject):
         w.flush()  # final flush of text and graphs
         w.busy = Busy.IDLE
         self._regens = 0
+        if trace is not None:
+            w.baseline.to_reply_pace(trace)
         self._keep_as_baseline(trace)
         w.conversations.save()
         w.update_controls()

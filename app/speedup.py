@@ -23,6 +23,8 @@ from app.trace import MIN_SPEEDUP_TOKENS, ReplyTrace
 from specdec_core.stats import expected_tokens_per_call
 
 NEAR_TOKENS = 64  # prompts this close in length (or within half their length) count as "the same length"
+MIN_PLAIN_STEPS = 4  # one-row passes a run needs before its verifier step time is read (step_s)
+PACE_DEADBAND = 0.03  # a reply's pace this close to its baseline's counts as the same (the medians' own noise)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,36 @@ class BaselineBook:
             short = f"like for like: {'1 run' if len(near) == 1 else f'{len(near)} runs'}"
         return Baseline(tps, how, len(near), short=short,
                         verify_s_per_token=statistics.median(verify) if verify else None, like_for_like=like)
+
+
+# ---- the machine's pace: a reply against its baseline, each measured at its own time ---------------------
+def step_s(rounds) -> float | None:
+    """The verifier's seconds per plain step over `rounds` (RoundRecords or RoundVerified events: anything with
+    `rows` and `verify_s`): the median of their one-row passes, a decode step of the verifier alone. None with fewer
+    than MIN_PLAIN_STEPS of them. (A plain run's first round runs no pass: it reuses the prefill's distribution.)"""
+    plain = [r.verify_s for r in rounds if r.rows == 1 and r.verify_s > 0]
+    return statistics.median(plain) if len(plain) >= MIN_PLAIN_STEPS else None
+
+
+def pace(baseline_step_s: float | None, reply_step_s: float | None) -> float | None:
+    """How much slower (> 1) or faster (< 1) the machine ran a reply than when its baseline was measured: the ratio
+    of the verifier's plain-step times, the reply's own (rounds where nothing was drafted) over the baseline's. None
+    when either is unknown or they are within PACE_DEADBAND.
+
+    On a shared 2-core VM the same verifier-alone run reads ±15 % from one minute to the next; with a slow verifier
+    the baseline and the reply lie a minute apart (the real pair: 3.0 and 3.9 tok/s after two loads, where the races
+    right after read 3.5-3.6). A reply's plain steps are the verifier alone, timed during the reply itself."""
+    if not baseline_step_s or not reply_step_s:
+        return None
+    ratio = reply_step_s / baseline_step_s
+    return None if abs(ratio - 1) < PACE_DEADBAND else ratio
+
+
+def pace_words(ratio: float, baseline_step_s: float, reply_step_s: float) -> str:
+    """What the scaling of a baseline to a reply's pace says in a tooltip."""
+    more = "slower" if ratio > 1 else "faster"
+    return (f"scaled to this reply's pace: its verifier-alone steps took {reply_step_s * 1000:.0f} ms, "
+            f"{abs(ratio - 1) * 100:.0f} % {more} than the baseline's {baseline_step_s * 1000:.0f} ms")
 
 
 # ---- the race: speculation off against on, several times --------------------------------------------

@@ -125,3 +125,40 @@ def test_a_baseline_that_lands_after_the_reply_is_the_one_the_throughput_plot_la
     graphs.set_baseline(5.1, "verifier alone", like_for_like=True)  # it lands
     line = graphs.panels["tps"].baseline_line
     assert line.isVisible() and line.value() == 5.1 and "5.1 tok/s" in line.label.toPlainText()
+
+
+def _priced_out_trace(step_s: float, prompt_tokens: int = 30) -> ReplyTrace:
+    """A reply whose every round the cost model priced out: plain steps of the verifier, `step_s` each."""
+    trace = ReplyTrace(stats={"tokens_per_s": 1 / step_s, "new_tokens": 12, "drafted": 0, "accepted": 0, "rounds": 12},
+                       stop_reason="max_tokens", prompt_tokens=prompt_tokens)
+    for i in range(12):
+        trace.rounds.append(RoundRecord(i, 0, 0, "bonus", "cost", 4, 0.0, 0.0 if i == 0 else step_s, 0.0,
+                                        step_s * i, i + 1, rows=0 if i == 0 else 1))
+    return trace
+
+
+def test_the_verifier_step_is_the_median_of_one_row_passes_and_a_pace_within_the_noise_is_no_pace():
+    from app.speedup import MIN_PLAIN_STEPS, pace, step_s
+
+    trace = _priced_out_trace(0.05)
+    trace.rounds[3].verify_s = 0.5  # a pause (a collection, another process): the median ignores it
+    trace.rounds.append(RoundRecord(12, 3, 3, "accepted", "gamma", 3, 0.01, 0.09, 0.0, 0.7, 16, rows=4))  # a check
+    assert step_s(trace.rounds) == 0.05
+    assert step_s(trace.rounds[:MIN_PLAIN_STEPS]) is None  # the first round ran no pass: three steps are too few
+    assert pace(0.05, 0.06) == 0.06 / 0.05 and pace(0.05, 0.051) is None and pace(None, 0.06) is None
+
+
+def test_a_reply_that_ran_slower_than_its_baseline_is_compared_at_its_own_pace_and_says_so(make_window):
+    # The machine ran 20 % slower during the reply than when the verifier alone was measured: the reply's own plain
+    # steps show it. Against the baseline as measured, this all-plain reply would read 0.83x; at its pace, 1.00x.
+    w = make_window(max_new_tokens=16)
+    trace = _priced_out_trace(0.06)
+    w.baselines.add(BaselineSample(20.0, 30, AFTER_LOAD, graphs_live=w.baseline.graphs_live(),
+                                   verify_s_per_token=0.05))
+    w.baseline.pick_for(trace, trace.prompt_tokens)
+    assert trace.baseline_tps == 20.0 and trace.paused_rounds()
+    w.baseline.to_reply_pace(trace)
+    assert abs(trace.baseline_tps - 20.0 / 1.2) < 1e-9 and abs(trace.speedup() - 1.0) < 1e-9
+    assert "20 % slower than the baseline's 50 ms" in trace.baseline_source
+    w.baseline.to_reply_pace(trace)  # once: the baseline it shows is no longer the book's
+    assert abs(trace.baseline_tps - 20.0 / 1.2) < 1e-9
