@@ -102,3 +102,20 @@ def test_the_explainers_break_even_is_named_in_its_legend_not_by_words_over_the_
     sample = next(sample for sample, label in pi.legend.items if "break-even" in label.text)
     assert sample.item.opts["pen"] == view.break_even.pen  # the legend's line is drawn as the plot's
     assert_legend_outside_the_data(view.plot, f"explainer at α {alpha}, c {c}")
+
+
+def test_the_slow_demos_break_even_is_named_under_its_bars_not_by_words_over_them(qtbot):
+    import pyqtgraph as pg
+
+    from app.talk.slow_demo import SlowDemoView
+
+    view = SlowDemoView()
+    qtbot.addWidget(view)
+    view.resize(SCREENS["1024x700"])
+    view.show()
+    qtbot.wait(10)
+    pi = view.bars_plot.getPlotItem()
+    assert not [item for item in pi.vb.allChildItems() if isinstance(item, (pg.TextItem, pg.InfLineLabel))]
+    assert [label.text for _, label in pi.legend.items] == ["verifier alone (break-even)"]
+    assert pi.legend.items[0][0].item.opts["pen"] == view.baseline.pen
+    assert_legend_outside_the_data(view.bars_plot, "slow demo's bars")
