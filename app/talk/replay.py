@@ -40,19 +40,20 @@ from specdec_core.events import TokenState
 
 BEAT_MS = {Beat.DRAFT: 650, Beat.VERIFY: 1200, Beat.RESOLVE: 2000}  # at speed 1×
 SPEEDS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0)
-TOKEN_COLUMN = 1
+TOKEN_COLUMN = 1  # the numbers' "token": what their columns leave over goes to it
 REPLY_SHARE = 0.3  # the least of the numbers' row the reply so far keeps, however wide the numbers want to be
 
 
 class NumbersTable(QTableWidget):
     """The numbers of the round on screen, filled in beat by beat."""
 
-    COLUMNS = ("#", "token", "draft q", "verifier p", "min(1, p/q)", "verdict")  # TOKEN_COLUMN: "token"
+    COLUMNS = ("#", "token", "draft q", "verifier p", "min(1, p/q)", "verdict")
     TIPS = ("the draft's position in the round", "the drafted token", "the draft's probability of the token",
             "the verifier's probability of the token", "acceptance probability: min(1, verifier p / draft q)",
             "what the rule decided")
-    # The widest figures and words the cells hold: with the headers, what the columns must fit (`least_width`).
-    WIDEST = ("+", "", STRING_MATCH, "not checked", "1.000", "verifier alone")
+    # The widest figures and words the cells hold (a token: a common one's width, no bound), with the headers what
+    # the columns must fit (`least_width`).
+    WIDEST = ("+", "␣return", STRING_MATCH, "not checked", "1.000", "verifier alone")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(0, len(self.COLUMNS), parent)
@@ -202,6 +203,8 @@ class ReplayWidget(QWidget):
         bottom.addWidget(self.numbers)
         bottom.addWidget(self.reply)
         bottom.setSizes([560, 520])
+        bottom.setStretchFactor(0, 0)  # a wider window widens the reply: the numbers have theirs (_give_columns)
+        bottom.setStretchFactor(1, 1)
         self.bottom = bottom
         split.addWidget(bottom)
         split.setSizes([520, 260])
