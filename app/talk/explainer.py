@@ -80,7 +80,8 @@ class Explainer(QWidget):
         self.set_values(self.alpha, self.gamma, self.c)
 
     def _build_sliders(self) -> QGridLayout:
-        """α, γ and c, each a slider with its value beside it."""
+        """α, γ and c, each a slider with its value beside it, in one row: three rows of them put the plot under the
+        fold of the demo's theory step at 1280×800."""
         grid = QGridLayout()
         self.sliders: dict[str, QSlider] = {}
         self.slider_labels: dict[str, QLabel] = {}
@@ -98,10 +99,11 @@ class Explainer(QWidget):
             s.valueChanged.connect(self._from_sliders)
             value = QLabel("")
             ts.set_big(value, 1.1)
-            value.setMinimumWidth(90)
-            grid.addWidget(label, row, 0)
-            grid.addWidget(s, row, 1)
-            grid.addWidget(value, row, 2)
+            value.setMinimumWidth(value.fontMetrics().horizontalAdvance("0.00 "))
+            grid.addWidget(label, 0, 3 * row)
+            grid.addWidget(s, 0, 3 * row + 1)
+            grid.addWidget(value, 0, 3 * row + 2)
+            grid.setColumnStretch(3 * row + 1, 1)
             self.sliders[name], self.slider_labels[name] = s, value
         return grid
 
