@@ -11,7 +11,7 @@ Shift+→ / Shift+← next / previous round · Home / End start / end.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -206,6 +206,7 @@ class ReplayWidget(QWidget):
         bottom.setStretchFactor(0, 0)  # a wider window widens the reply: the numbers have theirs (_give_columns)
         bottom.setStretchFactor(1, 1)
         self.bottom = bottom
+        bottom.installEventFilter(self)  # its own resizes: it takes its width after the replay's resize, at times
         split.addWidget(bottom)
         split.setSizes([520, 260])
         self.split = split
@@ -404,7 +405,13 @@ class ReplayWidget(QWidget):
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._give_rows()  # a larger window: room for more of the round's rows
-        self._give_columns()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        # After the numbers' splitter has shared out its new width (the filter runs before it does): the widths
+        # given as the replay was resized were undone when the splitter was laid out later, wider, at scale 2.
+        if watched is self.bottom and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self, self._give_columns)
+        return super().eventFilter(watched, event)
 
     def render(self) -> None:
         st = self.state

@@ -57,3 +57,19 @@ def test_every_header_of_the_rounds_numbers_fits_its_column_at_1024_px(qtbot):
         assert header.sectionSize(c) >= header.sectionSizeHint(c), w.numbers.COLUMNS[c]
         assert w.numbers.horizontalHeaderItem(c).toolTip()  # what a header cut on a narrower screen says
     assert w.bottom.sizes()[1] >= 0.3 * sum(w.bottom.sizes()) - 1  # the reply beside them keeps its share
+
+
+def test_the_numbers_keep_their_width_when_the_replay_is_laid_out_after_its_resize(qtbot):
+    """As in the demo at scale 2: the replay resized while hidden, its splitters laid out wider once shown."""
+    from app.talk.replay import ReplayWidget
+
+    w = ReplayWidget(seven_drafts_trace())
+    qtbot.addWidget(w)
+    w.resize(1256, 569)
+    w.to_end()
+    w.show()
+    qtbot.waitExposed(w)
+    QApplication.processEvents()
+    header = w.numbers.horizontalHeader()
+    assert all(header.sectionSize(c) >= header.sectionSizeHint(c) for c in range(header.count()))
+    assert w.bottom.sizes()[0] >= w.numbers.least_width()
