@@ -337,6 +337,10 @@ class TheoryPage(StepPage):
 
         super().__init__(step, parent)
         self.explainer = Explainer()
+        # Its source line and "Use live values" (idle here): the demo's headline words say where the figures come
+        # from, and the row put the page under the fold at 1280×800.
+        self.explainer.source.setVisible(False)
+        self.explainer.live_button.setVisible(False)
         self.lay.addWidget(self.explainer)
         plot = self.explainer.plot
         self.give = max(0, plot.sizeHint().height() - plot.minimumHeight())
