@@ -264,7 +264,7 @@ class TreeView(QWidget):
         caption = QFontMetricsF(self._font()).horizontalAdvance(self.caption) + 24
         fm = QFontMetricsF(self._font(0.85))
         legend = sum(fm.horizontalAdvance(words) + 40 * self.scale for _, words in LEGEND)
-        width = max(12 + self._root_width() + columns * w + 12, caption, min(legend, 3 * w) + 24)
+        width = max(12 + self._root_width() + columns * w + 12, caption, min(legend, 3 * w) + 24 if self.legend else 0)
         return QSize(int(width), int(self._top() + rows * h + self._legend_height() + 8))
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override

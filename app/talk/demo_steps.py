@@ -262,6 +262,7 @@ class ViewPage(StepPage):
             view.pairs = TALK_RACE_PAIRS
             view.headline.setVisible(False)  # the demo's own headline shows the median, larger, with its spread
             view.spread.setVisible(False)
+            view.pair_words = False  # and its words, the median pair's figures
             for split in view.findChildren(QSplitter):
                 if split.orientation() == Qt.Orientation.Vertical:  # the replies above, the curves below
                     split.setSizes([500, 400])  # the curves in view at 800 px, under the demo's headline
@@ -269,13 +270,18 @@ class ViewPage(StepPage):
         else:
             view = SlowDemoView()
             view.ctx = ctx
+            view.short_titles = True  # the poor one's full title is in the headline's words
+            view.note.setVisible(False)  # the step's own note says it, under the demo
             view.finished.connect(lambda results_: self._slow_done(view, results_))
         self.view = view
+        view.layout().setContentsMargins(0, 0, 0, 0)  # the demo's margins are around it already
+        view.layout().setSpacing(2)  # and rows a few pixels closer: the race's buttons were under the fold
+        self.lay.setSpacing(2)
         self.lay.addWidget(view)
-        # The race's replies over its curves (a splitter): what they can give up below what they ask, so the page
-        # shrinks them into the dialog before it scrolls. The slow demo gives none: shrunk so at 1024×700, its
-        # lanes' wrapped results were cut under its plots (its page's height for a width counts them short).
-        parts = [s for s in view.findChildren(QSplitter) if s.orientation() == Qt.Orientation.Vertical]
+        # The race's replies over its curves, the slow demo's two plots side by side (splitters in the view's own
+        # layout): what they can give up below what they ask, so the page shrinks them into the dialog before it
+        # scrolls. The slow demo's plots at the height they ask put their lower half under the fold at 1024×700.
+        parts = [s for s in view.findChildren(QSplitter) if s.parentWidget() is view]
         self.give = sum(max(0, p.sizeHint().height() - p.minimumSizeHint().expandedTo(p.minimumSize()).height())
                         for p in parts)
         controls = getattr(view, "controls", None)
@@ -283,6 +289,11 @@ class ViewPage(StepPage):
             self.lay.addWidget(controls)
         self.headline.emit("running…")
         view.start(ctx)
+        # Where the runs stand goes in the headline's words, not on a line of the view's own under its plots
+        # (two lines at 1024 px); the demo's status line says what to do.
+        status = view.status
+        status.setVisible(False)
+        view.run.lane_started.connect(lambda _key: self.detail.emit(status.text()))
         if self.step.key == "race":  # short titles: the pair's names (step 3 showed them) took four lines at 1024 px
             for key, side in (("off", "OFF"), ("on", "ON")):
                 color = ACCENT if key == "on" else STATE_SOLID["plain"]
@@ -326,6 +337,10 @@ class TheoryPage(StepPage):
 
         super().__init__(step, parent)
         self.explainer = Explainer()
+        # Its source line and "Use live values" (idle here): the demo's headline words say where the figures come
+        # from, and the row put the page under the fold at 1280×800.
+        self.explainer.source.setVisible(False)
+        self.explainer.live_button.setVisible(False)
         self.lay.addWidget(self.explainer)
         plot = self.explainer.plot
         self.give = max(0, plot.sizeHint().height() - plot.minimumHeight())

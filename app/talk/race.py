@@ -67,6 +67,8 @@ class RaceView(QWidget):
         super().__init__(parent)
         self.ctx: RunContext | None = None
         self.pairs = RACE_PAIRS  # runs of each side, alternating; the headline is their median
+        # The identity line names the bold pair and its figures (the demo says them in its headline's words)
+        self.pair_words = True
         self.run: LaneRun | None = None
         self.result: RaceResult | None = None
         self._replay_start = 0.0
@@ -115,9 +117,9 @@ class RaceView(QWidget):
         for p in self.panes.values():
             panes.addWidget(p)
         split.addWidget(panes)
-        self.plot = big_plot("Tokens over time (shared clock: engine seconds from each start)", "tokens",
-                             "seconds")
+        self.plot = big_plot("", "tokens", "seconds from each start (engine time: one clock for both)")
         pi = self.plot.getPlotItem()
+        pi.setTitle(None)  # its axes say it: a title's line left the legend under the fold in the demo at 1024×700
         legend_below(pi, 3, "13pt")
         self.race_curves = race_curves(pi, {"off": STATE_SOLID["plain"], "on": ACCENT}, 4)
         self.curves = self.race_curves.bold  # the pair drawn bold: the running one, then the median one
@@ -127,15 +129,16 @@ class RaceView(QWidget):
 
     def _build_controls(self) -> QWidget:
         # The status and buttons: a widget of their own, which TalkDialog keeps in view below the scrolled view.
+        # One row, the status beside the buttons: on a line of its own it put the demo's plot under the fold at
+        # 1024×700.
         self.controls = QWidget()
-        rows = QVBoxLayout(self.controls)
-        rows.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout(self.controls)
+        row.setContentsMargins(0, 0, 0, 0)
         self.status = QLabel("")
         self.status.setWordWrap(True)
         ts.set_big(self.status, 0.9)
-        rows.addWidget(self.status)
-        row = QHBoxLayout()
-        row.addStretch(1)
+        row.addWidget(self.status, 1)
+        row.addStretch()  # the buttons to the right where the status is hidden (the demo's)
         self.run_button = QPushButton("Run race")
         self.run_button.setToolTip("Race speculation off against on, several times each, alternating")
         self.run_button.clicked.connect(lambda: self.start(self.ctx) if self.ctx else None)
@@ -150,7 +153,6 @@ class RaceView(QWidget):
             ts.set_big(b, 0.85)
             b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 20)  # no style minimum: fits scale 2
             row.addWidget(b)
-        rows.addLayout(row)
         return self.controls
 
     # -- running ---------------------------------------------------------------------------------------
@@ -241,8 +243,9 @@ class RaceView(QWidget):
             self.identity.setText("Sampling (temperature > 0): the texts may differ; both follow the verifier's "
                                   "distribution exactly.")
         elif r.identical:
+            pair = f" — {self.race_curves.words(self.run.traces)}" if self.pair_words else ""
             self.identity.setText(f"<b style='color:{ts.ACCEPTED.name()}'>✓ Identical text</b>, token for token "
-                                  f"(greedy) — {self.race_curves.words(self.run.traces)}")
+                                  f"(greedy){pair}")
         else:
             self.identity.setText(f"<b style='color:{ts.REJECTED.name()}'>✗ The texts differ</b> (greedy): "
                                   "this should not happen in float32; in float16 near-ties can part.")

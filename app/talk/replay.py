@@ -11,7 +11,7 @@ Shift+→ / Shift+← next / previous round · Home / End start / end.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -35,30 +35,64 @@ from app.talk import style as ts
 from app.talk.round_stage import RoundStage, chip_label, draft_q
 from app.talk.rounds import Beat, ReplayState, RoundStory, Step, is_greedy
 from app.theme import STATE_SOLID
-from app.trace import MAPPED_MARK, ReplyTrace
+from app.trace import MAPPED_MARK, STRING_MATCH, ReplyTrace
 from specdec_core.events import TokenState
 
 BEAT_MS = {Beat.DRAFT: 650, Beat.VERIFY: 1200, Beat.RESOLVE: 2000}  # at speed 1×
 SPEEDS = (0.25, 0.5, 1.0, 1.5, 2.0, 4.0)
+TOKEN_COLUMN = 1  # the numbers' "token": what their columns leave over goes to it
+REPLY_SHARE = 0.3  # the least of the numbers' row the reply so far keeps, however wide the numbers want to be
 
 
 class NumbersTable(QTableWidget):
     """The numbers of the round on screen, filled in beat by beat."""
 
     COLUMNS = ("#", "token", "draft q", "verifier p", "min(1, p/q)", "verdict")
+    TIPS = ("the draft's position in the round", "the drafted token", "the draft's probability of the token",
+            "the verifier's probability of the token", "acceptance probability: min(1, verifier p / draft q)",
+            "what the rule decided")
+    # The widest figures and words the cells hold (a token: a common one's width, no bound), with the headers what
+    # the columns must fit (`least_width`).
+    WIDEST = ("+", "␣return", STRING_MATCH, "not checked", "1.000", "verifier alone")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(0, len(self.COLUMNS), parent)
         self.setHorizontalHeaderLabels(self.COLUMNS)
+        for c, tip in enumerate(self.TIPS):  # a header cut on a narrow screen still says what it is
+            self.horizontalHeaderItem(c).setToolTip(f"{self.COLUMNS[c]}: {tip}")
         self.verticalHeader().setVisible(False)
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        self.horizontalHeaderItem(4).setToolTip("acceptance probability: min(1, verifier p / draft q)")
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)  # fit_columns sizes them
         ts.set_big(self, 0.95)
         ts.set_big(self.horizontalHeader(), 0.8, bold=True)
+
+    def column_needs(self) -> list[int]:
+        """Each column's width with its header and its widest figure or word in full."""
+        header, fm = self.horizontalHeader(), self.fontMetrics()
+        cell_margin = 2 * self.style().pixelMetric(self.style().PixelMetric.PM_FocusFrameHMargin, None, self) + 8
+        return [max(header.sectionSizeHint(c), fm.horizontalAdvance(self.WIDEST[c]) + cell_margin)
+                for c in range(self.columnCount())]
+
+    def least_width(self) -> int:
+        """The table's width with every column's need met (and room for a scroll bar)."""
+        return sum(self.column_needs()) + 2 * self.frameWidth() + self.verticalScrollBar().sizeHint().width()
+
+    def fit_columns(self) -> None:
+        """Each column its need, and the width left over to the tokens' (whose text no sample bounds); a table
+        narrower than the needs shrinks them alike (a cut header's tooltip names it). Equal stretched columns cut
+        "min(1, p/q)" at 1024 px while "token" had room to spare."""
+        needs = self.column_needs()
+        room = self.viewport().width()
+        shrink = min(1.0, room / max(1, sum(needs)))
+        header = self.horizontalHeader()
+        for c, need in enumerate(needs):
+            header.resizeSection(c, int(need * shrink) + (max(0, room - sum(needs)) if c == TOKEN_COLUMN else 0))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self.fit_columns()
 
     def show_beat(self, story: RoundStory | None, step: Step | None, greedy: bool) -> None:
         self.setRowCount(0)
@@ -169,6 +203,10 @@ class ReplayWidget(QWidget):
         bottom.addWidget(self.numbers)
         bottom.addWidget(self.reply)
         bottom.setSizes([560, 520])
+        bottom.setStretchFactor(0, 0)  # a wider window widens the reply: the numbers have theirs (_give_columns)
+        bottom.setStretchFactor(1, 1)
+        self.bottom = bottom
+        bottom.installEventFilter(self)  # its own resizes: it takes its width after the replay's resize, at times
         split.addWidget(bottom)
         split.setSizes([520, 260])
         self.split = split
@@ -352,16 +390,35 @@ class ReplayWidget(QWidget):
         top = self.split.widget(0)
         give_rows(self.split, self.numbers, top.minimumSizeHint().height() + self._wrapped(self.width()))
 
+    def _give_columns(self) -> None:
+        """The numbers as wide as their headers and figures need, taken from the reply beside them down to
+        REPLY_SHARE of the row: at 1024 px an even split cut "verifier p" and "min(1, p/q)". A part dragged wider
+        stays so."""
+        sizes = self.bottom.sizes()
+        total = sum(sizes)
+        if len(sizes) != 2 or total <= 0:
+            return
+        want = min(self.numbers.least_width(), int(total * (1 - REPLY_SHARE)))
+        if sizes[0] < want:
+            self.bottom.setSizes([want, total - want])
+
     def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._give_rows()  # a larger window: room for more of the round's rows
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        # After the numbers' splitter has shared out its new width (the filter runs before it does): the widths
+        # given as the replay was resized were undone when the splitter was laid out later, wider, at scale 2.
+        if watched is self.bottom and event.type() == QEvent.Type.Resize:
+            QTimer.singleShot(0, self, self._give_columns)
+        return super().eventFilter(watched, event)
 
     def render(self) -> None:
         st = self.state
         self.stage.show_beat(st.story, st.step, len(st.rounds), self.greedy)
         self.numbers.show_beat(st.story, st.step, self.greedy)
+        self.caption.setText(st.caption())  # first: the rows given below leave the stage room for its lines
         self._give_rows()  # every row of the round in view, where the stage can spare the room
-        self.caption.setText(st.caption())
         tokens = st.committed_tokens()
         self.reply.setHtml(f"<div>{ts.tokens_html(tokens)}</div>" if tokens else
                            "<span style='color:gray'>The reply appears here as rounds resolve.</span>")

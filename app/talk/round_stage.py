@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QPoint, QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen
+from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPainterPath, QPen, QRegion
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.talk import style as ts
@@ -16,6 +16,11 @@ from specdec_core.events import TokenState
 
 MARGIN = 24.0
 CHAIN_HEIGHT = 330  # a chain round's context, chips, their numbers and the correction row, at the smallest type
+
+
+def header_bottom() -> float:
+    """Where the round's drawing starts, under the header's line."""
+    return MARGIN + QFontMetricsF(ts.big_font(1.15, bold=True)).height() + 18
 
 
 def chip_label(tok: TokenRecord) -> str:
@@ -70,8 +75,7 @@ class RoundStage(QWidget):
 
         view = self._tree_view()
         view.set_placed(layout_tree(story.record, None, story.text_before))
-        header = MARGIN + QFontMetricsF(ts.big_font(1.15, bold=True)).height() + 18
-        return min(CHAIN_HEIGHT, int(header + view.sizeHint().height() + 8))
+        return min(CHAIN_HEIGHT, int(header_bottom() + view.sizeHint().height() - view._top() + 8))
 
     def _tree_view(self):
         from app.tree_view import TreeView
@@ -93,23 +97,45 @@ class RoundStage(QWidget):
 
     def _paint_tree(self, p: QPainter, story: RoundStory, step: Step, area: QRectF) -> None:
         """A tree round: the tree drawn by the tree view's painter, scaled into `area`; the verifier's one pass
-        is a box around every candidate."""
+        is a box around every candidate. The tree view's caption band is left out: it is empty here (the stage's
+        header names the round), and counted in, it held the tree at half the stage's width at 1024×700."""
         view = self._tree_view()
         view.set_placed(self.tree_beat(story, step))
-        hint = view.sizeHint()
-        view.resize(hint)
-        factor = min(1.6, area.width() / max(1, hint.width()), area.height() / max(1, hint.height()))
+        tree, factor = self._tree_fit(view, area)
         p.save()
         p.translate(area.left(), area.top())
         p.scale(factor, factor)
-        view.render(p, QPoint(0, 0))
+        view.render(p, QPoint(0, 0), QRegion(tree))
         p.restore()
         if step.beat is Beat.VERIFY:
-            box = QRectF(area.left() - 6, area.top() + view._top() * factor - 6,
-                         (hint.width() - 6) * factor, (hint.height() - view._top()) * factor)
+            box = QRectF(area.left() - 6, area.top() - 6, (tree.width() - 6) * factor, tree.height() * factor)
             p.setPen(QPen(ts.VERIFIER, 3.5))
             p.setBrush(Qt.BrushStyle.NoBrush)
             p.drawRoundedRect(box, 14, 14)
+
+    @staticmethod
+    def _tree_fit(view, area: QRectF) -> tuple[QRect, float]:
+        """The part of the tree view drawn (all but its caption band) and the factor that fits it into `area`."""
+        hint = view.sizeHint()
+        view.resize(hint)
+        top = int(view._top())
+        tree = QRect(0, top, hint.width(), hint.height() - top)
+        return tree, min(1.6, area.width() / max(1, tree.width()), area.height() / max(1, tree.height()))
+
+    def tree_area(self) -> QRectF:
+        """Where a tree round's tree may be drawn: under the header, within the margins."""
+        y, w = header_bottom(), float(self.width())
+        return QRectF(MARGIN, y, w - 2 * MARGIN, self.height() - y - 8)
+
+    def tree_drawn(self) -> QRectF | None:
+        """Where the tree of the beat on screen is drawn, in the stage's coordinates (None: no tree round)."""
+        if self.story is None or self.step is None or not self.story.tree_nodes:
+            return None
+        view = self._tree_view()
+        view.set_placed(self.tree_beat(self.story, self.step))
+        area = self.tree_area()
+        tree, factor = self._tree_fit(view, area)
+        return QRectF(area.left(), area.top(), tree.width() * factor, tree.height() * factor)
 
     # -- painting ------------------------------------------------------------------------------------
     def paintEvent(self, _event) -> None:  # noqa: N802 - Qt override
@@ -126,7 +152,7 @@ class RoundStage(QWidget):
             return
         y = self._paint_header(p, story, step, w)
         if story.tree_nodes:
-            self._paint_tree(p, story, step, QRectF(MARGIN, y, w - 2 * MARGIN, h - y - 8))
+            self._paint_tree(p, story, step, self.tree_area())
         else:
             self._paint_chain(p, story, step, _ChipLayout.fit(story, step, w, h, y))
         p.end()
@@ -145,7 +171,7 @@ class RoundStage(QWidget):
             info = round_info(rec)
             fmi = QFontMetricsF(p.font())
             p.drawText(QPointF(w - MARGIN - fmi.horizontalAdvance(info), y + fm.ascent()), info)
-        return y + fm.height() + 18
+        return header_bottom()
 
     def _paint_chain(self, p: QPainter, story: RoundStory, step: Step, lay: _ChipLayout) -> None:
         """A chain round: the context, the draft's chips, then what this beat adds to them."""

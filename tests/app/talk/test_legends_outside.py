@@ -78,3 +78,44 @@ def test_the_slow_demos_legend_sits_under_its_curves(qtbot, tiny_session):
     qtbot.wait(10)
     assert len(view.curves_plot.getPlotItem().legend.items) == len(view.lanes) + 1  # each kind, and "other runs"
     assert_legend_outside_the_data(view.curves_plot, "slow demo")
+
+
+@pytest.mark.parametrize(("alpha", "gamma", "c"), [(0.5, 3, 0.12), (0.8, 4, 0.1), (0.3, 2, 0.4)])
+def test_the_explainers_break_even_is_named_in_its_legend_not_by_words_over_the_curve(alpha, gamma, c, qtbot):
+    """A label on the break-even line lay over the curve wherever the curve crossed 1× under it (α 0.5, c 0.12)."""
+    import pyqtgraph as pg
+
+    from app.talk.explainer import Explainer
+
+    view = Explainer()
+    qtbot.addWidget(view)
+    view.resize(SCREENS["1024x700"])
+    view.show()
+    view.set_values(alpha, gamma, c)
+    qtbot.wait(10)
+    pi = view.plot.getPlotItem()
+    assert getattr(view.break_even, "label", None) is None  # pyqtgraph makes one only when given words
+    words = [item for item in pi.vb.allChildItems() if isinstance(item, (pg.TextItem, pg.InfLineLabel))]
+    assert words == [], "no text drawn inside the data area"
+    names = [label.text for _, label in pi.legend.items]
+    assert any("break-even" in name for name in names), names
+    sample = next(sample for sample, label in pi.legend.items if "break-even" in label.text)
+    assert sample.item.opts["pen"] == view.break_even.pen  # the legend's line is drawn as the plot's
+    assert_legend_outside_the_data(view.plot, f"explainer at α {alpha}, c {c}")
+
+
+def test_the_slow_demos_break_even_is_named_under_its_bars_not_by_words_over_them(qtbot):
+    import pyqtgraph as pg
+
+    from app.talk.slow_demo import SlowDemoView
+
+    view = SlowDemoView()
+    qtbot.addWidget(view)
+    view.resize(SCREENS["1024x700"])
+    view.show()
+    qtbot.wait(10)
+    pi = view.bars_plot.getPlotItem()
+    assert not [item for item in pi.vb.allChildItems() if isinstance(item, (pg.TextItem, pg.InfLineLabel))]
+    assert [label.text for _, label in pi.legend.items] == ["verifier alone (break-even)"]
+    assert pi.legend.items[0][0].item.opts["pen"] == view.baseline.pen
+    assert_legend_outside_the_data(view.bars_plot, "slow demo's bars")

@@ -142,10 +142,11 @@ def test_the_theory_step_shrunk_to_the_least_it_needs_keeps_its_rows_apart_and_i
     page.resize(600, page.least_height(600))
     QApplication.processEvents()
     e = page.explainer
-    plot, source = e.plot, e.source
+    plot, slider = e.plot, e.sliders["γ"]
+    assert e.source.isHidden()  # the headline's words say where the figures come from
     assert plot.height() >= plot.minimumHeight()
-    assert plot.mapTo(page, plot.rect().bottomLeft()).y() < source.mapTo(page, source.rect().topLeft()).y()
-    assert source.mapTo(page, source.rect().bottomLeft()).y() <= page.height()  # the last row on the page
+    assert slider.mapTo(page, slider.rect().bottomLeft()).y() < plot.mapTo(page, plot.rect().topLeft()).y()
+    assert plot.mapTo(page, plot.rect().bottomLeft()).y() <= page.height()  # the last row on the page
     assert page.least_height(600) < page.height_for(600)
 
 
