@@ -67,6 +67,9 @@ class Session:
     baseline_tps: float | None = None
     baseline_source: str = ""
     baseline_verify_s: float | None = None  # the calibration's verifier time per decode step
+    # The chat's cost model as the last reply began, with that reply's messages and system prompt: a race of the same
+    # prompt starts from it (runs.chat_planner), as the reply did, not from what the reply went on to learn.
+    reply_planner: tuple[list[dict], str | None, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -243,7 +246,10 @@ def reply_events(session: Session, messages: list[dict], system: str | None, con
     built = build_prompt(v.tokenizer, messages, system=system or None, context_length=v.context_length,
                          reserve_new_tokens=config.max_new_tokens)
     yield PromptInfo(len(built.ids), built.dropped_turns)
-    yield from session.engine.generate(built.ids, config, controls)
+    engine = session.engine
+    if engine.drafter is not None and engine.drafter is session.drafter:
+        session.reply_planner = (messages, system or None, engine.planner.copy())
+    yield from engine.generate(built.ids, config, controls)
 
 
 def config_from_settings(s: Any) -> GenerationConfig:

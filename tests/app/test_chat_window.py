@@ -321,6 +321,21 @@ def test_race_runs_off_then_on_and_compares_greedy_texts(make_window, qtbot):
     assert "live graphs hidden" in w.baselines.pick(on.prompt_tokens, graphs_live=False).how
 
 
+def test_a_race_of_the_last_replys_prompt_starts_from_the_cost_model_that_reply_started_from(make_window):
+    from app.runs import chat_planner
+    from app.session import config_from_settings, reply_events
+    from specdec_core.engine import Controls
+
+    w = make_window(max_new_tokens=16)
+    session, messages = w.session, [{"role": "user", "content": "Race me"}]
+    engine = session.engine
+    engine.planner.priced_out = 7  # a pause under way as the reply begins
+    list(reply_events(session, messages, None, config_from_settings(w.settings), Controls()))
+    raced = chat_planner(session, messages, None)
+    assert raced is not engine.planner and raced.priced_out == 7  # what the reply began with, not what it learnt
+    assert chat_planner(session, [{"role": "user", "content": "Another prompt"}], None) is engine.planner
+    assert chat_planner(session, messages, "a system prompt") is engine.planner
+
 def slow_load(request, progress, cancelled, previous=None, steps: list[int] | None = None):
     """Stands in for a long model load: reports progress (which raises once cancelled), each step noted in `steps`."""
     from app.session import LoadStep
