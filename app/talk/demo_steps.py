@@ -345,6 +345,20 @@ class TheoryPage(StepPage):
         plot = self.explainer.plot
         self.give = max(0, plot.sizeHint().height() - plot.minimumHeight())
         self.lines: list[str] = []
+        self._compact = False
+
+    # A demo window shorter than this sets the formulas and the verdict in smaller type: in the explainer's own
+    # sizes the theory step's plot lay under the fold at 1024×700 (the headline keeps its size).
+    COMPACT_BELOW = 760
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        compact = self.window().height() < self.COMPACT_BELOW
+        if compact != self._compact:
+            self._compact = compact
+            ts.set_big(self.explainer.formulas, 0.9 if compact else 1.35)
+            ts.set_big(self.explainer.verdict, 0.8 if compact else 1.05)
+            self.updateGeometry()
 
     def begin(self, ctx: RunContext, results: DemoResults) -> None:
         if not self.explainer.set_from_trace(results.traces.get("spec")):
