@@ -1,4 +1,5 @@
 import faulthandler
+import gc
 import os
 import sys
 from pathlib import Path
@@ -60,6 +61,12 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path not in slow_files)
 
 
+def _freeze_what_is_alive() -> None:
+    """Collect, then freeze every object alive (app/gc_pin.py freeze_what_is_loaded, without needing Qt)."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def modules_frozen():
     """As the app does before its window opens (app/gc_pin.py): the modules' objects are frozen, here with torch's
@@ -69,14 +76,10 @@ def modules_frozen():
     import transformers  # noqa: F401
 
     try:
-        from app import gc_pin, window  # noqa: F401
+        import app.window  # noqa: F401 - Qt's and pyqtgraph's modules, frozen with the rest
     except ImportError:  # no Qt here: the core's tests only
-        import gc
-
-        gc.collect()
-        gc.freeze()
-    else:
-        gc_pin.freeze_what_is_loaded()
+        pass
+    _freeze_what_is_alive()
 
 
 REFREEZE_AT = 100_000  # objects the collector walks, past which what is alive after a test is frozen too
@@ -90,11 +93,8 @@ def modules_stay_frozen(modules_frozen):
     walks about what its own test made. Objects alive now that become cyclic garbage later are never collected: the
     fixtures' tiny models, and windows already closed."""
     yield
-    import gc
-
     if gc.get_freeze_count() == 0 or len(gc.get_objects(2)) > REFREEZE_AT:
-        gc.collect()
-        gc.freeze()
+        _freeze_what_is_alive()
 
 
 @pytest.fixture(autouse=True)
