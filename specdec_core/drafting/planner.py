@@ -221,13 +221,14 @@ class DraftPlanner:
     def _hopeless(self, gamma: int) -> bool:
         """Whether even a draft that is always right, at the draft's fastest recent time per token, would gain less
         than PROBE_WORTH over plain steps (the fastest: a draft slow while it warms up is not written off by its
-        first steps). A probe costs the draft's catching up on every token it sat out: on a 1.5B verifier with a
-        0.5B draft, 3.5 plain steps, for a gain that could only be small."""
+        first steps), and each size of check at what it was timed at, even once (not the optimistic guess that
+        lets a size be tried). A probe costs the draft's catching up on every token it sat out: on a 1.5B verifier
+        with a 0.5B draft, 3.5 plain steps, for a gain that could only be small."""
         plain = self.sizer.cost.estimate(1)
         if not self.sizer.draft_settled or plain is None:
             return False
         per_token = min(self.sizer.draft_timings)
-        best = max((k + 1) / ((self.sizer.cost.estimate(k + 1) or plain) + k * per_token)
+        best = max((k + 1) / ((self.sizer.cost.estimate(k + 1, cautious=True) or plain) + k * per_token)
                    for k in range(1, max(1, gamma) + 1))
         return best < (1.0 + self.PROBE_WORTH) / plain
 

@@ -28,11 +28,16 @@ class VerifyCost:
     machine must not decide the next rounds' tree sizes. A row count timed fewer than SETTLED times reads no
     more than the guess from below, so that a size is not written off after one unlucky pass. Timings older
     than MAX_AGE passes are forgotten: a size that measured slow while the machine was busy, and so was
-    never chosen again, is guessed from its neighbours once more, tried, and measured afresh."""
+    never chosen again, is guessed from its neighbours once more, tried, and measured afresh. Until then, for
+    SHAPE_AGE passes, a size once settled reads its last share of the plain step (`_shape`): on quantised
+    weights a check of k rows costs nearly k plain steps whatever the load, and a size forgotten after
+    MAX_AGE plain steps and guessed from below at a few per cent a row made a draft that could never pay
+    look worth probing every 16 rounds (docs/log/2026-12.md, session 38)."""
 
     WINDOW = 9
     SETTLED = 3
     MAX_AGE = 256
+    SHAPE_AGE = 4 * MAX_AGE
     # A size with fewer than SETTLED timings of the last MAX_AGE passes is `stale`: the engine then times the
     # plain step again (the reference every tree is weighed against), so that it follows the machine's
     # current load. One timing alone is not trusted: one slow pass can make every tree look free
@@ -43,7 +48,9 @@ class VerifyCost:
         self._passes = 0
         self._given = dict(seconds or {})  # given figures count as SETTLED timings that never age
         self._medians: dict[int, float] | None = None  # `seconds`, until the next observation
+        self._with_shape: dict[int, float] | None = None  # `_curve()`, until the next observation
         self.recalled = False  # whether an earlier engine's figures were recalled (recall)
+        self._shape: dict[int, tuple[int, float]] = {}  # rows -> (its last timing's pass, median / plain step's)
 
     def __repr__(self) -> str:
         return f"VerifyCost({self.seconds})"
@@ -53,7 +60,19 @@ class VerifyCost:
             return
         self._passes += 1
         self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append((self._passes, seconds))
-        self._medians = None
+        self._medians = self._with_shape = None
+        self._reshape(rows)
+
+    def _reshape(self, rows: int) -> None:
+        """Keep the share of the plain step that a settled size costs (1: every size's)."""
+        plain = self._timings(1)
+        if len(plain) < self.SETTLED:
+            return
+        for size in (rows,) if rows > 1 else [size for size in self._samples if size > 1]:
+            timings = self._timings(size)
+            if len(timings) >= self.SETTLED:
+                newest = self._samples[size][-1][0] if self._samples.get(size) else self._passes
+                self._shape[size] = (newest, statistics.median(timings) / statistics.median(plain))
 
     def recall(self, seconds: dict[int, float]) -> None:
         """Timings an earlier engine left on this machine (loading/cost_memory.py): each figure counts as SETTLED
@@ -64,7 +83,8 @@ class VerifyCost:
             if rows >= 1 and took > 0:
                 window = self._samples.setdefault(rows, deque(maxlen=self.WINDOW))
                 window.extend([(self._passes, took)] * self.SETTLED)
-        self._medians = None
+        self._medians = self._with_shape = None
+        self._reshape(1)
 
     @property
     def passes(self) -> int:
@@ -75,6 +95,11 @@ class VerifyCost:
         """The figures worth keeping for the next engine: `seconds` of each row count timed at least SETTLED
         times lately."""
         return {rows: took for rows, took in self.seconds.items() if not self.stale(rows)}
+
+    def _shaped(self, plain_s: float) -> dict[int, float]:
+        """Each size with a settled shape of the last SHAPE_AGE passes, at a plain step of `plain_s`."""
+        return {rows: plain_s * ratio for rows, (when, ratio) in self._shape.items()
+                if when > self._passes - self.SHAPE_AGE}
 
     def stale(self, rows: int) -> bool:
         """Whether `rows` has fewer than SETTLED timings of the last MAX_AGE passes (a given figure never
@@ -102,21 +127,36 @@ class VerifyCost:
                                                      [len(t) for _, t in timed])))
         return self._medians
 
-    def estimate(self, rows: int) -> float | None:
-        """Measured, else interpolated between measured sizes, else guessed from the nearest one below (or,
-        with none below, from the nearest above, optimistically: a size nobody measured gets tried)."""
+    def _curve(self) -> dict[int, float]:
+        """`seconds`, where each size with too few recent timings but a settled shape reads that shape at the
+        plain step's figure now, made non-decreasing in rows as `seconds` is."""
         seconds = self.seconds
+        if self._with_shape is None:
+            shaped = {rows: took for rows, took in self._shaped(seconds[1]).items()
+                      if rows not in seconds or self.stale(rows)} if 1 in seconds else {}
+            known = {**seconds, **shaped}
+            rows_known = sorted(known)
+            weights = [self.SETTLED if rows in shaped else len(self._timings(rows)) for rows in rows_known]
+            self._with_shape = dict(zip(rows_known, _non_decreasing([known[rows] for rows in rows_known], weights)))
+        return self._with_shape
+
+    def estimate(self, rows: int, cautious: bool = False) -> float | None:
+        """Measured, else interpolated between measured sizes, else guessed from the nearest one below (or,
+        with none below, from the nearest above, optimistically: a size nobody measured gets tried).
+        `cautious`: a size timed fewer than SETTLED times reads its own timings, not the guess from below when
+        that is cheaper, for a question where optimism costs (whether a draft is worth probing at all)."""
+        seconds = self._curve()
         below = max((r for r in seconds if r < rows), default=None)
         guess = seconds[below] * (1 + _GUESSED_SLOPE * (rows - below)) if below is not None else None
         if rows in seconds:
-            unsettled = len(self._timings(rows)) < self.SETTLED and guess is not None
+            unsettled = self.stale(rows) and rows not in self._shaped(1.0) and guess is not None and not cautious
             return min(seconds[rows], guess) if unsettled else seconds[rows]  # type: ignore[type-var]
         above = min((r for r in seconds if r > rows), default=None)
         if below is not None and above is not None:
             # Between the sizes' own estimates, not their raw medians: one slow pass at an unsettled size
             # above must not make the sizes below it look dearer than it (one slow timing at 5 rows had made
             # 4 rows read dearer than 5, and trees stopped growing there).
-            low, high = self.estimate(below), self.estimate(above)
+            low, high = self.estimate(below, cautious), self.estimate(above, cautious)
             assert low is not None and high is not None
             share = (rows - below) / (above - below)
             return low + share * (high - low)

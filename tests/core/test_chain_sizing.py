@@ -261,3 +261,54 @@ def test_a_draft_that_could_gain_little_even_when_always_right_counts_as_hopeles
     for _ in range(3):
         planner.sizer.observe_draft(expansions=1, draft_s=0.01)
     assert not planner._hopeless(gamma=4)
+
+
+def measured(cost: VerifyCost, seconds: dict[int, float], times: int = 3) -> VerifyCost:
+    for _ in range(times):
+        for rows, took in seconds.items():
+            cost.observe(rows, took)
+    return cost
+
+
+# The Qwen2.5-Coder 1.5B (Q4_K_M) on a 2-core AVX2 EPYC, two threads: a check of k rows costs nearly k plain steps.
+QUANTISED_CURVE = {1: 0.144, 2: 0.209, 5: 0.459}
+
+
+def test_a_size_whose_timings_aged_out_keeps_its_measured_share_of_the_plain_step():
+    """A reply of plain steps ages every other size's timings out. A 2-row check guessed from the plain step
+    at a few per cent a row (0.155 s) made the 0.5B draft look worth probing every 16 rounds; its measured
+    share stays, and follows the plain step's pace."""
+    cost = measured(VerifyCost(), QUANTISED_CURVE)
+    measured(cost, {1: 0.144}, times=VerifyCost.MAX_AGE + 10)
+    assert cost.stale(2) and cost.estimate(2) == pytest.approx(0.209)
+    assert cost.estimate(5) == pytest.approx(0.459) and 0.209 < cost.estimate(3) < 0.459
+    measured(cost, {1: 0.200}, times=VerifyCost.WINDOW)  # the machine got busier: every size with it
+    assert cost.estimate(2) == pytest.approx(0.200 * 0.209 / 0.144)
+    measured(cost, {2: 0.250})  # measured afresh, a size reads its own timings again
+    assert cost.estimate(2) == pytest.approx(0.250)
+
+
+def test_a_draft_too_dear_to_pay_stays_hopeless_after_a_reply_of_plain_steps():
+    from specdec_core.drafting.planner import DraftPlanner
+
+    planner = DraftPlanner()
+    measured(planner.sizer.cost, QUANTISED_CURVE)
+    for _ in range(3):
+        planner.sizer.observe_draft(expansions=1, draft_s=0.056)  # the 0.5B draft, per token
+    assert planner._hopeless(gamma=4)
+    measured(planner.sizer.cost, {1: 0.144}, times=VerifyCost.MAX_AGE + 10)
+    assert planner._hopeless(gamma=4)
+
+
+def test_a_check_timed_only_twice_counts_at_its_timings_when_judging_whether_a_draft_could_pay():
+    """The 0.5B draft's first trees checked 4 rows twice (0.36 s): read as the guess from the 2 rows below
+    (0.25 s), an always-right draft of 4 seemed to gain 27 %, and it was probed every 16 rounds."""
+    from specdec_core.drafting.planner import DraftPlanner
+
+    planner = DraftPlanner()
+    measured(planner.sizer.cost, {1: 0.143, 2: 0.213})
+    measured(planner.sizer.cost, {4: 0.358}, times=2)
+    for _ in range(3):
+        planner.sizer.observe_draft(expansions=1, draft_s=0.056)
+    assert planner.sizer.cost.estimate(4) < 0.3  # a tree may still try 4 rows again ...
+    assert planner._hopeless(gamma=4)  # ... but the draft is not worth a probe every 16 rounds

@@ -400,7 +400,10 @@ def test_a_size_measured_slow_long_ago_is_guessed_again_and_so_tried_again():
     assert cost.estimate(5) == pytest.approx(0.200)
     for _ in range(VerifyCost.MAX_AGE):
         cost.observe(1, 0.050)  # only plain steps since: 5 rows would never be chosen, so never re-timed
-    assert cost.estimate(5) == pytest.approx(0.050 * (1 + 4 * 0.08))  # the guess from below again
+    assert cost.estimate(5) == pytest.approx(0.200)  # its share of the plain step, for a while (SHAPE_AGE) ...
+    for _ in range(VerifyCost.SHAPE_AGE - VerifyCost.MAX_AGE):
+        cost.observe(1, 0.050)
+    assert cost.estimate(5) == pytest.approx(0.050 * (1 + 4 * 0.08))  # ... then the guess from below again
     assert cost.estimate(1) == pytest.approx(0.050)
 
 
