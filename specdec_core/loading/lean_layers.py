@@ -136,13 +136,19 @@ class _LeanLayer:
                 **kwargs) -> torch.Tensor:
         cache = cache if cache is not None else past_key_values
         batch, length, width = hidden_states.shape
-        rows = hidden_states.reshape(-1, width).to(torch.float32).contiguous()
+        rows = hidden_states.reshape(-1, width)
+        if rows.dtype != torch.float32 or not rows.is_contiguous():
+            rows = rows.to(torch.float32).contiguous()
         cos, sin = position_embeddings
         rotary = batch == 1 and cos.dtype == torch.float32 and cos.shape[-1] == self.head_dim
         if rotary:
             cos, sin = cos.reshape(length, -1).contiguous(), sin.reshape(length, -1).contiguous()
         fused = self._fused() if rotary else None
         threads, fine = max(1, torch.get_num_threads()), self.o_proj.activation_bytes == 2
+        if fused is not None and cache is not None:
+            out = self._step(fused, rows, cos, sin, cache, attention_mask, length, threads, fine)
+            if out is not None:
+                return out.view(batch, length, width)
         if fused is not None:
             qkv = qkernel.layer_qkv(self.lib, fused, rows, cos, sin, threads, fine)
             query, key, value = qkv.split(self.qkv.sizes, dim=-1)
@@ -172,6 +178,25 @@ class _LeanLayer:
                             dropout=0.0, scaling=self.attention.scaling, **self.extra, **kwargs)
             attended = out.reshape(batch * length, -1).contiguous()
         return self._rest(rows, attended).view(batch, length, width)
+
+    def _step(self, fused: qkernel.Layer, rows: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache,
+              attention_mask: torch.Tensor | None, length: int, threads: int, fine: bool) -> torch.Tensor | None:
+        """The layer in one kernel call (qkernel.layer_step), its keys and values written straight into the cache's
+        buffers, where the cache keeps this layer in a GrowingLayer with float32 buffers and the pass attends row by
+        row; None where not (then the two calls run around cache.update). Per token of the embedded model this
+        saves about 30 small torch operations a layer (docs/log/2026-12.md, session 38)."""
+        layers = getattr(cache, "layers", None)
+        layer = layers[self.layer_idx] if layers is not None and self.layer_idx < len(layers) else None
+        reserve = getattr(layer, "reserve", None)  # kv.GrowingLayer's (loading does not import verification)
+        if reserve is None or getattr(cache, "offloading", False) \
+                or not self._row_by_row(length, layer.get_seq_length() + length):
+            return None
+        slot = reserve(length, torch.float32)
+        if slot is None:
+            return None
+        key, value, start = slot
+        visible = _visible_bytes(attention_mask, length, start + length)
+        return qkernel.layer_step(self.lib, fused, rows, cos, sin, key, value, start, visible, threads, fine)
 
     def _qkv(self, normed: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary: bool
              ) -> list[torch.Tensor]:

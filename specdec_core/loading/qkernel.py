@@ -133,7 +133,9 @@ def _declare(lib: ctypes.CDLL) -> None:
                                       integer]
     lib.specdec_layer_rest.argtypes = [layer, pointer, pointer, integer, pointer, pointer, pointer, long, long,
                                        integer, pointer, pointer, pointer, integer, integer]
-    lib.specdec_layer_qkv.restype = lib.specdec_layer_rest.restype = integer
+    lib.specdec_layer_step.argtypes = [layer, pointer, pointer, integer, pointer, pointer, pointer, pointer, long, long,
+                                       integer, pointer, pointer, pointer, integer, integer]
+    lib.specdec_layer_qkv.restype = lib.specdec_layer_rest.restype = lib.specdec_layer_step.restype = integer
 
 
 class QWeight(ctypes.Structure):
@@ -186,6 +188,24 @@ def layer_rest(lib: ctypes.CDLL, layer: Layer, x: torch.Tensor, qkv: torch.Tenso
     status = lib.specdec_layer_rest(ctypes.byref(layer), x.data_ptr(), out.data_ptr(), rows, qkv.data_ptr(),
                                     key.data_ptr(), value.data_ptr(), key.stride(0), key.stride(1), keys,
                                     None if visible is None else visible.data_ptr(), _work(4 * floats).data_ptr(),
+                                    _scratch(layer_scratch_bytes(layer, rows)).data_ptr(), threads, fine)
+    if status != 0:
+        raise ValueError("the quantised kernel cannot take this layer's weights")
+    return out
+
+
+def layer_step(lib: ctypes.CDLL, layer: Layer, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, key: torch.Tensor,
+               value: torch.Tensor, start: int, visible: torch.Tensor | None, threads: int, fine: bool) -> torch.Tensor:
+    """layer_qkv, the new keys and values stored into the cache's buffers key, value [kv_heads, capacity, dim] (same
+    strides, rows of dim contiguous) at positions start .. start + rows - 1, then layer_rest over every key up to
+    them, in one call (specdec_layer_step): the layer's output [rows, width]."""
+    rows = x.shape[0]
+    out = torch.empty_like(x)
+    floats = rows * (layer.qkv.n + 3 * layer.width + layer.heads * layer.dim + 3 * layer.inter) + start + rows
+    seen = None if visible is None else visible.data_ptr()
+    status = lib.specdec_layer_step(ctypes.byref(layer), x.data_ptr(), out.data_ptr(), rows, cos.data_ptr(),
+                                    sin.data_ptr(), key.data_ptr(), value.data_ptr(), key.stride(0), key.stride(1),
+                                    start, seen, _work(4 * floats).data_ptr(),
                                     _scratch(layer_scratch_bytes(layer, rows)).data_ptr(), threads, fine)
     if status != 0:
         raise ValueError("the quantised kernel cannot take this layer's weights")

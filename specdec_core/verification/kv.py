@@ -71,6 +71,23 @@ class GrowingLayer(DynamicLayer):
         self.values = self._value_buffer[..., :end, :]
         return self.keys, self.values
 
+    def reserve(self, rows: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+        """Room for `rows` new positions, for a caller that writes their keys and values itself (the quantised
+        layers' one-call step, lean_layers.py): the key and value buffers [heads, capacity, dim] of batch 0 and the
+        first new position, the views already covering the new positions. None (and nothing reserved) before the
+        first update, where the batch is not 1, or where the buffers do not hold `dtype`."""
+        buffer = getattr(self, "_key_buffer", None) if self.is_initialized else None
+        if buffer is None or buffer.shape[0] != 1 or buffer.dtype != dtype:
+            return None
+        start, end = self.length, self.length + rows
+        if end > self._key_buffer.shape[-2]:
+            self._key_buffer = self._grown(self._key_buffer, self._key_buffer[..., :0, :], end)
+            self._value_buffer = self._grown(self._value_buffer, self._value_buffer[..., :0, :], end)
+        self.length = end
+        self.keys = self._key_buffer.narrow(-2, 0, end)  # as update's views; narrow is the cheaper call
+        self.values = self._value_buffer.narrow(-2, 0, end)
+        return self._key_buffer[0], self._value_buffer[0], start
+
     def _grown(self, buffer: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
         grown = new.new_empty((*new.shape[:-2], max(256, 2 * end), new.shape[-1]))
         if buffer is not None and self.length:

@@ -108,3 +108,41 @@ def test_a_layer_run_as_two_kernel_calls_computes_the_same_bits_as_its_parts(qua
         for layer in layers:
             layer.fusable = True
     assert torch.equal(fused_prompt, parts_prompt) and torch.equal(fused_check, parts_check)
+
+
+def test_a_layer_run_as_one_call_into_the_engines_cache_computes_the_same_bits_as_two_calls_around_its_update(
+        quantised_models, monkeypatch):
+    """The engine's cache (kv.GrowingLayer) lets a layer write its keys and values itself (qkernel.layer_step); a
+    cache of transformers' own takes them through its update, between two kernel calls."""
+    from specdec_core.verification.kv import new_cache
+
+    lean = quantised_models[1]
+    two_prompt, past = _logits(lean, PROMPT)
+    two_check = _logits(lean, [DRAFTED], past)[0]
+    steps = []
+    step = qkernel.layer_step
+    monkeypatch.setattr(qkernel, "layer_step", lambda *args: steps.append(args[2].shape[0]) or step(*args))
+    cache = new_cache(lean)
+    one_prompt, past = _logits(lean, PROMPT, cache)  # each layer's first update makes its buffers: two calls
+    one_check = _logits(lean, [DRAFTED], past)[0]
+    one_step = _logits(lean, [[DRAFTED[0]]], past)[0]
+    assert steps == [len(DRAFTED)] * len(_lean_layers_of(lean)) + [1] * len(_lean_layers_of(lean))
+    assert torch.equal(one_prompt, two_prompt) and torch.equal(one_check, two_check)
+    assert cache.layers[0].keys.shape[-2] == len(PROMPT[0]) + len(DRAFTED) + 1
+    assert torch.equal(one_step[-1], _logits(lean, [[DRAFTED[0]]], _logits(lean, [DRAFTED], _logits(
+        lean, PROMPT)[1])[1])[0][-1])
+
+
+def test_room_reserved_past_a_cache_buffers_end_grows_it_and_keeps_the_keys_before():
+    from specdec_core.verification.kv import GrowingLayer
+
+    layer = GrowingLayer()
+    keys = torch.randn(1, 2, 250, 8)
+    layer.update(keys, keys + 1)
+    key, value, start = layer.reserve(10, torch.float32)
+    assert start == 250 and key.shape[1] >= 260 and layer.keys.shape[-2] == 260
+    assert torch.equal(key[:, :250], keys[0]) and torch.equal(value[:, :250], keys[0] + 1)
+    key[:, 250:260] = 7.0  # written by the caller into the views the cache reads
+    assert torch.equal(layer.keys[0, :, 250:], torch.full((2, 10, 8), 7.0))
+    assert GrowingLayer().reserve(1, torch.float32) is None  # no buffers before the first update
+    assert layer.reserve(1, torch.bfloat16) is None and layer.keys.shape[-2] == 260  # nor for another type

@@ -630,6 +630,29 @@ int specdec_layer_rest(const layer_t *L, const float *x, float *y, int rows, con
     return 0;
 }
 
+/* The whole layer in one call, for rows whose keys and values the KV cache keeps at positions start .. start + rows - 1
+ * of its buffers key, value ([kv_heads, capacity, dim] at the given strides; the positions before start hold the
+ * earlier rows'): the query, key and value rows (specdec_layer_qkv), the new keys and values stored, then
+ * specdec_layer_rest over every key up to the new ones. The same operations as the two calls with the store between
+ * them, so the same bits. work: rows * (qkv.n + 3 * width + heads * dim + 3 * inter) + start + rows floats. */
+int specdec_layer_step(const layer_t *L, const float *x, float *y, int rows, const float *cos_, const float *sin_,
+                       float *key, float *value, long head_stride, long pos_stride, int start, const uint8_t *visible,
+                       float *work, void *scratch, int threads, int fine) {
+    float *qkv = work, *rest = work + (size_t)rows * L->qkv.n;
+    if (specdec_layer_qkv(L, x, rows, cos_, sin_, qkv, rest, scratch, threads, fine) != 0) return -1;
+    int k_at = L->heads * L->dim, v_at = k_at + L->kv_heads * L->dim;
+    for (int r = 0; r < rows; r++) {
+        const float *row = qkv + (size_t)r * L->qkv.n;
+        for (int h = 0; h < L->kv_heads; h++) {
+            size_t at = (size_t)h * head_stride + (size_t)(start + r) * pos_stride;
+            memcpy(key + at, row + k_at + h * L->dim, (size_t)L->dim * sizeof(float));
+            memcpy(value + at, row + v_at + h * L->dim, (size_t)L->dim * sizeof(float));
+        }
+    }
+    return specdec_layer_rest(L, x, y, rows, qkv, key, value, head_stride, pos_stride, start + rows, visible, rest,
+                              scratch, threads, fine);
+}
+
 /* ---- Decoding a GGUF tensor's blocks straight into the layout above (the loader's fast path) ----
  * The same numbers as gguf_blocks.py's decoders followed by qkernel.pack_rows and kernel_order: tested equal. */
 
