@@ -27,6 +27,7 @@ It writes gpu_shapes-<device>.json and gpu_shapes-<device>.md into the output fo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import inspect
 import json
@@ -159,6 +160,20 @@ def build(shape: dict, name: str, dtype: torch.dtype, device: torch.device, seed
     return LoadedModel(model=model, tokenizer=CountingTokenizer(config.vocab_size), spec=name, name=name,
                        device=device, dtype=dtype, context_length=8192, eos_token_ids=frozenset({0}),
                        load_s=time.perf_counter() - start, source="random weights")
+
+
+def as_int4(loaded: LoadedModel, device: torch.device) -> LoadedModel:
+    """The model's linear layers quantised to 4 bits in groups of 32 (as a Q4 GGUF's are) and run in torch's int4
+    product, the rest in bfloat16 (device_quantised.py: a quantised GGUF's form on a GPU)."""
+    from specdec_core.loading import device_quantised, quantised
+
+    model = loaded.model.to("cpu", torch.float32)
+    quantised.quantise_linears(model, bits=4, lib=None)
+    _, _, why = device_quantised.to_device(model, device)
+    if why:
+        raise SystemExit(f"--weights int4: {why}")
+    return dataclasses.replace(loaded, model=model, dtype=torch.bfloat16,
+                               weights=device_quantised.weight_format(model))
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:
@@ -294,7 +309,7 @@ def speedup_table(verify: dict[int, float], draft_step_s: float, alphas=(0.5, 0.
     return rows
 
 
-def run(device: torch.device, plan: Plan, say) -> dict:
+def run(device: torch.device, plan: Plan, say, weights: str = "model") -> dict:
     result: dict = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                     "device": machine_description(device), "torch": torch.__version__,
                     "python": platform.python_version(), "dtype": str(plan.dtype).removeprefix("torch."),
@@ -309,6 +324,10 @@ def run(device: torch.device, plan: Plan, say) -> dict:
     verifier = build(plan.verifier, plan.verifier_name, plan.dtype, device, seed=1, family=plan.family)
     say(f"building the draft ({plan.draft_name})")
     draft = build(plan.draft, plan.draft_name, plan.dtype, device, seed=2, family=plan.family)
+    if weights == "int4":
+        say("quantising both to int4")
+        verifier, draft = as_int4(verifier, device), as_int4(draft, device)
+        result["weights"] = verifier.weights
     for name, loaded in (("verifier", verifier), ("draft", draft)):
         result[f"{name}_parameters"] = sum(p.numel() for p in loaded.model.parameters())
         result[f"{name}_bytes_per_step"] = bytes_per_step(loaded.model)
@@ -352,7 +371,8 @@ def run(device: torch.device, plan: Plan, say) -> dict:
 def markdown(result: dict) -> str:
     off = result["speculation_off"]
     lines = [
-        f"### {result['verifier']} verifier, {result['draft']} draft ({result['dtype']}, random weights)",
+        f"### {result['verifier']} verifier, {result['draft']} draft ({result.get('weights', result['dtype'])}, "
+        "random weights)",
         "",
         f"{result['device']} · torch {result['torch']} · transformers {result['transformers']} · {result['date']} · "
         f"prompt {result['prefill_tokens']} tokens",
@@ -408,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pair", default="llama", choices=("llama", "qwen-coder"),
                         help="llama: Llama 8B + 1B shapes (small stand-ins on the CPU); qwen-coder: the shapes of "
                              "Qwen2.5-Coder 1.5B + 0.5B, the pair `specdec models` installs")
+    parser.add_argument("--weights", default="model", choices=("model", "int4"),
+                        help="model: the plan's dtype (bfloat16 on CUDA); int4: linear layers in torch's int4 product, "
+                             "as a quantised GGUF runs on a GPU (untested on a GPU when written)")
     args = parser.parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -421,11 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
 
-    result = run(device, plan, say)
+    result = run(device, plan, say, args.weights)
     result["wall_s"] = time.perf_counter() - started
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = out / (f"gpu_shapes-{device.type}" if args.pair == "llama" else f"gpu_shapes-{args.pair}-{device.type}")
+    stem = stem.with_name(stem.name + ("-int4" if args.weights == "int4" else ""))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     table = markdown(result)
     stem.with_suffix(".md").write_text(table)

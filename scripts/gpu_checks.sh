@@ -10,3 +10,5 @@ PY="${PY:-python3}"
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device here'; print(torch.cuda.get_device_name())"
 "$PY" -m bench.gpu_shapes --device cuda --out-dir "$out"
 "$PY" -m bench.gpu_shapes --device cuda --pair qwen-coder --out-dir "$out"
+# A quantised GGUF's form on a GPU (torch's int4 product), untested on a GPU when written: a failure says why.
+"$PY" -m bench.gpu_shapes --device cuda --pair qwen-coder --weights int4 --out-dir "$out" || echo "int4 lane failed"

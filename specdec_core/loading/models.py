@@ -187,10 +187,14 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
     target = resolve_device(device)
     if weights not in WEIGHT_FORMATS:
         raise ModelLoadError(f"unknown weight format {weights!r}: use {', '.join(WEIGHT_FORMATS)}")
-    own = weights == "auto" and target.type == "cpu" and device_map is None and dtype in ("auto", DRAFT_AUTO, "float32")
+    # A quantised GGUF runs in its own quantisation: on the CPU in the kernel library's products, on a GPU its 4-bit
+    # tensors in torch's int4 product and the rest in bfloat16 (device_quantised.py, untested on a GPU here).
+    own = weights == "auto" and device_map is None and (
+        target.type == "cpu" and dtype in ("auto", DRAFT_AUTO, "float32")
+        or target.type in ("cuda", "mps") and dtype in ("auto", DRAFT_AUTO, "bfloat16"))
     resolved = specs.resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache, quantised=own)
     if resolved.gguf is not None:
-        return _load_quantised_gguf(spec, resolved, report=report, cache=cache, start=start)
+        return _load_quantised_gguf(spec, resolved, report=report, cache=cache, start=start, target=target)
     if dtype == DRAFT_AUTO:
         native = target.type == "cpu" and cpu_speed.packing_available(torch.bfloat16)
         dtype = "bfloat16" if native and not _is_draft_head(resolved.folder) else "auto"
@@ -228,22 +232,32 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
 
 
 def _load_quantised_gguf(spec: str, resolved: specs.Resolved, *, report: Reporter, cache: Path,
-                         start: float) -> LoadedModel:
-    """A GGUF file's model with its quantised weights read from the file (packed_gguf.py), on the CPU."""
+                         start: float, target: torch.device) -> LoadedModel:
+    """A GGUF file's model with its quantised weights read from the file (packed_gguf.py), on the CPU; on a GPU
+    (`target`), its 4-bit tensors moved into torch's int4 form and the rest into bfloat16 (device_quantised.py)."""
     from transformers import AutoTokenizer
 
-    from specdec_core.loading import packed_gguf
+    from specdec_core.loading import device_quantised, packed_gguf
 
-    report("load", None, f"Loading {resolved.name} in its own quantisation (cpu)")
+    report("load", None, f"Loading {resolved.name} in its own quantisation ({target.type})")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
         model = packed_gguf.build(resolved.gguf, resolved.folder)
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"could not load {spec!r} from {resolved.gguf}: {first_line(error)}") from error
+    notes: tuple[str, ...] = ()
+    moved = device_quantised.moves_to(target)
+    if moved:
+        _, _, why = device_quantised.to_device(model, target)
+        notes = (f"{resolved.name}'s 4-bit weights run as bfloat16: {why}",) if why else ()
     loaded = _describe(model, tokenizer, spec=spec, name=resolved.name, source=resolved.source, load_s=0.0)
     loaded.cache_dir = cache
-    loaded.weights = quantised.weight_format(model)
-    _run_quantised(model)
+    loaded.notes += notes
+    if moved:
+        loaded.weights = device_quantised.weight_format(model)
+    else:
+        loaded.weights = quantised.weight_format(model)
+        _run_quantised(model)
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} ({loaded.weights}) in {loaded.load_s:.1f} s")
     return loaded

@@ -106,18 +106,23 @@ class QuantStorage(nn.Module):
 
     def rows(self, index: torch.Tensor) -> torch.Tensor:
         """Rows `index` (any shape) as float32 [..., cols], exactly w = d * q + m."""
-        flat = index.reshape(-1).to(self.data.device)
+        q, scales, offsets = self.integers(index.reshape(-1))
+        groups = self.shape[1] // self.group
+        values = q.to(torch.float32).reshape(-1, groups, self.group) * scales.unsqueeze(-1) + offsets.unsqueeze(-1)
+        return values.reshape(*index.shape, self.shape[1])
+
+    def integers(self, index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows `index` (1-D; None: all) as the integers q [n, cols] (0..15, or signed 8-bit values) and the scales
+        d and offsets m [n, cols / group] of w = d * q + m, all in the weight's own column order."""
+        flat = torch.arange(self.shape[0]) if index is None else index
+        flat = flat.to(self.data.device)
         raw = self.data[flat]
         if self.kind == 0:
             halves = torch.stack([raw & 0x0F, raw >> 4], dim=-2)  # [n, 2, cols / 2]: values j and j + 16 of a group
             q = halves.reshape(flat.shape[0], 2, -1, 16).transpose(1, 2).reshape(flat.shape[0], -1)
         else:
             q = raw
-        groups = self.shape[1] // self.group
-        scales = self.scales[flat][:, self._natural].unsqueeze(-1)
-        offsets = self.offsets[flat][:, self._natural].unsqueeze(-1)
-        values = q.to(torch.float32).reshape(-1, groups, self.group) * scales + offsets
-        return values.reshape(*index.shape, self.shape[1])
+        return q, self.scales[flat][:, self._natural], self.offsets[flat][:, self._natural]
 
     activation_bytes = 2  # how finely each product quantises its input rows (set_activation_bytes)
 
