@@ -232,6 +232,19 @@ class DraftPlanner:
                    for k in range(1, max(1, gamma) + 1))
         return best < (1.0 + self.PROBE_WORTH) / plain
 
+    # Rounds before a probe is due in which a draft that needs nothing from the verifier starts reading the tokens
+    # it sat out beside the verifier's steps (Engine._catch_up_beside): a 0.5B draft reads 128 tokens in about
+    # 5 plain steps of its 1.5B verifier.
+    CATCH_UP_LEAD = 8
+
+    def catch_up_due(self, gamma: int) -> bool:
+        """Whether a probe is due within CATCH_UP_LEAD rounds of plain steps, so the draft, behind, should start
+        catching up now."""
+        if not self.draft_behind or self.priced_out + self.CATCH_UP_LEAD < self.PROBE_AFTER:
+            return False
+        ahead = self.priced_out + self.CATCH_UP_LEAD
+        return ahead >= self.PROBE_AFTER * self.HOPELESS_PROBE_FACTOR or not self._hopeless(gamma)
+
     def _probe_due(self, gamma: int) -> bool:
         """Whether enough rounds were priced out in a row to draft again (_hopeless is weighed only then: it reads
         the cost curve, and a round that is not due to probe needs none of it)."""

@@ -239,13 +239,33 @@ class Engine:
             return Drafted(Draft.empty(DraftStop.MAX_TOKENS, self.vocab_size))
         tree = self.grows_trees and self.tree_nodes(config) > 0
         plan = self.planner.plan(config, reply.gamma, first_round=not reply.round_index, tree=tree)
-        if plan.stop is DraftStop.COST and (copied := self._priced_copy(reply, remaining)) is not None:
-            return Drafted(copied, limit=len(copied.token_ids), copied=True)
+        if plan.stop is DraftStop.COST:
+            self._catch_up_beside(reply)
+            if (copied := self._priced_copy(reply, remaining)) is not None:
+                return Drafted(copied, limit=len(copied.token_ids), copied=True)
+        if plan.stop is None or plan.length:
+            reply.caught_up()  # the model drafts: its cache is the drafting's again
         if tree:
             return Drafted(self._draft_tree(reply, remaining, config, plan, timed))
         draft = self._draft(reply.ids, plan.length, remaining - 1, plan.sized) if plan.length else \
             Draft.empty(plan.stop or DraftStop.COST, self.vocab_size)
         return Drafted(draft, limit=plan.length)
+
+    def _catch_up_beside(self, reply: Reply) -> None:
+        """A draft priced out falls behind: its next probe must first read every token it sat out, which for the
+        1.5B's 0.5B draft cost about 5 plain steps every 128. From a few rounds before the probe is due
+        (DraftPlanner.catch_up_due) the draft reads them on a thread of its own while the verifier steps on, where
+        a core is free for it (may_draft_ahead), and then each round's new tokens as they come, so the probe finds
+        it caught up but for the last round's."""
+        if reply.catching_up is not None and not reply.catching_up.done():
+            return
+        if not self.planner.catch_up_due(reply.gamma) \
+                or not self.planner.may_draft_ahead(self.drafter, self.verifier.device, reply.policy):
+            return
+        reply.caught_up()  # the last one is done: collect it (and its error, if any)
+        assert self.drafter is not None
+        drafter, sat_out = self.drafter, list(reply.ids)
+        reply.catching_up = DraftingAhead(lambda: drafter.prefill(sat_out))
 
     def _priced_copy(self, reply: Reply, remaining: int) -> Draft | None:
         """Where the model's drafting is priced out: the drafter's free copy (Drafter.copy), cut to the tokens

@@ -76,6 +76,7 @@ class Reply:
     text: str = ""
     round_index: int = 0
     ahead: DraftingAhead | None = None  # round 1's drafting, under way on a thread of its own during the prefill
+    catching_up: DraftingAhead | None = None  # a priced-out draft reading what it sat out, beside the verifier
 
     def commit(self, result: RoundResult) -> None:
         result.verified.add_to(self.stats)
@@ -90,11 +91,20 @@ class Reply:
         return None if ahead is None else ahead.result()
 
     def end_ahead(self) -> None:
-        """Wait for drafting ahead that no round will take (the reply stopped, failed or was closed first):
-        its thread uses the caches and the planner, so it ends before they are reset or read."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None:
-            ahead.wait()
+        """Wait for drafting ahead that no round will take (the reply stopped, failed or was closed first), and for
+        the draft's catching up: their threads use the caches and the planner, so they end before those are reset
+        or read."""
+        for running in (self.ahead, self.catching_up):
+            if running is not None:
+                running.wait()
+        self.ahead = self.catching_up = None
+
+    def caught_up(self) -> None:
+        """Wait for the draft's catching up beside the verifier, if under way, and re-raise its error: before
+        anything else uses the draft's cache."""
+        catching_up, self.catching_up = self.catching_up, None
+        if catching_up is not None:
+            catching_up.result()
 
 
 @dataclass(frozen=True)
@@ -159,13 +169,13 @@ class Drafted:
 class DraftingAhead:
     """Work started on a thread of its own while this one goes on; `result()` waits for it and re-raises its error."""
 
-    def __init__(self, work: Callable[[], Drafted]):
+    def __init__(self, work: Callable[[], Drafted | None]):
         self._result: Drafted | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(work,), name="specdec-draft-ahead", daemon=True)
         self._thread.start()
 
-    def _run(self, work: Callable[[], Drafted]) -> None:
+    def _run(self, work: Callable[[], Drafted | None]) -> None:
         try:
             self._result = work()
         except BaseException as error:  # noqa: BLE001 - handed to the thread that waits for the result
@@ -174,11 +184,13 @@ class DraftingAhead:
     def wait(self) -> None:
         self._thread.join()
 
-    def result(self) -> Drafted:
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> Drafted | None:
         self.wait()
         if self._error is not None:
             raise self._error
-        assert self._result is not None
         return self._result
 
 

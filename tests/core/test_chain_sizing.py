@@ -312,3 +312,30 @@ def test_a_check_timed_only_twice_counts_at_its_timings_when_judging_whether_a_d
         planner.sizer.observe_draft(expansions=1, draft_s=0.056)
     assert planner.sizer.cost.estimate(4) < 0.3  # a tree may still try 4 rows again ...
     assert planner._hopeless(gamma=4)  # ... but the draft is not worth a probe every 16 rounds
+
+
+def test_a_priced_out_draft_reads_what_it_sat_out_beside_the_verifier_before_its_probe(pair, tiny_tokenizer,
+                                                                                       monkeypatch):
+    """A few rounds before a probe is due, the draft reads the tokens it sat out on a thread of its own (where a core
+    is free: the test says there is), so the probe does not pay for them; the text is the verifier's."""
+    import threading
+
+    from specdec_core.drafting.planner import DraftPlanner
+
+    verifier, draft = pair
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=40)
+    drafter = ModelDrafter(draft)
+    reads = []
+    read = drafter.prefill
+    monkeypatch.setattr(drafter, "prefill", lambda ids: reads.append((threading.current_thread().name, len(ids)))
+                        or read(ids))
+    engine = Engine(verifier, drafter)
+    engine.planner.sizer.cost = FixedCost({1: 0.001, 2: 1.0})  # a second row costs a thousand plain steps
+    monkeypatch.setattr(DraftPlanner, "may_draft_ahead", lambda self, *args, **kwargs: True)
+    rounds, finished = rounds_of(engine, prompt, max_new_tokens=40, tree_nodes=TREE_AUTO)
+    assert finished.token_ids == plain.token_ids
+    beside = [length for thread, length in reads if thread == "specdec-draft-ahead" and length > len(prompt)]
+    probes = [r.round_index for r in rounds if r.tree and r.round_index > DraftPlanner.PROBE_AFTER // 2]
+    assert beside and probes  # it caught up on a thread of its own, and drafted again later
+    assert len(prompt) + DraftPlanner.PROBE_AFTER - DraftPlanner.CATCH_UP_LEAD <= beside[0] < len(prompt) + probes[0]
