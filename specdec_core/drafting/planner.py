@@ -85,6 +85,8 @@ class DraftPlanner:
         self.exploring = False  # this round drafts for evidence, not because the cost model expects it to pay
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self._measured: object = None  # the drafter whose costs and acceptance the sizer has learned
+        self.first_trees = False  # the rounds probing now are a new draft's first trees (meet)
+        self._draft_recalled = False  # the draft's time per step was recalled from this machine's memory
 
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
     # slow first round (a cold draft) would otherwise price it out for good.
@@ -107,6 +109,8 @@ class DraftPlanner:
             self.chain_record, self.copy_record = PositionRecord(), PositionRecord()
             self.priced_out, self._measured = 0, drafter
             self.probe_left = self.FIRST_TREES_CHECKED if grows_trees else 0
+            self.first_trees = bool(self.probe_left)  # those probes are the new draft's first trees
+            self._draft_recalled = False
 
     def may_draft_ahead(self, drafter: Drafter | None, device: torch.device, policy: DraftPolicy | None = None
                         ) -> bool:
@@ -139,12 +143,21 @@ class DraftPlanner:
         measured on this machine (loading/cost_memory.py), not from nothing."""
         if self.sizer.cost.passes == 0 and not self.sizer.cost.recalled:
             self.sizer.cost.recall(cost_memory.recalled(verifier))
+        if self._measured is not None and not self.sizer.draft_timings and not self._draft_recalled:
+            self._draft_recalled = True
+            step_s = cost_memory.recalled_draft(verifier, _described(self._measured))
+            for _ in range(VerifyCost.SETTLED if step_s else 0):
+                self.sizer.observe_draft(1, step_s)
 
     def finish_reply(self, verifier: LoadedModel, policy: DraftPolicy | None = None) -> None:
-        """After a reply: keep the settled verify costs for the next engine over this verifier here, unless the
-        reply's policy (default: the planner's) says otherwise."""
-        if (policy or self.policy).remember_costs and self.sizer.cost.passes:
+        """After a reply: keep the settled verify costs for the next engine over this verifier here, and the
+        draft's time per step beside it, unless the reply's policy (default: the planner's) says otherwise."""
+        if not (policy or self.policy).remember_costs:
+            return
+        if self.sizer.cost.passes:
             cost_memory.remember(verifier, self.sizer.cost.settled())
+        if self._measured is not None and self.sizer.draft_settled:
+            cost_memory.remember_draft(verifier, _described(self._measured), self.sizer.draft_per_expansion)
 
     @property
     def plain_step_s(self) -> float:
@@ -260,6 +273,9 @@ class DraftPlanner:
         draft's cost, _observe_draft), the second measures it afresh; so do a new draft's first
         FIRST_TREES_CHECKED trees (meet). Such rounds are `exploring`: a tree is checked whatever the
         cut says (cut)."""
+        if self.first_trees and self.probe_left and self._hopeless(gamma):
+            self.probe_left = 0  # this machine remembers the draft as too dear to pay: its first trees teach nothing
+        self.first_trees = self.first_trees and bool(self.probe_left)
         if self._probe_due(gamma):
             self.priced_out, self.probe_left = 0, 2
         self.exploring = bool(self.probe_left)
@@ -325,3 +341,9 @@ class DraftPlanner:
             self.chain_record.observe(main_line, len(path))
         elif tree.stop is DraftStop.COST and tree.expansions:
             self.chain_record.observe(1, 0)  # drafted, and no node was worth its row: nothing gained
+
+
+def _described(drafter: object) -> str:
+    """A drafter as its cost is remembered: its kind, its model's name and weight format."""
+    model = getattr(drafter, "draft", None)
+    return f"{type(drafter).__name__}:{getattr(drafter, 'name', '')}:{getattr(model, 'weights', '')}"

@@ -35,6 +35,11 @@ _VERSION = 1  # part of the file's name: a new way of timing starts afresh
 
 def memory_file(model: LoadedModel) -> Path | None:
     """Where `model`'s verify costs on this machine are kept, or None when nothing is to be kept."""
+    key = _key(model)
+    return None if key is None else measurement_file(model.cache_dir, "verify-costs", key)
+
+
+def _key(model: LoadedModel) -> str | None:
     if os.environ.get(OFF_ENV, "").lower() in ("off", "0", "no") or model.cache_dir is None:
         return None
     params = sum(p.numel() for p in model.model.parameters())
@@ -43,9 +48,8 @@ def memory_file(model: LoadedModel) -> Path | None:
     plans = "-plain" if os.environ.get("SPECDEC_CPU_MATMUL", "").lower() == "off" else ""
     # So do quantised weights and how finely their products quantise activations ("Q4_K 72 %, ..., 8-bit ...").
     weights = f"-{hashlib.sha256(model.weights.encode()).hexdigest()[:8]}" if model.weights else ""
-    key = (f"v{_VERSION}-{machine_key()}{kind}-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}"
-           f"{weights}")
-    return measurement_file(model.cache_dir, "verify-costs", key)
+    return (f"v{_VERSION}-{machine_key()}{kind}-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}"
+            f"{weights}")
 
 
 def _device_name(device: torch.device) -> str:
@@ -77,3 +81,36 @@ def remember(model: LoadedModel, seconds: dict[int, float]) -> None:
     path = memory_file(model)
     if path is not None and seconds:  # whole or not at all: the app and its decoding process may both write
         write_measurement(path, {"seconds": {str(rows): took for rows, took in sorted(seconds.items())}})
+
+
+# A draft's time per drafting step beside the same verifier on this machine: with it, a new engine can tell at once
+# that a draft cannot pay here (DraftPlanner._hopeless), instead of checking its first trees to learn it.
+
+
+def draft_file(verifier: LoadedModel, drafter: str) -> Path | None:
+    """Where the time per step of the drafter described by `drafter` beside `verifier` is kept (None: nowhere)."""
+    key = _key(verifier)
+    if key is None or not drafter:
+        return None
+    digest = hashlib.sha256(drafter.encode()).hexdigest()[:12]
+    return measurement_file(verifier.cache_dir, "draft-costs", f"{key}-{digest}")
+
+
+def recalled_draft(verifier: LoadedModel, drafter: str) -> float | None:
+    """Seconds per drafting step the last engine measured for this drafter beside `verifier` here (None: none)."""
+    path = draft_file(verifier, drafter)
+    return None if path is None else kept_json(path, step_in, "the draft's cost is measured afresh")
+
+
+def step_in(raw: object) -> float:
+    """The figure of a draft cost file's content; ValueError (or a lookup's error) when this module did not write it."""
+    seconds = float(raw["seconds_per_step"])  # type: ignore[index]
+    if not 0 < seconds < 3600:
+        raise ValueError("the figure is out of range")
+    return seconds
+
+
+def remember_draft(verifier: LoadedModel, drafter: str, seconds: float) -> None:
+    path = draft_file(verifier, drafter)
+    if path is not None and seconds > 0:
+        write_measurement(path, {"seconds_per_step": seconds})

@@ -339,3 +339,29 @@ def test_a_priced_out_draft_reads_what_it_sat_out_beside_the_verifier_before_its
     probes = [r.round_index for r in rounds if r.tree and r.round_index > DraftPlanner.PROBE_AFTER // 2]
     assert beside and probes  # it caught up on a thread of its own, and drafted again later
     assert len(prompt) + DraftPlanner.PROBE_AFTER - DraftPlanner.CATCH_UP_LEAD <= beside[0] < len(prompt) + probes[0]
+
+
+def test_a_draft_this_machine_remembers_as_too_dear_to_pay_skips_its_first_trees_in_a_new_engine(
+        pair, tiny_tokenizer, tmp_path, monkeypatch):
+    """A new engine's first trees are checked whatever the cost model says (its calibration must see the verifier);
+    where this machine remembers the draft's time per step beside this verifier, and even an always-right draft of
+    that cost could not pay, they are skipped: the app's first reply after each load paid for them."""
+    import dataclasses
+
+    from specdec_core.loading import cost_memory
+
+    monkeypatch.setenv(cost_memory.OFF_ENV, "on")  # the suite turns it off (conftest.py)
+    verifier = dataclasses.replace(pair[0], cache_dir=tmp_path)
+    prompt = tiny_tokenizer("The capital of France is").input_ids
+    _, plain = rounds_of(Engine(verifier, None), prompt, max_new_tokens=30)
+
+    def reply() -> tuple[ScriptedTreeDrafter, Finished]:
+        drafter = ScriptedTreeDrafter(len(prompt), plain.token_ids, len(tiny_tokenizer), True, lambda call, behind: 1.2)
+        drafter.engine = Engine(verifier, drafter)
+        drafter.engine.planner.sizer.cost = FixedCost({1: 0.050, 2: 0.052, 3: 0.054})
+        return drafter, rounds_of(drafter.engine, prompt, max_new_tokens=30, tree_nodes=TREE_AUTO)[1]
+
+    first, finished = reply()
+    assert first.calls >= 3 and finished.token_ids == plain.token_ids  # its first trees time it
+    second, finished = reply()
+    assert second.calls == 0 and finished.token_ids == plain.token_ids

@@ -96,3 +96,13 @@ def test_a_model_in_another_weight_format_keeps_costs_of_its_own(pair, tmp_path,
     eight_bit = dataclasses.replace(verifier, weights="Q4_K 72 %, Q6_K 28 %, 8-bit activations")
     files = {cost_memory.memory_file(m) for m in (verifier, quantised, eight_bit)}
     assert len(files) == 3 and None not in files  # a float model's cost curve says nothing of its quantised forms
+
+
+def test_a_damaged_draft_cost_file_is_set_aside_and_the_draft_measured_afresh(pair, tmp_path, remembering):
+    verifier = dataclasses.replace(pair[0], cache_dir=tmp_path)
+    cost_memory.remember_draft(verifier, "ModelDrafter:draft:Q4_0", 0.125)
+    assert cost_memory.recalled_draft(verifier, "ModelDrafter:draft:Q4_0") == pytest.approx(0.125)
+    assert cost_memory.recalled_draft(verifier, "ModelDrafter:another:Q4_0") is None
+    path = cost_memory.draft_file(verifier, "ModelDrafter:draft:Q4_0")
+    path.write_text('{"seconds_per_step": -1}')
+    assert cost_memory.recalled_draft(verifier, "ModelDrafter:draft:Q4_0") is None and not path.exists()
