@@ -85,7 +85,7 @@ class DraftPlanner:
         self.exploring = False  # this round drafts for evidence, not because the cost model expects it to pay
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self._measured: object = None  # the drafter whose costs and acceptance the sizer has learned
-        self.first_trees = False  # the rounds probing now are a new draft's first trees (meet)
+        self._first_trees = False  # the rounds probing now are a new draft's first trees (meet)
         self._draft_recalled = False  # the draft's time per step was recalled from this machine's memory
 
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
@@ -109,7 +109,7 @@ class DraftPlanner:
             self.chain_record, self.copy_record = PositionRecord(), PositionRecord()
             self.priced_out, self._measured = 0, drafter
             self.probe_left = self.FIRST_TREES_CHECKED if grows_trees else 0
-            self.first_trees = bool(self.probe_left)  # those probes are the new draft's first trees
+            self._first_trees = bool(self.probe_left)  # those probes are the new draft's first trees
             self._draft_recalled = False
 
     def may_draft_ahead(self, drafter: Drafter | None, device: torch.device, policy: DraftPolicy | None = None
@@ -273,9 +273,9 @@ class DraftPlanner:
         draft's cost, _observe_draft), the second measures it afresh; so do a new draft's first
         FIRST_TREES_CHECKED trees (meet). Such rounds are `exploring`: a tree is checked whatever the
         cut says (cut)."""
-        if self.first_trees and self.probe_left and self._hopeless(gamma):
+        if self._first_trees and self.probe_left and self._hopeless(gamma):
             self.probe_left = 0  # this machine remembers the draft as too dear to pay: its first trees teach nothing
-        self.first_trees = self.first_trees and bool(self.probe_left)
+        self._first_trees = self._first_trees and bool(self.probe_left)
         if self._probe_due(gamma):
             self.priced_out, self.probe_left = 0, 2
         self.exploring = bool(self.probe_left)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec_core.loading.quantised import QuantEmbedding, QuantLinear, QuantStorage
+from specdec_core.loading.quantised import QuantEmbedding, QuantLinear, QuantStorage, shares
 
 GROUP = 32  # the group size of every 4-bit GGUF type once decoded (QuantStorage.group)
 _INNER_K_TILES = (8, 4, 2)  # the packing's tiles along the input, largest that divides it first
@@ -154,8 +154,4 @@ def weight_format(model: nn.Module) -> str:
         else:
             continue
         counts[kind] = counts.get(kind, 0) + module.in_features * module.out_features
-    total = sum(counts.values()) or 1
-    ranked = sorted(counts.items(), key=lambda item: -item[1])
-    if len(ranked) <= 1:
-        return ranked[0][0] if ranked else "bfloat16"
-    return ", ".join(f"{kind} {100 * count / total:.0f} %" for kind, count in ranked)
+    return shares(counts) if counts else "bfloat16"

@@ -225,6 +225,12 @@ def weight_format(model: nn.Module) -> str:
     if not counts:
         first = next((p for p in model.parameters()), None)
         return str(first.dtype).removeprefix("torch.") if first is not None else "float32"
+    return shares(counts)
+
+
+def shares(counts: dict[str, int]) -> str:
+    """Weight formats by their count of weights, as each one's share, largest first ("Q4_K 88 %, Q6_K 12 %"), or
+    the one format alone."""
     total = sum(counts.values())
     ranked = sorted(counts.items(), key=lambda item: -item[1])
     if len(ranked) == 1:

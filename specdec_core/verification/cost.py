@@ -49,6 +49,7 @@ class VerifyCost:
         self._given = dict(seconds or {})  # given figures count as SETTLED timings that never age
         self._medians: dict[int, float] | None = None  # `seconds`, until the next observation
         self._with_shape: dict[int, float] | None = None  # `_curve()`, until the next observation
+        self._from_shape: set[int] = set()  # the sizes `_curve()` reads from their shape
         self.recalled = False  # whether an earlier engine's figures were recalled (recall)
         self._shape: dict[int, tuple[int, float]] = {}  # rows -> (its last timing's pass, median / plain step's)
 
@@ -61,16 +62,16 @@ class VerifyCost:
         self._passes += 1
         self._samples.setdefault(rows, deque(maxlen=self.WINDOW)).append((self._passes, seconds))
         self._medians = self._with_shape = None
-        self._reshape(rows)
+        self._reshape((rows,))
 
-    def _reshape(self, rows: int) -> None:
-        """Keep the share of the plain step that a settled size costs (1: every size's)."""
+    def _reshape(self, sizes) -> None:
+        """Keep the share of the plain step that each of `sizes` costs, where it and the plain step are settled."""
         plain = self._timings(1)
         if len(plain) < self.SETTLED:
             return
-        for size in (rows,) if rows > 1 else [size for size in self._samples if size > 1]:
+        for size in sizes:
             timings = self._timings(size)
-            if len(timings) >= self.SETTLED:
+            if size > 1 and len(timings) >= self.SETTLED:
                 newest = self._samples[size][-1][0] if self._samples.get(size) else self._passes
                 self._shape[size] = (newest, statistics.median(timings) / statistics.median(plain))
 
@@ -84,7 +85,7 @@ class VerifyCost:
                 window = self._samples.setdefault(rows, deque(maxlen=self.WINDOW))
                 window.extend([(self._passes, took)] * self.SETTLED)
         self._medians = self._with_shape = None
-        self._reshape(1)
+        self._reshape(list(self._samples))
 
     @property
     def passes(self) -> int:
@@ -138,6 +139,7 @@ class VerifyCost:
             rows_known = sorted(known)
             weights = [self.SETTLED if rows in shaped else len(self._timings(rows)) for rows in rows_known]
             self._with_shape = dict(zip(rows_known, _non_decreasing([known[rows] for rows in rows_known], weights)))
+            self._from_shape = set(shaped)
         return self._with_shape
 
     def estimate(self, rows: int, cautious: bool = False) -> float | None:
@@ -149,7 +151,7 @@ class VerifyCost:
         below = max((r for r in seconds if r < rows), default=None)
         guess = seconds[below] * (1 + _GUESSED_SLOPE * (rows - below)) if below is not None else None
         if rows in seconds:
-            unsettled = self.stale(rows) and rows not in self._shaped(1.0) and guess is not None and not cautious
+            unsettled = self.stale(rows) and rows not in self._from_shape and guess is not None and not cautious
             return min(seconds[rows], guess) if unsettled else seconds[rows]  # type: ignore[type-var]
         above = min((r for r in seconds if r > rows), default=None)
         if below is not None and above is not None:

@@ -60,15 +60,10 @@ class GrowingLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        end = self.length + key_states.shape[-2]
-        if self._key_buffer is None or end > self._key_buffer.shape[-2]:
-            self._key_buffer = self._grown(self._key_buffer, key_states, end)
-            self._value_buffer = self._grown(self._value_buffer, value_states, end)
-        self._key_buffer[..., self.length:end, :] = key_states
-        self._value_buffer[..., self.length:end, :] = value_states
-        self.length = end
-        self.keys = self._key_buffer[..., :end, :]
-        self.values = self._value_buffer[..., :end, :]
+        start = self.length
+        self._make_room(key_states.shape[-2], key_states, value_states)
+        self._key_buffer[..., start:self.length, :] = key_states
+        self._value_buffer[..., start:self.length, :] = value_states
         return self.keys, self.values
 
     def reserve(self, rows: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, int] | None:
@@ -79,14 +74,19 @@ class GrowingLayer(DynamicLayer):
         buffer = getattr(self, "_key_buffer", None) if self.is_initialized else None
         if buffer is None or buffer.shape[0] != 1 or buffer.dtype != dtype:
             return None
-        start, end = self.length, self.length + rows
-        if end > self._key_buffer.shape[-2]:
-            self._key_buffer = self._grown(self._key_buffer, self._key_buffer[..., :0, :], end)
-            self._value_buffer = self._grown(self._value_buffer, self._value_buffer[..., :0, :], end)
-        self.length = end
-        self.keys = self._key_buffer.narrow(-2, 0, end)  # as update's views; narrow is the cheaper call
-        self.values = self._value_buffer.narrow(-2, 0, end)
+        start = self.length
+        self._make_room(rows, buffer[..., :0, :], self._value_buffer[..., :0, :])
         return self._key_buffer[0], self._value_buffer[0], start
+
+    def _make_room(self, rows: int, key_like: torch.Tensor, value_like: torch.Tensor) -> None:
+        """Grow the buffers (shaped as key_like, value_like) to hold `rows` more positions, and the views over them."""
+        end = self.length + rows
+        if self._key_buffer is None or end > self._key_buffer.shape[-2]:
+            self._key_buffer = self._grown(self._key_buffer, key_like, end)
+            self._value_buffer = self._grown(self._value_buffer, value_like, end)
+        self.length = end
+        self.keys = self._key_buffer.narrow(-2, 0, end)
+        self.values = self._value_buffer.narrow(-2, 0, end)
 
     def _grown(self, buffer: torch.Tensor | None, new: torch.Tensor, end: int) -> torch.Tensor:
         grown = new.new_empty((*new.shape[:-2], max(256, 2 * end), new.shape[-1]))
