@@ -63,8 +63,26 @@ def pytest_collection_modifyitems(config, items):
 
 def _freeze_what_is_alive() -> None:
     """Collect, then freeze every object alive (app/gc_pin.py freeze_what_is_loaded, without needing Qt)."""
+    global _thawed
     gc.collect()
     gc.freeze()
+    _thawed = False
+
+
+# Whether anything (a window closing: app/gc_pin.py) thawed the frozen objects since this file last froze them.
+# Asked after every test; gc.get_freeze_count() would walk every frozen object to answer (~30 ms for the ~450k
+# objects of the modules), 30 s over a suite.
+_thawed = True
+_unfreeze = gc.unfreeze
+
+
+def _unfreeze_and_note() -> None:
+    global _thawed
+    _thawed = True
+    _unfreeze()
+
+
+gc.unfreeze = _unfreeze_and_note
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -93,7 +111,7 @@ def modules_stay_frozen(modules_frozen):
     walks about what its own test made. Objects alive now that become cyclic garbage later are never collected: the
     fixtures' tiny models, and windows already closed."""
     yield
-    if gc.get_freeze_count() == 0 or len(gc.get_objects(2)) > REFREEZE_AT:
+    if _thawed or len(gc.get_objects(2)) > REFREEZE_AT:
         _freeze_what_is_alive()
 
 

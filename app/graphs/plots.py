@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont
-from PySide6.QtWidgets import QLabel, QSizePolicy, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QLabel, QSizePolicy, QWidget
 
 PLOT_MIN_WIDTH = 250  # fits the axes, their labels and the short titles (a longer title clips)
 PLOT_MIN_HEIGHT = 150
@@ -71,7 +71,7 @@ def make_plot(title: str, left: str, bottom: str, *, count_left: bool = False, c
         axes["left"] = CountAxis("left")
     if count_bottom:
         axes["bottom"] = CountAxis("bottom")
-    w = _PlotWidget(axisItems=axes)
+    w = _PlotWidget(axisItems=axes, enableMenu=False)  # no menus: not even built (a fifth of a plot's making)
     w.setMinimumSize(PLOT_MIN_WIDTH, PLOT_MIN_HEIGHT)
     pi = w.getPlotItem()
     pi.setTitle(f"<span style='font-size:10pt'>{title}</span>")
@@ -88,7 +88,16 @@ def make_plot(title: str, left: str, bottom: str, *, count_left: bool = False, c
         pi.getAxis(ax).enableAutoSIPrefix(False)  # "seconds (x0.001)" reads worse than 0.2, 0.4, ...
         pi.getAxis(ax).setTickFont(font)
         pi.getAxis(ax).label.setFont(font)
+    cache_axes(pi)
     return w
+
+
+def cache_axes(plot_item: pg.PlotItem) -> None:
+    """Each axis drawn once into a pixmap, and again only when it changes (its range, its size). An axis with a grid
+    draws it across the whole plot, so without the cache every new point of a curve repainted its tick labels: half
+    of a plot's repaint time, on the GUI thread, while a reply decodes on the same cores. The pixels are the same."""
+    for name in ("left", "bottom"):
+        plot_item.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
 
 LEGEND_ROW = 4  # PlotItem's layout: title 0, top axis 1, the view and side axes 2, bottom axis 3; the legend's row

@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
+from app.graphs.plots import cache_axes
 from app.graphs.race_curves import curve_data
 from app.runs import Lane, LaneEvent, RunContext, lane_events
 from app.talk import style as ts
@@ -163,6 +164,7 @@ def big_plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     pi.setLabel("bottom", f"<span style='font-size:13pt;color:#111'>{bottom}</span>")
     pi.showGrid(x=True, y=True, alpha=0.2)
     pi.setMenuEnabled(False)
+    cache_axes(pi)
     w.setMinimumHeight(220)
     return w
 
