@@ -30,4 +30,22 @@ def models_line(s: Any, baseline: Any | None) -> str:
     parts.append(f"· {dev.strip()}")
     if baseline is not None:
         parts.append(f"· verifier alone {baseline.tokens_per_s:.1f} tok/s")
+    figure = getattr(s, "llama_cpp", None)
+    if figure is not None:
+        parts.append(f"· llama.cpp alone {figure.alone_tokens_per_s:.1f} tok/s")
     return " ".join(parts)
+
+
+def llama_cpp_tooltip(figure: Any) -> str:
+    """Where the models line's llama.cpp figure comes from, in words ("" without one)."""
+    if figure is None:
+        return ""
+    lines = [f"llama.cpp {figure.version} alone on this GGUF file: {figure.alone_tokens_per_s:.1f} tok/s "
+             f"({figure.threads} thread{'s' if figure.threads != 1 else ''}, {figure.prompts} prompts of up to "
+             f"{figure.max_new_tokens} tokens), measured by specdec bench --llama-cpp on {figure.measured[:10]}."]
+    if figure.ours_alone_tokens_per_s:
+        lines.append(f"In the same run specdec's verifier alone decoded {figure.ours_alone_tokens_per_s:.1f} tok/s "
+                     f"({figure.ours_over_llama_cpp:.2f} of llama.cpp's).")
+    if figure.with_draft_tokens_per_s:
+        lines.append(f"llama.cpp with the draft {figure.draft}: {figure.with_draft_tokens_per_s:.1f} tok/s.")
+    return "\n".join(lines)

@@ -71,6 +71,9 @@ class Session:
     # prompt starts from it (runs.chat_planner), as the reply did, not from what the reply went on to learn.
     reply_planner: tuple[list[dict], str | None, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    # What llama.cpp decoded on the verifier's GGUF file here, from the last `specdec bench --llama-cpp` over it
+    # (specdec_core/measuring/llama_cpp_figures.py); None where no bench ran, or the verifier is no GGUF file.
+    llama_cpp: Any = None
 
     @property
     def verifier_name(self) -> str:
@@ -114,9 +117,23 @@ def load_session(request: LoadRequest, progress: Callable[[LoadStep], None], can
 
             engine = Engine(verifier, None)
     session = Session(request=request, verifier=verifier, engine=engine, draft=draft, drafter=drafter,
-                      verdict_ok=verdict_ok, verdict=verdict, verdict_report=report)
+                      verdict_ok=verdict_ok, verdict=verdict, verdict_report=report,
+                      llama_cpp=_llama_cpp_figure(request.verifier, verifier))
     _set_baseline(session, previous, progress, cancelled)
     return session
+
+
+def _llama_cpp_figure(spec: str, verifier: Any) -> Any:
+    """llama.cpp's figure for the verifier's GGUF file on this machine, where a bench left one (else None). Only a
+    verifier that runs the file's own quantisation is compared: one converted to float weights is another model."""
+    from specdec_core.loading.gguf_cache import default_cache_dir
+    from specdec_core.loading.specs import gguf_file
+    from specdec_core.measuring import llama_cpp_figures
+
+    if not str(getattr(verifier, "weights", "")).startswith("Q"):
+        return None
+    cache = getattr(verifier, "cache_dir", None) or default_cache_dir()
+    return llama_cpp_figures.recalled(cache, gguf_file(spec, cache))
 
 
 def _reusing_loader(request: LoadRequest, prev: Session | None, progress: Callable[[LoadStep], None],

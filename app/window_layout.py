@@ -28,7 +28,7 @@ from app.chat_view import COLOURS_HELP, ChatView, Composer, copy_text
 from app.fit import ElidedLabel, fit_to_screen
 from app.graphs.graphs_panel import GraphsPanel
 from app.legend import Legend
-from app.models_line import models_line
+from app.models_line import llama_cpp_tooltip, models_line
 from app.session import Busy
 from app.settings_panel import SettingsPanel
 from app.sidebar import ConversationSidebar
@@ -226,7 +226,8 @@ def show_controls(w: Window, baseline: Any | None) -> None:
     w.model_label.setText(models_line(s, baseline))
     tip = f"Baseline for the speedup: {baseline.how}" if baseline else ""
     notes = [*getattr(s.verifier, "notes", ()), *getattr(s.draft, "notes", ())]  # a format fallen back from
-    w.model_label.setToolTip("\n".join(t for t in (tip, w.hosts.note, *notes) if t))  # where replies decode
+    llama_cpp = llama_cpp_tooltip(getattr(s, "llama_cpp", None))
+    w.model_label.setToolTip("\n".join(t for t in (tip, llama_cpp, w.hosts.note, *notes) if t))  # where replies decode
 
 
 # ---- menus ---------------------------------------------------------------------------------------

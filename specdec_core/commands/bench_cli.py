@@ -353,6 +353,7 @@ def _llama_cpp_lanes(args, server, pair, cases, config, result: dict) -> dict:
     import torch
 
     from specdec_core.loading.gguf_cache import default_cache_dir
+    from specdec_core.measuring import llama_cpp_figures
     from specdec_core.measuring.bench import chat_prompts
     from specdec_core.measuring.llama_cpp import LaneSettings, lane_models, run_llama_cpp
 
@@ -368,6 +369,8 @@ def _llama_cpp_lanes(args, server, pair, cases, config, result: dict) -> dict:
     for lane in out["lanes"]:
         if lane.get("tokens_per_s") and alone:
             lane["over_ours_alone"] = lane["tokens_per_s"] / alone
+    # Kept for the app, which shows llama.cpp's figure beside the model it describes (app/models_line.py).
+    llama_cpp_figures.remember(default_cache_dir(), models.verifier, out, alone, len(cases), config.max_new_tokens)
     return out
 
 

@@ -83,3 +83,39 @@ def test_a_tiny_temperature_in_settings_json_replies_as_greedy(request_, loud_pa
         return list(done.token_ids)
 
     assert reply({"temperature": temperature, "seed": 5}) == reply({"temperature": 0})
+
+
+def test_a_quantised_gguf_verifier_a_bench_measured_shows_llama_cpps_figure_beside_ours(tmp_path, monkeypatch):
+    """The models line and its tooltip (app/models_line.py) name what llama.cpp decoded on the same file here, from
+    the bench's run (specdec_core/measuring/llama_cpp_figures.py); a verifier without such a run shows none."""
+    from types import SimpleNamespace
+
+    from app.models_line import llama_cpp_tooltip, models_line
+    from app.session import _llama_cpp_figure
+    from specdec_core.measuring import llama_cpp_figures
+    from specdec_core.measuring.llama_cpp import ALONE, WITH_DRAFT
+
+    monkeypatch.setenv("SPECDEC_COST_MEMORY", "on")
+    gguf = tmp_path / "verifier.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    verifier = SimpleNamespace(weights="Q4_K 88 %, Q6_K 12 %", cache_dir=tmp_path / "cache", name="V",
+                               dtype="torch.float32", device="cpu")
+    assert _llama_cpp_figure(str(gguf), verifier) is None  # no bench ran
+    lanes = {"threads": 1, "version": "version: 6969 (abc)", "lanes": [
+        {"lane": ALONE, "tokens_per_s": 57.87}, {"lane": WITH_DRAFT, "tokens_per_s": 40.5, "draft": "/x/d.gguf"}]}
+    llama_cpp_figures.remember(verifier.cache_dir, gguf, lanes, 34.3, prompts=4, max_new_tokens=64)
+    figure = _llama_cpp_figure(str(gguf), verifier)
+    assert figure is not None and figure.version == "6969 (abc)"
+    assert _llama_cpp_figure(str(gguf), SimpleNamespace(**{**vars(verifier), "weights": "float32"})) is None
+    assert _llama_cpp_figure(str(tmp_path), verifier) == figure  # a folder holding one GGUF file loads that file
+    (tmp_path / "config.json").write_text("{}")
+    assert _llama_cpp_figure(str(tmp_path), verifier) is None  # a folder in transformers format: no GGUF file
+
+    session = SimpleNamespace(verifier=verifier, drafter=None, draft=None, verifier_name="V", llama_cpp=figure,
+                              request=SimpleNamespace(drafter="none"))
+    line = models_line(session, SimpleNamespace(tokens_per_s=33.9))
+    assert line.endswith("· verifier alone 33.9 tok/s · llama.cpp alone 57.9 tok/s")
+    tip = llama_cpp_tooltip(figure)
+    assert "llama.cpp 6969 (abc) alone on this GGUF file: 57.9 tok/s (1 thread, 4 prompts of up to 64 tokens)" in tip
+    assert "specdec's verifier alone decoded 34.3 tok/s (0.59 of llama.cpp's)" in tip and "d.gguf: 40.5" in tip
+    assert "llama.cpp" not in models_line(SimpleNamespace(**{**vars(session), "llama_cpp": None}), None)

@@ -267,6 +267,55 @@ def test_bench_runs_both_llama_cpp_lanes_in_the_same_json_and_table(capsys, tmp_
         assert line in table
 
 
+def test_the_bench_keeps_llama_cpp_figures_for_the_gguf_file_it_ran(capsys, tmp_path, monkeypatch, ggufs,
+                                                                     fake_server):
+    """What the app shows beside the model (app/models_line.py): llama.cpp's lanes and ours alone, from one run."""
+    import torch
+
+    from specdec_core.measuring import llama_cpp_figures
+
+    binary, _ = fake_server
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(cache))
+    monkeypatch.setenv("SPECDEC_COST_MEMORY", "on")
+    threads = torch.get_num_threads()
+    try:
+        result, _ = bench(capsys, tmp_path, ggufs, "--draft", ggufs["draft"], "--gamma", "3", "--llama-cpp",
+                          str(binary.parents[2]))
+        kept = llama_cpp_figures.recalled(cache, Path(ggufs["verifier"]))  # at the bench's thread count
+    finally:
+        torch.set_num_threads(threads)
+    assert kept is not None and kept.alone_tokens_per_s == pytest.approx(100.0)
+    assert kept.ours_alone_tokens_per_s == pytest.approx(result["baseline"]["tokens_per_s"])
+    assert kept.with_draft_tokens_per_s == pytest.approx(result["llama_cpp"]["lanes"][1]["tokens_per_s"])
+    assert (kept.draft, kept.threads, kept.version, kept.prompts) == ("draft.gguf", 1, "4242 (fake)", 2)
+    # Nothing for another file, or with the memory off.
+    assert llama_cpp_figures.recalled(cache, Path(ggufs["draft"])) is None
+    monkeypatch.setenv("SPECDEC_COST_MEMORY", "off")
+    assert llama_cpp_figures.recalled(cache, Path(ggufs["verifier"])) is None
+
+
+def test_a_damaged_llama_cpp_figure_is_set_aside_and_shows_nothing(tmp_path, monkeypatch):
+    from specdec_core.measuring import llama_cpp_figures
+
+    monkeypatch.setenv("SPECDEC_COST_MEMORY", "on")
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    lanes = {"threads": 2, "version": "1 (x)", "lanes": [{"lane": ALONE, "tokens_per_s": 50.0}]}
+    kept = llama_cpp_figures.remember(tmp_path, gguf, lanes, 25.0, prompts=4, max_new_tokens=64)
+    assert kept.ours_over_llama_cpp == pytest.approx(0.5) and kept.with_draft_tokens_per_s is None
+    path = llama_cpp_figures.figure_file(tmp_path, gguf)
+    for damage in ('{"alone_tokens_per_s": -3}', "not json", '{"alone_tokens_per_s": 1e9, "threads": 1}'):
+        path.write_text(damage)
+        assert llama_cpp_figures.recalled(tmp_path, gguf) is None
+    assert not path.exists()  # set aside (kept_files.py)
+    gguf.write_bytes(b"GGUF" + bytes(80))  # another file under the same name: not its figure
+    llama_cpp_figures.remember(tmp_path, tmp_path / "model.gguf", lanes, None, prompts=4, max_new_tokens=64)
+    assert llama_cpp_figures.recalled(tmp_path, gguf).ours_alone_tokens_per_s is None
+    assert llama_cpp_figures.remember(tmp_path, gguf, {"lanes": [{"lane": ALONE, "skipped": "no"}]}, 1.0, 1, 1) \
+        is None
+
+
 def test_bench_without_the_flag_or_a_gguf_says_in_one_line_why_llama_cpp_did_not_run(capsys, tmp_path,
                                                                                      monkeypatch, ggufs,
                                                                                      fake_server):
