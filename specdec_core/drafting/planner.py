@@ -81,6 +81,7 @@ class DraftPlanner:
         self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
         self.copy_record = PositionRecord()  # the same for copies checked alone (copy_length)
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
+        self.fruitless_probes = 0  # probes in a row after which the draft was still priced out (_probe_after)
         self.probe_left = 0  # rounds still to draft whatever the cost model says (_pays)
         self.exploring = False  # this round drafts for evidence, not because the cost model expects it to pay
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
@@ -91,6 +92,12 @@ class DraftPlanner:
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
     # slow first round (a cold draft) would otherwise price it out for good.
     PROBE_AFTER = 16
+    # From the second probe in a row that finds the draft still not paying, each doubles the rounds before the next,
+    # up to this many times PROBE_AFTER; a round that pays starts again from PROBE_AFTER. (The second probe keeps
+    # the usual pace: a draft slow while it warms up may be priced out by its first timings still after one probe.)
+    # Probes are what a paused speculation costs: on the embedded pair, where a 4-row check costs 2.4 plain steps
+    # of its quantised verifier, they cost each 128-token reply 7 to 12 % against speculation off.
+    MAX_PROBE_BACKOFF = 8
     # A draft whose settled cost could not pay well even if every token it drafted were accepted (a draft model
     # costing half the verifier's step, beside a quantised verifier whose check of k rows costs nearly k steps)
     # is probed this many times more rarely: its acceptance may change with the text, its cost hardly does, and
@@ -107,7 +114,7 @@ class DraftPlanner:
         if drafter is not None and drafter is not self._measured:
             self.sizer.forget_draft()
             self.chain_record, self.copy_record = PositionRecord(), PositionRecord()
-            self.priced_out, self._measured = 0, drafter
+            self.priced_out, self._measured, self.fruitless_probes = 0, drafter, 0
             self.probe_left = self.FIRST_TREES_CHECKED if grows_trees else 0
             self._first_trees = bool(self.probe_left)  # those probes are the new draft's first trees
             self._draft_recalled = False
@@ -253,22 +260,28 @@ class DraftPlanner:
     def catch_up_due(self, gamma: int) -> bool:
         """Whether a probe is due within CATCH_UP_LEAD rounds of plain steps, so the draft, behind, should start
         catching up now."""
-        if not self.draft_behind or self.priced_out + self.CATCH_UP_LEAD < self.PROBE_AFTER:
+        if not self.draft_behind or self.priced_out + self.CATCH_UP_LEAD < self._probe_after:
             return False
         ahead = self.priced_out + self.CATCH_UP_LEAD
-        return ahead >= self.PROBE_AFTER * self.HOPELESS_PROBE_FACTOR or not self._hopeless(gamma)
+        return ahead >= self._probe_after * self.HOPELESS_PROBE_FACTOR or not self._hopeless(gamma)
+
+    @property
+    def _probe_after(self) -> int:
+        """Rounds priced out in a row before a probe (for a draft that could pay if always right)."""
+        return self.PROBE_AFTER * min(2 ** max(0, self.fruitless_probes - 1), self.MAX_PROBE_BACKOFF)
 
     def _probe_due(self, gamma: int) -> bool:
         """Whether enough rounds were priced out in a row to draft again (_hopeless is weighed only then: it reads
         the cost curve, and a round that is not due to probe needs none of it)."""
-        if self.priced_out < self.PROBE_AFTER:
+        if self.priced_out < self._probe_after:
             return False
-        return self.priced_out >= self.PROBE_AFTER * self.HOPELESS_PROBE_FACTOR or not self._hopeless(gamma)
+        return self.priced_out >= self._probe_after * self.HOPELESS_PROBE_FACTOR or not self._hopeless(gamma)
 
     def _pays(self, worth_it: bool, gamma: int) -> bool:
         """Whether this round drafts, given whether drafting pays (_paying_length). A round priced out is a
-        plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row (and
-        HOPELESS_PROBE_FACTOR times as many for a draft too dear to pay even if always right), two rounds draft
+        plain step, and ages the record back towards its prior; after PROBE_AFTER of them in a row (twice as
+        many after each further probe that found no pay, up to MAX_PROBE_BACKOFF times; and HOPELESS_PROBE_FACTOR
+        times as many for a draft too dear to pay even if always right), two rounds draft
         anyway: the first catches the draft up on the tokens it sat out (its time is not the
         draft's cost, _observe_draft), the second measures it afresh; so do a new draft's first
         FIRST_TREES_CHECKED trees (meet). Such rounds are `exploring`: a tree is checked whatever the
@@ -278,7 +291,10 @@ class DraftPlanner:
         self._first_trees = self._first_trees and bool(self.probe_left)
         if self._probe_due(gamma):
             self.priced_out, self.probe_left = 0, 2
+            self.fruitless_probes += 1  # unless a round pays before the next probe (below)
         self.exploring = bool(self.probe_left)
+        if worth_it and not self.exploring:
+            self.fruitless_probes = 0
         if worth_it or self.probe_left:
             self.priced_out, self.probe_left = 0, max(0, self.probe_left - 1)
             return True
