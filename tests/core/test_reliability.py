@@ -320,7 +320,8 @@ def test_one_huge_allocation_is_refused_by_the_memory_cap(tiny_tokenizer):
 # Each hostile template is stopped by its limit (the message names it), so the command ends within the limits.
 @pytest.mark.parametrize("template, limit", [(LONG_STRING_LOOP, "longer than"), (HUGE_ALLOCATION, "memory")])
 def test_a_hostile_template_in_the_cli_is_one_line_naming_the_limit_it_hit(capsys, folders, tmp_path, template,
-                                                                           limit):
+                                                                           limit, monkeypatch):
+    monkeypatch.setattr(chat, "TEMPLATE_TIME_LIMIT_S", 1.0)  # the loop is stopped at any limit; 5 s is the app's
     folder = tmp_path / "hostile"
     shutil.copytree(folders["verifier"], folder)
     config = json.loads((folder / "tokenizer_config.json").read_text())
@@ -339,6 +340,7 @@ def test_a_hostile_template_embedded_in_a_gguf_is_one_line_naming_the_time_limit
     import copy
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(chat, "TEMPLATE_TIME_LIMIT_S", 1.0)
     tokenizer = copy.deepcopy(tiny_tokenizer)
     tokenizer.chat_template = LONG_STRING_LOOP
     path = tiny.write_gguf(tmp_path / "hostile.gguf", tiny.make_model("llama", tiny_tokenizer, seed=1), tokenizer)
