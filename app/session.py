@@ -127,10 +127,11 @@ def _llama_cpp_figure(spec: str, verifier: Any) -> Any:
     """llama.cpp's figure for the verifier's GGUF file on this machine, where a bench left one (else None). Only a
     verifier that runs the file's own quantisation is compared: one converted to float weights is another model."""
     from specdec_core.loading.gguf_cache import default_cache_dir
+    from specdec_core.loading.quantised import runs_gguf_types
     from specdec_core.loading.specs import gguf_file
     from specdec_core.measuring import llama_cpp_figures
 
-    if not str(getattr(verifier, "weights", "")).startswith("Q"):
+    if not runs_gguf_types(str(getattr(verifier, "weights", ""))):
         return None
     cache = getattr(verifier, "cache_dir", None) or default_cache_dir()
     return llama_cpp_figures.recalled(cache, gguf_file(spec, cache))

@@ -39,8 +39,13 @@ def memory_file(model: LoadedModel) -> Path | None:
     return None if key is None else measurement_file(model.cache_dir, "verify-costs", key)
 
 
+def memory_off() -> bool:
+    """Whether OFF_ENV turns this machine's memory of measurements off (here, and llama_cpp_figures.py's)."""
+    return os.environ.get(OFF_ENV, "").lower() in ("off", "0", "no")
+
+
 def _key(model: LoadedModel) -> str | None:
-    if os.environ.get(OFF_ENV, "").lower() in ("off", "0", "no") or model.cache_dir is None:
+    if memory_off() or model.cache_dir is None:
         return None
     params = sum(p.numel() for p in model.model.parameters())
     kind = ("" if model.device.type == "cpu" else f"-{model.device.type}-{_device_name(model.device)}")

@@ -228,6 +228,12 @@ def weight_format(model: nn.Module) -> str:
     return shares(counts)
 
 
+def runs_gguf_types(weights: str) -> bool:
+    """Whether a weight format (weight_format's, or device_quantised's) leads with a GGUF block type the kernel
+    library runs as it is in the file: not float weights, nor weights quantised at load (int8, int4)."""
+    return weights.split(" ", 1)[0] in qkernel.DECODED
+
+
 def shares(counts: dict[str, int]) -> str:
     """Weight formats by their count of weights, as each one's share, largest first ("Q4_K 88 %, Q6_K 12 %"), or
     the one format alone."""

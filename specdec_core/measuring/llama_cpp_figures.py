@@ -13,12 +13,11 @@ aside (kept_files.py) and only means no figure.
 from __future__ import annotations
 
 import datetime
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec_core.loading.cost_memory import OFF_ENV
+from specdec_core.loading.cost_memory import memory_off
 from specdec_core.loading.cpu_speed import machine_key, measurement_file, write_measurement
 from specdec_core.loading.kept_files import kept_json
 
@@ -47,7 +46,7 @@ class LlamaCppFigure:
 
 def figure_file(cache_dir: Path | None, gguf: Path | None) -> Path | None:
     """Where llama.cpp's figure for `gguf` on this machine is kept (None: nowhere, or the memory is off)."""
-    if cache_dir is None or gguf is None or os.environ.get(OFF_ENV, "").lower() in ("off", "0", "no"):
+    if cache_dir is None or gguf is None or memory_off():
         return None
     try:
         size = Path(gguf).stat().st_size
@@ -81,11 +80,12 @@ def remember(cache_dir: Path | None, gguf: Path | None, llama_cpp: dict, ours_al
     alone, drafted = lanes.get(ALONE, {}), lanes.get(WITH_DRAFT, {})
     if not alone.get("tokens_per_s"):
         return None
+    with_draft = drafted.get("tokens_per_s")
     figure = LlamaCppFigure(
         alone_tokens_per_s=float(alone["tokens_per_s"]),
         ours_alone_tokens_per_s=float(ours_alone) if ours_alone else None,
-        with_draft_tokens_per_s=float(drafted["tokens_per_s"]) if drafted.get("tokens_per_s") else None,
-        draft=Path(drafted["draft"]).name if drafted.get("tokens_per_s") and drafted.get("draft") else None,
+        with_draft_tokens_per_s=float(with_draft) if with_draft else None,
+        draft=Path(drafted["draft"]).name if with_draft and drafted.get("draft") else None,
         threads=int(llama_cpp.get("threads") or 1),
         version=str(llama_cpp.get("version") or "?").removeprefix("version:").strip(),  # "version: 6969 (abc)"
         measured=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
