@@ -117,7 +117,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_qmatmul.argtypes = [integer, pointer, pointer, pointer, integer, integer, integer, pointer, integer,
                                     pointer, pointer, integer, integer]
     lib.specdec_qmatmul.restype = integer
-    lib.specdec_has_avx2.restype = integer
+    lib.specdec_has_avx2.restype = lib.specdec_has_avx512.restype = integer
     single, long = ctypes.c_float, ctypes.c_long
     lib.specdec_rmsnorm.argtypes = [pointer, pointer, single, integer, integer, pointer]
     lib.specdec_rope.argtypes = [pointer, long, integer, integer, integer, pointer, pointer]
@@ -218,7 +218,7 @@ def layer_scratch_bytes(layer: Layer, rows: int) -> int:
 
 
 def scratch_bytes(rows: int, cols: int) -> int:
-    return rows * (2 * cols + 12 * (cols // 32)) + 64
+    return rows * (2 * cols + 16 * (cols // 32)) + 64
 
 
 def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor,

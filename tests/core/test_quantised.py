@@ -7,6 +7,8 @@ Tiny llamas are written as GGUF files of each supported type by the tests themse
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import tiny
@@ -53,9 +55,11 @@ def test_every_supported_block_type_decodes_to_what_the_gguf_package_dequantises
 @pytest.mark.parametrize("layout", ["int4", "int8", "groups-of-16"])
 def test_the_kernel_gives_each_row_the_same_bits_alone_or_in_a_batch_of_any_size(layout):
     rng = np.random.default_rng(2)
-    weight = rng.standard_normal((200, 288)).astype(np.float32)  # 9 blocks: two whole quads and a tail
+    # 9 blocks: two whole quads and a tail (AVX2), four pairs and a lone block (AVX-512); 202 outputs: tiles of four
+    # weight rows and a remainder
+    weight = rng.standard_normal((202, 288)).astype(np.float32)
     if layout == "groups-of-16":
-        grouped = gguf_blocks.decode("Q6_K", _blocks(np.zeros((200, 256)), GGMLQuantizationType.Q6_K, 4), 256)
+        grouped = gguf_blocks.decode("Q6_K", _blocks(np.zeros((202, 256)), GGMLQuantizationType.Q6_K, 4), 256)
     else:
         grouped = gguf_blocks.requantise(weight, bits=4 if layout == "int4" else 8)
     storage = quantised.QuantStorage(grouped, layout)
@@ -271,9 +275,10 @@ def test_a_forked_child_multiplies_with_workers_of_its_own(tmp_path):
     pytest.fail("the child hung waiting for its parent's worker threads")
 
 
-@needs_kernel
 def test_on_a_cpu_with_avx2_the_kernel_is_built_with_it_and_compiles_without_warnings(tmp_path):
-    """A native build that fails falls back to plain C (20 times slower) without a word: the source must build."""
+    """A native build that fails, or fails its self-check, falls back to floats (several times slower) with one line
+    of warning, and would skip the kernel's other tests: where there is a compiler, the source must build, pass and
+    use the CPU's widest vectors."""
     import platform
     import shutil
     import subprocess
@@ -282,7 +287,12 @@ def test_on_a_cpu_with_avx2_the_kernel_is_built_with_it_and_compiles_without_war
     flags = qkernel._cpu_flags().split()
     if platform.machine() not in ("x86_64", "AMD64") or not {"avx2", "fma"} <= set(flags):
         pytest.skip("this CPU has no AVX2 and FMA")
+    if not (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler")
+    assert qkernel.library() is not None, qkernel.unavailable_reason()
     assert qkernel.library().specdec_has_avx2() == 1
+    wide = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= set(flags)
+    assert qkernel.library().specdec_has_avx512() == wide
     compiler = shutil.which("cc") or shutil.which("gcc")
     done = subprocess.run([compiler, "-O3", "-march=native", "-Wall", "-fsyntax-only", str(qkernel.SOURCE)],
                           capture_output=True, text=True, cwd=Path(tmp_path))
@@ -313,10 +323,23 @@ def test_neighbouring_projections_of_one_type_are_decoded_side_by_side_and_joine
     assert attention.q_proj.storage.data.data_ptr() == whole.data.data_ptr()  # a view, not a copy
 
 
+def _other_builds() -> list[str]:
+    """The builds this machine can also run besides its own: plain C always; AVX2 alone where the CPU has AVX-512."""
+    import platform
+
+    flags = set(qkernel._cpu_flags().split())
+    builds = ["plain"]
+    if platform.machine() in ("x86_64", "AMD64") and {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+        builds.append("avx2")
+    return builds
+
+
 @needs_kernel
-def test_the_plain_c_build_for_cpus_without_avx2_computes_the_same_products_as_this_cpus_build(tmp_path):
-    """Machines without AVX2 (ARM laptops among them) run the plain C loops: they read the same activation layout
-    and give the same products, up to the order in which floats are summed."""
+@pytest.mark.parametrize("build", _other_builds())
+def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(tmp_path, build):
+    """Machines without AVX2 (ARM laptops among them) run the plain C loops, and CPUs without AVX-512 the AVX2 code;
+    each lays out the activations its own way. They give the same products, up to the order in which floats are
+    summed, and each gives a row the same bits alone or with others."""
     import ctypes
     import shutil
     import subprocess
@@ -326,20 +349,28 @@ def test_the_plain_c_build_for_cpus_without_avx2_computes_the_same_products_as_t
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         pytest.skip("no C compiler")
-    target = tmp_path / "plain.so"
-    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-pthread", "-o", str(target), str(qkernel.SOURCE)],
+    target = tmp_path / f"{build}.so"
+    flags = ["-O2"] if build == "plain" else ["-O3", "-march=native", "-mno-avx512f"]
+    subprocess.run([compiler, *flags, "-shared", "-fPIC", "-pthread", "-o", str(target), str(qkernel.SOURCE)],
                    check=True, capture_output=True)
-    plain = ctypes.CDLL(str(target))
-    qkernel._declare(plain)
-    assert qkernel._self_check(plain)
+    other = ctypes.CDLL(str(target))
+    qkernel._declare(other)
+    assert qkernel._self_check(other)
+    assert other.specdec_has_avx512() == 0 and other.specdec_has_avx2() == (build == "avx2")
     rng = np.random.default_rng(3)
-    weight = rng.standard_normal((40, 576)).astype(np.float32)  # 18 blocks: four quads and a tail of two
-    x = torch.from_numpy(rng.standard_normal((3, 576)).astype(np.float32))
-    for grouped in (requantise(weight, bits=4), requantise(weight, bits=8)):
+    weight = rng.standard_normal((42, 576)).astype(np.float32)  # 18 blocks: four quads and a tail of two
+    x = torch.from_numpy(rng.standard_normal((5, 576)).astype(np.float32))
+    sixteens = gguf_blocks.decode("Q6_K", _blocks(np.zeros((42, 512)), GGMLQuantizationType.Q6_K, 5), 512)
+    for grouped in (requantise(weight, bits=4), requantise(weight, bits=8), sixteens):
         data = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
         scales = torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(qkernel.kernel_order(grouped.m, grouped.group))
+        rows = x[:, :grouped.q.shape[1]].contiguous()
         for size in (2, 1):
-            products = [qkernel.matmul(lib, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group, x, 1,
-                                       size) for lib in (plain, qkernel.library())]
+            products = [qkernel.matmul(lib, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group, rows,
+                                       1, size) for lib in (other, qkernel.library())]
             torch.testing.assert_close(products[0], products[1], rtol=1e-5, atol=1e-4)
+            for count in (1, 2, 3):
+                alone = qkernel.matmul(other, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group,
+                                       rows[:count], 1, size)
+                assert torch.equal(alone, products[0][:count])

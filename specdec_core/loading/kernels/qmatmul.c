@@ -29,6 +29,13 @@
 #else
 #define SPECDEC_AVX2 0
 #endif
+/* AVX-512 with VNNI (Intel since Ice Lake, AMD since Zen 4): the 16-bit products below in 512-bit vectors, one
+ * multiply-and-add instruction (vpdpwssd) per 32 values, and each group scaled in float as it is summed. */
+#if SPECDEC_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define SPECDEC_AVX512 1
+#else
+#define SPECDEC_AVX512 0
+#endif
 
 #define QBLOCK 32
 #define MAX_THREADS 64
@@ -43,6 +50,7 @@ typedef struct {
                         * each block's kernel order (fine_slot) */
     const float *xd;   /* [rows, k / 32]: block scales (of the combined value 256 * hi + lo) */
     const float *xs;   /* [rows, k / 16]: xd * (sum of q over each half block) */
+    const float *xw;   /* [rows, k / 32]: xd * (sum of q over each block), in block order */
     int rows;
     float *y;          /* [rows, n] */
     int parts;
@@ -50,6 +58,7 @@ typedef struct {
 } task_t;
 
 int specdec_has_avx2(void) { return SPECDEC_AVX2; }
+int specdec_has_avx512(void) { return SPECDEC_AVX512; }
 
 /* Where the value of half `h` of block `b` lies in a table of per-half values (the activations' half-block sums, and a
  * weight's scales and offsets in groups of 16): whole quads of blocks keep their four first halves, then their four
@@ -64,9 +73,20 @@ static inline size_t half_index(int b, int h, int blocks) {
  * block's bytes hold values 0-15 in the low lane and 16-31 in the high one). */
 static inline int fine_slot(int j) { return (j & 7) | (((j >> 4) & 1) << 3) | (((j >> 3) & 1) << 4); }
 
+/* With AVX-512, each half block's 16 values lie in order, and where the half lies depends on the weight's layout. For
+ * nibbles, blocks go by pairs: [first halves of blocks b, b + 1 | second halves of b, b + 1], because 32 bytes of
+ * nibbles widened to 16 bits give the low nibbles of both blocks (their values 0-15) in one vector and the high
+ * nibbles (values 16-31) in another; a last block without a pair lies in order. For bytes, each block lies in order.
+ * Returns where half `h` of block `b` starts, in 16-bit values from the row's start. */
+static inline size_t wide_half_at(int kind, int b, int h, int blocks) {
+    if (kind == 0 && !(b % 2 == 0 && b == blocks - 1)) return (size_t)(b / 2) * 64 + (size_t)h * 32 + (size_t)(b % 2) * 16;
+    return (size_t)b * 32 + (size_t)h * 16;
+}
+
 /* One block of 32 values scaled by `inv`: coarse bytes (into `hi`), or 16-bit values (into `wide`, fine_slot order),
  * and the integer sums of each half. lrintf rounds to nearest even, as the AVX2 conversion below does. */
-__attribute__((unused)) static void quantise_block_plain(const float *src, float inv, int fine, int8_t *hi, int16_t *wide, int sums[2]) {
+__attribute__((unused)) static void quantise_block_plain(const float *src, float inv, int fine, int8_t *hi,
+                                                          int16_t *wide, int16_t *halves[2], int sums[2]) {
     for (int j = 0; j < QBLOCK; j++) {
         float scaled = src[j] * inv;
         int coarse = (int)lrintf(scaled);
@@ -74,7 +94,8 @@ __attribute__((unused)) static void quantise_block_plain(const float *src, float
         if (!fine) { hi[j] = (int8_t)coarse; sums[j / 16] += coarse; continue; }
         int rest = (int)lrintf((scaled - (float)coarse) * 256.0f);
         rest = rest > 127 ? 127 : (rest < -127 ? -127 : rest);
-        wide[fine_slot(j)] = (int16_t)(256 * coarse + rest);
+        if (halves) halves[j / 16][j % 16] = (int16_t)(256 * coarse + rest);
+        else wide[fine_slot(j)] = (int16_t)(256 * coarse + rest);
         sums[j / 16] += 256 * coarse + rest;
     }
 }
@@ -104,7 +125,8 @@ static float block_amax(const float *src) {
 }
 
 /* quantise_block_plain's values, eight at a time: the same products, roundings and clamps. */
-static void quantise_block(const float *src, float inv, int fine, int8_t *hi, int16_t *wide, int sums[2]) {
+static void quantise_block(const float *src, float inv, int fine, int8_t *hi, int16_t *wide, int16_t *halves[2],
+                           int sums[2]) {
     const __m256 scale = _mm256_set1_ps(inv), steps = _mm256_set1_ps(256.0f);
     const __m256i top = _mm256_set1_epi32(127), bottom = _mm256_set1_epi32(-127);
     __m256i v[4];
@@ -120,7 +142,12 @@ static void quantise_block(const float *src, float inv, int fine, int8_t *hi, in
     }
     sums[0] += hsum8i(_mm256_add_epi32(v[0], v[1]));
     sums[1] += hsum8i(_mm256_add_epi32(v[2], v[3]));
-    if (fine) {  /* fine_slot order: values 0-7, 16-23, then 8-15, 24-31 */
+    if (fine && halves) {  /* each half in order (packs works within 128-bit lanes; the permute undoes that) */
+        _mm256_storeu_si256((__m256i *)halves[0],
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), _MM_SHUFFLE(3, 1, 2, 0)));
+        _mm256_storeu_si256((__m256i *)halves[1],
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(v[2], v[3]), _MM_SHUFFLE(3, 1, 2, 0)));
+    } else if (fine) {  /* fine_slot order: values 0-7, 16-23, then 8-15, 24-31 */
         __m256i first = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[2]), _MM_SHUFFLE(3, 1, 2, 0));
         __m256i second = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[1], v[3]), _MM_SHUFFLE(3, 1, 2, 0));
         _mm256_storeu_si256((__m256i *)wide, first);
@@ -136,22 +163,27 @@ static void quantise_block(const float *src, float inv, int fine, int8_t *hi, in
 #define block_amax block_amax_plain
 #endif
 
-/* x [rows, k] -> two signed bytes per value (one when !fine), per-block scales and scaled half-block sums (k a multiple
- * of 32). */
-static void quantise_rows(const float *x, int rows, int k, int fine, int8_t *xq, float *xd, float *xs) {
+/* x [rows, k] -> two signed bytes per value (one when !fine), per-block scales and scaled half-block and block sums (k
+ * a multiple of 32). 16-bit values lie as the products for a weight of `kind` read them (wide_half_at with AVX-512,
+ * else fine_slot). */
+static void quantise_rows(const float *x, int rows, int k, int fine, int kind, int8_t *xq, float *xd, float *xs,
+                          float *xw) {
     int blocks = k / QBLOCK;
     for (int r = 0; r < rows; r++) {
+        int16_t *row16 = (int16_t *)(xq + (size_t)r * 2 * k);
         for (int b = 0; b < blocks; b++) {
             const float *src = x + (size_t)r * k + (size_t)b * QBLOCK;
             float d = block_amax(src) / 127.0f;
             float inv = d > 0.0f ? 1.0f / d : 0.0f;
             int sums[2] = {0, 0};
-            quantise_block(src, inv, fine, xq + (size_t)r * 2 * k + (size_t)b * QBLOCK,
-                           (int16_t *)(xq + (size_t)r * 2 * k) + (size_t)b * QBLOCK, sums);
+            int16_t *halves[2] = {row16 + wide_half_at(kind, b, 0, blocks), row16 + wide_half_at(kind, b, 1, blocks)};
+            quantise_block(src, inv, fine, xq + (size_t)r * 2 * k + (size_t)b * QBLOCK, row16 + (size_t)b * QBLOCK,
+                           SPECDEC_AVX512 ? halves : NULL, sums);
             float unit = fine ? d / 256.0f : d;
             xd[(size_t)r * blocks + b] = unit;
             xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = unit * (float)sums[0];
             xs[(size_t)r * blocks * 2 + half_index(b, 1, blocks)] = unit * (float)sums[1];
+            xw[(size_t)r * blocks + b] = unit * (float)(sums[0] + sums[1]);
         }
     }
 }
@@ -306,6 +338,143 @@ static void row_u4_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t,
 static void row_s8_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 0, 0, col, r0, nr); }
 static void row_s8_16_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 1, 0, col, r0, nr); }
 
+#if SPECDEC_AVX512
+/* 16-bit products of `cols` weight rows (1, 2 or 4) with `nr` activation rows in 512-bit vectors, 16 blocks at a time:
+ * for each pair of rows, the activation row's block scales times the weight row's (one vector), then per block (or pair
+ * of blocks, for nibbles) an exact integer sum in 16 lanes, converted and added in with its scale. The offsets' part is
+ * the dot product of the weight's offsets with the activation row's group sums. Several weight rows at once give one
+ * activation row independent sums to overlap and share its loads; each output still goes through the same steps in
+ * the same order whatever the tile, so the values do not depend on how many rows a call has. */
+ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int halves, const int cols, int col0, int r0,
+                                  int nr) {
+    const int blocks = t->k / QBLOCK, groups = t->k / t->g;
+    const int16_t *xq[ROW_CHUNK];
+    __m512 acc[4][ROW_CHUNK], scale[4][ROW_CHUNK];
+    /* Several weight rows read side by side are short streams that the hardware's prefetcher does not follow from
+     * memory: fetch the tile after next ahead, its weights and tables (reading past the end is harmless). */
+    const size_t row_bytes = kind == 0 ? (size_t)t->k / 2 : (size_t)t->k, ahead = (size_t)col0 + 2 * (size_t)cols;
+    for (size_t at = 0; at < cols * row_bytes; at += 64) _mm_prefetch((const char *)t->w + ahead * row_bytes + at, _MM_HINT_T0);
+    for (size_t at = 0; at < cols * (size_t)groups * 4; at += 64) {
+        _mm_prefetch((const char *)(t->wd + ahead * groups) + at, _MM_HINT_T0);
+        _mm_prefetch((const char *)(t->wm + ahead * groups) + at, _MM_HINT_T0);
+    }
+    for (int i = 0; i < nr; i++) {
+        xq[i] = (const int16_t *)(t->xq + (size_t)(r0 + i) * 2 * t->k);
+        for (int c = 0; c < cols; c++) acc[c][i] = _mm512_setzero_ps();
+    }
+    const __m512i low = _mm512_set1_epi16(0x0F), two = _mm512_set1_epi32(2), one = _mm512_set1_epi32(1);
+    for (int b0 = 0; b0 < blocks; b0 += 16) {
+        const int nb = blocks - b0 < 16 ? blocks - b0 : 16;
+        const __mmask16 some = (__mmask16)(nb == 16 ? 0xFFFF : (1u << nb) - 1);
+        if (!halves)
+            for (int c = 0; c < cols; c++) {
+                __m512 wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + b0);
+                for (int i = 0; i < nr; i++)
+                    scale[c][i] = _mm512_mul_ps(wdv, _mm512_maskz_loadu_ps(some, t->xd + (size_t)(r0 + i) * blocks + b0));
+            }
+        int b = b0;
+        if (kind == 0) {
+            __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+            for (; b + 1 < b0 + nb; b += 2, pick = _mm512_add_epi32(pick, two)) {
+                for (int c = 0; c < cols; c++) {
+                    const uint8_t *w = t->w + (size_t)(col0 + c) * (t->k / 2) + (size_t)b * 16;
+                    __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)w));
+                    __m512i first = _mm512_and_si512(bytes, low), second = _mm512_srli_epi16(bytes, 4);
+                    for (int i = 0; i < nr; i++) {
+                        const int16_t *at = xq[i] + (size_t)b * 32;
+                        __m512i sums = _mm512_dpwssd_epi32(_mm512_setzero_si512(), first, _mm512_loadu_si512(at));
+                        sums = _mm512_dpwssd_epi32(sums, second, _mm512_loadu_si512(at + 32));
+                        acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pick, scale[c][i]),
+                                                    acc[c][i]);
+                    }
+                }
+            }
+            if (b < b0 + nb) {  /* the row's last block, alone: its values in order */
+                __m512i at_b = _mm512_set1_epi32(b - b0);
+                for (int c = 0; c < cols; c++) {
+                    __m128i packed = _mm_loadu_si128((const __m128i *)(t->w + (size_t)(col0 + c) * (t->k / 2) +
+                                                                       (size_t)b * 16));
+                    __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)),
+                                                       _mm_and_si128(packed, _mm_set1_epi8(0x0F)));
+                    __m512i values = _mm512_cvtepu8_epi16(nibbles);
+                    for (int i = 0; i < nr; i++) {
+                        __m512i sums = _mm512_dpwssd_epi32(_mm512_setzero_si512(), values,
+                                                           _mm512_loadu_si512(xq[i] + (size_t)b * 32));
+                        acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(at_b, scale[c][i]),
+                                                    acc[c][i]);
+                    }
+                }
+            }
+        } else {
+            __m512i pick = _mm512_setzero_si512();
+            for (; b < b0 + nb; b++, pick = _mm512_add_epi32(pick, one)) {
+                for (int c = 0; c < cols; c++) {
+                    const int8_t *w = (const int8_t *)t->w + (size_t)(col0 + c) * t->k + (size_t)b * 32;
+                    __m512i values = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)w));
+                    __m512 pair = _mm512_setzero_ps();
+                    if (halves) {  /* lanes 0-7 hold values 0-15, lanes 8-15 values 16-31: a scale each */
+                        const float *wd = t->wd + (size_t)(col0 + c) * groups;
+                        pair = _mm512_insertf32x8(_mm512_set1_ps(wd[half_index(b, 0, blocks)]),
+                                                  _mm256_set1_ps(wd[half_index(b, 1, blocks)]), 1);
+                    }
+                    for (int i = 0; i < nr; i++) {
+                        __m512i sums = _mm512_dpwssd_epi32(_mm512_setzero_si512(), values,
+                                                           _mm512_loadu_si512(xq[i] + (size_t)b * 32));
+                        __m512 by = halves ? _mm512_mul_ps(pair, _mm512_set1_ps(t->xd[(size_t)(r0 + i) * blocks + b]))
+                                           : _mm512_permutexvar_ps(pick, scale[c][i]);
+                        acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), by, acc[c][i]);
+                    }
+                }
+            }
+        }
+    }
+    /* The offsets: by halves in the tables' shared order (half_index) for groups of 16, else by blocks. */
+    const int terms = halves ? 2 * blocks : blocks;
+    for (int c = 0; c < cols; c++) {
+        const float *wm = t->wm + (size_t)(col0 + c) * groups;
+        for (int i = 0; i < nr; i++) {
+            const float *sums = halves ? t->xs + (size_t)(r0 + i) * blocks * 2 : t->xw + (size_t)(r0 + i) * blocks;
+            __m512 offset = _mm512_setzero_ps();
+            for (int j = 0; j < terms; j += 16) {
+                const __mmask16 some = (__mmask16)(terms - j >= 16 ? 0xFFFF : (1u << (terms - j)) - 1);
+                offset = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(some, wm + j), _mm512_maskz_loadu_ps(some, sums + j),
+                                         offset);
+            }
+            t->y[(size_t)(r0 + i) * t->n + col0 + c] = _mm512_reduce_add_ps(acc[c][i]) + _mm512_reduce_add_ps(offset);
+        }
+    }
+}
+
+/* Each shape of tile as a function of its own, its loops of constant length, so that its sums stay in registers. */
+#define TILES_512(name, kind, halves)                                                                                  \
+    static void name##_4x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 4, col, r0, 1); }      \
+    static void name##_2x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 2, col, r0, 2); }      \
+    static void name##_1x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 1); }      \
+    static void name##_1x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 2); }      \
+    static void name##_1x3(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 3); }      \
+    static void name##_1x4(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 4); }      \
+    static const tile_fn name[6] = {name##_4x1, name##_2x2, name##_1x1, name##_1x2, name##_1x3, name##_1x4};
+typedef void (*tile_fn)(const task_t *, int, int);
+TILES_512(tiles_u4, 0, 0)
+TILES_512(tiles_s8, 1, 0)
+TILES_512(tiles_s8_16, 1, 1)
+
+/* Columns start .. end - 1 of every row with 16-bit activations: four weight rows at a time where the rows come one at
+ * a time, two where they come in twos, else one weight row with up to ROW_CHUNK activation rows. */
+static void run_part_512(const task_t *t, int start, int end) {
+    const tile_fn *tiles = t->kind == 0 ? tiles_u4 : (t->g == 16 ? tiles_s8_16 : tiles_s8);
+    for (int col = start; col < end; col += 4) {
+        int cols = end - col < 4 ? end - col : 4;
+        for (int r0 = 0; r0 < t->rows; r0 += ROW_CHUNK) {
+            int nr = t->rows - r0 < ROW_CHUNK ? t->rows - r0 : ROW_CHUNK;
+            if (nr == 1 && cols == 4) tiles[0](t, col, r0);
+            else if (nr == 2 && cols == 4) { tiles[1](t, col, r0); tiles[1](t, col + 2, r0); }
+            else for (int c = 0; c < cols; c++) tiles[1 + nr](t, col + c, r0);
+        }
+    }
+}
+#endif
+
 static void row_avx2(const task_t *t, int col, int r0, int nr) {
     if (t->fine) {
         if (t->kind == 0) row_u4(t, col, r0, nr);
@@ -364,6 +533,9 @@ static void run_part(const task_t *t, int part) {
     /* Output columns in contiguous slices of whole multiples of 8, one slice per part. */
     int per = ((t->n + t->parts - 1) / t->parts + 7) / 8 * 8;
     int start = part * per, end = start + per < t->n ? start + per : t->n;
+#if SPECDEC_AVX512
+    if (t->fine) { run_part_512(t, start, end); return; }
+#endif
     for (int col = start; col < end; col++) {
         for (int r0 = 0; r0 < t->rows; r0 += ROW_CHUNK) {
             int nr = t->rows - r0 < ROW_CHUNK ? t->rows - r0 : ROW_CHUNK;
@@ -430,7 +602,7 @@ __attribute__((constructor)) static void register_fork_handler(void) {
 }
 
 /* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values.
- * scratch: at least rows * (2 * k + 12 * (k / 32)) bytes, 4-byte aligned.
+ * scratch: at least rows * (2 * k + 16 * (k / 32)) bytes, 4-byte aligned.
  * Returns 0, or -1 for shapes it cannot take. */
 int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
                     const float *x, int rows, float *y, void *scratch, int threads, int fine) {
@@ -439,10 +611,11 @@ int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm
     int blocks = k / QBLOCK;
     float *xd = (float *)scratch;
     float *xs = xd + (size_t)rows * blocks;
-    int8_t *xq = (int8_t *)(xs + (size_t)rows * blocks * 2);
+    float *xw = xs + (size_t)rows * blocks * 2;
+    int8_t *xq = (int8_t *)(xw + (size_t)rows * blocks);
     fine = fine != 0;
-    quantise_rows(x, rows, k, fine, xq, xd, xs);
-    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, rows, y, 1, fine};
+    quantise_rows(x, rows, k, fine, kind, xq, xd, xs, xw);
+    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, xw, rows, y, 1, fine};
     int parts = threads < 1 ? 1 : (threads > MAX_THREADS ? MAX_THREADS : threads);
     if (n < 64 * parts) parts = 1;  /* too little work to share */
     /* A second thread calling while the workers are busy (a draft beside a verifier) computes alone: the values do
