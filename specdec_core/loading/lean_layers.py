@@ -17,10 +17,12 @@ check of k tokens still computes each token bit for bit as a one-token step does
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
 from torch import nn
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from specdec_core.loading import cpu_attention, qkernel
@@ -32,12 +34,22 @@ _ACTIVATIONS = {"silu"}  # the MLP activations the kernel library computes (spec
 
 def streamline(model: nn.Module) -> int:
     """Bind the lean forward to every decoder layer of `model` that it fits; the number of layers bound. A layer it
-    does not fit (another architecture, a float projection, another activation) keeps transformers' forward."""
+    does not fit (another architecture, a float projection, another activation) keeps transformers' forward. Where
+    every layer of the decoder fits and fuses, the decoder's own forward runs them all in one call (_LeanStack)."""
     bound = 0
+    leans: dict[int, _LeanLayer] = {}
     for module in model.modules():
         if type(module).__name__ in _LAYERS and _fits(module):
-            module.forward = _LeanLayer(module).forward
+            lean = _LeanLayer(module)
+            module.forward = lean.forward
+            leans[id(module)] = lean
             bound += 1
+    decoder = getattr(model, "base_model", None)
+    layers = getattr(decoder, "layers", None)
+    if decoder is not None and decoder is not model and layers is not None and len(layers) \
+            and all(id(layer) in leans and leans[id(layer)].fusable for layer in layers) \
+            and all(hasattr(decoder, name) for name in ("embed_tokens", "rotary_emb", "norm")):
+        decoder.forward = _LeanStack(decoder, [leans[id(layer)] for layer in layers]).forward
     return bound
 
 
@@ -246,6 +258,104 @@ class _LeanLayer:
         if bias is not None:
             out += bias
         return out
+
+
+class _LeanStack:
+    """The decoder's forward for a one-token step or a check of a few tokens, where every layer is a fused lean layer:
+    the embedding, the rotary angles, then every layer in one kernel call (qkernel.stack_step), each layer's keys and
+    values written straight into the cache's buffers, then the final norm. Per token of the embedded model this saves
+    the Python around thirty layer calls and transformers' mask building, which cost it a fifth of its step
+    (docs/log/2026-12.md, session 40). The layers compute the same bits as one at a time. Anything else (a long
+    prompt, hooks on a layer, another cache, outputs asked for) runs the decoder's own forward."""
+
+    _ARGUMENTS = {"input_ids", "inputs_embeds", "attention_mask", "position_ids", "cache", "past_key_values",
+                  "use_cache"}
+
+    def __init__(self, decoder: nn.Module, leans: list[_LeanLayer]):
+        self.decoder, self.leans = decoder, leans
+        self.original = decoder.forward
+        self.lib = leans[0].lib
+        self.head_dim = leans[0].head_dim
+        self._stack: qkernel.Stack | None = None
+        fields = {field.name for field in dataclasses.fields(BaseModelOutputWithPast)}
+        self._cache_field = "cache" if "cache" in fields else "past_key_values"
+
+    def forward(self, *args, **kwargs):
+        out = self._step(kwargs) if not args and kwargs.keys() <= self._ARGUMENTS else None
+        return out if out is not None else self.original(*args, **kwargs)
+
+    def _step(self, kwargs: dict) -> BaseModelOutputWithPast | None:
+        """The whole decoder in one call, or None (nothing changed) where that path does not apply."""
+        input_ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if input_ids is None or input_ids.dim() != 2 or input_ids.shape[0] != 1 or cache is None \
+                or kwargs.get("inputs_embeds") is not None:
+            return None
+        length = input_ids.shape[1]
+        slots = self._cache_layers(cache, length)
+        if slots is None:
+            return None
+        start = slots[0].length
+        keys = start + length
+        if mask is not None and tuple(mask.shape) != (1, 1, length, keys):
+            return None
+        stack = self._fused_stack()
+        if stack is None or not all(lean._row_by_row(length, keys) for lean in self.leans) or _hooked(self.decoder):
+            return None
+        hidden = self.decoder.embed_tokens(input_ids)
+        position_ids = kwargs.get("position_ids")
+        if position_ids is None:
+            position_ids = torch.arange(start, keys).unsqueeze(0)
+        cos, sin = self.decoder.rotary_emb(hidden, position_ids)
+        if cos.dtype != torch.float32 or cos.shape[-1] != self.head_dim or hidden.dtype != torch.float32:
+            return None
+        cos, sin = cos.reshape(length, -1).contiguous(), sin.reshape(length, -1).contiguous()
+        for i, slot in enumerate(slots):
+            key, value, _ = slot.reserve(length, torch.float32)
+            stack.keys[i], stack.values[i] = key.data_ptr(), value.data_ptr()
+            stack.head_strides[i], stack.pos_strides[i] = key.stride(0), key.stride(1)
+        lean = self.leans[0]
+        rows = qkernel.stack_step(self.lib, stack, hidden.reshape(length, -1).contiguous(), cos, sin, start,
+                                  _visible_bytes(mask, length, keys), max(1, torch.get_num_threads()),
+                                  lean.o_proj.activation_bytes == 2)
+        hidden = self.decoder.norm(rows.view(1, length, -1))
+        return BaseModelOutputWithPast(last_hidden_state=hidden, **{self._cache_field: cache})
+
+    def _cache_layers(self, cache, length: int) -> list | None:
+        """The cache's layers where each is a GrowingLayer (kv.py) already holding float32 keys and values for batch 1,
+        all of one length, so that each can give room for `length` more; None otherwise."""
+        layers = getattr(cache, "layers", None)
+        if layers is None or len(layers) != len(self.leans) or getattr(cache, "offloading", False):
+            return None
+        first = None
+        for layer in layers:
+            buffer = getattr(layer, "_key_buffer", None) if getattr(layer, "reserve", None) is not None \
+                and layer.is_initialized else None
+            if buffer is None or buffer.shape[0] != 1 or buffer.dtype != torch.float32:
+                return None
+            if first is None:
+                first = layer.length
+            elif layer.length != first:
+                return None
+        return list(layers)
+
+    def _fused_stack(self) -> qkernel.Stack | None:
+        fused = [lean._fused() for lean in self.leans]
+        if any(layer is None for layer in fused) \
+                or len({lean.o_proj.activation_bytes for lean in self.leans}) != 1:
+            return None
+        if self._stack is None or any(a is not b for a, b in zip(self._stack.layers, fused)):
+            self._stack = qkernel.Stack(fused)
+        return self._stack
+
+
+def _hooked(decoder: nn.Module) -> bool:
+    """Whether anything watches a decoder layer's forward (a hidden-state recorder): then the layers run one by one."""
+    from torch.nn.modules import module as torch_module
+
+    if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
+        return True
+    return any(layer._forward_hooks or layer._forward_pre_hooks for layer in decoder.layers)
 
 
 def _address(norm: _Norm | None) -> int | None:

@@ -136,6 +136,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_layer_step.argtypes = [layer, pointer, pointer, integer, pointer, pointer, pointer, pointer, long, long,
                                        integer, pointer, pointer, pointer, integer, integer]
     lib.specdec_layer_qkv.restype = lib.specdec_layer_rest.restype = lib.specdec_layer_step.restype = integer
+    lib.specdec_stack_step.argtypes = [pointer, integer, pointer, pointer, integer, pointer, pointer, pointer, pointer,
+                                       pointer, pointer, integer, pointer, pointer, pointer, integer, integer]
+    lib.specdec_stack_step.restype = integer
 
 
 class QWeight(ctypes.Structure):
@@ -184,7 +187,7 @@ def layer_rest(lib: ctypes.CDLL, layer: Layer, x: torch.Tensor, qkv: torch.Tenso
     dim contiguous), plus its MLP on that sum (specdec_layer_rest): the layer's output [rows, width]."""
     rows, keys = x.shape[0], key.shape[1]
     out = torch.empty_like(x)
-    floats = rows * (3 * layer.width + layer.heads * layer.dim + 3 * layer.inter) + keys
+    floats = rows * (3 * layer.width + layer.heads * layer.dim + 3 * layer.inter) + 5 * keys
     status = lib.specdec_layer_rest(ctypes.byref(layer), x.data_ptr(), out.data_ptr(), rows, qkv.data_ptr(),
                                     key.data_ptr(), value.data_ptr(), key.stride(0), key.stride(1), keys,
                                     None if visible is None else visible.data_ptr(), _work(4 * floats).data_ptr(),
@@ -201,7 +204,7 @@ def layer_step(lib: ctypes.CDLL, layer: Layer, x: torch.Tensor, cos: torch.Tenso
     them, in one call (specdec_layer_step): the layer's output [rows, width]."""
     rows = x.shape[0]
     out = torch.empty_like(x)
-    floats = rows * (layer.qkv.n + 3 * layer.width + layer.heads * layer.dim + 3 * layer.inter) + start + rows
+    floats = rows * (layer.qkv.n + 3 * layer.width + layer.heads * layer.dim + 3 * layer.inter) + 5 * (start + rows)
     seen = None if visible is None else visible.data_ptr()
     status = lib.specdec_layer_step(ctypes.byref(layer), x.data_ptr(), out.data_ptr(), rows, cos.data_ptr(),
                                     sin.data_ptr(), key.data_ptr(), value.data_ptr(), key.stride(0), key.stride(1),
@@ -209,6 +212,41 @@ def layer_step(lib: ctypes.CDLL, layer: Layer, x: torch.Tensor, cos: torch.Tenso
                                     _scratch(layer_scratch_bytes(layer, rows)).data_ptr(), threads, fine)
     if status != 0:
         raise ValueError("the quantised kernel cannot take this layer's weights")
+    return out
+
+
+class Stack:
+    """Decoder layers as one call of the C file's specdec_stack_step takes them: the layers' addresses, and per step
+    the addresses and strides of each layer's key and value buffers."""
+
+    def __init__(self, layers: list[Layer]):
+        self.layers = layers
+        self.count = len(layers)
+        self.addresses = (ctypes.c_void_p * self.count)(*(ctypes.addressof(layer) for layer in layers))
+        self.keys, self.values = (ctypes.c_void_p * self.count)(), (ctypes.c_void_p * self.count)()
+        self.head_strides, self.pos_strides = (ctypes.c_long * self.count)(), (ctypes.c_long * self.count)()
+        self.width = layers[0].width
+        self.widest = max(layer_scratch_bytes(layer, 1) for layer in layers)
+
+    def work_floats(self, rows: int, keys: int) -> int:
+        return max(rows * (layer.qkv.n + 3 * layer.width + layer.heads * layer.dim + 3 * layer.inter)
+                   for layer in self.layers) + 5 * keys + 2 * rows * self.width
+
+
+def stack_step(lib: ctypes.CDLL, stack: Stack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, start: int,
+               visible: torch.Tensor | None, threads: int, fine: bool) -> torch.Tensor:
+    """Every layer of `stack` on x [rows, width] (float32 contiguous) in one call (specdec_stack_step), each layer's
+    new keys and values stored at positions start .. start + rows - 1 of the buffers set in stack.keys / values (with
+    their strides): the last layer's output [rows, width]. The same bits as layer_step layer by layer."""
+    rows = x.shape[0]
+    out = torch.empty_like(x)
+    seen = None if visible is None else visible.data_ptr()
+    status = lib.specdec_stack_step(stack.addresses, stack.count, x.data_ptr(), out.data_ptr(), rows, cos.data_ptr(),
+                                    sin.data_ptr(), stack.keys, stack.values, stack.head_strides, stack.pos_strides,
+                                    start, seen, _work(4 * stack.work_floats(rows, start + rows)).data_ptr(),
+                                    _scratch(stack.widest * rows).data_ptr(), threads, fine)
+    if status != 0:
+        raise ValueError("the quantised kernel cannot take these layers' weights")
     return out
 
 
@@ -312,7 +350,7 @@ def attend(lib: ctypes.CDLL, query: torch.Tensor, heads: int, key: torch.Tensor,
     kv_heads, keys = key.shape[0], key.shape[1]
     assert key.stride() == value.stride() and key.stride(2) == 1 and query.stride(1) == 1
     out = torch.empty((rows, heads * dim), dtype=torch.float32)
-    scratch = _scratch(4 * keys)
+    scratch = _scratch(20 * keys)
     lib.specdec_attend(query.data_ptr(), query.stride(0), rows, heads, dim, key.data_ptr(), value.data_ptr(),
                        key.stride(0), key.stride(1), kv_heads, keys,
                        None if visible is None else visible.data_ptr(), scale, out.data_ptr(), scratch.data_ptr())

@@ -117,6 +117,7 @@ def test_a_layer_run_as_one_call_into_the_engines_cache_computes_the_same_bits_a
     from specdec_core.verification.kv import new_cache
 
     lean = quantised_models[1]
+    monkeypatch.setattr(lean_layers._LeanStack, "_step", lambda self, kwargs: None)  # layer by layer
     two_prompt, past = _logits(lean, PROMPT)
     two_check = _logits(lean, [DRAFTED], past)[0]
     steps = []
@@ -133,6 +134,56 @@ def test_a_layer_run_as_one_call_into_the_engines_cache_computes_the_same_bits_a
         lean, PROMPT)[1])[1])[0][-1])
 
 
+def test_the_whole_decoder_in_one_call_computes_the_same_bits_as_its_layers_one_by_one(quantised_models,
+                                                                                      monkeypatch):
+    """In the engine's cache, a check of k tokens, a one-token step and a tree's check run every layer in one kernel
+    call (qkernel.stack_step); with the layers one call each they give the same logits and cache, bit for bit."""
+    from specdec_core.verification.kv import CachedForward
+
+    lean = quantised_models[1]
+    stacks = []
+    stack_step = qkernel.stack_step
+    monkeypatch.setattr(qkernel, "stack_step", lambda *args: stacks.append(args[2].shape[0]) or stack_step(*args))
+
+    def run(cached: CachedForward) -> list[torch.Tensor]:
+        prompt = PROMPT[0]
+        out = [cached.logits_for(prompt), cached.logits_for(prompt + DRAFTED, n_last=len(DRAFTED))]
+        out.append(cached.logits_for(prompt + DRAFTED + [4], n_last=1))
+        cached.roll_back(len(prompt))
+        out.append(cached.logits_for_tree(prompt, [33, 7, 90, 12], [-1, 0, 0, 2]))
+        cached.keep_path([0, 1])
+        out.append(cached.logits_for(prompt + [33, 7, 50], n_last=1))
+        out.append(torch.cat([layer.keys for layer in cached.cache.layers]))
+        return out
+
+    together = run(CachedForward(lean, torch.device("cpu")))
+    # The prompt, on a cache with no buffers yet, ran layer by layer; the tree's five rows: the prompt's last token
+    # again (its distribution was dropped with the roll-back) and the four nodes
+    assert stacks == [len(DRAFTED), 1, 5, 1]
+    monkeypatch.setattr(lean_layers._LeanStack, "_step", lambda self, kwargs: None)
+    one_by_one = run(CachedForward(lean, torch.device("cpu")))
+    assert all(torch.equal(a, b) for a, b in zip(together, one_by_one))
+
+
+def test_with_a_hook_on_a_layer_the_decoder_runs_its_layers_one_by_one(quantised_models, monkeypatch):
+    """A recorder of a layer's output (a draft head reading a middle layer) sees every call."""
+    from specdec_core.verification.kv import CachedForward
+
+    lean = quantised_models[1]
+    stacks, seen = [], []
+    stack_step = qkernel.stack_step
+    monkeypatch.setattr(qkernel, "stack_step", lambda *args: stacks.append(1) or stack_step(*args))
+    cached = CachedForward(lean, torch.device("cpu"))
+    cached.logits_for(PROMPT[0])
+    hook = lean.base_model.layers[0].register_forward_hook(lambda module, args, output: seen.append(1))
+    try:
+        cached.logits_for(PROMPT[0] + DRAFTED, n_last=len(DRAFTED))
+    finally:
+        hook.remove()
+    cached.logits_for(PROMPT[0] + DRAFTED + [4], n_last=1)
+    assert seen == [1] and stacks == [1]
+
+
 def test_room_reserved_past_a_cache_buffers_end_grows_it_and_keeps_the_keys_before():
     from specdec_core.verification.kv import GrowingLayer
 
@@ -146,3 +197,30 @@ def test_room_reserved_past_a_cache_buffers_end_grows_it_and_keeps_the_keys_befo
     assert torch.equal(layer.keys[0, :, 250:], torch.full((2, 10, 8), 7.0))
     assert GrowingLayer().reserve(1, torch.float32) is None  # no buffers before the first update
     assert layer.reserve(1, torch.bfloat16) is None and layer.keys.shape[-2] == 260  # nor for another type
+
+
+@pytest.mark.parametrize("heads,kv_heads,dim", [(9, 3, 64), (12, 2, 128), (4, 4, 64), (8, 2, 64), (6, 2, 16),
+                                                (2, 1, 48)])
+def test_the_kernels_attention_is_softmax_attention_over_the_keys_a_row_may_see_in_their_order(heads, kv_heads, dim):
+    """Each query row attends alone over the keys its mask shows; a row that sees some keys computes, bit for bit,
+    what a row sees in a cache holding only those keys, in order (a tree's node and the same token decoded alone)."""
+    generator = torch.Generator().manual_seed(heads * dim)
+    keys, rows = 37, 3
+    query = torch.randn(rows, heads * dim, generator=generator)
+    buffers = torch.randn(2, kv_heads, 64, dim, generator=generator)  # room past the keys, as the cache keeps
+    key, value = buffers[0, :, :keys], buffers[1, :, :keys]
+    visible = torch.rand(rows, keys, generator=generator) < 0.6
+    visible[:, 0] = True
+    got = qkernel.attend(qkernel.library(), query, heads, key, value, visible.to(torch.uint8).contiguous(), 0.125)
+    group = heads // kv_heads
+    for row in range(rows):
+        seen = visible[row].nonzero().flatten()
+        for head in range(heads):
+            k, v = key[head // group, seen], value[head // group, seen]
+            weights = torch.softmax(0.125 * (k @ query[row, head * dim:(head + 1) * dim]), dim=0)
+            torch.testing.assert_close(got[row, head * dim:(head + 1) * dim], weights @ v, rtol=1e-5, atol=1e-6)
+        only = torch.zeros(2, kv_heads, 64, dim)
+        only[0, :, :len(seen)], only[1, :, :len(seen)] = key[:, seen], value[:, seen]
+        alone = qkernel.attend(qkernel.library(), query[row:row + 1].contiguous(), heads, only[0, :, :len(seen)],
+                               only[1, :, :len(seen)], None, 0.125)
+        assert torch.equal(alone[0], got[row])

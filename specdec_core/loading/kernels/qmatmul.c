@@ -690,15 +690,134 @@ static inline float dot(const float *a, const float *b, int n) {
     return sum;
 }
 
+#if SPECDEC_AVX512
+/* e^x for x <= 0 in 16 lanes, to within a unit or two in the last place: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its
+ * Taylor series to r^7 (the next term is below 6e-9 of the value), times 2^n. The same steps in every lane. */
+static inline __m512 exp_lanes(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* One query row's heads over the `count` keys it may see (their positions in `seen`, in order), for heads of 16 *
+ * `chunks` values, `share` query heads of one key head at a time (they read each key and value once): each score a
+ * dot product in 16 lanes, the weights' exponentials 16 at a time in the order of the seen keys, and the values
+ * summed key after key. The keys are numbered by their place among those seen, not by their position in the cache,
+ * so a tree's node and the same token decoded alone make the same operations. scores: 4 * `count` floats. */
+ALWAYS_INLINE void attend_row_512_of(const int chunks, const int share, const float *q, int heads, const float *k,
+                                     const float *v, long head_stride, long pos_stride, int group, const int *seen,
+                                     int count, float scale, float *out, float *scores) {
+    const int dim = 16 * chunks;
+    for (int h0 = 0; h0 < heads; h0 += share) {
+        const float *kh = k + (size_t)(h0 / group) * head_stride, *vh = v + (size_t)(h0 / group) * head_stride;
+        __m512 qv[4][8];
+        float top[4];
+        for (int g = 0; g < share; g++) {
+            for (int c = 0; c < chunks; c++) qv[g][c] = _mm512_loadu_ps(q + (size_t)(h0 + g) * dim + 16 * c);
+            top[g] = -INFINITY;
+        }
+        for (int t = 0; t < count; t++) {
+            const float *kj = kh + (size_t)seen[t] * pos_stride;
+            __m512 kv[8];
+            for (int c = 0; c < chunks; c++) kv[c] = _mm512_loadu_ps(kj + 16 * c);
+            for (int g = 0; g < share; g++) {
+                __m512 acc = _mm512_mul_ps(qv[g][0], kv[0]);
+                for (int c = 1; c < chunks; c++) acc = _mm512_fmadd_ps(qv[g][c], kv[c], acc);
+                float score = scale * _mm512_reduce_add_ps(acc);
+                scores[(size_t)g * count + t] = score;
+                top[g] = score > top[g] ? score : top[g];
+            }
+        }
+        float sum[4];
+        for (int g = 0; g < share; g++) {
+            float *row = scores + (size_t)g * count;
+            __m512 total = _mm512_setzero_ps(), peak = _mm512_set1_ps(top[g]);
+            for (int t = 0; t < count; t += 16) {
+                const __mmask16 some = (__mmask16)(count - t >= 16 ? 0xFFFF : (1u << (count - t)) - 1);
+                __m512 weight = _mm512_maskz_mov_ps(some, exp_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(some, row + t),
+                                                                                   peak)));
+                _mm512_mask_storeu_ps(row + t, some, weight);
+                total = _mm512_add_ps(total, weight);
+            }
+            sum[g] = _mm512_reduce_add_ps(total);
+        }
+        __m512 o[4][8];
+        for (int g = 0; g < share; g++)
+            for (int c = 0; c < chunks; c++) o[g][c] = _mm512_setzero_ps();
+        for (int t = 0; t < count; t++) {
+            const float *vj = vh + (size_t)seen[t] * pos_stride;
+            __m512 vv[8];
+            for (int c = 0; c < chunks; c++) vv[c] = _mm512_loadu_ps(vj + 16 * c);
+            for (int g = 0; g < share; g++) {
+                __m512 weight = _mm512_set1_ps(scores[(size_t)g * count + t]);
+                for (int c = 0; c < chunks; c++) o[g][c] = _mm512_fmadd_ps(weight, vv[c], o[g][c]);
+            }
+        }
+        for (int g = 0; g < share; g++) {
+            __m512 inv = _mm512_set1_ps(sum[g] > 0.0f ? 1.0f / sum[g] : 0.0f);
+            for (int c = 0; c < chunks; c++)
+                _mm512_storeu_ps(out + (size_t)(h0 + g) * dim + 16 * c, _mm512_mul_ps(o[g][c], inv));
+        }
+    }
+}
+
+/* Heads of 64 and of 128 values (nearly every model the loader takes), with loops of constant length, and as many
+ * query heads of a key head at once as their sums fit the registers; other sizes one head at a time. */
+static void attend_row_512(const float *q, int heads, int dim, const float *k, const float *v, long head_stride,
+                           long pos_stride, int group, const int *seen, int count, float scale, float *out,
+                           float *scores) {
+    if (dim == 64 && group % 4 == 0)
+        attend_row_512_of(4, 4, q, heads, k, v, head_stride, pos_stride, group, seen, count, scale, out, scores);
+    else if (dim == 64 && group % 3 == 0)
+        attend_row_512_of(4, 3, q, heads, k, v, head_stride, pos_stride, group, seen, count, scale, out, scores);
+    else if (dim == 64 && group % 2 == 0)
+        attend_row_512_of(4, 2, q, heads, k, v, head_stride, pos_stride, group, seen, count, scale, out, scores);
+    else if (dim == 64)
+        attend_row_512_of(4, 1, q, heads, k, v, head_stride, pos_stride, group, seen, count, scale, out, scores);
+    else if (dim == 128 && group % 2 == 0)
+        attend_row_512_of(8, 2, q, heads, k, v, head_stride, pos_stride, group, seen, count, scale, out, scores);
+    else if (dim == 128)
+        attend_row_512_of(8, 1, q, heads, k, v, head_stride, pos_stride, group, seen, count, scale, out, scores);
+    else
+        attend_row_512_of(dim / 16, 1, q, heads, k, v, head_stride, pos_stride, group, seen, count, scale, out,
+                          scores);
+}
+#endif
+
 /* Attention of each query row alone over the keys it may see, in key order: softmax(scale q.k) . v per head, query
  * head h reading key head h / (heads / kv_heads).
  * q: rows of heads * dim values, `q_stride` floats apart. k, v: [kv_heads, keys, dim] with strides (in floats) between
  * heads and between positions. visible: [rows, keys] bytes (nonzero: may attend), or NULL for causal rows that end
- * the keys (row r sees keys 0 .. keys - rows + r). out: [rows, heads * dim]. scratch: `keys` floats. */
+ * the keys (row r sees keys 0 .. keys - rows + r). out: [rows, heads * dim]. scratch: 5 * `keys` floats. */
 void specdec_attend(const float *q, long q_stride, int rows, int heads, int dim, const float *k, const float *v,
                     long head_stride, long pos_stride, int kv_heads, int keys, const uint8_t *visible, float scale,
                     float *out, float *scratch) {
     int group = heads / kv_heads;
+#if SPECDEC_AVX512
+    if (dim % 16 == 0 && dim <= 128) {
+        int *seen_at = (int *)(scratch + 4 * (size_t)keys);
+        for (int r = 0; r < rows; r++) {
+            const uint8_t *seen = visible ? visible + (size_t)r * keys : NULL;
+            int last = visible ? keys - 1 : keys - rows + r, count = 0;
+            for (int j = 0; j <= last; j++)
+                if (!seen || seen[j]) seen_at[count++] = j;
+            attend_row_512(q + (size_t)r * q_stride, heads, dim, k, v, head_stride, pos_stride, group, seen_at, count,
+                           scale, out + (size_t)r * heads * dim, scratch);
+        }
+        return;
+    }
+#endif
     for (int r = 0; r < rows; r++) {
         const uint8_t *seen = visible ? visible + (size_t)r * keys : NULL;
         int last = visible ? keys - 1 : keys - rows + r;
@@ -784,7 +903,7 @@ int specdec_layer_qkv(const layer_t *L, const float *x, int rows, const float *c
 
 /* y [rows, width] = x plus the layer's attention over the cache's keys k, v ([kv_heads, keys, dim] at the given
  * strides) for the queries in qkv, plus its MLP (SiLU-gated) on the sum. work: rows * (3 * width + heads * dim
- * + 3 * inter) + keys floats. */
+ * + 3 * inter) + 5 * keys floats. */
 int specdec_layer_rest(const layer_t *L, const float *x, float *y, int rows, const float *qkv, const float *k,
                        const float *v, long head_stride, long pos_stride, int keys, const uint8_t *visible,
                        float *work, void *scratch, int threads, int fine) {
@@ -807,7 +926,7 @@ int specdec_layer_rest(const layer_t *L, const float *x, float *y, int rows, con
  * of its buffers key, value ([kv_heads, capacity, dim] at the given strides; the positions before start hold the
  * earlier rows'): the query, key and value rows (specdec_layer_qkv), the new keys and values stored, then
  * specdec_layer_rest over every key up to the new ones. The same operations as the two calls with the store between
- * them, so the same bits. work: rows * (qkv.n + 3 * width + heads * dim + 3 * inter) + start + rows floats. */
+ * them, so the same bits. work: rows * (qkv.n + 3 * width + heads * dim + 3 * inter) + 5 * (start + rows) floats. */
 int specdec_layer_step(const layer_t *L, const float *x, float *y, int rows, const float *cos_, const float *sin_,
                        float *key, float *value, long head_stride, long pos_stride, int start, const uint8_t *visible,
                        float *work, void *scratch, int threads, int fine) {
@@ -824,6 +943,28 @@ int specdec_layer_step(const layer_t *L, const float *x, float *y, int rows, con
     }
     return specdec_layer_rest(L, x, y, rows, qkv, key, value, head_stride, pos_stride, start + rows, visible, rest,
                               scratch, threads, fine);
+}
+
+/* Every decoder layer of a model in one call: specdec_layer_step for layers[0] .. layers[n - 1] in turn, each layer's
+ * output the next one's input, layer i's keys and values stored into key[i], value[i] at the strides given for it.
+ * x [rows, width] is the first layer's input; y receives the last layer's output. The same calls as the layers one by
+ * one, so the same bits. work: as specdec_layer_step's for the widest layer, plus 2 * rows * width floats. */
+int specdec_stack_step(const layer_t *const *layers, int n, const float *x, float *y, int rows, const float *cos_,
+                       const float *sin_, float *const *key, float *const *value, const long *head_stride,
+                       const long *pos_stride, int start, const uint8_t *visible, float *work, void *scratch,
+                       int threads, int fine) {
+    size_t width = (size_t)layers[0]->width;
+    float *hold[2] = {work, work + (size_t)rows * width}, *rest = work + 2 * (size_t)rows * width;
+    const float *in = x;
+    for (int i = 0; i < n; i++) {
+        float *out = i == n - 1 ? y : hold[i % 2];
+        if ((size_t)layers[i]->width != width ||
+            specdec_layer_step(layers[i], in, out, rows, cos_, sin_, key[i], value[i], head_stride[i], pos_stride[i],
+                               start, visible, rest, scratch, threads, fine) != 0)
+            return -1;
+        in = out;
+    }
+    return 0;
 }
 
 /* ---- Decoding a GGUF tensor's blocks straight into the layout above (the loader's fast path) ----
