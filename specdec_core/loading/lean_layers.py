@@ -365,7 +365,7 @@ def _address(norm: _Norm | None) -> int | None:
 def _weight(storage: QuantStorage, bias: torch.Tensor | None) -> qkernel.QWeight:
     buffers = storage._buffers
     return qkernel.QWeight(storage.kind, storage.shape[0], storage.shape[1], storage.group, buffers["data"].data_ptr(),
-                           buffers["scales"].data_ptr(), buffers["offsets"].data_ptr(),
+                           buffers["scales"].data_ptr(), storage.offsets_address(),
                            None if bias is None else bias.data_ptr())
 
 

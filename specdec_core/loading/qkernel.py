@@ -259,18 +259,19 @@ def scratch_bytes(rows: int, cols: int) -> int:
     return rows * (2 * cols + 16 * (cols // 32)) + 64
 
 
-def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor,
+def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None,
            group: int, x: torch.Tensor, threads: int, activation_bytes: int = 2) -> torch.Tensor:
     """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32. `activation_bytes`: 2 (about
-    15 bits of each activation) or 1 (as llama.cpp's quantised products)."""
-    weight = (kind, data.data_ptr(), scales.data_ptr(), offsets.data_ptr(), scales.shape[0], group)
+    15 bits of each activation) or 1 (as llama.cpp's quantised products). offsets None: a weight with none."""
+    weight = (kind, data.data_ptr(), scales.data_ptr(), None if offsets is None else offsets.data_ptr(),
+              scales.shape[0], group)
     return product(lib, weight, x, threads, activation_bytes)
 
 
-def product(lib: ctypes.CDLL, weight: tuple[int, int, int, int, int, int], x: torch.Tensor, threads: int,
-            activation_bytes: int = 2) -> torch.Tensor:
-    """`matmul` for a weight given as (kind, data, scales and offsets addresses, output rows, group): a decoding step
-    makes a hundred or more of these calls, so each does no more than allocate its output and call the kernel."""
+def product(lib: ctypes.CDLL, weight: tuple, x: torch.Tensor, threads: int, activation_bytes: int = 2) -> torch.Tensor:
+    """`matmul` for a weight given as (kind, data, scales and offsets addresses, output rows, group, ...), the offsets'
+    None where all are zero: a decoding step makes a hundred or more of these calls, so each does no more than
+    allocate its output and call the kernel."""
     rows, cols = x.shape
     out = torch.empty(rows, weight[4])
     scratch = _scratch(scratch_bytes(rows, cols))

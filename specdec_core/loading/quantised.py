@@ -126,13 +126,24 @@ class QuantStorage(nn.Module):
 
     activation_bytes = 2  # how finely each product quantises its input rows (set_activation_bytes)
 
+    def offsets_address(self) -> int | None:
+        """The offsets' address for the kernel, or None where every offset is zero (Q4_0, Q5_0, Q6_K and Q8_0 have
+        none): the kernel then reads no offsets, a sixth of a Q6_K weight's bytes. Looked at once per tensor."""
+        offsets = self._buffers["offsets"]
+        known = self.__dict__.get("_offsets_at")
+        if known is None or known[0] != offsets.data_ptr():
+            address = offsets.data_ptr()
+            known = self.__dict__["_offsets_at"] = (address, address if bool(offsets.any()) else None)
+        return known[1]
+
     def product(self, lib: ctypes.CDLL, x: torch.Tensor) -> torch.Tensor:
         buffers = self._buffers  # read directly: nn.Module's attribute lookup costs more than the product's setup
         data, scales, offsets = buffers["data"], buffers["scales"], buffers["offsets"]
         key = (data.data_ptr(), scales.data_ptr(), offsets.data_ptr())
         weight = self.__dict__.get("_weight")
-        if weight is None or weight[1:4] != key:  # first use, or the tensors moved (a join, `.to`)
-            weight = self.__dict__["_weight"] = (self.kind, *key, self.shape[0], self.group)
+        if weight is None or weight[6] != key:  # first use, or the tensors moved (a join, `.to`)
+            weight = self.__dict__["_weight"] = (self.kind, key[0], key[1], self.offsets_address(), self.shape[0],
+                                                 self.group, key)
         return qkernel.product(lib, weight, x, max(1, torch.get_num_threads()), self.activation_bytes)
 
 

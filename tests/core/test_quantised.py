@@ -318,6 +318,8 @@ def test_neighbouring_projections_of_one_type_are_decoded_side_by_side_and_joine
     q_home, k_home = attention.q_proj.storage.home, attention.k_proj.storage.home
     assert q_home[0] is k_home[0] and (q_home[1], k_home[1]) == (0, attention.q_proj.out_features)
     assert not hasattr(attention.v_proj.storage, "home")  # another type: a product of its own
+    # Q8_0 has no offsets: its products read none; Q4_1's do
+    assert attention.v_proj.storage.offsets_address() is None and q_home[0].offsets_address() is not None
     assert mlp.gate_proj.storage.home[0] is mlp.up_proj.storage.home[0]
     whole = q_home[0]
     assert attention.q_proj.storage.data.data_ptr() == whole.data.data_ptr()  # a view, not a copy
@@ -374,3 +376,7 @@ def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(t
                 alone = qkernel.matmul(other, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group,
                                        rows[:count], 1, size)
                 assert torch.equal(alone, products[0][:count])
+            if not offsets.any():  # a weight without offsets (8-bit, Q6_K): none read, the same products
+                for lib, product in zip((other, qkernel.library()), products):
+                    without = qkernel.matmul(lib, 1, data, scales, None, grouped.group, rows, 1, size)
+                    torch.testing.assert_close(without, product, rtol=1e-6, atol=1e-5)

@@ -79,7 +79,8 @@ static inline int fine_slot(int j) { return (j & 7) | (((j >> 4) & 1) << 3) | ((
  * nibbles (values 16-31) in another; a last block without a pair lies in order. For bytes, each block lies in order.
  * Returns where half `h` of block `b` starts, in 16-bit values from the row's start. */
 static inline size_t wide_half_at(int kind, int b, int h, int blocks) {
-    if (kind == 0 && !(b % 2 == 0 && b == blocks - 1)) return (size_t)(b / 2) * 64 + (size_t)h * 32 + (size_t)(b % 2) * 16;
+    if (kind == 0 && !(b % 2 == 0 && b == blocks - 1))
+        return (size_t)(b / 2) * 64 + (size_t)h * 32 + (size_t)(b % 2) * 16;
     return (size_t)b * 32 + (size_t)h * 16;
 }
 
@@ -281,10 +282,12 @@ ALWAYS_INLINE void fold_tail(const task_t *t, const int kind, const int halves, 
     if (rem > 1) w1 = prepare_block(kind, fine, load_block(t, kind, col, first + 1));
     if (rem > 2) w2 = prepare_block(kind, fine, load_block(t, kind, col, first + 2));
     __m256 scale_w, offset_w;
-    if (halves) { scale_w = load_pairs(wd + 2 * first, 2 * rem); offset_w = load_pairs(wm + 2 * first, 2 * rem); }
-    else {
+    if (halves) {
+        scale_w = load_pairs(wd + 2 * first, 2 * rem);
+        offset_w = wm ? load_pairs(wm + 2 * first, 2 * rem) : _mm256_setzero_ps();
+    } else {
         scale_w = _mm256_set_m128(_mm_setzero_ps(), load_first(wd + first, rem));
-        offset_w = _mm256_set_m128(_mm_setzero_ps(), load_first(wm + first, rem));
+        offset_w = _mm256_set_m128(_mm_setzero_ps(), wm ? load_first(wm + first, rem) : _mm_setzero_ps());
     }
     for (int i = 0; i < nr; i++) {
         int r = r0 + i;
@@ -302,7 +305,7 @@ ALWAYS_INLINE void fold_tail(const task_t *t, const int kind, const int halves, 
 ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves, const int fine, int col, int r0,
                                int nr) {
     const int blocks = t->k / QBLOCK, quads = blocks / 4, groups = t->k / t->g;
-    const float *wd = t->wd + (size_t)col * groups, *wm = t->wm + (size_t)col * groups;
+    const float *wd = t->wd + (size_t)col * groups, *wm = t->wm ? t->wm + (size_t)col * groups : NULL;
     __m256 acc[ROW_CHUNK];
     for (int i = 0; i < nr; i++) acc[i] = _mm256_setzero_ps();
     for (int quad = 0; quad < quads; quad++) {
@@ -312,9 +315,12 @@ ALWAYS_INLINE void row_avx2_of(const task_t *t, const int kind, const int halves
         wblock_t w2 = prepare_block(kind, fine, load_block(t, kind, col, b + 2));
         wblock_t w3 = prepare_block(kind, fine, load_block(t, kind, col, b + 3));
         __m256 scale_w, offset_w;
-        if (halves) { scale_w = _mm256_loadu_ps(wd + 2 * b); offset_w = _mm256_loadu_ps(wm + 2 * b); }
+        if (halves) {
+            scale_w = _mm256_loadu_ps(wd + 2 * b);
+            offset_w = wm ? _mm256_loadu_ps(wm + 2 * b) : _mm256_setzero_ps();
+        }
         else {
-            __m128 d4 = _mm_loadu_ps(wd + b), m4 = _mm_loadu_ps(wm + b);
+            __m128 d4 = _mm_loadu_ps(wd + b), m4 = wm ? _mm_loadu_ps(wm + b) : _mm_setzero_ps();
             scale_w = _mm256_set_m128(_mm_setzero_ps(), d4); offset_w = _mm256_set_m128(_mm_setzero_ps(), m4);
         }
         for (int i = 0; i < nr; i++) {
@@ -353,10 +359,11 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
     /* Several weight rows read side by side are short streams that the hardware's prefetcher does not follow from
      * memory: fetch the tile after next ahead, its weights and tables (reading past the end is harmless). */
     const size_t row_bytes = kind == 0 ? (size_t)t->k / 2 : (size_t)t->k, ahead = (size_t)col0 + 2 * (size_t)cols;
-    for (size_t at = 0; at < cols * row_bytes; at += 64) _mm_prefetch((const char *)t->w + ahead * row_bytes + at, _MM_HINT_T0);
+    for (size_t at = 0; at < cols * row_bytes; at += 64)
+        _mm_prefetch((const char *)t->w + ahead * row_bytes + at, _MM_HINT_T0);
     for (size_t at = 0; at < cols * (size_t)groups * 4; at += 64) {
         _mm_prefetch((const char *)(t->wd + ahead * groups) + at, _MM_HINT_T0);
-        _mm_prefetch((const char *)(t->wm + ahead * groups) + at, _MM_HINT_T0);
+        if (t->wm) _mm_prefetch((const char *)(t->wm + ahead * groups) + at, _MM_HINT_T0);
     }
     for (int i = 0; i < nr; i++) {
         xq[i] = (const int16_t *)(t->xq + (size_t)(r0 + i) * 2 * t->k);
@@ -370,7 +377,8 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
             for (int c = 0; c < cols; c++) {
                 __m512 wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + b0);
                 for (int i = 0; i < nr; i++)
-                    scale[c][i] = _mm512_mul_ps(wdv, _mm512_maskz_loadu_ps(some, t->xd + (size_t)(r0 + i) * blocks + b0));
+                    scale[c][i] = _mm512_mul_ps(wdv, _mm512_maskz_loadu_ps(some, t->xd + (size_t)(r0 + i) * blocks
+                                                                             + b0));
             }
         int b = b0;
         if (kind == 0) {
@@ -428,10 +436,11 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
             }
         }
     }
-    /* The offsets: by halves in the tables' shared order (half_index) for groups of 16, else by blocks. */
-    const int terms = halves ? 2 * blocks : blocks;
+    /* The offsets: by halves in the tables' shared order (half_index) for groups of 16, else by blocks; none to read
+     * for a weight without (wm NULL: Q4_0, Q5_0, Q6_K, Q8_0). */
+    const int terms = t->wm ? (halves ? 2 * blocks : blocks) : 0;
     for (int c = 0; c < cols; c++) {
-        const float *wm = t->wm + (size_t)(col0 + c) * groups;
+        const float *wm = t->wm ? t->wm + (size_t)(col0 + c) * groups : NULL;
         for (int i = 0; i < nr; i++) {
             const float *sums = halves ? t->xs + (size_t)(r0 + i) * blocks * 2 : t->xw + (size_t)(r0 + i) * blocks;
             __m512 offset = _mm512_setzero_ps();
@@ -491,7 +500,7 @@ static void row_avx2(const task_t *t, int col, int r0, int nr) {
 /* The same products in plain C: integer sums per group, then the same scaling. */
 static void row_plain(const task_t *t, int col, int r0, int nr) {
     const int blocks = t->k / QBLOCK, gpb = QBLOCK / t->g, groups = t->k / t->g;
-    const float *wd = t->wd + (size_t)col * groups, *wm = t->wm + (size_t)col * groups;
+    const float *wd = t->wd + (size_t)col * groups, *wm = t->wm ? t->wm + (size_t)col * groups : NULL;
     for (int i = 0; i < nr; i++) {
         int r = r0 + i;
         float acc = 0.0f;
@@ -513,10 +522,10 @@ static void row_plain(const task_t *t, int col, int r0, int nr) {
             const float *xs = t->xs + (size_t)r * blocks * 2;
             size_t h0 = half_index(b, 0, blocks), h1 = half_index(b, 1, blocks);
             if (gpb == 1) {
-                acc += wd[b] * dx * (float)(sums[0] + sums[1]) + wm[b] * (xs[h0] + xs[h1]);
+                acc += wd[b] * dx * (float)(sums[0] + sums[1]) + (wm ? wm[b] : 0.0f) * (xs[h0] + xs[h1]);
             } else {
-                acc += wd[h0] * dx * (float)sums[0] + wm[h0] * xs[h0];
-                acc += wd[h1] * dx * (float)sums[1] + wm[h1] * xs[h1];
+                acc += wd[h0] * dx * (float)sums[0] + (wm ? wm[h0] : 0.0f) * xs[h0];
+                acc += wd[h1] * dx * (float)sums[1] + (wm ? wm[h1] : 0.0f) * xs[h1];
             }
         }
         t->y[(size_t)r * t->n + col] = acc;
@@ -601,7 +610,8 @@ __attribute__((constructor)) static void register_fork_handler(void) {
     pthread_atfork(NULL, NULL, forget_workers_after_fork);
 }
 
-/* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values.
+/* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values; wm NULL for a weight
+ * whose offsets are all zero.
  * scratch: at least rows * (2 * k + 16 * (k / 32)) bytes, 4-byte aligned.
  * Returns 0, or -1 for shapes it cannot take. */
 int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
@@ -691,8 +701,8 @@ static inline float dot(const float *a, const float *b, int n) {
 }
 
 #if SPECDEC_AVX512
-/* e^x for x <= 0 in 16 lanes, to within a unit or two in the last place: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by its
- * Taylor series to r^7 (the next term is below 6e-9 of the value), times 2^n. The same steps in every lane. */
+/* e^x for x <= 0 in 16 lanes, to within a unit or two in the last place: x = n ln 2 + r with |r| <= ln 2 / 2, e^r by
+ * its Taylor series to r^7 (the next term is below 6e-9 of the value), times 2^n. The same steps in every lane. */
 static inline __m512 exp_lanes(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
