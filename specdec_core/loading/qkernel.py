@@ -23,8 +23,16 @@ import numpy as np
 import torch
 
 SOURCE = Path(__file__).with_name("kernels") / "qmatmul.c"
-_DISABLE = "SPECDEC_QUANT_KERNEL"  # "off": never build or use the kernel
+_DISABLE = "SPECDEC_QUANT_KERNEL"  # "off": never build or use the kernel; "avx2": build it without AVX-512
 _FLAG_SETS = (["-march=native"], ["-mcpu=native"], [])
+
+
+def _flag_sets() -> tuple[list[str], ...]:
+    """The compiler flags to try in turn; `SPECDEC_QUANT_KERNEL=avx2` leaves AVX-512 out (to compare the two paths on
+    one machine, or where AVX-512 slows the clock)."""
+    if os.environ.get(_DISABLE, "").lower() == "avx2" and platform.machine() in ("x86_64", "AMD64"):
+        return tuple(flags + ["-mno-avx512f"] for flags in _FLAG_SETS[:1]) + _FLAG_SETS[2:]
+    return _FLAG_SETS
 _reason: list[str] = []
 
 
@@ -72,6 +80,7 @@ def _kernel_folder(cache_dir: Path | None) -> Path:
 def _build_key(compiler: str) -> str:
     digest = hashlib.sha256(SOURCE.read_bytes())
     digest.update(compiler.encode())
+    digest.update(repr(_flag_sets()).encode())
     digest.update(platform.machine().encode())
     digest.update(_cpu_flags().encode())
     return digest.hexdigest()[:16]
@@ -94,7 +103,7 @@ def _build(compiler: str, target: Path) -> str:
     except OSError as error:
         return f"cannot write the quantised kernel into {target.parent}: {error.strerror or error}"
     last = ""
-    for flags in _FLAG_SETS:
+    for flags in _flag_sets():
         handle, partial = tempfile.mkstemp(prefix=".build-", suffix=target.suffix, dir=target.parent)
         os.close(handle)
         command = [compiler, "-O3", *flags, "-shared", "-fPIC", "-pthread", "-o", partial, str(SOURCE)]

@@ -338,7 +338,7 @@ def _other_builds() -> list[str]:
 
 @needs_kernel
 @pytest.mark.parametrize("build", _other_builds())
-def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(tmp_path, build):
+def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(tmp_path, monkeypatch, build):
     """Machines without AVX2 (ARM laptops among them) run the plain C loops, and CPUs without AVX-512 the AVX2 code;
     each lays out the activations its own way. They give the same products, up to the order in which floats are
     summed, and each gives a row the same bits alone or with others."""
@@ -352,7 +352,8 @@ def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(t
     if compiler is None:
         pytest.skip("no C compiler")
     target = tmp_path / f"{build}.so"
-    flags = ["-O2"] if build == "plain" else ["-O3", "-march=native", "-mno-avx512f"]
+    monkeypatch.setenv("SPECDEC_QUANT_KERNEL", build)  # "avx2": the flags that setting gives the loader's build
+    flags = ["-O2"] if build == "plain" else ["-O3", *qkernel._flag_sets()[0]]
     subprocess.run([compiler, *flags, "-shared", "-fPIC", "-pthread", "-o", str(target), str(qkernel.SOURCE)],
                    check=True, capture_output=True)
     other = ctypes.CDLL(str(target))
