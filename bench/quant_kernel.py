@@ -5,7 +5,10 @@ GGUF into, times x of 1, 2, 4 and 8 rows, with 16-bit activations (the default) 
 (`--activations 8`). The shapes are those of the two pairs' layers: the embedded SmolLM2-135M's MLP
 (1536 x 576), the 1.5B verifier's MLP (8960 x 1536) and the embedded model's output layer (49152 x 576, Q8_0).
 Each figure is the fastest of three timings of CPU time per call, in ms, and per block of 32 weights, in ns: the
-cost of checking k drafted tokens grows with the rows where the kernel is bound by its multiplies.
+cost of checking k drafted tokens grows with the rows where the kernel is bound by its multiplies. Then one query
+row's attention (specdec_attend) over 200 and 800 cached keys, in the heads of each pair's verifier (9 query heads
+over 3 key heads of 64 values; 12 over 2 of 128), in µs per layer. `SPECDEC_QUANT_KERNEL=avx2` measures the AVX2
+build on a CPU with AVX-512.
 Run from the repository root:
 
     python3 -m bench.quant_kernel [--threads 1] [--json bench/results/quant-kernel.json]
@@ -70,6 +73,28 @@ def measure() -> list[dict]:
     return results
 
 
+ATTENTION = ((9, 3, 64), (12, 2, 128))  # (query heads, key heads, values per head)
+
+
+def attention() -> list[dict]:
+    from specdec_core.loading import qkernel
+
+    lib, results = qkernel.library(), []
+    generator = torch.Generator().manual_seed(0)
+    for heads, kv_heads, dim in ATTENTION:
+        for keys in (200, 800):
+            query = torch.randn(1, heads * dim, generator=generator)
+            key, value = torch.randn(2, kv_heads, 1024, dim, generator=generator)[:, :, :keys]
+            best = float("inf")
+            for _ in range(3):
+                start = time.process_time()
+                for _ in range(200):
+                    qkernel.attend(lib, query, heads, key, value, None, dim ** -0.5)
+                best = min(best, (time.process_time() - start) / 200 * 1e6)
+            results.append({"heads": heads, "kv_heads": kv_heads, "dim": dim, "keys": keys, "us": round(best, 2)})
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -84,9 +109,13 @@ def main() -> None:
         print(f"{row['shape'][0]:>6} x {row['shape'][1]:<5} {row['weights']}  a{row['activation_bits']:<2}  "
               f"{row['rows']} rows  {row['ms']:8.3f} ms  {row['ns_per_block']:6.2f} ns/block  "
               f"{row['ms'] / over:4.2f}x one row")
+    attended = attention()
+    for row in attended:
+        print(f"attention  {row['heads']:>2} heads over {row['kv_heads']} of {row['dim']:<3}  {row['keys']} keys  "
+              f"{row['us']:8.2f} µs")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"threads": args.threads, "results": results}, out, indent=1)
+            json.dump({"threads": args.threads, "results": results, "attention": attended}, out, indent=1)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,9 @@ def test_a_slow_first_draft_in_the_app_does_not_pause_speculation_for_the_reply(
     in the window). The cost model must not price the draft out on that one timing and decode the rest of the
     reply alone (it once did: 1.08 tokens per call against 2.24). How many rounds draft later on is the cost
     model's call on this machine's timings (over a quantised verifier whose checks cost nearly a step a row, most
-    rounds are rightly plain steps), so this asks only that speculation did not stop for good; test_chain_sizing
-    holds the pricing rule itself."""
+    rounds are rightly plain steps; on a fast CPU the second half of a reply may have none), so this asks only that
+    the draft drafted again and that the slow timing is not the price the cost model holds for it;
+    test_chain_sizing holds the pricing rule itself."""
     import dataclasses
     import time
 
@@ -73,7 +74,7 @@ def test_a_slow_first_draft_in_the_app_does_not_pause_speculation_for_the_reply(
     with qtbot.waitSignal(w.reply_finished, timeout=300_000) as done:
         w.send("Write a Python function that reverses a string.")
     trace = done.args[0]
-    assert trace.error is None and len(calls) > 1
-    late = trace.rounds[len(trace.rounds) // 2:]
-    assert any(r.drafted > 0 for r in late)  # still drafting, now and then, in the reply's second half
+    assert trace.error is None and len(calls) > 1  # the draft grew trees again after the slow one
+    per_step = w.session.engine.planner.sizer.draft_per_expansion
+    assert per_step is not None and per_step < 0.1  # a warm step's time (milliseconds), not the first one's
     w.close()
