@@ -277,6 +277,9 @@ class _LeanStack:
         self.lib = leans[0].lib
         self.head_dim = leans[0].head_dim
         self._stack: qkernel.Stack | None = None
+        self._stack_at: tuple[int, ...] = ()  # the weights' addresses the stack was built for
+        self._precision = 0
+        self._watched: list[dict] | None = None  # each weight's buffers, whose addresses _fused_stack checks
         fields = {field.name for field in dataclasses.fields(BaseModelOutputWithPast)}
         self._cache_field = "cache" if "cache" in fields else "past_key_values"
 
@@ -340,12 +343,22 @@ class _LeanStack:
         return list(layers)
 
     def _fused_stack(self) -> qkernel.Stack | None:
-        fused = [lean._fused() for lean in self.leans]
-        if any(layer is None for layer in fused) \
-                or len({lean.o_proj.activation_bytes for lean in self.leans}) != 1:
+        """The layers' fused forms as one Stack, rebuilt only where a weight's tensors moved (their addresses are read
+        straight from the storages' buffers: through each layer's _fused, thirty layers cost a quarter of a
+        millisecond a step) or the activations' precision changed."""
+        if self._watched is None:
+            self._watched = [storage._buffers for lean in self.leans for storage in
+                             (lean.qkv.calls[0][0], lean.o_proj, lean.gate_up.calls[0][0], lean.down_proj)]
+        at = tuple(buffers["data"].data_ptr() for buffers in self._watched)
+        precision = self.leans[0].o_proj.activation_bytes
+        if not all(lean.fusable for lean in self.leans):
             return None
-        if self._stack is None or any(a is not b for a, b in zip(self._stack.layers, fused)):
-            self._stack = qkernel.Stack(fused)
+        if self._stack is None or at != self._stack_at or precision != self._precision:
+            fused = [lean._fused() for lean in self.leans]
+            if any(layer is None for layer in fused) \
+                    or len({lean.o_proj.activation_bytes for lean in self.leans}) != 1:
+                return None
+            self._stack, self._stack_at, self._precision = qkernel.Stack(fused), at, precision
         return self._stack
 
 

@@ -75,7 +75,11 @@ class GrowingLayer(DynamicLayer):
         if buffer is None or buffer.shape[0] != 1 or buffer.dtype != dtype:
             return None
         start = self.length
-        self._make_room(rows, buffer[..., :0, :], self._value_buffer[..., :0, :])
+        if start + rows > buffer.shape[-2]:
+            self._make_room(rows, buffer[..., :0, :], self._value_buffer[..., :0, :])
+        else:  # room enough (nearly every step): _make_room's views without its shapes to grow by
+            self.length = end = start + rows
+            self.keys, self.values = buffer.narrow(-2, 0, end), self._value_buffer.narrow(-2, 0, end)
         return self._key_buffer[0], self._value_buffer[0], start
 
     def _make_room(self, rows: int, key_like: torch.Tensor, value_like: torch.Tensor) -> None:
