@@ -282,7 +282,7 @@ class ChatView(QScrollArea):
 
     def scroll_to_end(self) -> None:
         self._stick = True
-        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+        QTimer.singleShot(0, self, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
 
 
 def _footer_counts(b: MessageBubble) -> tuple[int, int]:

@@ -98,7 +98,8 @@ def steps(window: WarmWindow) -> list[Callable[[], None]]:
 
 
 def warm_up(window: WarmWindow, then: Callable[[], None] = lambda: None) -> None:
-    """Run the steps, one per event-loop turn (the window answers between them), then `then`."""
+    """Run the steps, one per event-loop turn (the window answers between them), then `then`. The window is a
+    QObject (MainWindow): the turns' timers are its."""
     todo = steps(window)
 
     def next_step() -> None:
@@ -106,6 +107,8 @@ def warm_up(window: WarmWindow, then: Callable[[], None] = lambda: None) -> None
             then()
             return
         todo.pop(0)()
-        QTimer.singleShot(0, next_step)
+        QTimer.singleShot(0, window, next_step)
 
-    QTimer.singleShot(0, next_step)
+    # The window is the timers' context: one closed meanwhile drops the steps left instead of running them on
+    # widgets that are gone.
+    QTimer.singleShot(0, window, next_step)

@@ -219,9 +219,10 @@ class PresenterMode(QObject):
                     w.resize(s.size)  # restoreGeometry shrinks a window that was larger than the screen
         # The docks' widths: _fit_docks gave the graphs their share of a full screen; put back what they were,
         # now and once the window manager has applied the old geometry (leaving full screen is async).
+        # The window is the timers' context: a window closed meanwhile (a test's, or the app quitting) drops them.
         self._restore_docks(s)
-        QTimer.singleShot(0, lambda: self._restore_docks(s))
-        QTimer.singleShot(100, lambda: self._restore_docks(s))
+        QTimer.singleShot(0, w, lambda: self._restore_docks(s))
+        QTimer.singleShot(100, w, lambda: self._restore_docks(s))
 
     def _restore_docks(self, s: _Saved) -> None:
         if self.active:
