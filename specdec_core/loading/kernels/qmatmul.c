@@ -357,14 +357,20 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
     const int16_t *xq[ROW_CHUNK];
     __m512 acc[4][ROW_CHUNK], scale[4][ROW_CHUNK];
     /* Several weight rows read side by side are short streams that the hardware's prefetcher does not follow from
-     * memory: fetch the tile after next ahead, its weights and tables (reading past the end is harmless). */
+     * memory: fetch the tile after next ahead, its weights and tables (reading past the end is harmless), a line
+     * at each step of the loops below rather than all at once, which would overflow the misses a core can have in
+     * flight; what is left is fetched at the end. */
     const size_t row_bytes = kind == 0 ? (size_t)t->k / 2 : (size_t)t->k, ahead = (size_t)col0 + 2 * (size_t)cols;
-    for (size_t at = 0; at < cols * row_bytes; at += 64)
-        _mm_prefetch((const char *)t->w + ahead * row_bytes + at, _MM_HINT_T0);
-    for (size_t at = 0; at < cols * (size_t)groups * 4; at += 64) {
-        _mm_prefetch((const char *)(t->wd + ahead * groups) + at, _MM_HINT_T0);
-        if (t->wm) _mm_prefetch((const char *)(t->wm + ahead * groups) + at, _MM_HINT_T0);
-    }
+    const char *fetch[3] = {(const char *)t->w + ahead * row_bytes, (const char *)(t->wd + ahead * groups),
+                            t->wm ? (const char *)(t->wm + ahead * groups) : NULL};
+    const char *fetch_end[3] = {fetch[0] + cols * row_bytes, fetch[1] + cols * (size_t)groups * 4,
+                                t->wm ? fetch[2] + cols * (size_t)groups * 4 : NULL};
+    int region = 0;
+#define FETCH_ONE()                                                                                                    \
+    do {                                                                                                               \
+        while (region < 3 && fetch[region] >= fetch_end[region]) region++;                                            \
+        if (region < 3) { _mm_prefetch(fetch[region], _MM_HINT_T0); fetch[region] += 64; }                            \
+    } while (0)
     for (int i = 0; i < nr; i++) {
         xq[i] = (const int16_t *)(t->xq + (size_t)(r0 + i) * 2 * t->k);
         for (int c = 0; c < cols; c++) acc[c][i] = _mm512_setzero_ps();
@@ -385,6 +391,7 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
             __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
             for (; b + 1 < b0 + nb; b += 2, pick = _mm512_add_epi32(pick, two)) {
                 for (int c = 0; c < cols; c++) {
+                    FETCH_ONE();
                     const uint8_t *w = t->w + (size_t)(col0 + c) * (t->k / 2) + (size_t)b * 16;
                     __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)w));
                     __m512i first = _mm512_and_si512(bytes, low), second = _mm512_srli_epi16(bytes, 4);
@@ -417,6 +424,7 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
             __m512i pick = _mm512_setzero_si512();
             for (; b < b0 + nb; b++, pick = _mm512_add_epi32(pick, one)) {
                 for (int c = 0; c < cols; c++) {
+                    FETCH_ONE();
                     const int8_t *w = (const int8_t *)t->w + (size_t)(col0 + c) * t->k + (size_t)b * 32;
                     __m512i values = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)w));
                     __m512 pair = _mm512_setzero_ps();
@@ -436,6 +444,9 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
             }
         }
     }
+    for (; region < 3; region++)
+        for (; fetch[region] < fetch_end[region]; fetch[region] += 64) _mm_prefetch(fetch[region], _MM_HINT_T0);
+#undef FETCH_ONE
     /* The offsets: by halves in the tables' shared order (half_index) for groups of 16, else by blocks; none to read
      * for a weight without (wm NULL: Q4_0, Q5_0, Q6_K, Q8_0). */
     const int terms = t->wm ? (halves ? 2 * blocks : blocks) : 0;
