@@ -53,6 +53,10 @@ def _key(model: LoadedModel) -> str | None:
     plans = "-plain" if os.environ.get("SPECDEC_CPU_MATMUL", "").lower() == "off" else ""
     # So do quantised weights and how finely their products quantise activations ("Q4_K 72 %, ..., 8-bit ...").
     weights = f"-{hashlib.sha256(model.weights.encode()).hexdigest()[:8]}" if model.weights else ""
+    if model.weights and model.device.type == "cpu":  # and which build of the kernel runs them: a new one starts afresh
+        from specdec_core.loading import qkernel
+
+        weights += f"-k{qkernel.build_id()[:8]}"
     return (f"v{_VERSION}-{machine_key()}{kind}-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}"
             f"{weights}")
 

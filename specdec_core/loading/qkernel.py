@@ -40,6 +40,13 @@ def unavailable_reason() -> str:
     return _reason[-1] if _reason else ""
 
 
+def build_id() -> str:
+    """Which build of the kernel this process runs (its source, compiler, flags and CPU, as its file name says), or ""
+    without one: what a quantised model's speed was measured with (cost_memory keys its figures by it)."""
+    lib = library()
+    return "" if lib is None else Path(lib._name).stem.removeprefix("qmatmul-")
+
+
 @functools.cache
 def library(cache_dir: Path | None = None) -> ctypes.CDLL | None:
     """The compiled kernel, built into `<cache>/kernels/` on first use; None (and a reason) when it cannot be had."""

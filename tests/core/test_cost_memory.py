@@ -98,6 +98,19 @@ def test_a_model_in_another_weight_format_keeps_costs_of_its_own(pair, tmp_path,
     assert len(files) == 3 and None not in files  # a float model's cost curve says nothing of its quantised forms
 
 
+def test_a_quantised_models_costs_are_kept_per_build_of_the_kernel(pair, tmp_path, remembering, monkeypatch):
+    """A new kernel (its source changed, or SPECDEC_QUANT_KERNEL=avx2) multiplies at another speed: the costs
+    measured with the old one would price its drafts wrongly."""
+    from specdec_core.loading import qkernel
+
+    quantised = dataclasses.replace(pair[0], cache_dir=tmp_path, weights="Q4_1 79 %, Q8_0 21 %")
+    floats = dataclasses.replace(pair[0], cache_dir=tmp_path)
+    before = [cost_memory.memory_file(model) for model in (quantised, floats)]
+    monkeypatch.setattr(qkernel, "build_id", lambda: "0123456789abcdef")
+    after = [cost_memory.memory_file(model) for model in (quantised, floats)]
+    assert after[0] != before[0] and after[1] == before[1]  # float weights run no kernel: their costs stay
+
+
 def test_a_damaged_draft_cost_file_is_set_aside_and_the_draft_measured_afresh(pair, tmp_path, remembering):
     verifier = dataclasses.replace(pair[0], cache_dir=tmp_path)
     cost_memory.remember_draft(verifier, "ModelDrafter:draft:Q4_0", 0.125)
