@@ -7,7 +7,9 @@ PIP := $(BIN)/python -m pip install -q --no-compile
 # Test processes (pytest-xdist), each given whole files so a module's loaded models stay in one process.
 # Most tests keep one core busy; two processes use both cores of a 2-core machine. 0: one process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+# A test process that crashes is not replaced: the run ends with that test failed and says so (replaced, a crashed
+# process once left the run waiting for it until killed).
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0
 
 .PHONY: setup run test test-fast wheel-check chat screenshot bench-ui clean
 
