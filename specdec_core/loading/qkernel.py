@@ -25,6 +25,7 @@ import torch
 SOURCE = Path(__file__).with_name("kernels") / "qmatmul.c"
 _DISABLE = "SPECDEC_QUANT_KERNEL"  # "off": never build or use the kernel; "avx2": build it without AVX-512
 _FLAG_SETS = (["-march=native"], ["-mcpu=native"], [])
+_reason: list[str] = []
 
 
 def _flag_sets() -> tuple[list[str], ...]:
@@ -33,7 +34,6 @@ def _flag_sets() -> tuple[list[str], ...]:
     if os.environ.get(_DISABLE, "").lower() == "avx2" and platform.machine() in ("x86_64", "AMD64"):
         return tuple(flags + ["-mno-avx512f"] for flags in _FLAG_SETS[:1]) + _FLAG_SETS[2:]
     return _FLAG_SETS
-_reason: list[str] = []
 
 
 def unavailable_reason() -> str:
@@ -243,10 +243,11 @@ class Stack:
         self.head_strides, self.pos_strides = (ctypes.c_long * self.count)(), (ctypes.c_long * self.count)()
         self.width = layers[0].width
         self.widest = max(layer_scratch_bytes(layer, 1) for layer in layers)
+        self.per_row = max(layer.qkv.n + 3 * layer.width + layer.heads * layer.dim + 3 * layer.inter
+                           for layer in layers)  # the widest layer's floats of work a row (specdec_layer_step)
 
     def work_floats(self, rows: int, keys: int) -> int:
-        return max(rows * (layer.qkv.n + 3 * layer.width + layer.heads * layer.dim + 3 * layer.inter)
-                   for layer in self.layers) + 5 * keys + 2 * rows * self.width
+        return rows * self.per_row + 5 * keys + 2 * rows * self.width
 
 
 def stack_step(lib: ctypes.CDLL, stack: Stack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, start: int,
