@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn.modules import module as torch_module
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -279,7 +280,9 @@ class _LeanStack:
         self._stack: qkernel.Stack | None = None
         self._stack_at: tuple[int, ...] = ()  # the weights' addresses the stack was built for
         self._precision = 0
-        self._watched: list[dict] | None = None  # each weight's buffers, whose addresses _fused_stack checks
+        # Each weight's buffers, whose addresses _fused_stack checks (a move replaces the tensors in these dicts)
+        self._watched = [storage._buffers for lean in leans for storage in
+                         (lean.qkv.calls[0][0], lean.o_proj, lean.gate_up.calls[0][0], lean.down_proj)]
         fields = {field.name for field in dataclasses.fields(BaseModelOutputWithPast)}
         self._cache_field = "cache" if "cache" in fields else "past_key_values"
 
@@ -330,25 +333,15 @@ class _LeanStack:
         layers = getattr(cache, "layers", None)
         if layers is None or len(layers) != len(self.leans) or getattr(cache, "offloading", False):
             return None
-        first = None
-        for layer in layers:
-            buffer = getattr(layer, "_key_buffer", None) if getattr(layer, "reserve", None) is not None \
-                and layer.is_initialized else None
-            if buffer is None or buffer.shape[0] != 1 or buffer.dtype != torch.float32:
-                return None
-            if first is None:
-                first = layer.length
-            elif layer.length != first:
-                return None
+        if not all(getattr(layer, "can_reserve", None) is not None and layer.can_reserve(torch.float32)
+                   for layer in layers) or len({layer.length for layer in layers}) != 1:
+            return None
         return list(layers)
 
     def _fused_stack(self) -> qkernel.Stack | None:
         """The layers' fused forms as one Stack, rebuilt only where a weight's tensors moved (their addresses are read
         straight from the storages' buffers: through each layer's _fused, thirty layers cost a quarter of a
         millisecond a step) or the activations' precision changed."""
-        if self._watched is None:
-            self._watched = [storage._buffers for lean in self.leans for storage in
-                             (lean.qkv.calls[0][0], lean.o_proj, lean.gate_up.calls[0][0], lean.down_proj)]
         at = tuple(buffers["data"].data_ptr() for buffers in self._watched)
         precision = self.leans[0].o_proj.activation_bytes
         if not all(lean.fusable for lean in self.leans):
@@ -364,8 +357,6 @@ class _LeanStack:
 
 def _hooked(decoder: nn.Module) -> bool:
     """Whether anything watches a decoder layer's forward (a hidden-state recorder): then the layers run one by one."""
-    from torch.nn.modules import module as torch_module
-
     if torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks:
         return True
     return any(layer._forward_hooks or layer._forward_pre_hooks for layer in decoder.layers)

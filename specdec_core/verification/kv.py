@@ -70,24 +70,27 @@ class GrowingLayer(DynamicLayer):
         """Room for `rows` new positions, for a caller that writes their keys and values itself (the quantised
         layers' one-call step, lean_layers.py): the key and value buffers [heads, capacity, dim] of batch 0 and the
         first new position, the views already covering the new positions. None (and nothing reserved) before the
-        first update, where the batch is not 1, or where the buffers do not hold `dtype`."""
-        buffer = getattr(self, "_key_buffer", None) if self.is_initialized else None
-        if buffer is None or buffer.shape[0] != 1 or buffer.dtype != dtype:
+        first update, where the batch is not 1, or where the buffers do not hold `dtype` (can_reserve)."""
+        if not self.can_reserve(dtype):
             return None
         start = self.length
-        if start + rows > buffer.shape[-2]:
-            self._make_room(rows, buffer[..., :0, :], self._value_buffer[..., :0, :])
-        else:  # room enough (nearly every step): _make_room's views without its shapes to grow by
-            self.length = end = start + rows
-            self.keys, self.values = buffer.narrow(-2, 0, end), self._value_buffer.narrow(-2, 0, end)
+        self._make_room(rows)
         return self._key_buffer[0], self._value_buffer[0], start
 
-    def _make_room(self, rows: int, key_like: torch.Tensor, value_like: torch.Tensor) -> None:
-        """Grow the buffers (shaped as key_like, value_like) to hold `rows` more positions, and the views over them."""
+    def can_reserve(self, dtype: torch.dtype) -> bool:
+        """Whether `reserve` gives room here: buffers made by a first update, for batch 1, holding `dtype`."""
+        buffer = getattr(self, "_key_buffer", None) if self.is_initialized else None
+        return buffer is not None and buffer.shape[0] == 1 and buffer.dtype == dtype
+
+    def _make_room(self, rows: int, key_like: torch.Tensor | None = None,
+                   value_like: torch.Tensor | None = None) -> None:
+        """Grow the buffers (shaped as key_like, value_like; as they are, where they exist and none is given) to hold
+        `rows` more positions, and the views over them."""
         end = self.length + rows
         if self._key_buffer is None or end > self._key_buffer.shape[-2]:
-            self._key_buffer = self._grown(self._key_buffer, key_like, end)
-            self._value_buffer = self._grown(self._value_buffer, value_like, end)
+            self._key_buffer = self._grown(self._key_buffer, self._key_buffer if key_like is None else key_like, end)
+            self._value_buffer = self._grown(self._value_buffer,
+                                             self._value_buffer if value_like is None else value_like, end)
         self.length = end
         self.keys = self._key_buffer.narrow(-2, 0, end)
         self.values = self._value_buffer.narrow(-2, 0, end)
