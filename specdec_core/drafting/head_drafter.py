@@ -46,6 +46,8 @@ class HeadDrafter(DrafterBase):
         self._next_state: torch.Tensor | None = None  # head's prediction of the state after its last true position
         self.verifier_forward: CachedForward | None = None
         self.forward_s = 0.0  # time inside the head and its output rows (benchmarks: engine overhead is the rest)
+        self._lib = None  # the quantised kernel, where the head runs its layers in it (attach)
+        self._fast: tuple[tuple, torch.nn.Module] | None = None  # (the head's weight versions, its 8-bit copy)
 
     def attach(self, target: DraftTarget) -> None:
         """Read the verifier's hidden states through the target's forward pass, and borrow its embeddings and
@@ -63,12 +65,24 @@ class HeadDrafter(DrafterBase):
         head_ids = self.model.head_ids
         output = verifier.get_output_embeddings()
         self.head_ids = head_ids[head_ids < quantised.row_count(output)].to(quantised.device_of(output))
-        # The verifier's output rows of the head's ids, as a layer of their own: the one the loader made for the
-        # head (on a CPU it takes the product form measured fastest here, as the models' layers do), else a plain one.
-        rows = quantised.output_rows(output, self.head_ids).to(self.draft.device, self.draft.dtype)
-        self.output = self.draft.head_output or torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False,
-                                                                device=rows.device, dtype=rows.dtype)
-        self.output.weight = torch.nn.Parameter(rows, requires_grad=False)
+        # The verifier's output rows of the head's ids, as a layer of their own. A verifier that runs its GGUF's
+        # quantisation on the CPU lends them in it, for the kernel's products: a third of the bytes of floats to read
+        # at every drafted token. Else the layer the loader made for the head (on a CPU it takes the product form
+        # measured fastest here, as the models' layers do), or a plain one, holds them as floats.
+        storage = getattr(output, "storage", None)
+        if isinstance(output, quantised.QuantLinear) and self.draft.device.type == "cpu" and \
+                storage.data.device.type == "cpu":
+            self.output = quantised.QuantLinear(storage.select(self.head_ids), None, output._lib)
+            self._output_dtype = torch.float32
+            # And its own layers in 8 bits, in groups of 32, from the same kernel (_runner).
+            self._lib = output._lib if self.draft.dtype == torch.float32 else None
+        else:
+            rows = quantised.output_rows(output, self.head_ids).to(self.draft.device, self.draft.dtype)
+            self.output = self.draft.head_output or torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False,
+                                                                    device=rows.device, dtype=rows.dtype)
+            self.output.weight = torch.nn.Parameter(rows, requires_grad=False)
+            self._output_dtype = rows.dtype
+            self._lib = None
         self.reset_cache()
 
     def reset(self, seed: int) -> None:
@@ -93,10 +107,25 @@ class HeadDrafter(DrafterBase):
         if isinstance(positions, int):
             positions = range(positions, positions + len(tokens))
         start = time.perf_counter()
-        predicted = self.model(states[None].to(device, self.draft.dtype), embeds,
-                               torch.tensor(list(positions), device=device), self.cache, sees)[0]
+        predicted = self._runner()(states[None].to(device, self.draft.dtype), embeds,
+                                   torch.tensor(list(positions), device=device), self.cache, sees)[0]
         self.forward_s += time.perf_counter() - start
         return predicted
+
+    def _runner(self) -> torch.nn.Module:
+        """The module that runs the head: beside a verifier in the quantised kernel, a copy of the head with its linear
+        layers quantised to 8 bits in groups of 32 (Q8_0's form), a quarter of the bytes to read at every drafted
+        token; made again whenever the head's float weights change (adaptation copies new ones in place, which bumps
+        their version counters). Elsewhere the head itself. Drafts may come from any head: the verifier decides."""
+        if self._lib is None:
+            return self.model
+        versions = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if self._fast is None or self._fast[0] != versions:
+            fast = type(self.model)(self.model.config)
+            fast.load_state_dict(self.model.state_dict())
+            quantised.quantise_linears(fast, bits=8, lib=self._lib)
+            self._fast = (versions, fast.eval().requires_grad_(False))
+        return self._fast[1]
 
     def _catch_up(self, ids: list[int]) -> torch.Tensor | None:
         """Bring the head's cache up to the verifier's verified positions; the state to draft from."""
@@ -124,7 +153,7 @@ class HeadDrafter(DrafterBase):
     def _scores(self, states: torch.Tensor) -> torch.Tensor:
         """The head's logits over its own ids [n, len(head_ids)] for predicted states [n, d]."""
         start = time.perf_counter()
-        scores = self.output(states.to(self.output.weight.dtype))
+        scores = self.output(states.to(self._output_dtype))
         self.forward_s += time.perf_counter() - start
         return scores
 

@@ -141,6 +141,9 @@ def _declare(lib: ctypes.CDLL) -> None:
                                    integer, pointer, single, pointer, pointer]
     lib.specdec_decode.argtypes = [integer, pointer, integer, integer, pointer, pointer, pointer, pointer]
     lib.specdec_decode.restype = integer
+    lib.specdec_layout.restype = integer
+    lib.specdec_relayout.argtypes = [integer, integer, pointer, pointer, integer, integer, integer]
+    lib.specdec_relayout.restype = integer
     lib.specdec_silu_mul.argtypes = [pointer, integer, integer, pointer]
     for name in ("specdec_rmsnorm", "specdec_rope", "specdec_attend", "specdec_silu_mul"):
         getattr(lib, name).restype = None
@@ -273,7 +276,26 @@ def layer_scratch_bytes(layer: Layer, rows: int) -> int:
 
 
 def scratch_bytes(rows: int, cols: int) -> int:
-    return rows * (2 * cols + 16 * (cols // 32)) + 64
+    return rows * (2 * cols + 24 * (cols // 32)) + 64
+
+
+def layout(lib: ctypes.CDLL | None) -> int:
+    """How `lib` lays out a weight's values: 0, as pack_rows does (the natural layout); 1, interleaved so that each lane
+    of a 512-bit vector sums one group (AVX-512 builds; see the C file). None: no kernel, the natural layout."""
+    return 0 if lib is None else int(lib.specdec_layout())
+
+
+def relayout(lib: ctypes.CDLL, data: torch.Tensor, kind: int, group: int, *, to_natural: bool = False) -> torch.Tensor:
+    """data [rows, bytes] (pack_rows' layout, or `lib`'s with to_natural) in `lib`'s layout (or back): a new tensor,
+    or data itself where the two layouts are one."""
+    if layout(lib) == 0:
+        return data
+    data = data.contiguous()
+    out = torch.empty_like(data)
+    cols = data.shape[1] * (2 if kind == 0 else 1)
+    if lib.specdec_relayout(kind, group, data.data_ptr(), out.data_ptr(), data.shape[0], cols, int(to_natural)) != 0:
+        raise ValueError(f"the kernel cannot lay out a weight of {cols} columns in groups of {group}")
+    return out
 
 
 def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None,
@@ -316,7 +338,7 @@ def decoded_shapes(type_name: str, rows: int, cols: int) -> tuple[tuple[int, int
 def decode_into(lib: ctypes.CDLL, type_name: str, raw: np.ndarray, cols: int, order: np.ndarray | None,
                 data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor) -> None:
     """A GGUF tensor's blocks raw [rows, bytes per row] -> data, scales and offsets (contiguous, of decoded_shapes),
-    in the kernel's layout; output row i is raw row order[i] when an order is given."""
+    in `lib`'s layout (`layout`); output row i is raw row order[i] when an order is given."""
     number = DECODED[type_name][0]
     raw = np.ascontiguousarray(raw)
     rows = data.shape[0]
@@ -388,7 +410,7 @@ def _self_check(lib: ctypes.CDLL) -> bool:
                        m=rng.standard_normal((96, 14)).astype(np.float32) * 0.01, group=16, nibbles=False)
     for grouped in (requantise(weight, bits=4), eight, sixteens):
         kind = 0 if grouped.nibbles else 1
-        data = torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles))
+        data = relayout(lib, torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles)), kind, grouped.group)
         scales = torch.from_numpy(kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(kernel_order(grouped.m, grouped.group))
         expected = x.numpy() @ grouped.dequantise().T

@@ -32,7 +32,10 @@ class QuantStorage(nn.Module):
         self.group = grouped.group
         self.kind = 0 if grouped.nibbles else 1
         self.source_type = source_type  # the GGUF type it came from ("Q4_K"), or "int4"/"int8" when quantised here
-        self.register_buffer("data", torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles)),
+        lib = qkernel.library()
+        self.layout = qkernel.layout(lib)  # the kernel's layout of `data` (qkernel.layout): decoded by that kernel
+        natural = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
+        self.register_buffer("data", qkernel.relayout(lib, natural, self.kind, self.group) if self.layout else natural,
                              persistent=False)
         self.register_buffer("scales", torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group)),
                              persistent=False)
@@ -47,6 +50,7 @@ class QuantStorage(nn.Module):
         """A storage over tensors already in the kernel's layout (qkernel.decode_into)."""
         storage = cls.__new__(cls)
         nn.Module.__init__(storage)
+        storage.layout = qkernel.layout(qkernel.library())
         storage.shape, storage.group, storage.kind = (data.shape[0], cols), group, 0 if nibbles else 1
         storage.source_type = source_type
         data = data if nibbles else data.view(torch.int8)  # signed values (the kernel reads either as bytes)
@@ -63,6 +67,16 @@ class QuantStorage(nn.Module):
                                         cols=self.shape[1], group=self.group, nibbles=self.kind == 0,
                                         source_type=source_type)
         piece.home = (self, start)
+        return piece
+
+    def select(self, index: torch.Tensor) -> QuantStorage:
+        """Rows `index` (1-D) as a storage of their own (copies, in this one's layout): a draft head's output rows, the
+        verifier's own for the head's tokens."""
+        index = index.to(self.data.device).long()
+        piece = QuantStorage.of_tensors(self.data[index].contiguous(), self.scales[index].contiguous(),
+                                        self.offsets[index].contiguous(), cols=self.shape[1], group=self.group,
+                                        nibbles=self.kind == 0, source_type=self.source_type)
+        piece.layout, piece.activation_bytes = self.layout, self.activation_bytes
         return piece
 
     @classmethod
@@ -82,7 +96,7 @@ class QuantStorage(nn.Module):
         whole = cls.__new__(cls)
         nn.Module.__init__(whole)
         whole.shape = (sum(part.shape[0] for part in parts), first.shape[1])
-        whole.group, whole.kind = first.group, first.kind
+        whole.group, whole.kind, whole.layout = first.group, first.kind, first.layout
         whole.source_type = "+".join(sorted({part.source_type for part in parts}))
         for name in ("data", "scales", "offsets"):
             joined = torch.cat([getattr(part, name) for part in parts])
@@ -117,6 +131,8 @@ class QuantStorage(nn.Module):
         flat = torch.arange(self.shape[0]) if index is None else index
         flat = flat.to(self.data.device)
         raw = self.data[flat]
+        if self.layout:
+            raw = qkernel.relayout(qkernel.library(), raw.cpu(), self.kind, self.group, to_natural=True).to(raw.device)
         if self.kind == 0:
             halves = torch.stack([raw & 0x0F, raw >> 4], dim=-2)  # [n, 2, cols / 2]: values j and j + 16 of a group
             q = halves.reshape(flat.shape[0], 2, -1, 16).transpose(1, 2).reshape(flat.shape[0], -1)

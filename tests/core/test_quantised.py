@@ -91,7 +91,8 @@ def test_the_kernels_decoder_lays_out_every_block_type_as_the_reference_decoder_
     scales, offsets = torch.empty(table_shape), torch.empty(table_shape)
     qkernel.decode_into(qkernel.library(), name, raw, 512, order, data, scales, offsets)
     expected = qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles)[order]
-    np.testing.assert_array_equal(data.numpy().view(expected.dtype), expected)
+    natural = qkernel.relayout(qkernel.library(), data, 0 if grouped.nibbles else 1, grouped.group, to_natural=True)
+    np.testing.assert_array_equal(natural.numpy().view(expected.dtype), expected)
     np.testing.assert_array_equal(scales.numpy(), qkernel.kernel_order(grouped.d, grouped.group)[order])
     np.testing.assert_array_equal(offsets.numpy(), qkernel.kernel_order(grouped.m, grouped.group)[order])
 
@@ -175,6 +176,45 @@ def test_greedy_speculation_reproduces_the_quantised_verifiers_own_greedy_output
     for model in (verifier.model, draft.model):
         quantised.set_activation_bytes(model, 2)  # the module's other tests use the default
     assert quantised.activation_bytes(verifier.model) == 2
+
+
+@needs_kernel
+def test_a_draft_head_beside_a_quantised_verifier_drafts_from_its_rows_in_their_own_format_and_8_bit_layers(
+        quantised_pair):
+    """The head reads the verifier's output rows in the file's own quantisation and runs its layers in 8 bits (a
+    quarter of the bytes of floats at every drafted token), picks up new float weights copied into it (adaptation's
+    swap), and greedy speculation still repeats the verifier alone."""
+    from specdec_core.drafting.adapt import copy_weights
+    from specdec_core.drafting.drafters import HeadDrafter
+
+    verifier = quantised_pair[0]
+    head = tiny.make_head(verifier, scale=0.5, head_ids=list(range(0, 300, 2)))
+    drafter = HeadDrafter(head)
+    engine = Engine(verifier, drafter)
+    config = GenerationConfig(max_new_tokens=30, gamma=3, tree_nodes=0)
+    *_, alone = Engine(verifier, None).generate([5, 9, 14], config.with_(speculate=False))
+    *_, spoken = engine.generate([5, 9, 14], config)
+    assert spoken.token_ids == alone.token_ids and spoken.stats.drafted > 0
+
+    output = verifier.model.get_output_embeddings()
+    assert isinstance(drafter.output, quantised.QuantLinear)
+    assert drafter.output.storage.source_type == output.storage.source_type == "Q4_0"
+    assert torch.equal(drafter.output.storage.rows(torch.arange(150)), output.storage.rows(drafter.head_ids))
+    runner = drafter._runner()
+    assert runner is not head.model and runner is drafter._runner()  # made once while the weights stay
+    assert not any(type(m) is torch.nn.Linear for m in runner.modules())
+    assert {m.storage.source_type for m in runner.modules() if isinstance(m, quantised.QuantLinear)} == {"int8"}
+
+    states, embeds = torch.randn(1, 3, 64), torch.randn(1, 3, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(runner(states, embeds, torch.arange(3)), head.model(states, embeds, torch.arange(3)),
+                                   rtol=0.05, atol=0.05)
+        other = tiny.make_head(verifier, seed=11, scale=0.5, head_ids=list(range(0, 300, 2))).model
+        copy_weights(other, head.model)  # as HeadAdapter.swap_into does
+        fresh = drafter._runner()
+        assert fresh is not runner
+        torch.testing.assert_close(fresh(states, embeds, torch.arange(3)), other(states, embeds, torch.arange(3)),
+                                   rtol=0.05, atol=0.05)
 
 
 @needs_kernel
@@ -365,19 +405,22 @@ def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(t
     x = torch.from_numpy(rng.standard_normal((5, 576)).astype(np.float32))
     sixteens = gguf_blocks.decode("Q6_K", _blocks(np.zeros((42, 512)), GGMLQuantizationType.Q6_K, 5), 512)
     for grouped in (requantise(weight, bits=4), requantise(weight, bits=8), sixteens):
-        data = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
+        kind = 0 if grouped.nibbles else 1
+        natural = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
+        data = qkernel.relayout(other, natural, kind, grouped.group)  # each build's own layout
+        mine = qkernel.relayout(qkernel.library(), natural, kind, grouped.group)
         scales = torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(qkernel.kernel_order(grouped.m, grouped.group))
         rows = x[:, :grouped.q.shape[1]].contiguous()
         for size in (2, 1):
-            products = [qkernel.matmul(lib, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group, rows,
-                                       1, size) for lib in (other, qkernel.library())]
+            products = [qkernel.matmul(lib, kind, layout, scales, offsets, grouped.group, rows, 1, size)
+                        for lib, layout in ((other, data), (qkernel.library(), mine))]
             torch.testing.assert_close(products[0], products[1], rtol=1e-5, atol=1e-4)
             for count in (1, 2, 3):
                 alone = qkernel.matmul(other, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group,
                                        rows[:count], 1, size)
                 assert torch.equal(alone, products[0][:count])
             if not offsets.any():  # a weight without offsets (8-bit, Q6_K): none read, the same products
-                for lib, product in zip((other, qkernel.library()), products):
-                    without = qkernel.matmul(lib, 1, data, scales, None, grouped.group, rows, 1, size)
+                for lib, layout, product in zip((other, qkernel.library()), (data, mine), products):
+                    without = qkernel.matmul(lib, 1, layout, scales, None, grouped.group, rows, 1, size)
                     torch.testing.assert_close(without, product, rtol=1e-6, atol=1e-5)

@@ -51,6 +51,7 @@ typedef struct {
     const float *xd;   /* [rows, k / 32]: block scales (of the combined value 256 * hi + lo) */
     const float *xs;   /* [rows, k / 16]: xd * (sum of q over each half block) */
     const float *xw;   /* [rows, k / 32]: xd * (sum of q over each block), in block order */
+    const float *xg;   /* [rows, k / g]: each table group's activation scale (xd of its block; xd itself for g = 32) */
     int rows;
     float *y;          /* [rows, n] */
     int parts;
@@ -73,15 +74,57 @@ static inline size_t half_index(int b, int h, int blocks) {
  * block's bytes hold values 0-15 in the low lane and 16-31 in the high one). */
 static inline int fine_slot(int j) { return (j & 7) | (((j >> 4) & 1) << 3) | (((j >> 3) & 1) << 4); }
 
-/* With AVX-512, each half block's 16 values lie in order, and where the half lies depends on the weight's layout. For
- * nibbles, blocks go by pairs: [first halves of blocks b, b + 1 | second halves of b, b + 1], because 32 bytes of
- * nibbles widened to 16 bits give the low nibbles of both blocks (their values 0-15) in one vector and the high
- * nibbles (values 16-31) in another; a last block without a pair lies in order. For bytes, each block lies in order.
- * Returns where half `h` of block `b` starts, in 16-bit values from the row's start. */
-static inline size_t wide_half_at(int kind, int b, int h, int blocks) {
-    if (kind == 0 && !(b % 2 == 0 && b == blocks - 1))
-        return (size_t)(b / 2) * 64 + (size_t)h * 32 + (size_t)(b % 2) * 16;
-    return (size_t)b * 32 + (size_t)h * 16;
+/* ---- The interleaved layout of AVX-512 builds (specdec_layout() == 1) ----
+ * There a weight row's values are laid out so that each 32-bit lane of a 512-bit vector sums the products of one group
+ * only: a group's 32 (or 16) values are multiplied in 16-bit pairs lane by lane, and a group's sum comes out of its
+ * lanes as an exact integer, scaled once for sixteen groups at a time. The row's groups, in the order of its scale
+ * table, fall into pieces: whole sixteens first, then the rest in pieces of 8, 4, 2 and 1 (the largest that fits, in
+ * turn). A piece of p groups gives each group 16 / p lanes and takes g * p / 32 steps of 32 values: in step s, lane l
+ * holds values 2j and 2j + 1 of the piece's group l / (16 / p), where j = s * (16 / p) + l % (16 / p). Nibble weights
+ * keep two steps in 32 bytes (the low nibbles the first step, the high the second); a piece with one step (a lone
+ * group of 32) keeps it in 16 bytes, low nibbles the step's first 16 values, high nibbles its last 16. Activations lie
+ * in the same order, 16 bits a value. Builds without AVX-512 keep the natural layout. */
+
+/* The piece that holds table group `ti` of a row of `groups` groups: its first group and its size. */
+static inline void piece_of(int ti, int groups, int *start, int *size) {
+    int whole = groups / 16 * 16;
+    if (ti < whole) { *start = ti & ~15; *size = 16; return; }
+    int at = whole;
+    for (int p = 8; p >= 1; p >>= 1)
+        if ((groups - whole) & p) {
+            if (ti < at + p) { *start = at; *size = p; return; }
+            at += p;
+        }
+    *start = ti; *size = 1;  /* not reached for ti < groups */
+}
+
+/* Where values 2j and 2j + 1 of table group `ti` lie in the interleaved layout: the index (in values from the row's
+ * start) of value 2j. */
+static inline int pair_position(int ti, int j, int groups, int g) {
+    int start, p;
+    piece_of(ti, groups, &start, &p);
+    int lanes = 16 / p, step = j / lanes, lane = (ti - start) * lanes + j % lanes;
+    return start * g + step * 32 + 2 * lane;
+}
+
+/* The natural column of value v of table group ti (groups of 16 lie in half_index's order). */
+static inline int natural_column(int ti, int v, int groups, int g) {
+    if (g == 32) return ti * 32 + v;
+    int blocks = groups / 2, quads = blocks / 4, b, h;
+    if (ti < quads * 8) { b = ti / 8 * 4 + ti % 4; h = ti % 8 / 4; }
+    else { b = ti / 2; h = ti % 2; }
+    return b * 32 + h * 16 + v;
+}
+
+/* For nibble weights (groups of 32): the byte and nibble (0 low, 1 high) of the value at `position` (pair_position's
+ * index, plus 0 or 1) of the interleaved row. */
+static inline int nibble_byte(int position, int groups, int *nibble) {
+    int start, p;
+    piece_of(position / 32, groups, &start, &p);  /* with groups of 32 a piece of p groups spans 32 p values */
+    int within = position - start * 32, step = within / 32, e = within % 32;
+    if (p > 1) { *nibble = step & 1; return start * 16 + step / 2 * 32 + e; }
+    *nibble = e >> 4;
+    return start * 16 + (e & 15);
 }
 
 /* One block of 32 values scaled by `inv`: coarse bytes (into `hi`), or 16-bit values (into `wide`, fine_slot order),
@@ -143,7 +186,7 @@ static void quantise_block(const float *src, float inv, int fine, int8_t *hi, in
     }
     sums[0] += hsum8i(_mm256_add_epi32(v[0], v[1]));
     sums[1] += hsum8i(_mm256_add_epi32(v[2], v[3]));
-    if (fine && halves) {  /* each half in order (packs works within 128-bit lanes; the permute undoes that) */
+    if (halves) {  /* each half in order (packs works within 128-bit lanes; the permute undoes that) */
         _mm256_storeu_si256((__m256i *)halves[0],
                             _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), _MM_SHUFFLE(3, 1, 2, 0)));
         _mm256_storeu_si256((__m256i *)halves[1],
@@ -165,11 +208,12 @@ static void quantise_block(const float *src, float inv, int fine, int8_t *hi, in
 #endif
 
 /* x [rows, k] -> two signed bytes per value (one when !fine), per-block scales and scaled half-block and block sums (k
- * a multiple of 32). 16-bit values lie as the products for a weight of `kind` read them (wide_half_at with AVX-512,
- * else fine_slot). */
-static void quantise_rows(const float *x, int rows, int k, int fine, int kind, int8_t *xq, float *xd, float *xs,
-                          float *xw) {
-    int blocks = k / QBLOCK;
+ * a multiple of 32). Without AVX-512, 16-bit values lie in fine_slot's order; with it, every activation is 16 bits (the
+ * coarse byte alone when !fine) in the interleaved layout of a weight with groups of g, and xg receives each table
+ * group's block scale (for g = 16). */
+static void quantise_rows(const float *x, int rows, int k, int fine, int g, int8_t *xq, float *xd, float *xs,
+                          float *xw, float *xg) {
+    int blocks = k / QBLOCK, groups = k / g;
     for (int r = 0; r < rows; r++) {
         int16_t *row16 = (int16_t *)(xq + (size_t)r * 2 * k);
         for (int b = 0; b < blocks; b++) {
@@ -177,10 +221,25 @@ static void quantise_rows(const float *x, int rows, int k, int fine, int kind, i
             float d = block_amax(src) / 127.0f;
             float inv = d > 0.0f ? 1.0f / d : 0.0f;
             int sums[2] = {0, 0};
-            int16_t *halves[2] = {row16 + wide_half_at(kind, b, 0, blocks), row16 + wide_half_at(kind, b, 1, blocks)};
-            quantise_block(src, inv, fine, xq + (size_t)r * 2 * k + (size_t)b * QBLOCK, row16 + (size_t)b * QBLOCK,
-                           SPECDEC_AVX512 ? halves : NULL, sums);
             float unit = fine ? d / 256.0f : d;
+#if SPECDEC_AVX512
+            int16_t values[QBLOCK];
+            int16_t *halves[2] = {values, values + 16};
+            quantise_block(src, inv, fine, NULL, NULL, halves, sums);
+            for (int h = 0; h < QBLOCK / g; h++) {
+                int ti = g == 32 ? b : (int)half_index(b, h, blocks);
+                for (int j = 0; j < g / 2; j++) {
+                    int32_t pair;
+                    memcpy(&pair, values + h * 16 + 2 * j, sizeof pair);
+                    memcpy(row16 + pair_position(ti, j, groups, g), &pair, sizeof pair);
+                }
+                if (g == 16) xg[(size_t)r * groups + ti] = unit;
+            }
+#else
+            (void)g; (void)groups; (void)xg;
+            quantise_block(src, inv, fine, xq + (size_t)r * 2 * k + (size_t)b * QBLOCK, row16 + (size_t)b * QBLOCK,
+                           NULL, sums);
+#endif
             xd[(size_t)r * blocks + b] = unit;
             xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = unit * (float)sums[0];
             xs[(size_t)r * blocks * 2 + half_index(b, 1, blocks)] = unit * (float)sums[1];
@@ -345,124 +404,114 @@ static void row_s8_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t,
 static void row_s8_16_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 1, 0, col, r0, nr); }
 
 #if SPECDEC_AVX512
-/* 16-bit products of `cols` weight rows (1, 2 or 4) with `nr` activation rows in 512-bit vectors, 16 blocks at a time:
- * for each pair of rows, the activation row's block scales times the weight row's (one vector), then per block (or pair
- * of blocks, for nibbles) an exact integer sum in 16 lanes, converted and added in with its scale. The offsets' part is
- * the dot product of the weight's offsets with the activation row's group sums. Several weight rows at once give one
- * activation row independent sums to overlap and share its loads; each output still goes through the same steps in
- * the same order whatever the tile, so the values do not depend on how many rows a call has. */
+/* One piece (see the interleaved layout above) of `cols` weight rows (1, 2 or 4) with `nr` activation rows: `steps`
+ * multiply-and-adds (vpdpwssd) of 32 values into each pair's integer sums, alternating between two sums so that
+ * consecutive steps do not wait for each other; then the sums of each lane, an exact integer per group, converted and
+ * added in with the groups' scales times the row's (wd, xg: the piece's table entries, spread over their lanes). */
+ALWAYS_INLINE void piece_512(const task_t *t, const int kind, const int cols, int col0, int r0, int nr, int first,
+                             const int p, const int steps, const float *xg, __m512 acc[4][ROW_CHUNK]) {
+    const int g = t->g, groups = t->k / g;
+    const size_t row_bytes = kind == 0 ? (size_t)t->k / 2 : (size_t)t->k;
+    const size_t wbase = kind == 0 ? (size_t)first * g / 2 : (size_t)first * g, xbase = (size_t)first * g;
+    const int16_t *xq[ROW_CHUNK];
+    __m512i s0[4][ROW_CHUNK], s1[4][ROW_CHUNK];
+    for (int i = 0; i < nr; i++) {
+        xq[i] = (const int16_t *)(t->xq + (size_t)(r0 + i) * 2 * t->k) + xbase;
+        for (int c = 0; c < cols; c++) s0[c][i] = s1[c][i] = _mm512_setzero_si512();
+    }
+    /* Several weight rows read side by side are short streams that the hardware's prefetcher does not follow from
+     * memory: the same piece of the tile after next is fetched ahead, a line of its weights at each pair of steps (a
+     * line every other pair for nibbles) and its tables' lines with the first, rather than all at once, which would
+     * overflow the misses a core can have in flight. Fetching past the weight's end is harmless. */
+    const size_t ahead = (size_t)col0 + 2 * (size_t)cols;
+    const __m512i low = _mm512_set1_epi16(0x0F);
+    int s = 0;
+#pragma GCC unroll 8
+    for (; s + 1 < steps; s += 2)
+#pragma GCC unroll 4
+        for (int c = 0; c < cols; c++) {
+            const char *next = (const char *)t->w + (ahead + c) * row_bytes + wbase;
+            if (kind != 0) _mm_prefetch(next + (size_t)s * 32, _MM_HINT_T0);
+            else if (s % 4 == 0) _mm_prefetch(next + (size_t)s * 16, _MM_HINT_T0);
+            if (s == 0) {
+                _mm_prefetch((const char *)(t->wd + (ahead + c) * groups + first), _MM_HINT_T0);
+                if (t->wm) _mm_prefetch((const char *)(t->wm + (ahead + c) * groups + first), _MM_HINT_T0);
+            }
+            const uint8_t *w = t->w + (size_t)(col0 + c) * row_bytes + wbase;
+            __m512i a, b;
+            if (kind == 0) {
+                __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + (size_t)s * 16)));
+                a = _mm512_and_si512(bytes, low);
+                b = _mm512_srli_epi16(bytes, 4);
+            } else {
+                a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + (size_t)s * 32)));
+                b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + (size_t)s * 32 + 32)));
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < nr; i++) {
+                s0[c][i] = _mm512_dpwssd_epi32(s0[c][i], a, _mm512_loadu_si512(xq[i] + (size_t)s * 32));
+                s1[c][i] = _mm512_dpwssd_epi32(s1[c][i], b, _mm512_loadu_si512(xq[i] + (size_t)s * 32 + 32));
+            }
+        }
+    if (s < steps)  /* a last step alone */
+        for (int c = 0; c < cols; c++) {
+            const uint8_t *w = t->w + (size_t)(col0 + c) * row_bytes + wbase;
+            __m512i a;
+            if (kind == 0) {
+                __m128i packed = _mm_loadu_si128((const __m128i *)(w + (size_t)s * 16));
+                a = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)),
+                                                          _mm_and_si128(packed, _mm_set1_epi8(0x0F))));
+            } else {
+                a = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(w + (size_t)s * 32)));
+            }
+            for (int i = 0; i < nr; i++)
+                s0[c][i] = _mm512_dpwssd_epi32(s0[c][i], a, _mm512_loadu_si512(xq[i] + (size_t)s * 32));
+        }
+    /* Lane l belongs to the piece's group l / (16 / p). */
+    const __mmask16 some = (__mmask16)(p == 16 ? 0xFFFF : (1u << p) - 1);
+    const __m512i spread = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             p == 16 ? 0 : p == 8 ? 1 : p == 4 ? 2 : p == 2 ? 3 : 4);
+    /* The offsets' part, the groups' offsets times the row's group sums (xw by blocks for groups of 32, xs by halves in
+     * the tables' order for groups of 16), one lane a group; none for a weight without offsets (wm NULL). */
+    const float *sums = g == 16 ? t->xs : t->xw;
+    for (int c = 0; c < cols; c++) {
+        __m512 wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + first);
+        __m512 wmv = t->wm ? _mm512_maskz_loadu_ps(some, t->wm + (size_t)(col0 + c) * groups + first)
+                           : _mm512_setzero_ps();
+        if (p != 16) wdv = _mm512_permutexvar_ps(spread, wdv);
+        for (int i = 0; i < nr; i++) {
+            __m512 xgv = _mm512_maskz_loadu_ps(some, xg + (size_t)(r0 + i) * groups + first);
+            if (p != 16) xgv = _mm512_permutexvar_ps(spread, xgv);
+            acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[c][i], s1[c][i])),
+                                        _mm512_mul_ps(wdv, xgv), acc[c][i]);
+            if (t->wm)
+                acc[c][i] = _mm512_fmadd_ps(wmv, _mm512_maskz_loadu_ps(some, sums + (size_t)(r0 + i) * groups + first),
+                                            acc[c][i]);
+        }
+    }
+}
+
+/* Products of `cols` weight rows with `nr` activation rows in the interleaved layout, piece by piece, the offsets' part
+ * with each piece; each output's 16 lanes summed at the end. Several weight rows at once give
+ * one activation row independent sums to overlap; each output goes through the same steps in the same order whatever
+ * the tile, so the values do not depend on how many rows a call has. */
 ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int halves, const int cols, int col0, int r0,
                                   int nr) {
-    const int blocks = t->k / QBLOCK, groups = t->k / t->g;
-    const int16_t *xq[ROW_CHUNK];
-    __m512 acc[4][ROW_CHUNK], scale[4][ROW_CHUNK];
-    /* Several weight rows read side by side are short streams that the hardware's prefetcher does not follow from
-     * memory: fetch the tile after next ahead, its weights and tables (reading past the end is harmless), a line
-     * at each step of the loops below rather than all at once, which would overflow the misses a core can have in
-     * flight; what is left is fetched at the end. */
-    const size_t row_bytes = kind == 0 ? (size_t)t->k / 2 : (size_t)t->k, ahead = (size_t)col0 + 2 * (size_t)cols;
-    const char *fetch[3] = {(const char *)t->w + ahead * row_bytes, (const char *)(t->wd + ahead * groups),
-                            t->wm ? (const char *)(t->wm + ahead * groups) : NULL};
-    const char *fetch_end[3] = {fetch[0] + cols * row_bytes, fetch[1] + cols * (size_t)groups * 4,
-                                t->wm ? fetch[2] + cols * (size_t)groups * 4 : NULL};
-    int region = 0;
-#define FETCH_ONE()                                                                                                    \
-    do {                                                                                                               \
-        while (region < 3 && fetch[region] >= fetch_end[region]) region++;                                            \
-        if (region < 3) { _mm_prefetch(fetch[region], _MM_HINT_T0); fetch[region] += 64; }                            \
-    } while (0)
-    for (int i = 0; i < nr; i++) {
-        xq[i] = (const int16_t *)(t->xq + (size_t)(r0 + i) * 2 * t->k);
-        for (int c = 0; c < cols; c++) acc[c][i] = _mm512_setzero_ps();
-    }
-    const __m512i low = _mm512_set1_epi16(0x0F), two = _mm512_set1_epi32(2), one = _mm512_set1_epi32(1);
-    for (int b0 = 0; b0 < blocks; b0 += 16) {
-        const int nb = blocks - b0 < 16 ? blocks - b0 : 16;
-        const __mmask16 some = (__mmask16)(nb == 16 ? 0xFFFF : (1u << nb) - 1);
-        if (!halves)
-            for (int c = 0; c < cols; c++) {
-                __m512 wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + b0);
-                for (int i = 0; i < nr; i++)
-                    scale[c][i] = _mm512_mul_ps(wdv, _mm512_maskz_loadu_ps(some, t->xd + (size_t)(r0 + i) * blocks
-                                                                             + b0));
-            }
-        int b = b0;
-        if (kind == 0) {
-            __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-            for (; b + 1 < b0 + nb; b += 2, pick = _mm512_add_epi32(pick, two)) {
-                for (int c = 0; c < cols; c++) {
-                    FETCH_ONE();
-                    const uint8_t *w = t->w + (size_t)(col0 + c) * (t->k / 2) + (size_t)b * 16;
-                    __m512i bytes = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)w));
-                    __m512i first = _mm512_and_si512(bytes, low), second = _mm512_srli_epi16(bytes, 4);
-                    for (int i = 0; i < nr; i++) {
-                        const int16_t *at = xq[i] + (size_t)b * 32;
-                        __m512i sums = _mm512_dpwssd_epi32(_mm512_setzero_si512(), first, _mm512_loadu_si512(at));
-                        sums = _mm512_dpwssd_epi32(sums, second, _mm512_loadu_si512(at + 32));
-                        acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(pick, scale[c][i]),
-                                                    acc[c][i]);
-                    }
-                }
-            }
-            if (b < b0 + nb) {  /* the row's last block, alone: its values in order */
-                __m512i at_b = _mm512_set1_epi32(b - b0);
-                for (int c = 0; c < cols; c++) {
-                    __m128i packed = _mm_loadu_si128((const __m128i *)(t->w + (size_t)(col0 + c) * (t->k / 2) +
-                                                                       (size_t)b * 16));
-                    __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)),
-                                                       _mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-                    __m512i values = _mm512_cvtepu8_epi16(nibbles);
-                    for (int i = 0; i < nr; i++) {
-                        __m512i sums = _mm512_dpwssd_epi32(_mm512_setzero_si512(), values,
-                                                           _mm512_loadu_si512(xq[i] + (size_t)b * 32));
-                        acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_permutexvar_ps(at_b, scale[c][i]),
-                                                    acc[c][i]);
-                    }
-                }
-            }
-        } else {
-            __m512i pick = _mm512_setzero_si512();
-            for (; b < b0 + nb; b++, pick = _mm512_add_epi32(pick, one)) {
-                for (int c = 0; c < cols; c++) {
-                    FETCH_ONE();
-                    const int8_t *w = (const int8_t *)t->w + (size_t)(col0 + c) * t->k + (size_t)b * 32;
-                    __m512i values = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)w));
-                    __m512 pair = _mm512_setzero_ps();
-                    if (halves) {  /* lanes 0-7 hold values 0-15, lanes 8-15 values 16-31: a scale each */
-                        const float *wd = t->wd + (size_t)(col0 + c) * groups;
-                        pair = _mm512_insertf32x8(_mm512_set1_ps(wd[half_index(b, 0, blocks)]),
-                                                  _mm256_set1_ps(wd[half_index(b, 1, blocks)]), 1);
-                    }
-                    for (int i = 0; i < nr; i++) {
-                        __m512i sums = _mm512_dpwssd_epi32(_mm512_setzero_si512(), values,
-                                                           _mm512_loadu_si512(xq[i] + (size_t)b * 32));
-                        __m512 by = halves ? _mm512_mul_ps(pair, _mm512_set1_ps(t->xd[(size_t)(r0 + i) * blocks + b]))
-                                           : _mm512_permutexvar_ps(pick, scale[c][i]);
-                        acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), by, acc[c][i]);
-                    }
-                }
-            }
+    const int g = halves ? 16 : 32, groups = t->k / g;
+    const float *xg = halves ? t->xg : t->xd;
+    __m512 acc[4][ROW_CHUNK];
+    for (int c = 0; c < cols; c++)
+        for (int i = 0; i < nr; i++) acc[c][i] = _mm512_setzero_ps();
+    const int whole = groups / 16 * 16;
+    for (int first = 0; first < whole; first += 16)
+        piece_512(t, kind, cols, col0, r0, nr, first, 16, g / 2, xg, acc);
+    for (int p = 8, first = whole; p >= 1; p >>= 1)
+        if ((groups - whole) & p) {
+            piece_512(t, kind, cols, col0, r0, nr, first, p, g * p / 32, xg, acc);
+            first += p;
         }
-    }
-    for (; region < 3; region++)
-        for (; fetch[region] < fetch_end[region]; fetch[region] += 64) _mm_prefetch(fetch[region], _MM_HINT_T0);
-#undef FETCH_ONE
-    /* The offsets: by halves in the tables' shared order (half_index) for groups of 16, else by blocks; none to read
-     * for a weight without (wm NULL: Q4_0, Q5_0, Q6_K, Q8_0). */
-    const int terms = t->wm ? (halves ? 2 * blocks : blocks) : 0;
-    for (int c = 0; c < cols; c++) {
-        const float *wm = t->wm ? t->wm + (size_t)(col0 + c) * groups : NULL;
-        for (int i = 0; i < nr; i++) {
-            const float *sums = halves ? t->xs + (size_t)(r0 + i) * blocks * 2 : t->xw + (size_t)(r0 + i) * blocks;
-            __m512 offset = _mm512_setzero_ps();
-            for (int j = 0; j < terms; j += 16) {
-                const __mmask16 some = (__mmask16)(terms - j >= 16 ? 0xFFFF : (1u << (terms - j)) - 1);
-                offset = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(some, wm + j), _mm512_maskz_loadu_ps(some, sums + j),
-                                         offset);
-            }
-            t->y[(size_t)(r0 + i) * t->n + col0 + c] = _mm512_reduce_add_ps(acc[c][i]) + _mm512_reduce_add_ps(offset);
-        }
-    }
+    for (int c = 0; c < cols; c++)
+        for (int i = 0; i < nr; i++) t->y[(size_t)(r0 + i) * t->n + col0 + c] = _mm512_reduce_add_ps(acc[c][i]);
 }
 
 /* Each shape of tile as a function of its own, its loops of constant length, so that its sums stay in registers. */
@@ -479,8 +528,8 @@ TILES_512(tiles_u4, 0, 0)
 TILES_512(tiles_s8, 1, 0)
 TILES_512(tiles_s8_16, 1, 1)
 
-/* Columns start .. end - 1 of every row with 16-bit activations: four weight rows at a time where the rows come one at
- * a time, two where they come in twos, else one weight row with up to ROW_CHUNK activation rows. */
+/* Columns start .. end - 1 of every row: four weight rows at a time where the rows come one at a time, two where they
+ * come in twos, else one weight row with up to ROW_CHUNK activation rows. */
 static void run_part_512(const task_t *t, int start, int end) {
     const tile_fn *tiles = t->kind == 0 ? tiles_u4 : (t->g == 16 ? tiles_s8_16 : tiles_s8);
     for (int col = start; col < end; col += 4) {
@@ -554,7 +603,8 @@ static void run_part(const task_t *t, int part) {
     int per = ((t->n + t->parts - 1) / t->parts + 7) / 8 * 8;
     int start = part * per, end = start + per < t->n ? start + per : t->n;
 #if SPECDEC_AVX512
-    if (t->fine) { run_part_512(t, start, end); return; }
+    run_part_512(t, start, end);
+    return;
 #endif
     for (int col = start; col < end; col++) {
         for (int r0 = 0; r0 < t->rows; r0 += ROW_CHUNK) {
@@ -623,7 +673,7 @@ __attribute__((constructor)) static void register_fork_handler(void) {
 
 /* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values; wm NULL for a weight
  * whose offsets are all zero.
- * scratch: at least rows * (2 * k + 16 * (k / 32)) bytes, 4-byte aligned.
+ * scratch: at least rows * (2 * k + 24 * (k / 32)) bytes, 4-byte aligned.
  * Returns 0, or -1 for shapes it cannot take. */
 int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
                     const float *x, int rows, float *y, void *scratch, int threads, int fine) {
@@ -633,10 +683,11 @@ int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm
     float *xd = (float *)scratch;
     float *xs = xd + (size_t)rows * blocks;
     float *xw = xs + (size_t)rows * blocks * 2;
-    int8_t *xq = (int8_t *)(xw + (size_t)rows * blocks);
+    float *xg = xw + (size_t)rows * blocks;
+    int8_t *xq = (int8_t *)(xg + (size_t)rows * blocks * 2);
     fine = fine != 0;
-    quantise_rows(x, rows, k, fine, kind, xq, xd, xs, xw);
-    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, xw, rows, y, 1, fine};
+    quantise_rows(x, rows, k, fine, g, xq, xd, xs, xw, xg);
+    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, xw, xg, rows, y, 1, fine};
     int parts = threads < 1 ? 1 : (threads > MAX_THREADS ? MAX_THREADS : threads);
     if (n < 64 * parts) parts = 1;  /* too little work to share */
     /* A second thread calling while the workers are busy (a draft beside a verifier) computes alone: the values do
@@ -988,6 +1039,59 @@ int specdec_stack_step(const layer_t *const *layers, int n, const float *x, floa
     return 0;
 }
 
+/* ---- The weights' layout: natural, or interleaved (AVX-512 builds) ---- */
+
+int specdec_layout(void) { return SPECDEC_AVX512; }
+
+/* Where each natural column of a row lies in the interleaved layout: the byte, and for nibbles which half of it. */
+typedef struct { int *at; uint8_t *nibble; int kind; size_t row_bytes; int k; } layout_map_t;
+
+static int layout_map(layout_map_t *map, int kind, int g, int k) {
+    if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32)) return -1;
+    int groups = k / g;
+    map->kind = kind, map->k = k, map->row_bytes = kind == 0 ? (size_t)k / 2 : (size_t)k;
+    map->at = malloc(sizeof(int) * (size_t)k);
+    map->nibble = malloc((size_t)k);
+    if (!map->at || !map->nibble) { free(map->at); free(map->nibble); return -1; }
+    for (int ti = 0; ti < groups; ti++)
+        for (int v = 0; v < g; v++) {
+            int column = natural_column(ti, v, groups, g), position = pair_position(ti, v / 2, groups, g) + v % 2;
+            int nibble = 0;
+            map->at[column] = kind == 0 ? nibble_byte(position, groups, &nibble) : position;
+            map->nibble[column] = (uint8_t)nibble;
+        }
+    return 0;
+}
+
+static void layout_free(layout_map_t *map) { free(map->at); free(map->nibble); }
+
+/* One row from the natural layout into the interleaved one, or back (to_natural); in and out must not overlap. */
+static void relayout_row(const layout_map_t *map, const uint8_t *in, uint8_t *out, int to_natural) {
+    if (map->kind == 1) {
+        if (to_natural) for (int c = 0; c < map->k; c++) out[c] = in[map->at[c]];
+        else for (int c = 0; c < map->k; c++) out[map->at[c]] = in[c];
+        return;
+    }
+    memset(out, 0, map->row_bytes);
+    for (int c = 0; c < map->k; c++) {
+        int byte = c / 32 * 16 + c % 16, shift = c % 32 >= 16 ? 4 : 0, there = 4 * map->nibble[c];
+        if (to_natural) out[byte] |= (uint8_t)(((in[map->at[c]] >> there) & 0x0F) << shift);
+        else out[map->at[c]] |= (uint8_t)(((in[byte] >> shift) & 0x0F) << there);
+    }
+}
+
+/* Rows [rows, k / 2 (nibbles) or k bytes] of a weight of `kind` with groups of g from the natural layout (q of
+ * gguf_blocks' decoders, packed by qkernel.pack_rows) into the interleaved one, or back (to_natural); src and dst must
+ * not overlap. Returns 0, or -1 for a shape it does not take. */
+int specdec_relayout(int kind, int g, const uint8_t *src, uint8_t *dst, int rows, int k, int to_natural) {
+    layout_map_t map;
+    if (layout_map(&map, kind, g, k) != 0 || rows < 0) return -1;
+    for (size_t r = 0; r < (size_t)rows; r++)
+        relayout_row(&map, src + r * map.row_bytes, dst + r * map.row_bytes, to_natural);
+    layout_free(&map);
+    return 0;
+}
+
 /* ---- Decoding a GGUF tensor's blocks straight into the layout above (the loader's fast path) ----
  * The same numbers as gguf_blocks.py's decoders followed by qkernel.pack_rows and kernel_order: tested equal. */
 
@@ -1093,12 +1197,22 @@ int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *
     int group = per_block[type] / gpb, qbytes = nibbles ? cols / 2 : cols, qblock = nibbles ? per_block[type] / 2 : per_block[type];
     float *nd = group == 16 ? malloc(sizeof(float) * 2 * (size_t)groups) : NULL, *nm = nd ? nd + groups : NULL;
     if (group == 16 && !nd) return -1;
+    /* An AVX-512 build's layout: each row decoded into `natural`, then laid out. */
+    layout_map_t map = {0};
+    uint8_t *natural = NULL;
+    if (SPECDEC_AVX512 && (layout_map(&map, nibbles ? 0 : 1, group, cols) != 0 || !(natural = malloc(qbytes)))) {
+        layout_free(&map);
+        free(nd);
+        return -1;
+    }
     for (int r = 0; r < rows; r++) {
         const uint8_t *src = raw + (size_t)(order ? order[r] : r) * blocks * block_bytes[type];
         float *dr = group == 16 ? nd : d + (size_t)r * groups, *mr = group == 16 ? nm : m + (size_t)r * groups;
+        uint8_t *row = natural ? natural : q + (size_t)r * qbytes;
         for (int b = 0; b < blocks; b++)
-            decode_block(type, src + (size_t)b * block_bytes[type], q + (size_t)r * qbytes + (size_t)b * qblock,
-                         dr + (size_t)b * gpb, mr + (size_t)b * gpb);
+            decode_block(type, src + (size_t)b * block_bytes[type], row + (size_t)b * qblock, dr + (size_t)b * gpb,
+                         mr + (size_t)b * gpb);
+        if (natural) relayout_row(&map, natural, q + (size_t)r * qbytes, 0);
         if (group == 16) {  /* groups of 16 in kernel order (half_index over blocks of 32) */
             int halves_blocks = cols / QBLOCK;
             for (int b = 0; b < halves_blocks; b++)
@@ -1109,5 +1223,7 @@ int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *
         }
     }
     free(nd);
+    free(natural);
+    if (natural) layout_free(&map);
     return 0;
 }
