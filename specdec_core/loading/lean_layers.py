@@ -93,8 +93,8 @@ class _Joined:
 
 
 def _same_layout(a: QuantStorage, b: QuantStorage) -> bool:
-    return (a.kind, a.group, a.shape[1], a.data.shape[1], a.scales.shape[1]) == \
-        (b.kind, b.group, b.shape[1], b.data.shape[1], b.scales.shape[1])
+    return (a.kind, a.group, a.tables, a.shape[1], a.data.shape[1], a.scales.shape[1]) == \
+        (b.kind, b.group, b.tables, b.shape[1], b.data.shape[1], b.scales.shape[1])
 
 
 def _join(layers: list[QuantLinear]) -> tuple[QuantStorage, torch.Tensor | None]:
@@ -368,8 +368,8 @@ def _address(norm: _Norm | None) -> int | None:
 
 def _weight(storage: QuantStorage, bias: torch.Tensor | None) -> qkernel.QWeight:
     buffers = storage._buffers
-    return qkernel.QWeight(storage.kind, storage.shape[0], storage.shape[1], storage.group, buffers["data"].data_ptr(),
-                           buffers["scales"].data_ptr(), storage.offsets_address(),
+    return qkernel.QWeight(storage.kind, storage.shape[0], storage.shape[1], storage.group, storage.tables,
+                           buffers["data"].data_ptr(), buffers["scales"].data_ptr(), storage.offsets_address(),
                            None if bias is None else bias.data_ptr())
 
 

@@ -391,11 +391,12 @@ def _describe(model, tokenizer, *, spec: str, name: str, source: str, load_s: fl
 
     embeddings = model.get_input_embeddings()
     if isinstance(embeddings, quantised.QuantEmbedding):  # its `weight` would dequantise the whole table
-        embeddings = embeddings.storage.scales
+        device, dtype = embeddings.storage.data.device, torch.float32  # its rows come out as float32
     else:
         embeddings = embeddings.weight if embeddings is not None else next(model.parameters())  # a head has none
-    return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, name=name, device=embeddings.device,
-                       dtype=embeddings.dtype, context_length=_context_length(model.config),
+        device, dtype = embeddings.device, embeddings.dtype
+    return LoadedModel(model=model, tokenizer=tokenizer, spec=spec, name=name, device=device,
+                       dtype=dtype, context_length=_context_length(model.config),
                        eos_token_ids=frozenset(eos), load_s=load_s, source=source)
 
 

@@ -186,21 +186,25 @@ def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, 
                      root: np.memmap | None = None) -> dict[str, QuantStorage]:
     type_name, cols = found[0].type_name, int(found[0].shape[0])
     counts = [int(t.data.shape[0]) for t in found]
-    data_shape, table_shape = qkernel.decoded_shapes(type_name, sum(counts), cols)
+    tables = qkernel.compact_tables(lib, type_name)
+    data_shape, table_shape = qkernel.decoded_shapes(type_name, sum(counts), cols, tables)
     _, _, group, nibbles = qkernel.DECODED[type_name]
     data = torch.empty(data_shape, dtype=torch.uint8 if nibbles else torch.int8)
-    scales, offsets = torch.empty(table_shape, dtype=torch.float32), torch.empty(table_shape, dtype=torch.float32)
+    if tables:  # the K-quant's own tables, bytes a row; no float offsets
+        scales, offsets = torch.empty(table_shape, dtype=torch.uint8), torch.empty((sum(counts), 0))
+    else:
+        scales, offsets = torch.empty(table_shape, dtype=torch.float32), torch.empty(table_shape, dtype=torch.float32)
     start = 0
     for name, tensor, count in zip(names, found, counts):
         heads = _file_heads(config, name) if arch in _INTERLEAVED else None
         order = None if heads is None else _deinterleave_order(count, heads)
         qkernel.decode_into(lib, type_name, np.asarray(tensor.data), cols, order, data[start:start + count],
-                            scales[start:start + count], offsets[start:start + count])
+                            scales[start:start + count], offsets[start:start + count], tables)
         if root is not None:
             _release(root, np.asarray(tensor.data))
         start += count
     whole = QuantStorage.of_tensors(data, scales, offsets, cols=cols, group=group, nibbles=nibbles,
-                                    source_type=type_name)
+                                    source_type=type_name, tables=int(tables))
     if len(names) == 1:
         return {names[0]: whole}
     starts = np.cumsum([0, *counts])

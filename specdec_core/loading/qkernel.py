@@ -130,8 +130,8 @@ def _build(compiler: str, target: Path) -> str:
 
 def _declare(lib: ctypes.CDLL) -> None:
     pointer, integer = ctypes.c_void_p, ctypes.c_int
-    lib.specdec_qmatmul.argtypes = [integer, pointer, pointer, pointer, integer, integer, integer, pointer, integer,
-                                    pointer, pointer, integer, integer]
+    lib.specdec_qmatmul.argtypes = [integer, pointer, pointer, pointer, integer, integer, integer, integer, pointer,
+                                    integer, pointer, pointer, integer, integer]
     lib.specdec_qmatmul.restype = integer
     lib.specdec_has_avx2.restype = lib.specdec_has_avx512.restype = integer
     single, long = ctypes.c_float, ctypes.c_long
@@ -139,7 +139,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_rope.argtypes = [pointer, long, integer, integer, integer, pointer, pointer]
     lib.specdec_attend.argtypes = [pointer, long, integer, integer, integer, pointer, pointer, long, long, integer,
                                    integer, pointer, single, pointer, pointer]
-    lib.specdec_decode.argtypes = [integer, pointer, integer, integer, pointer, pointer, pointer, pointer]
+    lib.specdec_decode.argtypes = [integer, pointer, integer, integer, pointer, pointer, pointer, pointer, integer]
     lib.specdec_decode.restype = integer
     lib.specdec_layout.restype = integer
     lib.specdec_relayout.argtypes = [integer, integer, pointer, pointer, integer, integer, integer]
@@ -162,10 +162,12 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 class QWeight(ctypes.Structure):
     """A quantised weight as the C file's layer functions take it (qweight_t): kind, output rows, input columns,
-    group; the data, scale and offset tables' addresses; a float32 bias's address or None."""
+    group; its tables' form (0: a float per group, 1: a K-quant's own); the data, scale and offset tables' addresses; a
+    float32 bias's address or None."""
 
     _fields_ = [("kind", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int), ("g", ctypes.c_int),
-                ("w", ctypes.c_void_p), ("wd", ctypes.c_void_p), ("wm", ctypes.c_void_p), ("bias", ctypes.c_void_p)]
+                ("tables", ctypes.c_int), ("w", ctypes.c_void_p), ("wd", ctypes.c_void_p), ("wm", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p)]
 
 
 class Layer(ctypes.Structure):
@@ -299,23 +301,24 @@ def relayout(lib: ctypes.CDLL, data: torch.Tensor, kind: int, group: int, *, to_
 
 
 def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None,
-           group: int, x: torch.Tensor, threads: int, activation_bytes: int = 2) -> torch.Tensor:
+           group: int, x: torch.Tensor, threads: int, activation_bytes: int = 2, tables: int = 0) -> torch.Tensor:
     """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32. `activation_bytes`: 2 (about
-    15 bits of each activation) or 1 (as llama.cpp's quantised products). offsets None: a weight with none."""
+    15 bits of each activation) or 1 (as llama.cpp's quantised products). offsets None: a weight with none. `tables`
+    1: `scales` holds a K-quant's own tables (compact_tables) and `offsets` only says whether it has offsets."""
     weight = (kind, data.data_ptr(), scales.data_ptr(), None if offsets is None else offsets.data_ptr(),
-              scales.shape[0], group)
+              scales.shape[0], group, tables)
     return product(lib, weight, x, threads, activation_bytes)
 
 
 def product(lib: ctypes.CDLL, weight: tuple, x: torch.Tensor, threads: int, activation_bytes: int = 2) -> torch.Tensor:
-    """`matmul` for a weight given as (kind, data, scales and offsets addresses, output rows, group, ...), the offsets'
-    None where all are zero: a decoding step makes a hundred or more of these calls, so each does no more than
-    allocate its output and call the kernel."""
+    """`matmul` for a weight given as (kind, data, scales and offsets addresses, output rows, group, tables' form, ...),
+    the offsets' None where all are zero: a decoding step makes a hundred or more of these calls, so each does no more
+    than allocate its output and call the kernel."""
     rows, cols = x.shape
     out = torch.empty(rows, weight[4])
     scratch = _scratch(scratch_bytes(rows, cols))
-    status = lib.specdec_qmatmul(weight[0], weight[1], weight[2], weight[3], weight[4], cols, weight[5], x.data_ptr(),
-                                 rows, out.data_ptr(), scratch.data_ptr(), threads, activation_bytes == 2)
+    status = lib.specdec_qmatmul(weight[0], weight[1], weight[2], weight[3], weight[4], cols, weight[5], weight[6],
+                                 x.data_ptr(), rows, out.data_ptr(), scratch.data_ptr(), threads, activation_bytes == 2)
     if status != 0:
         raise ValueError(f"the quantised kernel cannot take a weight of {cols} columns in groups of {weight[5]}")
     return out
@@ -329,23 +332,59 @@ DECODED = {"Q4_0": (0, 32, 32, True), "Q4_1": (1, 32, 32, True), "Q5_0": (2, 32,
            "Q5_K": (6, 256, 32, False), "Q6_K": (7, 256, 16, False)}
 
 
-def decoded_shapes(type_name: str, rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The shapes of a decoded tensor's data [rows, bytes] and of its scale and offset tables [rows, groups]."""
+def decoded_shapes(type_name: str, rows: int, cols: int, tables: bool = False
+                   ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The shapes of a decoded tensor's data [rows, bytes] and of its scale and offset tables [rows, groups] (with
+    `tables`, its own tables [rows, bytes], compact_tables)."""
     _, _, group, nibbles = DECODED[type_name]
-    return (rows, cols // 2 if nibbles else cols), (rows, cols // group)
+    groups = cols // group
+    return (rows, cols // 2 if nibbles else cols), (rows, k_table_bytes(group, groups) if tables else groups)
+
+
+K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
+
+
+def compact_tables(lib: ctypes.CDLL | None, type_name: str) -> bool:
+    """Whether `lib` keeps a tensor of `type_name` with the K-quant's own scale tables (AVX-512 builds: a fifth fewer
+    bytes a step for a Q4_K_M model) rather than a float scale and offset per group."""
+    return layout(lib) == 1 and type_name in K_QUANTS
+
+
+def k_table_bytes(group: int, groups: int) -> int:
+    """Bytes of a row's own K-quant tables (the C file's k_table_bytes)."""
+    return 3 * groups if group == 32 else groups + groups // 4
+
+
+def k_tables_as_floats(table: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A K-quant's own tables [n, bytes] as the float scales and offsets [n, groups] (kernel order) the decoder gives:
+    d * sc and -(dmin * mn), the same floats."""
+    table = table.contiguous()
+    n = table.shape[0]
+    if group == 32:
+        groups = table.shape[1] // 3
+        sc, mn = table[:, :groups].float(), table[:, groups:2 * groups].float()
+        floats = table[:, 2 * groups:].view(torch.float32)
+        d = floats[:, :groups // 8].repeat_interleave(8, dim=1)
+        dmin = floats[:, groups // 8:].repeat_interleave(8, dim=1)
+        return d * sc, -(dmin * mn)
+    groups = table.shape[1] * 4 // 5
+    sc = table[:, :groups].view(torch.int8).float()
+    d = table[:, groups:].view(torch.float32).repeat_interleave(16, dim=1)
+    return d * sc, torch.zeros(n, groups)
 
 
 def decode_into(lib: ctypes.CDLL, type_name: str, raw: np.ndarray, cols: int, order: np.ndarray | None,
-                data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor) -> None:
+                data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, tables: bool = False) -> None:
     """A GGUF tensor's blocks raw [rows, bytes per row] -> data, scales and offsets (contiguous, of decoded_shapes),
-    in `lib`'s layout (`layout`); output row i is raw row order[i] when an order is given."""
+    in `lib`'s layout (`layout`); output row i is raw row order[i] when an order is given. With `tables`
+    (compact_tables), `scales` [rows, bytes] receives the K-quant's own tables and `offsets` is not written."""
     number = DECODED[type_name][0]
     raw = np.ascontiguousarray(raw)
     rows = data.shape[0]
     index = None if order is None else np.ascontiguousarray(order, dtype=np.int32)
     assert data.is_contiguous() and scales.is_contiguous() and offsets.is_contiguous()
     status = lib.specdec_decode(number, raw.ctypes.data, rows, cols, None if index is None else index.ctypes.data,
-                                data.data_ptr(), scales.data_ptr(), offsets.data_ptr())
+                                data.data_ptr(), scales.data_ptr(), offsets.data_ptr(), int(tables))
     if status != 0:
         raise ValueError(f"the kernel cannot decode a {type_name} tensor of {cols} columns")
 

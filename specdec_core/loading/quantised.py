@@ -44,13 +44,16 @@ class QuantStorage(nn.Module):
         natural = qkernel.kernel_order(np.arange(cols // grouped.group, dtype=np.float32)[None, :], grouped.group)
         self.register_buffer("_natural", torch.from_numpy(natural[0]).long().argsort(), persistent=False)
 
+    # 0: `scales` and `offsets` a float per group; 1: `scales` a K-quant's own tables (qkernel.compact_tables)
+    tables = 0
+
     @classmethod
     def of_tensors(cls, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, *, cols: int, group: int,
-                   nibbles: bool, source_type: str) -> QuantStorage:
+                   nibbles: bool, source_type: str, tables: int = 0) -> QuantStorage:
         """A storage over tensors already in the kernel's layout (qkernel.decode_into)."""
         storage = cls.__new__(cls)
         nn.Module.__init__(storage)
-        storage.layout = qkernel.layout(qkernel.library())
+        storage.layout, storage.tables = qkernel.layout(qkernel.library()), tables
         storage.shape, storage.group, storage.kind = (data.shape[0], cols), group, 0 if nibbles else 1
         storage.source_type = source_type
         data = data if nibbles else data.view(torch.int8)  # signed values (the kernel reads either as bytes)
@@ -65,7 +68,7 @@ class QuantStorage(nn.Module):
         `joined` to find again)."""
         piece = QuantStorage.of_tensors(self.data[start:stop], self.scales[start:stop], self.offsets[start:stop],
                                         cols=self.shape[1], group=self.group, nibbles=self.kind == 0,
-                                        source_type=source_type)
+                                        source_type=source_type, tables=self.tables)
         piece.home = (self, start)
         return piece
 
@@ -75,7 +78,7 @@ class QuantStorage(nn.Module):
         index = index.to(self.data.device).long()
         piece = QuantStorage.of_tensors(self.data[index].contiguous(), self.scales[index].contiguous(),
                                         self.offsets[index].contiguous(), cols=self.shape[1], group=self.group,
-                                        nibbles=self.kind == 0, source_type=self.source_type)
+                                        nibbles=self.kind == 0, source_type=self.source_type, tables=self.tables)
         piece.layout, piece.activation_bytes = self.layout, self.activation_bytes
         return piece
 
@@ -96,7 +99,7 @@ class QuantStorage(nn.Module):
         whole = cls.__new__(cls)
         nn.Module.__init__(whole)
         whole.shape = (sum(part.shape[0] for part in parts), first.shape[1])
-        whole.group, whole.kind, whole.layout = first.group, first.kind, first.layout
+        whole.group, whole.kind, whole.layout, whole.tables = first.group, first.kind, first.layout, first.tables
         whole.source_type = "+".join(sorted({part.source_type for part in parts}))
         for name in ("data", "scales", "offsets"):
             joined = torch.cat([getattr(part, name) for part in parts])
@@ -138,7 +141,11 @@ class QuantStorage(nn.Module):
             q = halves.reshape(flat.shape[0], 2, -1, 16).transpose(1, 2).reshape(flat.shape[0], -1)
         else:
             q = raw
-        return q, self.scales[flat][:, self._natural], self.offsets[flat][:, self._natural]
+        scales, offsets = self.scales[flat], self.offsets[flat]
+        if self.tables:
+            scales, offsets = qkernel.k_tables_as_floats(scales.cpu(), self.group)
+            scales, offsets = scales.to(raw.device), offsets.to(raw.device)
+        return q, scales[:, self._natural], offsets[:, self._natural]
 
     activation_bytes = 2  # how finely each product quantises its input rows (set_activation_bytes)
 
@@ -146,6 +153,8 @@ class QuantStorage(nn.Module):
         """The offsets' address for the kernel, or None where every offset is zero (Q4_0, Q5_0, Q6_K and Q8_0 have
         none): the kernel then reads no offsets, a sixth of a Q6_K weight's bytes. Looked at once per tensor."""
         offsets = self._buffers["offsets"]
+        if self.tables:  # a K-quant's own tables: offsets for groups of 32 (Q4_K, Q5_K), none for Q6_K's 16
+            return self._buffers["scales"].data_ptr() if self.group == 32 else None
         known = self.__dict__.get("_offsets_at")
         if known is None or known[0] != offsets.data_ptr():
             address = offsets.data_ptr()
@@ -157,9 +166,9 @@ class QuantStorage(nn.Module):
         data, scales, offsets = buffers["data"], buffers["scales"], buffers["offsets"]
         key = (data.data_ptr(), scales.data_ptr(), offsets.data_ptr())
         weight = self.__dict__.get("_weight")
-        if weight is None or weight[6] != key:  # first use, or the tensors moved (a join, `.to`)
+        if weight is None or weight[7] != key:  # first use, or the tensors moved (a join, `.to`)
             weight = self.__dict__["_weight"] = (self.kind, key[0], key[1], self.offsets_address(), self.shape[0],
-                                                 self.group, key)
+                                                 self.group, self.tables, key)
         return qkernel.product(lib, weight, x, max(1, torch.get_num_threads()), self.activation_bytes)
 
 

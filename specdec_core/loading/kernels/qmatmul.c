@@ -56,7 +56,17 @@ typedef struct {
     float *y;          /* [rows, n] */
     int parts;
     int fine;          /* 1: two bytes per activation (coarse and fine); 0: one byte, as llama.cpp's products use */
+    int tables;        /* 0: wd, wm a float per group; 1: a K-quant's own tables (k_tables, AVX-512 builds) */
 } task_t;
+
+/* ---- A K-quant's own scale tables (AVX-512 builds) ----
+ * Q4_K, Q5_K and Q6_K give each group of 32 (16 for Q6_K) a small integer scale (and, but for Q6_K, an offset) under
+ * a float scale per 256 values. Kept so, a row's tables take 3 bytes a group of 32 (sc, mn, and d, dmin per 256)
+ * instead of 8, and 1.25 a group of 16 instead of 4: a fifth fewer bytes to read for a Q4_K_M model's step. The
+ * products make each group's scale and offset from them as the decoder would (d * sc, -(dmin * mn): the same floats).
+ * A row's table, in bytes: groups of 32: sc [groups], mn [groups], d [groups / 8] and dmin [groups / 8] as floats;
+ * groups of 16: sc [groups] as signed bytes in the table order (half_index), then d [groups / 16] as floats. */
+static inline size_t k_table_bytes(int g, int groups) { return g == 32 ? (size_t)3 * groups : (size_t)groups + groups / 4; }
 
 int specdec_has_avx2(void) { return SPECDEC_AVX2; }
 int specdec_has_avx512(void) { return SPECDEC_AVX512; }
@@ -408,8 +418,9 @@ static void row_s8_16_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of
  * multiply-and-adds (vpdpwssd) of 32 values into each pair's integer sums, alternating between two sums so that
  * consecutive steps do not wait for each other; then the sums of each lane, an exact integer per group, converted and
  * added in with the groups' scales times the row's (wd, xg: the piece's table entries, spread over their lanes). */
-ALWAYS_INLINE void piece_512(const task_t *t, const int kind, const int cols, int col0, int r0, int nr, int first,
-                             const int p, const int steps, const float *xg, __m512 acc[4][ROW_CHUNK]) {
+ALWAYS_INLINE void piece_512(const task_t *t, const int kind, const int ktables, const int cols, int col0, int r0,
+                             int nr, int first, const int p, const int steps, const float *xg,
+                             __m512 acc[4][ROW_CHUNK]) {
     const int g = t->g, groups = t->k / g;
     const size_t row_bytes = kind == 0 ? (size_t)t->k / 2 : (size_t)t->k;
     const size_t wbase = kind == 0 ? (size_t)first * g / 2 : (size_t)first * g, xbase = (size_t)first * g;
@@ -433,9 +444,15 @@ ALWAYS_INLINE void piece_512(const task_t *t, const int kind, const int cols, in
             const char *next = (const char *)t->w + (ahead + c) * row_bytes + wbase;
             if (kind != 0) _mm_prefetch(next + (size_t)s * 32, _MM_HINT_T0);
             else if (s % 4 == 0) _mm_prefetch(next + (size_t)s * 16, _MM_HINT_T0);
-            if (s == 0) {
+            if (s == 0 && !ktables) {
                 _mm_prefetch((const char *)(t->wd + (ahead + c) * groups + first), _MM_HINT_T0);
                 if (t->wm) _mm_prefetch((const char *)(t->wm + (ahead + c) * groups + first), _MM_HINT_T0);
+            } else if (s == 0) {  /* the piece's scale bytes (and offsets'), and its superblocks' floats */
+                const char *table = (const char *)t->wd + (ahead + c) * k_table_bytes(g, groups);
+                _mm_prefetch(table + first, _MM_HINT_T0);
+                _mm_prefetch(table + (g == 32 ? 2 * (size_t)groups + (size_t)first / 2 : (size_t)groups + (size_t)first / 4),
+                             _MM_HINT_T0);
+                if (g == 32) _mm_prefetch(table + groups + first, _MM_HINT_T0);
             }
             const uint8_t *w = t->w + (size_t)(col0 + c) * row_bytes + wbase;
             __m512i a, b;
@@ -475,16 +492,40 @@ ALWAYS_INLINE void piece_512(const task_t *t, const int kind, const int cols, in
      * the tables' order for groups of 16), one lane a group; none for a weight without offsets (wm NULL). */
     const float *sums = g == 16 ? t->xs : t->xw;
     for (int c = 0; c < cols; c++) {
-        __m512 wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + first);
-        __m512 wmv = t->wm ? _mm512_maskz_loadu_ps(some, t->wm + (size_t)(col0 + c) * groups + first)
-                           : _mm512_setzero_ps();
+        __m512 wdv, wmv = _mm512_setzero_ps();
+        if (!ktables) {
+            wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + first);
+            if (t->wm) wmv = _mm512_maskz_loadu_ps(some, t->wm + (size_t)(col0 + c) * groups + first);
+        } else {
+            /* A piece lies within one or two superblocks: 8 groups of 32 each, or 16 groups of 16. */
+            const uint8_t *table = (const uint8_t *)t->wd + (size_t)(col0 + c) * k_table_bytes(g, groups);
+            const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            __m128i sc = _mm_maskz_loadu_epi8(some, table + first);
+            if (g == 32) {
+                const float *super = (const float *)(table + 2 * (size_t)groups);
+                __m512i which = _mm512_srli_epi32(lanes, 3);
+                __m512 d = _mm512_permutexvar_ps(which, _mm512_maskz_loadu_ps(p == 16 ? 0x3 : 0x1, super + first / 8));
+                __m512 dmin = _mm512_permutexvar_ps(which, _mm512_maskz_loadu_ps(p == 16 ? 0x3 : 0x1,
+                                                                                 super + groups / 8 + first / 8));
+                wdv = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+                __m128i mn = _mm_maskz_loadu_epi8(some, table + groups + first);
+                wmv = _mm512_castsi512_ps(_mm512_xor_si512(  /* -(dmin * mn), the sign flipped as the decoder's */
+                    _mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)))),
+                    _mm512_set1_epi32((int)0x80000000)));
+                wmv = _mm512_maskz_mov_ps(some, wmv);
+            } else {
+                const float *super = (const float *)(table + (size_t)groups);
+                wdv = _mm512_mul_ps(_mm512_set1_ps(super[first / 16]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+            }
+            wdv = _mm512_maskz_mov_ps(some, wdv);
+        }
         if (p != 16) wdv = _mm512_permutexvar_ps(spread, wdv);
         for (int i = 0; i < nr; i++) {
             __m512 xgv = _mm512_maskz_loadu_ps(some, xg + (size_t)(r0 + i) * groups + first);
             if (p != 16) xgv = _mm512_permutexvar_ps(spread, xgv);
             acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[c][i], s1[c][i])),
                                         _mm512_mul_ps(wdv, xgv), acc[c][i]);
-            if (t->wm)
+            if (t->wm)  /* (K tables: g == 32 only) */
                 acc[c][i] = _mm512_fmadd_ps(wmv, _mm512_maskz_loadu_ps(some, sums + (size_t)(r0 + i) * groups + first),
                                             acc[c][i]);
         }
@@ -495,8 +536,8 @@ ALWAYS_INLINE void piece_512(const task_t *t, const int kind, const int cols, in
  * with each piece; each output's 16 lanes summed at the end. Several weight rows at once give
  * one activation row independent sums to overlap; each output goes through the same steps in the same order whatever
  * the tile, so the values do not depend on how many rows a call has. */
-ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int halves, const int cols, int col0, int r0,
-                                  int nr) {
+ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int halves, const int ktables, const int cols,
+                                  int col0, int r0, int nr) {
     const int g = halves ? 16 : 32, groups = t->k / g;
     const float *xg = halves ? t->xg : t->xd;
     __m512 acc[4][ROW_CHUNK];
@@ -504,10 +545,10 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
         for (int i = 0; i < nr; i++) acc[c][i] = _mm512_setzero_ps();
     const int whole = groups / 16 * 16;
     for (int first = 0; first < whole; first += 16)
-        piece_512(t, kind, cols, col0, r0, nr, first, 16, g / 2, xg, acc);
+        piece_512(t, kind, ktables, cols, col0, r0, nr, first, 16, g / 2, xg, acc);
     for (int p = 8, first = whole; p >= 1; p >>= 1)
         if ((groups - whole) & p) {
-            piece_512(t, kind, cols, col0, r0, nr, first, p, g * p / 32, xg, acc);
+            piece_512(t, kind, ktables, cols, col0, r0, nr, first, p, g * p / 32, xg, acc);
             first += p;
         }
     for (int c = 0; c < cols; c++)
@@ -515,23 +556,27 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
 }
 
 /* Each shape of tile as a function of its own, its loops of constant length, so that its sums stay in registers. */
-#define TILES_512(name, kind, halves)                                                                                  \
-    static void name##_4x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 4, col, r0, 1); }      \
-    static void name##_2x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 2, col, r0, 2); }      \
-    static void name##_1x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 1); }      \
-    static void name##_1x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 2); }      \
-    static void name##_1x3(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 3); }      \
-    static void name##_1x4(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, 1, col, r0, 4); }      \
+#define TILES_512(name, kind, halves, kt)                                                                              \
+    static void name##_4x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 4, col, r0, 1); }  \
+    static void name##_2x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 2, col, r0, 2); }  \
+    static void name##_1x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 1); }  \
+    static void name##_1x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 2); }  \
+    static void name##_1x3(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 3); }  \
+    static void name##_1x4(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 4); }  \
     static const tile_fn name[6] = {name##_4x1, name##_2x2, name##_1x1, name##_1x2, name##_1x3, name##_1x4};
 typedef void (*tile_fn)(const task_t *, int, int);
-TILES_512(tiles_u4, 0, 0)
-TILES_512(tiles_s8, 1, 0)
-TILES_512(tiles_s8_16, 1, 1)
+TILES_512(tiles_u4, 0, 0, 0)
+TILES_512(tiles_s8, 1, 0, 0)
+TILES_512(tiles_s8_16, 1, 1, 0)
+TILES_512(tiles_u4_k, 0, 0, 1)
+TILES_512(tiles_s8_k, 1, 0, 1)
+TILES_512(tiles_s8_16_k, 1, 1, 1)
 
 /* Columns start .. end - 1 of every row: four weight rows at a time where the rows come one at a time, two where they
  * come in twos, else one weight row with up to ROW_CHUNK activation rows. */
 static void run_part_512(const task_t *t, int start, int end) {
-    const tile_fn *tiles = t->kind == 0 ? tiles_u4 : (t->g == 16 ? tiles_s8_16 : tiles_s8);
+    const tile_fn *tiles = t->tables ? (t->kind == 0 ? tiles_u4_k : (t->g == 16 ? tiles_s8_16_k : tiles_s8_k))
+                                     : (t->kind == 0 ? tiles_u4 : (t->g == 16 ? tiles_s8_16 : tiles_s8));
     for (int col = start; col < end; col += 4) {
         int cols = end - col < 4 ? end - col : 4;
         for (int r0 = 0; r0 < t->rows; r0 += ROW_CHUNK) {
@@ -672,13 +717,15 @@ __attribute__((constructor)) static void register_fork_handler(void) {
 }
 
 /* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values; wm NULL for a weight
- * whose offsets are all zero.
+ * whose offsets are all zero. `tables` 1 (AVX-512 builds, k a multiple of 256): wd points at a K-quant's own tables,
+ * k_table_bytes a row, and wm is only non-NULL where the weight has offsets.
  * scratch: at least rows * (2 * k + 24 * (k / 32)) bytes, 4-byte aligned.
  * Returns 0, or -1 for shapes it cannot take. */
-int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g,
+int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g, int tables,
                     const float *x, int rows, float *y, void *scratch, int threads, int fine) {
     if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32) || rows < 1)
         return -1;
+    if (tables && (!SPECDEC_AVX512 || k % 256 != 0)) return -1;
     int blocks = k / QBLOCK;
     float *xd = (float *)scratch;
     float *xs = xd + (size_t)rows * blocks;
@@ -687,7 +734,7 @@ int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm
     int8_t *xq = (int8_t *)(xg + (size_t)rows * blocks * 2);
     fine = fine != 0;
     quantise_rows(x, rows, k, fine, g, xq, xd, xs, xw, xg);
-    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, xw, xg, rows, y, 1, fine};
+    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, xw, xg, rows, y, 1, fine, tables != 0};
     int parts = threads < 1 ? 1 : (threads > MAX_THREADS ? MAX_THREADS : threads);
     if (n < 64 * parts) parts = 1;  /* too little work to share */
     /* A second thread calling while the workers are busy (a draft beside a verifier) computes alone: the values do
@@ -924,7 +971,7 @@ void specdec_attend(const float *q, long q_stride, int rows, int heads, int dim,
  * and values; the second starts from the cache's keys. */
 
 typedef struct {
-    int kind, n, k, g;
+    int kind, n, k, g, tables;
     const uint8_t *w;
     const float *wd, *wm, *bias;  /* bias: NULL for none */
 } qweight_t;
@@ -947,8 +994,8 @@ void specdec_silu_mul(const float *gate_up, int rows, int inter, float *h) {
 }
 
 static int product(const qweight_t *wt, const float *x, int rows, float *y, void *scratch, int threads, int fine) {
-    int status = specdec_qmatmul(wt->kind, wt->w, wt->wd, wt->wm, wt->n, wt->k, wt->g, x, rows, y, scratch, threads,
-                                 fine);
+    int status = specdec_qmatmul(wt->kind, wt->w, wt->wd, wt->wm, wt->n, wt->k, wt->g, wt->tables, x, rows, y, scratch,
+                                 threads, fine);
     if (status == 0 && wt->bias)
         for (int r = 0; r < rows; r++)
             for (int j = 0; j < wt->n; j++) y[(size_t)r * wt->n + j] += wt->bias[j];
@@ -1184,19 +1231,50 @@ static void decode_block(int type, const uint8_t *b, uint8_t *q, float *d, float
     }
 }
 
+/* The tables of one K-quant block (256 values) into a row's own tables (k_table_bytes): its groups' integer scales and
+ * offsets and its float scales, block b of the row's `blocks`. */
+static void k_block_tables(int type, const uint8_t *b, uint8_t *table, int blocks, int block) {
+    int groups = type == T_Q6_K ? 16 * blocks : 8 * blocks;
+    if (type == T_Q6_K) {
+        int halves_blocks = 8 * blocks;  /* blocks of 32 */
+        for (int g = 0; g < 16; g++) {
+            int b32 = 8 * block + g / 2;
+            table[half_index(b32, g % 2, halves_blocks)] = b[192 + g];
+        }
+        float dd = half_to_float(b + 208);
+        memcpy(table + groups + 4 * (size_t)block, &dd, sizeof dd);
+        return;
+    }
+    const uint8_t *s = b + 4;
+    for (int j = 0; j < 4; j++) {
+        table[8 * block + j] = s[j] & 63;
+        table[groups + 8 * block + j] = s[j + 4] & 63;
+        table[8 * block + j + 4] = (uint8_t)((s[j + 8] & 0x0F) | ((s[j] >> 6) << 4));
+        table[groups + 8 * block + j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+    float dd = half_to_float(b), dmin = half_to_float(b + 2);
+    memcpy(table + 2 * (size_t)groups + 4 * (size_t)block, &dd, sizeof dd);
+    memcpy(table + 2 * (size_t)groups + 4 * (size_t)(blocks + block), &dmin, sizeof dmin);
+}
+
 /* A tensor's rows [rows, bytes per row] of GGUF blocks of `type` -> the kernel's layout: q [rows, cols (/ 2 for the
- * u4 types)], d and m [rows, cols / group] in kernel order. Output row i is input row order[i] (order may be NULL).
+ * u4 types)], d and m [rows, cols / group] in kernel order; or, with `tables` (K-quants in AVX-512 builds), the
+ * row's own tables into d [rows, k_table_bytes] (m unused). Output row i is input row order[i] (order may be NULL).
  * Returns 0, or -1 for a type or shape it does not take. */
-int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *order, uint8_t *q, float *d, float *m) {
+int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *order, uint8_t *q, float *d, float *m,
+                   int tables) {
     static const int per_block[] = {32, 32, 32, 32, 32, 256, 256, 256};
     static const int block_bytes[] = {18, 20, 22, 24, 34, 144, 176, 210};
     static const int groups_per_block[] = {1, 1, 1, 1, 1, 8, 8, 16};
     if (type < 0 || type > T_Q6_K || cols % per_block[type] != 0 || rows < 0) return -1;
+    if (tables && (!SPECDEC_AVX512 || type < T_Q4_K)) return -1;
     int nibbles = type == T_Q4_0 || type == T_Q4_1 || type == T_Q4_K;
     int blocks = cols / per_block[type], gpb = groups_per_block[type], groups = blocks * gpb;
     int group = per_block[type] / gpb, qbytes = nibbles ? cols / 2 : cols, qblock = nibbles ? per_block[type] / 2 : per_block[type];
-    float *nd = group == 16 ? malloc(sizeof(float) * 2 * (size_t)groups) : NULL, *nm = nd ? nd + groups : NULL;
-    if (group == 16 && !nd) return -1;
+    /* A row's float tables, before they are reordered (groups of 16) or not kept (a K-quant's own tables instead). */
+    int staged = group == 16 || tables;
+    float *nd = staged ? malloc(sizeof(float) * 2 * (size_t)groups) : NULL, *nm = nd ? nd + groups : NULL;
+    if (staged && !nd) return -1;
     /* An AVX-512 build's layout: each row decoded into `natural`, then laid out. */
     layout_map_t map = {0};
     uint8_t *natural = NULL;
@@ -1207,12 +1285,18 @@ int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *
     }
     for (int r = 0; r < rows; r++) {
         const uint8_t *src = raw + (size_t)(order ? order[r] : r) * blocks * block_bytes[type];
-        float *dr = group == 16 ? nd : d + (size_t)r * groups, *mr = group == 16 ? nm : m + (size_t)r * groups;
+        float *dr = staged ? nd : d + (size_t)r * groups, *mr = staged ? nm : m + (size_t)r * groups;
         uint8_t *row = natural ? natural : q + (size_t)r * qbytes;
         for (int b = 0; b < blocks; b++)
             decode_block(type, src + (size_t)b * block_bytes[type], row + (size_t)b * qblock, dr + (size_t)b * gpb,
                          mr + (size_t)b * gpb);
         if (natural) relayout_row(&map, natural, q + (size_t)r * qbytes, 0);
+        if (tables) {
+            uint8_t *table = (uint8_t *)d + (size_t)r * k_table_bytes(group, groups);
+            for (int b = 0; b < blocks; b++)
+                k_block_tables(type, src + (size_t)b * block_bytes[type], table, blocks, b);
+            continue;
+        }
         if (group == 16) {  /* groups of 16 in kernel order (half_index over blocks of 32) */
             int halves_blocks = cols / QBLOCK;
             for (int b = 0; b < halves_blocks; b++)
