@@ -60,7 +60,7 @@ def format_bench(result: dict) -> str:
             f"gamma {setup['gamma']}"
             f"{' (adaptive)' if setup['adaptive'] else ''}, {setup['max_new_tokens']} new tokens, "
             f"temperature {setup['temperature']}, {setup['prompts']} prompts x {setup['repeats']} repeats, "
-            f"{setup['torch_threads']} thread(s), {setup['machine']}")
+            f"{setup['torch_threads']} thread(s){_kernel_note(setup)}, {setup['machine']}")
     figures = _bench_figures(result)
     width = max(len(name) for name, _ in figures)
     lines = [head, ""] + [f"{name.ljust(width)}  {value}" for name, value in figures]
@@ -348,6 +348,12 @@ def _llama_cpp_server(args):
     return find_server(args.llama_cpp)
 
 
+def _kernel_note(setup: dict) -> str:
+    """The header's note of the quantised kernel's threads, where they are not as many as PyTorch's."""
+    kernel = setup.get("kernel_threads")
+    return f" (products on {kernel})" if kernel and kernel != setup["torch_threads"] else ""
+
+
 def _llama_cpp_lanes(args, server, pair, cases, config, result: dict) -> dict:
     """llama.cpp alone and with the draft (llama_cpp.py), on our GGUF files, prompts and thread count."""
     import torch
@@ -359,7 +365,12 @@ def _llama_cpp_lanes(args, server, pair, cases, config, result: dict) -> dict:
 
     models = lane_models(args.verifier or defaults.VERIFIER, pair.draft.spec if pair.draft else None,
                          default_cache_dir())
-    settings = LaneSettings(threads=torch.get_num_threads(), max_new_tokens=config.max_new_tokens,
+    from specdec_core.loading import qkernel, quantised
+
+    # llama.cpp gets the threads our verifier's products use: the kernel's (both CPUs of a 2-CPU machine) or PyTorch's.
+    kernel = pair.verifier.device.type == "cpu" and quantised.runs_gguf_types(pair.verifier.weights)
+    settings = LaneSettings(threads=qkernel.threads() if kernel else torch.get_num_threads(),
+                            max_new_tokens=config.max_new_tokens,
                             repeats=args.repeats, draft_max=config.gamma, temperature=config.temperature,
                             top_k=config.top_k, top_p=config.top_p, seed=config.seed)
     ours = [row["text"] for row in result["per_prompt"]] if config.greedy else None

@@ -60,4 +60,5 @@ def set_threads(threads: int | None) -> int:
             raise ConfigError(f"--threads must be from 1 to {max_threads()}, {THREADS_PER_CPU} per logical CPU "
                               f"here (got {threads})")
         torch.set_num_threads(threads)
+        os.environ["SPECDEC_THREADS"] = str(threads)  # the quantised kernel's products follow it (qkernel.threads)
     return torch.get_num_threads()

@@ -56,7 +56,7 @@ def _key(model: LoadedModel) -> str | None:
     if model.weights and model.device.type == "cpu":  # and which build of the kernel runs them: a new one starts afresh
         from specdec_core.loading import qkernel
 
-        weights += f"-k{qkernel.build_id()[:8]}"
+        weights += f"-k{qkernel.build_id()[:8]}-t{qkernel.threads()}"
     return (f"v{_VERSION}-{machine_key()}{kind}-{model.name}-{params}-{str(model.dtype).removeprefix('torch.')}{plans}"
             f"{weights}")
 

@@ -157,7 +157,7 @@ class _LeanLayer:
         if rotary:
             cos, sin = cos.reshape(length, -1).contiguous(), sin.reshape(length, -1).contiguous()
         fused = self._fused() if rotary else None
-        threads, fine = max(1, torch.get_num_threads()), self.o_proj.activation_bytes == 2
+        threads, fine = qkernel.threads(), self.o_proj.activation_bytes == 2
         if fused is not None and cache is not None:
             out = self._step(fused, rows, cos, sin, cache, attention_mask, length, threads, fine)
             if out is not None:
@@ -322,7 +322,7 @@ class _LeanStack:
             stack.head_strides[i], stack.pos_strides[i] = key.stride(0), key.stride(1)
         lean = self.leans[0]
         rows = qkernel.stack_step(self.lib, stack, hidden.reshape(length, -1).contiguous(), cos, sin, start,
-                                  _visible_bytes(mask, length, keys), max(1, torch.get_num_threads()),
+                                  _visible_bytes(mask, length, keys), qkernel.threads(),
                                   lean.o_proj.activation_bytes == 2)
         hidden = self.decoder.norm(rows.view(1, length, -1))
         return BaseModelOutputWithPast(last_hidden_state=hidden, **{self._cache_field: cache})

@@ -36,6 +36,26 @@ def _flag_sets() -> tuple[list[str], ...]:
     return _FLAG_SETS
 
 
+@functools.cache
+def _cpus() -> int:
+    from specdec_core.defaults import available_cpus
+
+    return available_cpus()
+
+
+def threads() -> int:
+    """Threads for one product: the count the user chose ($SPECDEC_THREADS, or `--threads`, which sets it), which
+    PyTorch also runs; else PyTorch's count, except on a machine with 2 logical CPUs, where PyTorch keeps one
+    (commands/threads.py) and the products use both. PyTorch's spinning threads can slow a pass many times when another
+    program takes a core; the kernel's pool runs a product on the caller alone whenever a worker lagged behind it
+    (the C file's g_alone), so a busy core costs it about what one thread would."""
+    torch_threads = max(1, torch.get_num_threads())
+    chosen = os.environ.get("SPECDEC_THREADS", "").strip()
+    if chosen.isdigit() and int(chosen) > 0:
+        return torch_threads
+    return 2 if _cpus() == 2 else torch_threads
+
+
 def unavailable_reason() -> str:
     return _reason[-1] if _reason else ""
 

@@ -169,7 +169,7 @@ class QuantStorage(nn.Module):
         if weight is None or weight[7] != key:  # first use, or the tensors moved (a join, `.to`)
             weight = self.__dict__["_weight"] = (self.kind, key[0], key[1], self.offsets_address(), self.shape[0],
                                                  self.group, self.tables, key)
-        return qkernel.product(lib, weight, x, max(1, torch.get_num_threads()), self.activation_bytes)
+        return qkernel.product(lib, weight, x, qkernel.threads(), self.activation_bytes)
 
 
 class QuantLinear(nn.Module):

@@ -479,11 +479,20 @@ def _setup(config: GenerationConfig, settings: BenchSettings, verifier, engine, 
         "gamma": config.gamma, "adaptive": config.adaptive, "max_new_tokens": config.max_new_tokens,
         "tree_nodes": engine.tree_nodes(config) if engine.grows_trees else 0,
         "temperature": config.temperature, "seed": config.seed, "repeats": settings.repeats,
-        "prompts": n_prompts, "torch_threads": torch.get_num_threads(),
+        "prompts": n_prompts, "torch_threads": torch.get_num_threads(), "kernel_threads": _kernel_threads(verifier),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default (spin)"),
         "torch": torch.__version__, "transformers": transformers.__version__,
         "machine": machine_description(verifier.device),
     }
+
+
+def _kernel_threads(verifier: LoadedModel) -> int | None:
+    """The threads of a quantised verifier's products in the kernel (qkernel.threads), or None where it runs none."""
+    from specdec_core.loading import qkernel, quantised
+
+    if verifier.device.type != "cpu" or not quantised.runs_gguf_types(verifier.weights):
+        return None
+    return qkernel.threads()
 
 
 def machine_description(device=None) -> str:

@@ -129,6 +129,29 @@ def test_a_k_quant_kept_with_its_own_tables_multiplies_bit_for_bit_as_with_a_flo
         assert torch.equal(got, expected), rows
 
 
+def test_the_products_use_both_cpus_of_a_two_cpu_machine_unless_the_user_chose_a_count(monkeypatch):
+    """PyTorch keeps one thread on a 2-CPU machine (threads.py); the kernel's pool, which runs a product alone where a
+    worker lags, uses both. A count the user chose (SPECDEC_THREADS, --threads) is the count; larger machines keep
+    PyTorch's."""
+    from specdec_core.commands import threads
+
+    monkeypatch.delenv("SPECDEC_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        for cpus, expected in ((2, 2), (1, 1), (8, 1)):
+            monkeypatch.setattr(qkernel, "_cpus", lambda cpus=cpus: cpus)
+            assert qkernel.threads() == expected, cpus
+        monkeypatch.setattr(qkernel, "_cpus", lambda: 2)
+        monkeypatch.setenv("SPECDEC_THREADS", "1")
+        assert qkernel.threads() == 1
+        monkeypatch.delenv("SPECDEC_THREADS")
+        threads.set_threads(1)  # --threads 1
+        assert qkernel.threads() == 1 and os.environ["SPECDEC_THREADS"] == "1"
+    finally:
+        torch.set_num_threads(before)
+
+
 @needs_kernel
 def test_a_quantised_layer_gives_back_its_rows_exactly_as_the_file_defines_them():
     grouped = gguf_blocks.decode("Q4_K", _blocks(np.zeros((8, 512)), GGMLQuantizationType.Q4_K, 5), 512)
