@@ -11,6 +11,25 @@ LOAD_TIMEOUT_MS = 60_000
 REPLY_TIMEOUT_MS = 60_000
 
 
+@pytest.fixture(autouse=True)
+def _garbage_collected_on_the_gui_thread(qapp):
+    """The app collects cyclic garbage on the GUI thread only while its window is open (app/gc_pin.py), because a
+    collection on another thread finalises Qt objects there. Tests make widgets without a window, and a collection
+    started by a test's reply or loading thread crashed the GUI thread's painting (a segfault in pyqtgraph's
+    GraphicsView.paintEvent, 3 suite runs in about 15). So through each test automatic collection is off, and what the
+    test leaves is collected here, on the GUI thread. What was alive before it is frozen, so that the collection walks
+    only the test's own objects."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    gc.freeze()
+    yield
+    gc.collect()
+    if enabled:
+        gc.enable()
+
+
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch):
     d = tmp_path / "data"

@@ -421,6 +421,7 @@ def test_garbage_is_collected_on_the_gui_thread_only_while_a_window_is_open(make
 
     from app import gc_pin
 
+    gc.enable()  # as in the app before its window opens (the tests' own fixture keeps it off otherwise)
     w = make_window(load=False)
     assert not gc.isenabled() and gc_pin.collector().active
     finalised_on: list[str] = []
@@ -452,6 +453,7 @@ def test_the_gui_thread_collector_makes_a_full_collection_only_when_the_old_gene
 
     from app.gc_pin import GuiThreadCollector
 
+    gc.enable()  # as in the app before its window opens (the tests' own fixture keeps it off otherwise)
     c = GuiThreadCollector()
     c.acquire()
     try:
@@ -480,6 +482,7 @@ def test_the_gui_thread_collector_collects_nothing_while_paused_and_thaws_at_the
         def __init__(self) -> None:
             self.me = self
 
+    gc.enable()  # as in the app before its window opens (the tests' own fixture keeps it off otherwise)
     c = GuiThreadCollector()
     c.acquire()
     try:
