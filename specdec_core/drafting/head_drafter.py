@@ -47,6 +47,7 @@ class HeadDrafter(DrafterBase):
         self.verifier_forward: CachedForward | None = None
         self.forward_s = 0.0  # time inside the head and its output rows (benchmarks: engine overhead is the rest)
         self._lib = None  # the quantised kernel, where the head runs its layers in it (attach)
+        self._loaded_weights = head.weights  # what the head's layers hold as loaded (floats)
         self._fast: tuple[tuple, torch.nn.Module] | None = None  # (the head's weight versions, its 8-bit copy)
 
     def attach(self, target: DraftTarget) -> None:
@@ -74,8 +75,9 @@ class HeadDrafter(DrafterBase):
                 storage.data.device.type == "cpu":
             self.output = quantised.QuantLinear(storage.select(self.head_ids), None, output._lib)
             self._output_dtype = torch.float32
-            # And its own layers in 8 bits, in groups of 32, from the same kernel (_runner).
+            # And its own layers in 8 bits, in groups of 32, from the same kernel (_runner); the head's format says so.
             self._lib = output._lib if self.draft.dtype == torch.float32 else None
+            self.draft.weights = "int8" if self._lib is not None else self._loaded_weights
         else:
             rows = quantised.output_rows(output, self.head_ids).to(self.draft.device, self.draft.dtype)
             self.output = self.draft.head_output or torch.nn.Linear(rows.shape[1], rows.shape[0], bias=False,
@@ -83,6 +85,7 @@ class HeadDrafter(DrafterBase):
             self.output.weight = torch.nn.Parameter(rows, requires_grad=False)
             self._output_dtype = rows.dtype
             self._lib = None
+            self.draft.weights = self._loaded_weights
         self.reset_cache()
 
     def reset(self, seed: int) -> None:

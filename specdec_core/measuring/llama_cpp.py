@@ -13,6 +13,7 @@ JSON; a lane that cannot run says why in one line (`skipped` or `failed`) instea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -350,17 +351,28 @@ def lane_models(verifier_spec: str, draft_spec: str | None, cache_dir: Path) -> 
 
 def run_llama_cpp(binary: Path, models: LaneModels, prompts: Sequence[Sequence[int]], names: Sequence[str],
                   settings: LaneSettings, ours: Sequence[str] | None = None,
-                  say: Callable[[str], None] = lambda message: None) -> dict[str, Any]:
-    """Both lanes, one after the other; each that cannot run says why in `skipped` or `failed`."""
+                  say: Callable[[str], None] = lambda message: None, alone_threads: Sequence[int] = ()
+                  ) -> dict[str, Any]:
+    """Both lanes, one after the other; each that cannot run says why in `skipped` or `failed`. `alone_threads`: other
+    thread counts to run llama.cpp alone at too (its lane then named with the count), where its best may lie
+    elsewhere than at our count (a small model on a 2-CPU machine runs faster on one thread than on two beside the
+    server's own)."""
     out: dict[str, Any] = {"server": str(binary), "version": server_version(binary), "prompt_format": PROMPT_FORMAT,
                            "threads": settings.threads, "lanes": []}
-    for lane, draft, skip in ((ALONE, None, models.verifier_skip), (WITH_DRAFT, models.draft, models.draft_skip)):
+    counts = [settings.threads, *sorted({t for t in alone_threads if t != settings.threads})]
+    plan = [(ALONE, None, models.verifier_skip, t) for t in counts]
+    plan.append((WITH_DRAFT, models.draft, models.draft_skip, settings.threads))
+    for lane, draft, skip, threads in plan:
+        if threads != settings.threads:
+            lane = f"{lane}, {threads} thread{'s' if threads > 1 else ''}"
         if skip or models.verifier is None:
             say(f"{lane}: skipped, {skip}")
             out["lanes"].append({"lane": lane, "skipped": skip})
             continue
         try:
-            out["lanes"].append(run_lane(lane, binary, models.verifier, draft, prompts, names, settings, ours, say))
+            result = run_lane(lane, binary, models.verifier, draft, prompts, names,
+                              dataclasses.replace(settings, threads=threads), ours, say)
+            out["lanes"].append({**result, "threads": threads})
         except LlamaCppError as error:
             say(f"{lane}: failed, {error}")
             out["lanes"].append({"lane": lane, "failed": str(error)})

@@ -77,7 +77,10 @@ def remember(cache_dir: Path | None, gguf: Path | None, llama_cpp: dict, ours_al
     from specdec_core.measuring.llama_cpp import ALONE, WITH_DRAFT
 
     lanes = {lane.get("lane"): lane for lane in llama_cpp.get("lanes", [])}
-    alone, drafted = lanes.get(ALONE, {}), lanes.get(WITH_DRAFT, {})
+    drafted = lanes.get(WITH_DRAFT, {})
+    # llama.cpp alone at its best, where it ran at more than one thread count (run_llama_cpp's alone_threads)
+    alone = max((lane for name, lane in lanes.items() if name and (name == ALONE or name.startswith(ALONE + ","))
+                 and lane.get("tokens_per_s")), key=lambda lane: lane["tokens_per_s"], default={})
     if not alone.get("tokens_per_s"):
         return None
     with_draft = drafted.get("tokens_per_s")
@@ -86,7 +89,7 @@ def remember(cache_dir: Path | None, gguf: Path | None, llama_cpp: dict, ours_al
         ours_alone_tokens_per_s=float(ours_alone) if ours_alone else None,
         with_draft_tokens_per_s=float(with_draft) if with_draft else None,
         draft=Path(drafted["draft"]).name if with_draft and drafted.get("draft") else None,
-        threads=int(llama_cpp.get("threads") or 1),
+        threads=int(alone.get("threads") or llama_cpp.get("threads") or 1),
         version=str(llama_cpp.get("version") or "?").removeprefix("version:").strip(),  # "version: 6969 (abc)"
         measured=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         prompts=prompts, max_new_tokens=max_new_tokens)

@@ -175,6 +175,23 @@ def test_the_draft_lane_passes_the_draft_and_reads_acceptance_and_tokens_per_ste
     assert lane["draft_max"] == 3 and "same_text_as_ours" not in lane["per_prompt"][0]
 
 
+def test_llama_cpp_alone_also_runs_at_another_thread_count_and_its_best_is_the_figure_kept(fake_server, tmp_path):
+    """Where our products run on both CPUs and PyTorch on one, llama.cpp alone runs at both counts (a small model on a
+    2-CPU machine is faster on one thread than on two beside the server's own), and the app is shown its best."""
+    from specdec_core.measuring import llama_cpp_figures
+
+    binary, record = fake_server
+    models = LaneModels(tmp_path / "verifier.gguf", tmp_path / "draft.gguf")
+    result = run_llama_cpp(binary, models, PROMPTS, ["a", "b"], SETTINGS, alone_threads=(1, 2))
+    assert [(lane["lane"], lane["threads"]) for lane in result["lanes"]] == [
+        (ALONE, 2), (f"{ALONE}, 1 thread", 1), (WITH_DRAFT, 2)]
+    argvs = recorded(record, "argv")
+    assert [argv[argv.index("--threads") + 1] for argv in argvs] == ["2", "1", "2"]
+    result["lanes"][1]["tokens_per_s"] = 150.0  # as if one thread had been the faster
+    kept = llama_cpp_figures.remember(tmp_path / "cache", models.verifier, result, 120.0, 2, 12)
+    assert kept is not None and (kept.alone_tokens_per_s, kept.threads) == (150.0, 1)
+
+
 @pytest.mark.parametrize("mode, message", [
     ("crash", "ended while starting (exit code 3): llama_model_load: error loading model"),
     ("never-ready", "was not ready within 1 s"),

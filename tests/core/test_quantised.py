@@ -257,6 +257,7 @@ def test_a_draft_head_beside_a_quantised_verifier_drafts_from_its_rows_in_their_
     assert torch.equal(drafter.output.storage.rows(torch.arange(150)), output.storage.rows(drafter.head_ids))
     runner = drafter._runner()
     assert runner is not head.model and runner is drafter._runner()  # made once while the weights stay
+    assert head.weights == "int8"  # what the models line and the bench show for the draft
     assert not any(type(m) is torch.nn.Linear for m in runner.modules())
     assert {m.storage.source_type for m in runner.modules() if isinstance(m, quantised.QuantLinear)} == {"int8"}
 
