@@ -365,11 +365,8 @@ def _llama_cpp_lanes(args, server, pair, cases, config, result: dict) -> dict:
 
     models = lane_models(args.verifier or defaults.VERIFIER, pair.draft.spec if pair.draft else None,
                          default_cache_dir())
-    from specdec_core.loading import qkernel, quantised
-
     # llama.cpp gets the threads our verifier's products use: the kernel's (both CPUs of a 2-CPU machine) or PyTorch's.
-    kernel = pair.verifier.device.type == "cpu" and quantised.runs_gguf_types(pair.verifier.weights)
-    settings = LaneSettings(threads=qkernel.threads() if kernel else torch.get_num_threads(),
+    settings = LaneSettings(threads=result["setup"].get("kernel_threads") or torch.get_num_threads(),
                             max_new_tokens=config.max_new_tokens,
                             repeats=args.repeats, draft_max=config.gamma, temperature=config.temperature,
                             top_k=config.top_k, top_p=config.top_p, seed=config.seed)

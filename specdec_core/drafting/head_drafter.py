@@ -70,10 +70,9 @@ class HeadDrafter(DrafterBase):
         # quantisation on the CPU lends them in it, for the kernel's products: a third of the bytes of floats to read
         # at every drafted token. Else the layer the loader made for the head (on a CPU it takes the product form
         # measured fastest here, as the models' layers do), or a plain one, holds them as floats.
-        storage = getattr(output, "storage", None)
         if isinstance(output, quantised.QuantLinear) and self.draft.device.type == "cpu" and \
-                storage.data.device.type == "cpu":
-            self.output = quantised.QuantLinear(storage.select(self.head_ids), None, output._lib)
+                output.storage.data.device.type == "cpu":
+            self.output = quantised.QuantLinear(output.storage.select(self.head_ids), None, output._lib)
             self._output_dtype = torch.float32
             # And its own layers in 8 bits, in groups of 32, from the same kernel (_runner); the head's format says so.
             self._lib = output._lib if self.draft.dtype == torch.float32 else None

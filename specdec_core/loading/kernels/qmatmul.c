@@ -109,13 +109,23 @@ static inline void piece_of(int ti, int groups, int *start, int *size) {
     *start = ti; *size = 1;  /* not reached for ti < groups */
 }
 
-/* Where values 2j and 2j + 1 of table group `ti` lie in the interleaved layout: the index (in values from the row's
- * start) of value 2j. */
-static inline int pair_position(int ti, int j, int groups, int g) {
+/* Where table group `ti`'s values lie in the interleaved layout: its piece's first value and its first lane (`base`,
+ * in values from the row's start), and its lanes a step; pair_in then places each of its pairs. */
+static inline void group_lanes(int ti, int groups, int g, int *base, int *lanes) {
     int start, p;
     piece_of(ti, groups, &start, &p);
-    int lanes = 16 / p, step = j / lanes, lane = (ti - start) * lanes + j % lanes;
-    return start * g + step * 32 + 2 * lane;
+    *lanes = 16 / p;
+    *base = start * g + 2 * (ti - start) * *lanes;
+}
+
+/* The index (in values from the row's start) of value 2j of a group whose lanes group_lanes gave. */
+static inline int pair_in(int base, int lanes, int j) { return base + j / lanes * 32 + 2 * (j % lanes); }
+
+/* Where values 2j and 2j + 1 of table group `ti` lie in the interleaved layout: the index of value 2j. */
+static inline int pair_position(int ti, int j, int groups, int g) {
+    int base, lanes;
+    group_lanes(ti, groups, g, &base, &lanes);
+    return pair_in(base, lanes, j);
 }
 
 /* The natural column of value v of table group ti (groups of 16 lie in half_index's order). */
@@ -238,11 +248,12 @@ static void quantise_rows(const float *x, int rows, int k, int fine, int g, int8
             int16_t *halves[2] = {values, values + 16};
             quantise_block(src, inv, fine, NULL, NULL, halves, sums);
             for (int h = 0; h < QBLOCK / g; h++) {
-                int ti = g == 32 ? b : (int)half_index(b, h, blocks);
+                int ti = g == 32 ? b : (int)half_index(b, h, blocks), base, lanes;
+                group_lanes(ti, groups, g, &base, &lanes);  /* once a group: this runs for every row of every product */
                 for (int j = 0; j < g / 2; j++) {
                     int32_t pair;
                     memcpy(&pair, values + h * 16 + 2 * j, sizeof pair);
-                    memcpy(row16 + pair_position(ti, j, groups, g), &pair, sizeof pair);
+                    memcpy(row16 + pair_in(base, lanes, j), &pair, sizeof pair);
                 }
                 if (g == 16) xg[(size_t)r * groups + ti] = unit;
             }
