@@ -162,7 +162,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_decode.argtypes = [integer, pointer, integer, integer, pointer, pointer, pointer, pointer, integer]
     lib.specdec_decode.restype = integer
     lib.specdec_layout.restype = integer
-    lib.specdec_relayout.argtypes = [integer, integer, pointer, pointer, integer, integer, integer]
+    lib.specdec_relayout.argtypes = [integer, integer, pointer, pointer, integer, integer, integer, integer]
     lib.specdec_relayout.restype = integer
     lib.specdec_silu_mul.argtypes = [pointer, integer, integer, pointer]
     for name in ("specdec_rmsnorm", "specdec_rope", "specdec_attend", "specdec_silu_mul"):
@@ -301,21 +301,26 @@ def scratch_bytes(rows: int, cols: int) -> int:
     return rows * (2 * cols + 24 * (cols // 32)) + 64
 
 
-def layout(lib: ctypes.CDLL | None) -> int:
-    """How `lib` lays out a weight's values: 0, as pack_rows does (the natural layout); 1, interleaved so that each lane
-    of a 512-bit vector sums one group (AVX-512 builds; see the C file). None: no kernel, the natural layout."""
-    return 0 if lib is None else int(lib.specdec_layout())
+def layout(lib: ctypes.CDLL | None, activation_bytes: int = 2) -> int:
+    """How `lib` lays out a weight's values for products with activations of `activation_bytes`: 0, as pack_rows does
+    (the natural layout); in AVX-512 builds interleaved so that each lane of a 512-bit vector sums one group (see the C
+    file), 1 in pairs (16-bit activations) or 2 in quads (one-byte activations). None: no kernel, the natural layout."""
+    if lib is None or not lib.specdec_layout():
+        return 0
+    return 1 if activation_bytes == 2 else 2
 
 
-def relayout(lib: ctypes.CDLL, data: torch.Tensor, kind: int, group: int, *, to_natural: bool = False) -> torch.Tensor:
-    """data [rows, bytes] (pack_rows' layout, or `lib`'s with to_natural) in `lib`'s layout (or back): a new tensor,
-    or data itself where the two layouts are one."""
-    if layout(lib) == 0:
+def relayout(lib: ctypes.CDLL, data: torch.Tensor, kind: int, group: int, *, to_natural: bool = False,
+             layout: int = 1) -> torch.Tensor:
+    """data [rows, bytes] (pack_rows' layout, or the interleaved `layout` with to_natural) in the interleaved `layout`
+    (or back): a new tensor, or data itself where `lib` has no interleaved layouts or `layout` is 0."""
+    if lib is None or not lib.specdec_layout() or layout == 0:
         return data
     data = data.contiguous()
     out = torch.empty_like(data)
     cols = data.shape[1] * (2 if kind == 0 else 1)
-    if lib.specdec_relayout(kind, group, data.data_ptr(), out.data_ptr(), data.shape[0], cols, int(to_natural)) != 0:
+    if lib.specdec_relayout(kind, group, data.data_ptr(), out.data_ptr(), data.shape[0], cols, int(to_natural),
+                            int(layout == 2)) != 0:
         raise ValueError(f"the kernel cannot lay out a weight of {cols} columns in groups of {group}")
     return out
 
@@ -469,11 +474,12 @@ def _self_check(lib: ctypes.CDLL) -> bool:
                        m=rng.standard_normal((96, 14)).astype(np.float32) * 0.01, group=16, nibbles=False)
     for grouped in (requantise(weight, bits=4), eight, sixteens):
         kind = 0 if grouped.nibbles else 1
-        data = relayout(lib, torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles)), kind, grouped.group)
+        natural = torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles))
         scales = torch.from_numpy(kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(kernel_order(grouped.m, grouped.group))
         expected = x.numpy() @ grouped.dequantise().T
         for size in (2, 1):
+            data = relayout(lib, natural, kind, grouped.group, layout=layout(lib, size))
             together = matmul(lib, kind, data, scales, offsets, grouped.group, x, 2, size)
             alone = torch.cat([matmul(lib, kind, data, scales, offsets, grouped.group, x[i:i + 1].contiguous(), 1,
                                       size) for i in range(x.shape[0])])

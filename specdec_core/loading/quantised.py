@@ -33,9 +33,9 @@ class QuantStorage(nn.Module):
         self.kind = 0 if grouped.nibbles else 1
         self.source_type = source_type  # the GGUF type it came from ("Q4_K"), or "int4"/"int8" when quantised here
         lib = qkernel.library()
-        self.layout = qkernel.layout(lib)  # the kernel's layout of `data` (qkernel.layout): decoded by that kernel
+        self._form = [qkernel.layout(lib), 2]
         natural = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
-        self.register_buffer("data", qkernel.relayout(lib, natural, self.kind, self.group) if self.layout else natural,
+        self.register_buffer("data", qkernel.relayout(lib, natural, self.kind, self.group, layout=self.layout),
                              persistent=False)
         self.register_buffer("scales", torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group)),
                              persistent=False)
@@ -47,13 +47,43 @@ class QuantStorage(nn.Module):
     # 0: `scales` and `offsets` a float per group; 1: `scales` a K-quant's own tables (qkernel.compact_tables)
     tables = 0
 
+    # [the kernel's layout of `data` (qkernel.layout), the bytes each product quantises an input value to]: one list
+    # shared with the parts that view this storage's tensors, whose layout changes with it
+    _form: list[int]
+
+    @property
+    def layout(self) -> int:
+        return self._form[0]
+
+    @property
+    def activation_bytes(self) -> int:
+        """How finely each product quantises its input rows: 2 bytes a value (about 15 bits, the default) or 1 (as
+        llama.cpp does: half the multiplies in the AVX-512 build, and a small model's replies may change)."""
+        return self._form[1]
+
+    @activation_bytes.setter
+    def activation_bytes(self, size: int) -> None:
+        if size not in (1, 2):
+            raise ValueError(f"activations are quantised to 1 or 2 bytes, not {size}")
+        home = getattr(self, "home", (None, 0))[0]
+        if home is not None and home._form is self._form:  # a view of `home`'s tensors: it lays out all of them
+            home.activation_bytes = size
+            return
+        lib = qkernel.library()
+        wanted = qkernel.layout(lib, size)
+        if wanted != self.layout:  # in place, so that the parts' views follow
+            data = self._buffers["data"]
+            natural = qkernel.relayout(lib, data, self.kind, self.group, to_natural=True, layout=self.layout)
+            data.copy_(qkernel.relayout(lib, natural, self.kind, self.group, layout=wanted))
+        self._form[:] = [wanted, size]
+
     @classmethod
     def of_tensors(cls, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, *, cols: int, group: int,
                    nibbles: bool, source_type: str, tables: int = 0) -> QuantStorage:
         """A storage over tensors already in the kernel's layout (qkernel.decode_into)."""
         storage = cls.__new__(cls)
         nn.Module.__init__(storage)
-        storage.layout, storage.tables = qkernel.layout(qkernel.library()), tables
+        storage._form, storage.tables = [qkernel.layout(qkernel.library()), 2], tables
         storage.shape, storage.group, storage.kind = (data.shape[0], cols), group, 0 if nibbles else 1
         storage.source_type = source_type
         data = data if nibbles else data.view(torch.int8)  # signed values (the kernel reads either as bytes)
@@ -69,7 +99,7 @@ class QuantStorage(nn.Module):
         piece = QuantStorage.of_tensors(self.data[start:stop], self.scales[start:stop], self.offsets[start:stop],
                                         cols=self.shape[1], group=self.group, nibbles=self.kind == 0,
                                         source_type=source_type, tables=self.tables)
-        piece.home = (self, start)
+        piece.home, piece._form = (self, start), self._form
         return piece
 
     def select(self, index: torch.Tensor) -> QuantStorage:
@@ -79,14 +109,16 @@ class QuantStorage(nn.Module):
         piece = QuantStorage.of_tensors(self.data[index].contiguous(), self.scales[index].contiguous(),
                                         self.offsets[index].contiguous(), cols=self.shape[1], group=self.group,
                                         nibbles=self.kind == 0, source_type=self.source_type, tables=self.tables)
-        piece.layout, piece.activation_bytes = self.layout, self.activation_bytes
+        piece._form = list(self._form)
         return piece
 
     @classmethod
     def joined(cls, parts: list[QuantStorage]) -> QuantStorage:
-        """One storage with the rows of `parts` (all of one layout) in order, for one product over all of them;
+        """One storage with the rows of `parts` in order (laid out as the first), for one product over all of them;
         each part's tensors become views of their rows in it, so the weights are held once."""
         first = parts[0]
+        for part in parts[1:]:
+            part.activation_bytes = first.activation_bytes
         home = getattr(first, "home", (None, 0))[0]
         start = 0
         for part in parts:  # parts of one storage, in order and covering it: that storage is the join
@@ -99,7 +131,7 @@ class QuantStorage(nn.Module):
         whole = cls.__new__(cls)
         nn.Module.__init__(whole)
         whole.shape = (sum(part.shape[0] for part in parts), first.shape[1])
-        whole.group, whole.kind, whole.layout, whole.tables = first.group, first.kind, first.layout, first.tables
+        whole.group, whole.kind, whole.tables, whole._form = first.group, first.kind, first.tables, list(first._form)
         whole.source_type = "+".join(sorted({part.source_type for part in parts}))
         for name in ("data", "scales", "offsets"):
             joined = torch.cat([getattr(part, name) for part in parts])
@@ -110,10 +142,9 @@ class QuantStorage(nn.Module):
                 setattr(part, name, joined[start:stop])
                 start = stop
         whole.register_buffer("_natural", first._natural, persistent=False)
-        whole.activation_bytes = first.activation_bytes
         start = 0
         for part in parts:
-            part.home = (whole, start)  # for set_activation_bytes, and a later join of the same parts
+            part.home, part._form = (whole, start), whole._form  # for activation_bytes, and a later join of the same parts
             start += part.shape[0]
         return whole
 
@@ -135,7 +166,8 @@ class QuantStorage(nn.Module):
         flat = flat.to(self.data.device)
         raw = self.data[flat]
         if self.layout:
-            raw = qkernel.relayout(qkernel.library(), raw.cpu(), self.kind, self.group, to_natural=True).to(raw.device)
+            raw = qkernel.relayout(qkernel.library(), raw.cpu(), self.kind, self.group, to_natural=True,
+                                   layout=self.layout).to(raw.device)
         if self.kind == 0:
             halves = torch.stack([raw & 0x0F, raw >> 4], dim=-2)  # [n, 2, cols / 2]: values j and j + 16 of a group
             q = halves.reshape(flat.shape[0], 2, -1, 16).transpose(1, 2).reshape(flat.shape[0], -1)
@@ -146,8 +178,6 @@ class QuantStorage(nn.Module):
             scales, offsets = qkernel.k_tables_as_floats(scales.cpu(), self.group)
             scales, offsets = scales.to(raw.device), offsets.to(raw.device)
         return q, scales[:, self._natural], offsets[:, self._natural]
-
-    activation_bytes = 2  # how finely each product quantises its input rows (set_activation_bytes)
 
     def offsets_address(self) -> int | None:
         """The offsets' address for the kernel, or None where every offset is zero (Q4_0, Q5_0, Q6_K and Q8_0 have
@@ -240,7 +270,7 @@ def set_activation_bytes(model: nn.Module, size: int) -> int:
         if home is not None:
             storages[id(home[0])] = home[0]
     for storage in storages.values():
-        storage.activation_bytes = size
+        storage.activation_bytes = size  # a part's home lays out its tensors, once
     return len(storages)
 
 

@@ -122,11 +122,14 @@ def test_a_k_quant_kept_with_its_own_tables_multiplies_bit_for_bit_as_with_a_flo
     x = torch.from_numpy(rng.standard_normal((5, 768)).astype(np.float32))
     kind_number = 0 if nibbles else 1
     with_offsets = None if group == 16 else floats[1]
-    for rows in (1, 2, 5):
-        expected = qkernel.matmul(lib, kind_number, data[0], floats[0], with_offsets, group, x[:rows], 1)
-        got = qkernel.matmul(lib, kind_number, data[1], own, None if group == 16 else own, group, x[:rows], 1,
-                             tables=1)
-        assert torch.equal(got, expected), rows
+    natural = qkernel.relayout(lib, data[0], kind_number, group, to_natural=True)
+    for size in (2, 1):  # 16-bit activations, and one byte (laid out in quads)
+        laid = qkernel.relayout(lib, natural, kind_number, group, layout=qkernel.layout(lib, size))
+        for rows in (1, 2, 5):
+            expected = qkernel.matmul(lib, kind_number, laid, floats[0], with_offsets, group, x[:rows], 1, size)
+            got = qkernel.matmul(lib, kind_number, laid, own, None if group == 16 else own, group, x[:rows], 1, size,
+                                 tables=1)
+            assert torch.equal(got, expected), (size, rows)
 
 
 def test_the_products_use_both_cpus_of_a_two_cpu_machine_unless_the_user_chose_a_count(monkeypatch):
@@ -463,12 +466,13 @@ def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(t
     for grouped in (requantise(weight, bits=4), requantise(weight, bits=8), sixteens):
         kind = 0 if grouped.nibbles else 1
         natural = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
-        data = qkernel.relayout(other, natural, kind, grouped.group)  # each build's own layout
-        mine = qkernel.relayout(qkernel.library(), natural, kind, grouped.group)
         scales = torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(qkernel.kernel_order(grouped.m, grouped.group))
         rows = x[:, :grouped.q.shape[1]].contiguous()
-        for size in (2, 1):
+        for size in (2, 1):  # each build's own layout for activations of `size` bytes
+            data = qkernel.relayout(other, natural, kind, grouped.group, layout=qkernel.layout(other, size))
+            mine = qkernel.relayout(qkernel.library(), natural, kind, grouped.group,
+                                    layout=qkernel.layout(qkernel.library(), size))
             products = [qkernel.matmul(lib, kind, layout, scales, offsets, grouped.group, rows, 1, size)
                         for lib, layout in ((other, data), (qkernel.library(), mine))]
             torch.testing.assert_close(products[0], products[1], rtol=1e-5, atol=1e-4)
