@@ -64,7 +64,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
                        help="the draft model's dtype (default: with --dtype auto, bfloat16 on a CPU with native "
                        "bfloat16 and auto elsewhere; else --dtype's). The verifier checks every drafted token, so "
                        "the output is the same; a bfloat16 draft reads half the bytes per token. A draft head keeps "
-                       "float32")
+                       "float32. A quantised GGUF draft on the CPU runs in its own quantisation with its 5- to 8-bit "
+                       "layers requantised to 4 bits (auto) or as in the file (float32)")
     group.add_argument("--weights", default="auto", choices=("auto", "float", "int8", "int4"),
                        help="what the models' weights run as on a CPU: auto runs a quantised GGUF file in its own "
                        "quantisation (exact: the verifier is the model in that format) and anything else as floats "

@@ -194,7 +194,8 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
         or target.type in ("cuda", "mps") and dtype in ("auto", DRAFT_AUTO, "bfloat16"))
     resolved = specs.resolve(spec, report=report, trust_remote_code=trust_remote_code, cache_dir=cache, quantised=own)
     if resolved.gguf is not None:
-        return _load_quantised_gguf(spec, resolved, report=report, cache=cache, start=start, target=target)
+        return _load_quantised_gguf(spec, resolved, report=report, cache=cache, start=start, target=target,
+                                    narrow=dtype == DRAFT_AUTO)
     if dtype == DRAFT_AUTO:
         native = target.type == "cpu" and cpu_speed.packing_available(torch.bfloat16)
         dtype = "bfloat16" if native and not _is_draft_head(resolved.folder) else "auto"
@@ -232,9 +233,11 @@ def _load(spec: str, *, device: str, dtype: str, trust_remote_code: bool, device
 
 
 def _load_quantised_gguf(spec: str, resolved: specs.Resolved, *, report: Reporter, cache: Path,
-                         start: float, target: torch.device) -> LoadedModel:
+                         start: float, target: torch.device, narrow: bool = False) -> LoadedModel:
     """A GGUF file's model with its quantised weights read from the file (packed_gguf.py), on the CPU; on a GPU
-    (`target`), its 4-bit tensors moved into torch's int4 form and the rest into bfloat16 (device_quantised.py)."""
+    (`target`), its 4-bit tensors moved into torch's int4 form and the rest into bfloat16 (device_quantised.py).
+    `narrow` (a draft's own auto): on the CPU its 5- to 8-bit layers are requantised to 4 bits, half the bytes a
+    drafted token reads; the verifier checks every drafted token, so what it outputs does not change."""
     from transformers import AutoTokenizer
 
     from specdec_core.loading import device_quantised, packed_gguf
@@ -242,7 +245,10 @@ def _load_quantised_gguf(spec: str, resolved: specs.Resolved, *, report: Reporte
     report("load", None, f"Loading {resolved.name} in its own quantisation ({target.type})")
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolved.folder)
-        model = packed_gguf.build(resolved.gguf, resolved.folder)
+        narrow = narrow and not device_quantised.moves_to(target)
+        if narrow:
+            report("load", None, f"Loading {resolved.name} with its wider layers in 4 bits, for drafting")
+        model = packed_gguf.build(resolved.gguf, resolved.folder, narrow=narrow)
     except (OSError, ValueError, KeyError) as error:
         raise ModelLoadError(f"could not load {spec!r} from {resolved.gguf}: {first_line(error)}") from error
     notes: tuple[str, ...] = ()
@@ -256,6 +262,8 @@ def _load_quantised_gguf(spec: str, resolved: specs.Resolved, *, report: Reporte
     if moved:
         loaded.weights = device_quantised.weight_format(model)
     else:
+        if narrow:  # a tied output layer shares the embeddings' rows, which stay as they are: it gets its own
+            quantised.narrow_to_4_bits(model)
         loaded.weights = quantised.weight_format(model)
         _run_quantised(model)
     loaded.load_s = time.perf_counter() - start

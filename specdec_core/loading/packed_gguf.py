@@ -101,8 +101,10 @@ def plan(path: Path) -> Plan:
     return Plan(True, "", arch, types)
 
 
-def build(path: Path, folder: Path) -> nn.Module:
-    """The model of `folder`'s config with the weights of the GGUF file `path`, quantised layers kept quantised."""
+def build(path: Path, folder: Path, *, narrow: bool = False) -> nn.Module:
+    """The model of `folder`'s config with the weights of the GGUF file `path`, quantised layers kept quantised;
+    with `narrow` (a draft), the projections held in more than 4 bits requantised to 4 (QuantStorage.narrowed) as each
+    is decoded, so that the wider form is never held whole."""
     import gguf
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -114,7 +116,7 @@ def build(path: Path, folder: Path) -> nn.Module:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[_ARCHITECTURES[arch].upper()], config.num_hidden_layers)
     lib = qkernel.library()
-    storages = _decode_all(tensors, config, arch, lib, mapped)
+    storages = _decode_all(tensors, config, arch, lib, mapped, narrow)
 
     def storage(gguf_name: str) -> QuantStorage:
         return storages[gguf_name]  # decoded with its rows in transformers' order already
@@ -143,7 +145,8 @@ def build(path: Path, folder: Path) -> nn.Module:
 _SIDE_BY_SIDE = (("attn_q", "attn_k", "attn_v"), ("ffn_gate", "ffn_up"))
 
 
-def _decode_all(tensors: dict, config, arch: str, lib, root: np.memmap | None = None) -> dict[str, QuantStorage]:
+def _decode_all(tensors: dict, config, arch: str, lib, root: np.memmap | None = None,
+                narrow: bool = False) -> dict[str, QuantStorage]:
     """Every quantised matrix of the file, decoded by the kernel library straight from the mapped file into the
     kernel's layout; q, k and v (and gate and up) of a layer into one storage when they share a type. The tensors
     decode on every CPU at once (the C calls release the GIL)."""
@@ -161,7 +164,7 @@ def _decode_all(tensors: dict, config, arch: str, lib, root: np.memmap | None = 
     storages: dict[str, QuantStorage] = {}
     with ThreadPoolExecutor(max_workers=max(1, available_cpus())) as pool:
         decoded = pool.map(lambda run: _decode_together([n for n, _ in run], [t for _, t in run], config, arch, lib,
-                                                        root), batches)
+                                                        root, narrow), batches)
         for part in decoded:
             storages.update(part)
     return storages
@@ -183,7 +186,7 @@ def _runs(named: list[tuple[str, _Tensor | None]]) -> list[list[tuple[str, _Tens
 
 
 def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, lib,
-                     root: np.memmap | None = None) -> dict[str, QuantStorage]:
+                     root: np.memmap | None = None, narrow: bool = False) -> dict[str, QuantStorage]:
     type_name, cols = found[0].type_name, int(found[0].shape[0])
     counts = [int(t.data.shape[0]) for t in found]
     tables = qkernel.compact_tables(lib, type_name)
@@ -205,10 +208,15 @@ def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, 
         start += count
     whole = QuantStorage.of_tensors(data, scales, offsets, cols=cols, group=group, nibbles=nibbles,
                                     source_type=type_name, tables=int(tables))
+    if narrow and not nibbles and _EMBEDDINGS not in names:  # (the embeddings' rows are looked up, not multiplied)
+        whole = whole.narrowed(lib)
     if len(names) == 1:
         return {names[0]: whole}
     starts = np.cumsum([0, *counts])
-    return {name: whole.part(int(a), int(b), type_name) for name, a, b in zip(names, starts[:-1], starts[1:])}
+    return {name: whole.part(int(a), int(b), whole.source_type) for name, a, b in zip(names, starts[:-1], starts[1:])}
+
+
+_EMBEDDINGS = "token_embd.weight"
 
 
 def _release(root: np.memmap, part: np.ndarray) -> None:

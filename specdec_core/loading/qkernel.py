@@ -165,6 +165,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_relayout.argtypes = [integer, integer, pointer, pointer, integer, integer, integer, integer]
     lib.specdec_relayout.restype = integer
     lib.specdec_silu_mul.argtypes = [pointer, integer, integer, pointer]
+    lib.specdec_narrow.argtypes = [integer, integer, integer, pointer, pointer, pointer, integer, integer, pointer,
+                                   pointer, pointer]
+    lib.specdec_narrow.restype = integer
     for name in ("specdec_rmsnorm", "specdec_rope", "specdec_attend", "specdec_silu_mul"):
         getattr(lib, name).restype = None
     layer = ctypes.POINTER(Layer)
@@ -323,6 +326,21 @@ def relayout(lib: ctypes.CDLL, data: torch.Tensor, kind: int, group: int, *, to_
                             int(layout == 2)) != 0:
         raise ValueError(f"the kernel cannot lay out a weight of {cols} columns in groups of {group}")
     return out
+
+
+def narrow(lib: ctypes.CDLL, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None, *, group: int,
+           tables: int, layout: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A signed-byte weight's rows (data in `layout`, with its scale tables; offsets None where it has none)
+    requantised to 4 bits with a minimum per group of 32, as gguf_blocks.requantise(bits=4): the nibbles in pack_rows'
+    natural layout [rows, cols / 2], the scales and the minimums [rows, cols / 32]."""
+    rows = data.shape[0]
+    q4 = torch.empty(rows, cols // 2, dtype=torch.uint8)
+    d4, m4 = torch.empty(rows, cols // 32), torch.empty(rows, cols // 32)
+    if lib.specdec_narrow(group, tables, layout, data.data_ptr(), scales.data_ptr(),
+                          None if offsets is None else offsets.data_ptr(), rows, cols, q4.data_ptr(), d4.data_ptr(),
+                          m4.data_ptr()) != 0:
+        raise ValueError(f"the kernel cannot narrow a weight of {cols} columns in groups of {group}")
+    return q4, d4, m4
 
 
 def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None,

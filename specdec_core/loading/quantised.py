@@ -148,6 +148,19 @@ class QuantStorage(nn.Module):
             start += part.shape[0]
         return whole
 
+    def narrowed(self, lib: ctypes.CDLL) -> QuantStorage:
+        """This signed-byte weight requantised to 4 bits with a minimum per group of 32 (narrow_to_4_bits), laid out
+        for the same activations."""
+        buffers = self._buffers
+        offsets = buffers["offsets"] if not self.tables and self.offsets_address() is not None else None
+        q4, d4, m4 = qkernel.narrow(lib, buffers["data"], buffers["scales"], offsets, group=self.group,
+                                    tables=self.tables, layout=self.layout, cols=self.shape[1])
+        wanted = qkernel.layout(lib, self.activation_bytes)
+        storage = QuantStorage.of_tensors(qkernel.relayout(lib, q4, 0, 32, layout=wanted), d4, m4, cols=self.shape[1],
+                                          group=32, nibbles=True, source_type="int4")
+        storage._form = [wanted, self.activation_bytes]
+        return storage
+
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.data, self.scales, self.offsets))
@@ -257,6 +270,25 @@ def quantise_linears(model: nn.Module, *, bits: int, lib: ctypes.CDLL) -> int:
                 setattr(parent, name, QuantLinear(storage, bias, lib))
                 replaced += 1
     return replaced
+
+
+def narrow_to_4_bits(model: nn.Module) -> int:
+    """Requantise the layers of `model` held in more than 4 bits (Q5_0, Q6_K, Q8_0 ...: signed bytes in the kernel) to
+    4 bits with a minimum per group of 32 (as Q4_1): about half the bytes each step reads. For a draft only, whose
+    precision moves how often its tokens are accepted, never what the verifier outputs. Layers that shared a storage
+    share the new one; embeddings keep theirs. The number of layers requantised."""
+    lib = qkernel.library()
+    narrowed: dict[int, QuantStorage] = {}
+    count = 0
+    for module in model.modules():
+        if not isinstance(module, QuantLinear) or module.storage.kind != 1 or module.in_features % 32:
+            continue
+        old = module.storage
+        if id(old) not in narrowed:
+            narrowed[id(old)] = old.narrowed(lib)
+        module.storage, module._lib = narrowed[id(old)], lib
+        count += 1
+    return count
 
 
 def set_activation_bytes(model: nn.Module, size: int) -> int:

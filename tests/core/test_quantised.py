@@ -132,6 +132,65 @@ def test_a_k_quant_kept_with_its_own_tables_multiplies_bit_for_bit_as_with_a_flo
             assert torch.equal(got, expected), (size, rows)
 
 
+@needs_kernel
+@pytest.mark.parametrize("name", ["Q8_0", "Q5_0", "Q5_1", "Q6_K", "Q5_K"])
+def test_a_wider_weight_narrowed_to_4_bits_is_the_reference_requantisation_of_its_values(name):
+    """A draft's 5- to 8-bit weights narrowed in the kernel (from a float per group, or a K-quant's own tables, laid
+    out for either activations) hold exactly gguf_blocks.requantise(bits=4) of the values they had: each within half
+    a 4-bit step."""
+    lib = qkernel.library()
+    kind = GGMLQuantizationType[name]
+    raw = _blocks(np.random.default_rng(1).standard_normal((12, 768)).astype(np.float32), kind, seed=3)
+    tables = qkernel.compact_tables(lib, name)
+    data_shape, table_shape = qkernel.decoded_shapes(name, 12, 768, tables)
+    _, _, group, nibbles = qkernel.DECODED[name]
+    data = torch.empty(data_shape, dtype=torch.uint8)
+    scales = torch.empty(table_shape, dtype=torch.uint8 if tables else torch.float32)
+    offsets = torch.empty((12, 0)) if tables else torch.empty(table_shape)
+    qkernel.decode_into(lib, name, raw, 768, None, data, scales, offsets, tables=tables)
+    storage = quantised.QuantStorage.of_tensors(data, scales, offsets, cols=768, group=group, nibbles=nibbles,
+                                                source_type=name, tables=int(tables))
+    for size in (2, 1):
+        storage.activation_bytes = size
+        values = storage.rows(torch.arange(12)).numpy()
+        narrow = storage.narrowed(lib)
+        assert (narrow.kind, narrow.group, narrow.activation_bytes, narrow.layout) == (0, 32, size, storage.layout)
+        expected = gguf_blocks.requantise(values, bits=4)
+        narrowed = narrow.rows(torch.arange(12)).numpy()
+        np.testing.assert_array_equal(narrowed, expected.dequantise())
+        assert np.all(np.abs(narrowed - values) <= np.repeat(expected.d, 32, axis=1) * 0.5001 + 1e-7)
+    # an output layer tied to the embeddings: it gets a narrowed copy, the embeddings keep their rows
+    tied = torch.nn.ModuleDict({"embed": quantised.QuantEmbedding(storage),
+                                "head": quantised.QuantLinear(storage, None, lib)})
+    assert quantised.narrow_to_4_bits(tied) == 1
+    assert tied["embed"].storage is storage and tied["head"].storage.source_type == "int4"
+
+
+@needs_kernel
+def test_a_quantised_draft_runs_its_wider_layers_in_4_bits_and_speculation_still_repeats_the_verifier(
+        quantised_pair, tiny_tokenizer):
+    """A draft model's own "auto" on the CPU narrows its Q8_0 and Q5_0 layers to 4 bits (half the bytes a drafted
+    token reads); the verifier checks every drafted token, so greedy output is the verifier's alone."""
+    from specdec_core.loading.models import DRAFT_AUTO
+
+    verifier, draft, cache = quantised_pair
+    path = next(cache.parent.glob("draft.gguf"))
+    narrowed = load_model(str(path), device="cpu", dtype=DRAFT_AUTO, cache_dir=cache)
+    assert "int4" in narrowed.weights and "Q8_0" not in narrowed.weights and "Q5_0" not in narrowed.weights
+    assert "Q8_0" in draft.weights  # a plain load keeps the file's own
+    layers = [m for m in narrowed.model.modules() if isinstance(m, quantised.QuantLinear)]
+    assert layers and all(layer.storage.kind == 0 for layer in layers)
+    engine = Engine(verifier, drafter_for(narrowed))
+    config = GenerationConfig(max_new_tokens=30, gamma=3)
+    accepted = 0
+    for prompt in ([5, 9, 14], [40, 41, 42, 43, 44]):
+        *_, alone = Engine(verifier, None).generate(prompt, config.with_(speculate=False))
+        *_, spoken = engine.generate(prompt, config)
+        assert spoken.token_ids == alone.token_ids
+        accepted += spoken.stats.accepted
+    assert accepted > 0
+
+
 def test_the_products_use_both_cpus_of_a_two_cpu_machine_unless_the_user_chose_a_count(monkeypatch):
     """PyTorch keeps one thread on a 2-CPU machine (threads.py); the kernel's pool, which runs a product alone where a
     worker lags, uses both. A count the user chose (SPECDEC_THREADS, --threads) is the count; larger machines keep
@@ -480,6 +539,11 @@ def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(t
                 alone = qkernel.matmul(other, 0 if grouped.nibbles else 1, data, scales, offsets, grouped.group,
                                        rows[:count], 1, size)
                 assert torch.equal(alone, products[0][:count])
+            if kind == 1:  # narrowed to 4 bits (a draft's wider layers): the same nibbles and tables from each build
+                narrowed = [qkernel.narrow(lib, layout, scales, offsets, group=grouped.group, tables=0,
+                                           layout=qkernel.layout(lib, size), cols=rows.shape[1])
+                            for lib, layout in ((other, data), (qkernel.library(), mine))]
+                assert all(torch.equal(a, b) for a, b in zip(*narrowed))
             if not offsets.any():  # a weight without offsets (8-bit, Q6_K): none read, the same products
                 for lib, layout, product in zip((other, qkernel.library()), (data, mine), products):
                     without = qkernel.matmul(lib, 1, layout, scales, None, grouped.group, rows, 1, size)

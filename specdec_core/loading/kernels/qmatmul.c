@@ -1494,3 +1494,65 @@ int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *
     if (natural) layout_free(&map);
     return 0;
 }
+
+/* ---- A draft's wider weights narrowed to 4 bits (quantised.narrow_to_4_bits) ----
+ * Rows of a signed-byte weight (kind 1) with groups of g, laid out as `layout` says (0 natural, 1 pairs, 2 quads), with
+ * a float scale and offset a group (wm NULL: none) or a K-quant's own tables (`tables`), requantised to 4 bits with a
+ * minimum per group of 32 exactly as gguf_blocks.requantise(bits=4) does (the same float operations, rounding to
+ * nearest even): q4 [rows, k / 2] in pack_rows' natural nibble layout, d4 and m4 [rows, k / 32]. Returns 0, or -1. */
+int specdec_narrow(int g, int tables, int layout, const uint8_t *w, const void *wd, const float *wm, int rows, int k,
+                   uint8_t *q4, float *d4, float *m4) {
+    layout_map_t map = {0};
+    if (k % QBLOCK != 0 || (g != 16 && g != 32) || (layout && layout_map(&map, 1, g, k, layout == 2 ? 4 : 2) != 0))
+        return -1;
+    int groups = k / g;
+    float *values = malloc(sizeof(float) * (size_t)k);
+    if (!values) { if (layout) layout_free(&map); return -1; }
+    for (int r = 0; r < rows; r++) {
+        const int8_t *q = (const int8_t *)w + (size_t)r * k;
+        for (int ti = 0; ti < groups; ti++) {
+            float scale, offset = 0.0f;
+            if (!tables) {
+                scale = ((const float *)wd)[(size_t)r * groups + ti];
+                if (wm) offset = wm[(size_t)r * groups + ti];
+            } else if (g == 32) {  /* as the products make them: d * sc and -(dmin * mn) */
+                const uint8_t *table = (const uint8_t *)wd + (size_t)r * k_table_bytes(g, groups);
+                float d, dmin;
+                memcpy(&d, table + 2 * (size_t)groups + 4 * (size_t)(ti / 8), sizeof d);
+                memcpy(&dmin, table + 2 * (size_t)groups + 4 * (size_t)(groups / 8 + ti / 8), sizeof dmin);
+                scale = d * (float)table[ti];
+                offset = -(dmin * (float)table[groups + ti]);
+            } else {
+                const uint8_t *table = (const uint8_t *)wd + (size_t)r * k_table_bytes(g, groups);
+                float d;
+                memcpy(&d, table + groups + 4 * (size_t)(ti / 16), sizeof d);
+                scale = d * (float)(int8_t)table[ti];
+            }
+            for (int v = 0; v < g; v++) {
+                int column = natural_column(ti, v, groups, g);
+                values[column] = scale * (float)q[layout ? map.at[column] : column] + offset;
+            }
+        }
+        for (int b = 0; b < k / QBLOCK; b++) {
+            const float *x = values + (size_t)b * QBLOCK;
+            float low = x[0], high = x[0];
+            for (int j = 1; j < QBLOCK; j++) {  /* (fminf and fmaxf are calls) */
+                low = x[j] < low ? x[j] : low;
+                high = x[j] > high ? x[j] : high;
+            }
+            float d = (high - low) / 15.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+            uint8_t *out = q4 + (size_t)r * (k / 2) + (size_t)b * 16;
+            for (int j = 0; j < 16; j++) {
+                long lo = lrintf((x[j] - low) * inv), hi = lrintf((x[j + 16] - low) * inv);
+                lo = lo < 0 ? 0 : (lo > 15 ? 15 : lo);
+                hi = hi < 0 ? 0 : (hi > 15 ? 15 : hi);
+                out[j] = (uint8_t)(lo | (hi << 4));
+            }
+            d4[(size_t)r * (k / QBLOCK) + b] = d;
+            m4[(size_t)r * (k / QBLOCK) + b] = low;
+        }
+    }
+    free(values);
+    if (layout) layout_free(&map);
+    return 0;
+}
