@@ -664,10 +664,17 @@ ALWAYS_INLINE void piece_quads(const task_t *t, const int kind, const int ktable
         __m512i taken = _mm512_setzero_si512();
         if (kind != 0) {  /* 128 times each group's activation sum, on its first lane */
             const int32_t *group_sums = row_sums((int8_t *)t->xq + (size_t)(r0 + i) * 2 * t->k, t->k) + first;
-            __mmask16 heads = 0;
-            for (int j = 0; j < p; j++) heads |= (__mmask16)(1u << (j * lanes));
-            taken = _mm512_slli_epi32(lanes == 1 ? _mm512_loadu_si512(group_sums)
-                                                 : _mm512_maskz_expandloadu_epi32(heads, group_sums), 7);
+            if (lanes == 1) {
+                taken = _mm512_slli_epi32(_mm512_loadu_si512(group_sums), 7);
+            } else {  /* group j's sum onto lane j * lanes (a permute: vpexpandd from memory is slow on AMD) */
+                __mmask16 heads = 0;
+                for (int j = 0; j < p; j++) heads |= (__mmask16)(1u << (j * lanes));
+                const __m512i spread = _mm512_srli_epi32(
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                    lanes == 16 ? 4 : lanes == 8 ? 3 : lanes == 4 ? 2 : 1);
+                __m512i sums_in = _mm512_maskz_loadu_epi32((__mmask16)((1u << p) - 1), group_sums);
+                taken = _mm512_slli_epi32(_mm512_maskz_permutexvar_epi32(heads, spread, sums_in), 7);
+            }
         }
         for (int c = 0; c < cols; c++) sums[c][i] = _mm512_sub_epi32(_mm512_add_epi32(s0[c][i], s1[c][i]), taken);
     }
