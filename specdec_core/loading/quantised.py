@@ -144,7 +144,7 @@ class QuantStorage(nn.Module):
         whole.register_buffer("_natural", first._natural, persistent=False)
         start = 0
         for part in parts:
-            part.home, part._form = (whole, start), whole._form  # for activation_bytes, and a later join of the same parts
+            part.home, part._form = (whole, start), whole._form  # for activation_bytes, and a later join of them
             start += part.shape[0]
         return whole
 
