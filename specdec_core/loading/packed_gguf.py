@@ -189,11 +189,11 @@ def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, 
                      root: np.memmap | None = None, narrow: bool = False) -> dict[str, QuantStorage]:
     type_name, cols = found[0].type_name, int(found[0].shape[0])
     counts = [int(t.data.shape[0]) for t in found]
-    tables = qkernel.compact_tables(lib, type_name)
-    data_shape, table_shape = qkernel.decoded_shapes(type_name, sum(counts), cols, tables)
+    tables = qkernel.table_form(lib, type_name)
+    data_shape, table_shape = qkernel.decoded_shapes(type_name, sum(counts), cols, tables == 1)
     _, _, group, nibbles = qkernel.DECODED[type_name]
     data = torch.empty(data_shape, dtype=torch.uint8 if nibbles else torch.int8)
-    if tables:  # the K-quant's own tables, bytes a row; no float offsets
+    if tables == 1:  # the K-quant's own tables, bytes a row; no float offsets
         scales, offsets = torch.empty(table_shape, dtype=torch.uint8), torch.empty((sum(counts), 0))
     else:
         scales, offsets = torch.empty(table_shape, dtype=torch.float32), torch.empty(table_shape, dtype=torch.float32)
@@ -202,12 +202,14 @@ def _decode_together(names: list[str], found: list[_Tensor], config, arch: str, 
         heads = _file_heads(config, name) if arch in _INTERLEAVED else None
         order = None if heads is None else _deinterleave_order(count, heads)
         qkernel.decode_into(lib, type_name, np.asarray(tensor.data), cols, order, data[start:start + count],
-                            scales[start:start + count], offsets[start:start + count], tables)
+                            scales[start:start + count], offsets[start:start + count], tables == 1)
         if root is not None:
             _release(root, np.asarray(tensor.data))
         start += count
+    if tables == 2:  # the file's own halves (decoded into floats, which hold them exactly)
+        scales, offsets = scales.half(), offsets.half()
     whole = QuantStorage.of_tensors(data, scales, offsets, cols=cols, group=group, nibbles=nibbles,
-                                    source_type=type_name, tables=int(tables))
+                                    source_type=type_name, tables=tables)
     if narrow and not nibbles and _EMBEDDINGS not in names:  # (the embeddings' rows are looked up, not multiplied)
         whole = whole.narrowed(lib)
     if len(names) == 1:

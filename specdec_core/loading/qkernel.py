@@ -162,7 +162,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.specdec_decode.argtypes = [integer, pointer, integer, integer, pointer, pointer, pointer, pointer, integer]
     lib.specdec_decode.restype = integer
     lib.specdec_layout.restype = integer
-    lib.specdec_relayout.argtypes = [integer, integer, pointer, pointer, integer, integer, integer, integer]
+    lib.specdec_relayout.argtypes = [integer, integer, pointer, pointer, integer, integer, integer]
     lib.specdec_relayout.restype = integer
     lib.specdec_silu_mul.argtypes = [pointer, integer, integer, pointer]
     lib.specdec_narrow.argtypes = [integer, integer, integer, pointer, pointer, pointer, integer, integer, pointer,
@@ -304,35 +304,32 @@ def scratch_bytes(rows: int, cols: int) -> int:
     return rows * (2 * cols + 24 * (cols // 32)) + 64
 
 
-def layout(lib: ctypes.CDLL | None, activation_bytes: int = 2) -> int:
-    """How `lib` lays out a weight's values for products with activations of `activation_bytes`: 0, as pack_rows does
-    (the natural layout); in AVX-512 builds interleaved so that each lane of a 512-bit vector sums one group (see the C
-    file), 1 in pairs (16-bit activations) or 2 in quads (one-byte activations). None: no kernel, the natural layout."""
-    if lib is None or not lib.specdec_layout():
-        return 0
-    return 1 if activation_bytes == 2 else 2
+def layout(lib: ctypes.CDLL | None) -> int:
+    """How `lib` lays out a weight's values: 0, as pack_rows does (the natural layout); 1, interleaved so that each lane
+    of a 512-bit vector sums one group (AVX-512 builds; see the C file). None: no kernel, the natural layout."""
+    return 0 if lib is None else int(lib.specdec_layout())
 
 
-def relayout(lib: ctypes.CDLL, data: torch.Tensor, kind: int, group: int, *, to_natural: bool = False,
-             layout: int = 1) -> torch.Tensor:
-    """data [rows, bytes] (pack_rows' layout, or the interleaved `layout` with to_natural) in the interleaved `layout`
-    (or back): a new tensor, or data itself where `lib` has no interleaved layouts or `layout` is 0."""
-    if lib is None or not lib.specdec_layout() or layout == 0:
+def relayout(lib: ctypes.CDLL, data: torch.Tensor, kind: int, group: int, *, to_natural: bool = False) -> torch.Tensor:
+    """data [rows, bytes] (pack_rows' layout, or `lib`'s with to_natural) in `lib`'s layout (or back): a new tensor,
+    or data itself where the two layouts are one."""
+    if layout(lib) == 0:
         return data
     data = data.contiguous()
     out = torch.empty_like(data)
     cols = data.shape[1] * (2 if kind == 0 else 1)
-    if lib.specdec_relayout(kind, group, data.data_ptr(), out.data_ptr(), data.shape[0], cols, int(to_natural),
-                            int(layout == 2)) != 0:
+    if lib.specdec_relayout(kind, group, data.data_ptr(), out.data_ptr(), data.shape[0], cols, int(to_natural)) != 0:
         raise ValueError(f"the kernel cannot lay out a weight of {cols} columns in groups of {group}")
     return out
 
 
 def narrow(lib: ctypes.CDLL, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor | None, *, group: int,
            tables: int, layout: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A signed-byte weight's rows (data in `layout`, with its scale tables; offsets None where it has none)
-    requantised to 4 bits with a minimum per group of 32, as gguf_blocks.requantise(bits=4): the nibbles in pack_rows'
-    natural layout [rows, cols / 2], the scales and the minimums [rows, cols / 32]."""
+    """A signed-byte weight's rows (data in `layout`, qkernel.layout's, with its scale tables of form `tables`;
+    offsets None where it has none) requantised to 4 bits with a minimum per group of 32, as
+    gguf_blocks.requantise(bits=4) but with each scale and minimum rounded to half precision first (as Q4_1 keeps
+    them): the nibbles in pack_rows' natural layout [rows, cols / 2], the scales and the minimums [rows, cols / 32] as
+    float32 (each a half's value)."""
     rows = data.shape[0]
     q4 = torch.empty(rows, cols // 2, dtype=torch.uint8)
     d4, m4 = torch.empty(rows, cols // 32), torch.empty(rows, cols // 32)
@@ -385,6 +382,19 @@ def decoded_shapes(type_name: str, rows: int, cols: int, tables: bool = False
 
 
 K_QUANTS = ("Q4_K", "Q5_K", "Q6_K")
+
+
+# The types whose scales and offsets the file keeps as half-precision floats, one a group of 32.
+HALF_TABLES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+
+
+def table_form(lib: ctypes.CDLL | None, type_name: str) -> int:
+    """How `lib` keeps the scale tables of a tensor of `type_name` (the `tables` of its products): 1, the K-quant's own
+    (compact_tables); 2, a half-precision scale and offset a group, as the file keeps them (AVX-512 builds: a weight of
+    Q4_1 reads 20 bytes a group of 32 instead of 24); 0, a float32 scale and offset a group."""
+    if compact_tables(lib, type_name):
+        return 1
+    return 2 if layout(lib) and type_name in HALF_TABLES else 0
 
 
 def compact_tables(lib: ctypes.CDLL | None, type_name: str) -> bool:
@@ -492,12 +502,11 @@ def _self_check(lib: ctypes.CDLL) -> bool:
                        m=rng.standard_normal((96, 14)).astype(np.float32) * 0.01, group=16, nibbles=False)
     for grouped in (requantise(weight, bits=4), eight, sixteens):
         kind = 0 if grouped.nibbles else 1
-        natural = torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles))
+        data = relayout(lib, torch.from_numpy(pack_rows(grouped.q, nibbles=grouped.nibbles)), kind, grouped.group)
         scales = torch.from_numpy(kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(kernel_order(grouped.m, grouped.group))
         expected = x.numpy() @ grouped.dequantise().T
         for size in (2, 1):
-            data = relayout(lib, natural, kind, grouped.group, layout=layout(lib, size))
             together = matmul(lib, kind, data, scales, offsets, grouped.group, x, 2, size)
             alone = torch.cat([matmul(lib, kind, data, scales, offsets, grouped.group, x[i:i + 1].contiguous(), 1,
                                       size) for i in range(x.shape[0])])

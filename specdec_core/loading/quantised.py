@@ -33,9 +33,9 @@ class QuantStorage(nn.Module):
         self.kind = 0 if grouped.nibbles else 1
         self.source_type = source_type  # the GGUF type it came from ("Q4_K"), or "int4"/"int8" when quantised here
         lib = qkernel.library()
-        self._form = [qkernel.layout(lib), 2]
+        self.layout = qkernel.layout(lib)  # the kernel's layout of `data` (qkernel.layout): decoded by that kernel
         natural = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
-        self.register_buffer("data", qkernel.relayout(lib, natural, self.kind, self.group, layout=self.layout),
+        self.register_buffer("data", qkernel.relayout(lib, natural, self.kind, self.group) if self.layout else natural,
                              persistent=False)
         self.register_buffer("scales", torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group)),
                              persistent=False)
@@ -44,38 +44,9 @@ class QuantStorage(nn.Module):
         natural = qkernel.kernel_order(np.arange(cols // grouped.group, dtype=np.float32)[None, :], grouped.group)
         self.register_buffer("_natural", torch.from_numpy(natural[0]).long().argsort(), persistent=False)
 
-    # 0: `scales` and `offsets` a float per group; 1: `scales` a K-quant's own tables (qkernel.compact_tables)
+    # 0: `scales` and `offsets` a float per group; 1: `scales` a K-quant's own tables (qkernel.compact_tables); 2: a
+    # half-precision float per group (qkernel.table_form)
     tables = 0
-
-    # [the kernel's layout of `data` (qkernel.layout), the bytes each product quantises an input value to]: one list
-    # shared with the parts that view this storage's tensors, whose layout changes with it
-    _form: list[int]
-
-    @property
-    def layout(self) -> int:
-        return self._form[0]
-
-    @property
-    def activation_bytes(self) -> int:
-        """How finely each product quantises its input rows: 2 bytes a value (about 15 bits, the default) or 1 (as
-        llama.cpp does: half the multiplies in the AVX-512 build, and a small model's replies may change)."""
-        return self._form[1]
-
-    @activation_bytes.setter
-    def activation_bytes(self, size: int) -> None:
-        if size not in (1, 2):
-            raise ValueError(f"activations are quantised to 1 or 2 bytes, not {size}")
-        home = getattr(self, "home", (None, 0))[0]
-        if home is not None and home._form is self._form:  # a view of `home`'s tensors: it lays out all of them
-            home.activation_bytes = size
-            return
-        lib = qkernel.library()
-        wanted = qkernel.layout(lib, size)
-        if wanted != self.layout:  # in place, so that the parts' views follow
-            data = self._buffers["data"]
-            natural = qkernel.relayout(lib, data, self.kind, self.group, to_natural=True, layout=self.layout)
-            data.copy_(qkernel.relayout(lib, natural, self.kind, self.group, layout=wanted))
-        self._form[:] = [wanted, size]
 
     @classmethod
     def of_tensors(cls, data: torch.Tensor, scales: torch.Tensor, offsets: torch.Tensor, *, cols: int, group: int,
@@ -83,7 +54,7 @@ class QuantStorage(nn.Module):
         """A storage over tensors already in the kernel's layout (qkernel.decode_into)."""
         storage = cls.__new__(cls)
         nn.Module.__init__(storage)
-        storage._form, storage.tables = [qkernel.layout(qkernel.library()), 2], tables
+        storage.layout, storage.tables = qkernel.layout(qkernel.library()), tables
         storage.shape, storage.group, storage.kind = (data.shape[0], cols), group, 0 if nibbles else 1
         storage.source_type = source_type
         data = data if nibbles else data.view(torch.int8)  # signed values (the kernel reads either as bytes)
@@ -99,7 +70,7 @@ class QuantStorage(nn.Module):
         piece = QuantStorage.of_tensors(self.data[start:stop], self.scales[start:stop], self.offsets[start:stop],
                                         cols=self.shape[1], group=self.group, nibbles=self.kind == 0,
                                         source_type=source_type, tables=self.tables)
-        piece.home, piece._form = (self, start), self._form
+        piece.home = (self, start)
         return piece
 
     def select(self, index: torch.Tensor) -> QuantStorage:
@@ -109,16 +80,14 @@ class QuantStorage(nn.Module):
         piece = QuantStorage.of_tensors(self.data[index].contiguous(), self.scales[index].contiguous(),
                                         self.offsets[index].contiguous(), cols=self.shape[1], group=self.group,
                                         nibbles=self.kind == 0, source_type=self.source_type, tables=self.tables)
-        piece._form = list(self._form)
+        piece.layout, piece.activation_bytes = self.layout, self.activation_bytes
         return piece
 
     @classmethod
     def joined(cls, parts: list[QuantStorage]) -> QuantStorage:
-        """One storage with the rows of `parts` in order (laid out as the first), for one product over all of them;
+        """One storage with the rows of `parts` (all of one layout) in order, for one product over all of them;
         each part's tensors become views of their rows in it, so the weights are held once."""
         first = parts[0]
-        for part in parts[1:]:
-            part.activation_bytes = first.activation_bytes
         home = getattr(first, "home", (None, 0))[0]
         start = 0
         for part in parts:  # parts of one storage, in order and covering it: that storage is the join
@@ -131,7 +100,7 @@ class QuantStorage(nn.Module):
         whole = cls.__new__(cls)
         nn.Module.__init__(whole)
         whole.shape = (sum(part.shape[0] for part in parts), first.shape[1])
-        whole.group, whole.kind, whole.tables, whole._form = first.group, first.kind, first.tables, list(first._form)
+        whole.group, whole.kind, whole.layout, whole.tables = first.group, first.kind, first.layout, first.tables
         whole.source_type = "+".join(sorted({part.source_type for part in parts}))
         for name in ("data", "scales", "offsets"):
             joined = torch.cat([getattr(part, name) for part in parts])
@@ -142,23 +111,25 @@ class QuantStorage(nn.Module):
                 setattr(part, name, joined[start:stop])
                 start = stop
         whole.register_buffer("_natural", first._natural, persistent=False)
+        whole.activation_bytes = first.activation_bytes
         start = 0
         for part in parts:
-            part.home, part._form = (whole, start), whole._form  # for activation_bytes, and a later join of them
+            part.home = (whole, start)  # for set_activation_bytes, and a later join of the same parts
             start += part.shape[0]
         return whole
 
     def narrowed(self, lib: ctypes.CDLL) -> QuantStorage:
-        """This signed-byte weight requantised to 4 bits with a minimum per group of 32 (narrow_to_4_bits), laid out
-        for the same activations."""
+        """This signed-byte weight requantised to 4 bits with a minimum per group of 32 (narrow_to_4_bits)."""
         buffers = self._buffers
-        offsets = buffers["offsets"] if not self.tables and self.offsets_address() is not None else None
+        offsets = buffers["offsets"] if self.tables != 1 and self.offsets_address() is not None else None
         q4, d4, m4 = qkernel.narrow(lib, buffers["data"], buffers["scales"], offsets, group=self.group,
                                     tables=self.tables, layout=self.layout, cols=self.shape[1])
-        wanted = qkernel.layout(lib, self.activation_bytes)
-        storage = QuantStorage.of_tensors(qkernel.relayout(lib, q4, 0, 32, layout=wanted), d4, m4, cols=self.shape[1],
-                                          group=32, nibbles=True, source_type="int4")
-        storage._form = [wanted, self.activation_bytes]
+        tables = qkernel.table_form(lib, "Q4_1")
+        if tables == 2:
+            d4, m4 = d4.half(), m4.half()  # exact: narrow rounds them to halves
+        storage = QuantStorage.of_tensors(qkernel.relayout(lib, q4, 0, 32), d4, m4, cols=self.shape[1], group=32,
+                                          nibbles=True, source_type="int4", tables=tables)
+        storage.activation_bytes = self.activation_bytes
         return storage
 
     @property
@@ -179,24 +150,27 @@ class QuantStorage(nn.Module):
         flat = flat.to(self.data.device)
         raw = self.data[flat]
         if self.layout:
-            raw = qkernel.relayout(qkernel.library(), raw.cpu(), self.kind, self.group, to_natural=True,
-                                   layout=self.layout).to(raw.device)
+            raw = qkernel.relayout(qkernel.library(), raw.cpu(), self.kind, self.group, to_natural=True).to(raw.device)
         if self.kind == 0:
             halves = torch.stack([raw & 0x0F, raw >> 4], dim=-2)  # [n, 2, cols / 2]: values j and j + 16 of a group
             q = halves.reshape(flat.shape[0], 2, -1, 16).transpose(1, 2).reshape(flat.shape[0], -1)
         else:
             q = raw
         scales, offsets = self.scales[flat], self.offsets[flat]
-        if self.tables:
+        if self.tables == 1:
             scales, offsets = qkernel.k_tables_as_floats(scales.cpu(), self.group)
             scales, offsets = scales.to(raw.device), offsets.to(raw.device)
+        elif self.tables == 2:  # halves, widened exactly
+            scales, offsets = scales.float(), offsets.float()
         return q, scales[:, self._natural], offsets[:, self._natural]
+
+    activation_bytes = 2  # how finely each product quantises its input rows (set_activation_bytes)
 
     def offsets_address(self) -> int | None:
         """The offsets' address for the kernel, or None where every offset is zero (Q4_0, Q5_0, Q6_K and Q8_0 have
         none): the kernel then reads no offsets, a sixth of a Q6_K weight's bytes. Looked at once per tensor."""
         offsets = self._buffers["offsets"]
-        if self.tables:  # a K-quant's own tables: offsets for groups of 32 (Q4_K, Q5_K), none for Q6_K's 16
+        if self.tables == 1:  # a K-quant's own tables: offsets for groups of 32 (Q4_K, Q5_K), none for Q6_K's 16
             return self._buffers["scales"].data_ptr() if self.group == 32 else None
         known = self.__dict__.get("_offsets_at")
         if known is None or known[0] != offsets.data_ptr():
@@ -302,7 +276,7 @@ def set_activation_bytes(model: nn.Module, size: int) -> int:
         if home is not None:
             storages[id(home[0])] = home[0]
     for storage in storages.values():
-        storage.activation_bytes = size  # a part's home lays out its tensors, once
+        storage.activation_bytes = size
     return len(storages)
 
 

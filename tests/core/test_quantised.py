@@ -122,22 +122,54 @@ def test_a_k_quant_kept_with_its_own_tables_multiplies_bit_for_bit_as_with_a_flo
     x = torch.from_numpy(rng.standard_normal((5, 768)).astype(np.float32))
     kind_number = 0 if nibbles else 1
     with_offsets = None if group == 16 else floats[1]
-    natural = qkernel.relayout(lib, data[0], kind_number, group, to_natural=True)
-    for size in (2, 1):  # 16-bit activations, and one byte (laid out in quads)
-        laid = qkernel.relayout(lib, natural, kind_number, group, layout=qkernel.layout(lib, size))
+    for size in (2, 1):  # 16-bit activations, and one byte
         for rows in (1, 2, 5):
-            expected = qkernel.matmul(lib, kind_number, laid, floats[0], with_offsets, group, x[:rows], 1, size)
-            got = qkernel.matmul(lib, kind_number, laid, own, None if group == 16 else own, group, x[:rows], 1, size,
-                                 tables=1)
+            expected = qkernel.matmul(lib, kind_number, data[0], floats[0], with_offsets, group, x[:rows], 1, size)
+            got = qkernel.matmul(lib, kind_number, data[1], own, None if group == 16 else own, group, x[:rows], 1,
+                                 size, tables=1)
             assert torch.equal(got, expected), (size, rows)
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", qkernel.HALF_TABLES)
+def test_a_weight_whose_file_keeps_half_precision_scales_multiplies_bit_for_bit_from_halves(name, quantised_pair):
+    """Q4_0 to Q8_0 keep a half-precision scale (and offset) a group in the file: the AVX-512 build keeps them so
+    (a Q4_1 weight reads 20 bytes a group of 32, not 24), with the same products, bit for bit, as float tables."""
+    lib = qkernel.library()
+    if qkernel.table_form(lib, name) != 2:
+        pytest.skip("this build keeps a float scale per group")
+    kind = GGMLQuantizationType[name]
+    raw = _blocks(np.random.default_rng(5).standard_normal((12, 800)).astype(np.float32), kind, seed=4)
+    data_shape, table_shape = qkernel.decoded_shapes(name, 12, 800)
+    _, _, group, nibbles = qkernel.DECODED[name]
+    data, scales = torch.empty(data_shape, dtype=torch.uint8), torch.empty(table_shape)
+    offsets = torch.empty(table_shape)
+    qkernel.decode_into(lib, name, raw, 800, None, data, scales, offsets)
+    halves = scales.half(), offsets.half()
+    assert torch.equal(halves[0].float(), scales) and torch.equal(halves[1].float(), offsets)  # exact
+    x = torch.from_numpy(np.random.default_rng(6).standard_normal((5, 800)).astype(np.float32))
+    kind_number = 0 if nibbles else 1
+    for size in (2, 1):
+        for rows in (1, 2, 5):
+            expected = qkernel.matmul(lib, kind_number, data, scales, offsets if offsets.any() else None, group,
+                                      x[:rows], 1, size)
+            got = qkernel.matmul(lib, kind_number, data, halves[0], halves[1] if offsets.any() else None, group,
+                                 x[:rows], 1, size, tables=2)
+            assert torch.equal(got, expected), (size, rows)
+    # and a model read from a GGUF keeps them so
+    verifier = quantised_pair[0]
+    forms = {m.storage.source_type: m.storage.tables for m in verifier.model.modules()
+             if isinstance(m, quantised.QuantLinear)}
+    assert set(forms.values()) == {2} and forms
 
 
 @needs_kernel
 @pytest.mark.parametrize("name", ["Q8_0", "Q5_0", "Q5_1", "Q6_K", "Q5_K"])
 def test_a_wider_weight_narrowed_to_4_bits_is_the_reference_requantisation_of_its_values(name):
-    """A draft's 5- to 8-bit weights narrowed in the kernel (from a float per group, or a K-quant's own tables, laid
-    out for either activations) hold exactly gguf_blocks.requantise(bits=4) of the values they had: each within half
-    a 4-bit step."""
+    """A draft's 5- to 8-bit weights narrowed in the kernel (from a float per group, halves or a K-quant's own
+    tables) hold exactly gguf_blocks.requantise(bits=4) of the values they had, with
+    each scale and minimum rounded to half precision as Q4_1 keeps them: each value within half a 4-bit step (and the
+    minimum's rounding)."""
     lib = qkernel.library()
     kind = GGMLQuantizationType[name]
     raw = _blocks(np.random.default_rng(1).standard_normal((12, 768)).astype(np.float32), kind, seed=3)
@@ -155,10 +187,18 @@ def test_a_wider_weight_narrowed_to_4_bits_is_the_reference_requantisation_of_it
         values = storage.rows(torch.arange(12)).numpy()
         narrow = storage.narrowed(lib)
         assert (narrow.kind, narrow.group, narrow.activation_bytes, narrow.layout) == (0, 32, size, storage.layout)
-        expected = gguf_blocks.requantise(values, bits=4)
+        assert narrow.tables == qkernel.table_form(lib, "Q4_1")
+        groups = values.reshape(12, -1, 32)
+        low = groups.min(axis=2)
+        step = ((groups.max(axis=2) - low) / np.float32(15)).astype(np.float16).astype(np.float32)
+        least = low.astype(np.float16).astype(np.float32)
+        inv = np.divide(np.float32(1), step, out=np.zeros_like(step), where=step > 0)
+        q = np.clip(np.rint((groups - least[:, :, None]) * inv[:, :, None]), 0, 15).astype(np.float32)
+        expected = (q * step[:, :, None] + least[:, :, None]).reshape(12, 768)
         narrowed = narrow.rows(torch.arange(12)).numpy()
-        np.testing.assert_array_equal(narrowed, expected.dequantise())
-        assert np.all(np.abs(narrowed - values) <= np.repeat(expected.d, 32, axis=1) * 0.5001 + 1e-7)
+        np.testing.assert_array_equal(narrowed, expected)
+        slack = np.repeat(step * 0.5001 + np.abs(least - low), 32, axis=1) + 1e-7
+        assert np.all(np.abs(narrowed - values) <= slack)
     # an output layer tied to the embeddings: it gets a narrowed copy, the embeddings keep their rows
     tied = torch.nn.ModuleDict({"embed": quantised.QuantEmbedding(storage),
                                 "head": quantised.QuantLinear(storage, None, lib)})
@@ -525,13 +565,12 @@ def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(t
     for grouped in (requantise(weight, bits=4), requantise(weight, bits=8), sixteens):
         kind = 0 if grouped.nibbles else 1
         natural = torch.from_numpy(qkernel.pack_rows(grouped.q, nibbles=grouped.nibbles))
+        data = qkernel.relayout(other, natural, kind, grouped.group)  # each build's own layout
+        mine = qkernel.relayout(qkernel.library(), natural, kind, grouped.group)
         scales = torch.from_numpy(qkernel.kernel_order(grouped.d, grouped.group))
         offsets = torch.from_numpy(qkernel.kernel_order(grouped.m, grouped.group))
         rows = x[:, :grouped.q.shape[1]].contiguous()
-        for size in (2, 1):  # each build's own layout for activations of `size` bytes
-            data = qkernel.relayout(other, natural, kind, grouped.group, layout=qkernel.layout(other, size))
-            mine = qkernel.relayout(qkernel.library(), natural, kind, grouped.group,
-                                    layout=qkernel.layout(qkernel.library(), size))
+        for size in (2, 1):
             products = [qkernel.matmul(lib, kind, layout, scales, offsets, grouped.group, rows, 1, size)
                         for lib, layout in ((other, data), (qkernel.library(), mine))]
             torch.testing.assert_close(products[0], products[1], rtol=1e-5, atol=1e-4)
@@ -541,7 +580,7 @@ def test_the_kernels_other_builds_compute_the_same_products_as_this_cpus_build(t
                 assert torch.equal(alone, products[0][:count])
             if kind == 1:  # narrowed to 4 bits (a draft's wider layers): the same nibbles and tables from each build
                 narrowed = [qkernel.narrow(lib, layout, scales, offsets, group=grouped.group, tables=0,
-                                           layout=qkernel.layout(lib, size), cols=rows.shape[1])
+                                           layout=qkernel.layout(lib), cols=rows.shape[1])
                             for lib, layout in ((other, data), (qkernel.library(), mine))]
                 assert all(torch.equal(a, b) for a, b in zip(*narrowed))
             if not offsets.any():  # a weight without offsets (8-bit, Q6_K): none read, the same products

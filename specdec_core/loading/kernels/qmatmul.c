@@ -31,8 +31,7 @@
 #define SPECDEC_AVX2 0
 #endif
 /* AVX-512 with VNNI (Intel since Ice Lake, AMD since Zen 4): the 16-bit products below in 512-bit vectors, one
- * multiply-and-add instruction (vpdpwssd) per 32 values, or for one-byte activations one (vpdpbusd) per 64, and each
- * group scaled in float as it is summed. */
+ * multiply-and-add instruction (vpdpwssd) per 32 values, and each group scaled in float as it is summed. */
 #if SPECDEC_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #define SPECDEC_AVX512 1
 #else
@@ -58,7 +57,8 @@ typedef struct {
     float *y;          /* [rows, n] */
     int parts;
     int fine;          /* 1: two bytes per activation (coarse and fine); 0: one byte, as llama.cpp's products use */
-    int tables;        /* 0: wd, wm a float per group; 1: a K-quant's own tables (k_tables, AVX-512 builds) */
+    int tables;        /* 0: wd, wm a float per group; 1: a K-quant's own tables (k_tables); 2: wd, wm a half-precision
+                        * float per group (the file's own for Q4_0 to Q8_0); 1 and 2 in AVX-512 builds only */
 } task_t;
 
 /* ---- A K-quant's own scale tables (AVX-512 builds) ----
@@ -86,19 +86,16 @@ static inline size_t half_index(int b, int h, int blocks) {
  * block's bytes hold values 0-15 in the low lane and 16-31 in the high one). */
 static inline int fine_slot(int j) { return (j & 7) | (((j >> 4) & 1) << 3) | (((j >> 3) & 1) << 4); }
 
-/* ---- The interleaved layouts of AVX-512 builds (specdec_layout() == 1) ----
+/* ---- The interleaved layout of AVX-512 builds (specdec_layout() == 1) ----
  * There a weight row's values are laid out so that each 32-bit lane of a 512-bit vector sums the products of one group
- * only: a group's values are multiplied lane by lane, and a group's sum comes out of its lanes as an exact integer,
- * scaled once for sixteen groups at a time. Two layouts differ in how many values a lane takes a step (`width`): 2 for
- * 16-bit activations (vpdpwssd multiplies 16-bit pairs: the "pairs" layout), 4 for one-byte activations (vpdpbusd
- * multiplies byte quads: the "quads" layout). The row's groups, in the order of its scale table, fall into pieces:
- * whole sixteens first, then the rest in pieces of 8, 4, 2 and 1 (the largest that fits, in turn). A piece of p groups
- * gives each group `lanes` = 16 / p lanes (fewer where a group has too few values to fill them: g / width) and takes
- * steps of 16 * width values, one step where the piece has no more: in step s, lane l holds values width * j ..
- * width * j + width - 1 of the piece's group l / lanes, where j = s * lanes + l % lanes. Nibble weights keep two steps
- * in 16 * width bytes (the low nibbles the first step, the high the second); a piece with one step of V values keeps it
- * in V / 2 bytes, low nibbles the step's first V / 2 values, high nibbles the rest. Activations lie in the same order,
- * 16 bits a value (pairs) or a byte (quads). Builds without AVX-512 keep the natural layout. */
+ * only: a group's 32 (or 16) values are multiplied in 16-bit pairs lane by lane, and a group's sum comes out of its
+ * lanes as an exact integer, scaled once for sixteen groups at a time. The row's groups, in the order of its scale
+ * table, fall into pieces: whole sixteens first, then the rest in pieces of 8, 4, 2 and 1 (the largest that fits, in
+ * turn). A piece of p groups gives each group 16 / p lanes and takes g * p / 32 steps of 32 values: in step s, lane l
+ * holds values 2j and 2j + 1 of the piece's group l / (16 / p), where j = s * (16 / p) + l % (16 / p). Nibble weights
+ * keep two steps in 32 bytes (the low nibbles the first step, the high the second); a piece with one step (a lone
+ * group of 32) keeps it in 16 bytes, low nibbles the step's first 16 values, high nibbles its last 16. Activations lie
+ * in the same order, 16 bits a value. Builds without AVX-512 keep the natural layout. */
 
 /* The piece that holds table group `ti` of a row of `groups` groups: its first group and its size. */
 static inline void piece_of(int ti, int groups, int *start, int *size) {
@@ -113,28 +110,23 @@ static inline void piece_of(int ti, int groups, int *start, int *size) {
     *start = ti; *size = 1;  /* not reached for ti < groups */
 }
 
-/* The lanes each group of a piece of p groups of g values has, `width` values a lane a step. */
-static inline int piece_lanes(int p, int g, int width) { return 16 / p * width > g ? g / width : 16 / p; }
-
-/* Where table group `ti`'s values lie in the interleaved layout of `width`: its piece's first value and its first lane
- * (`base`, in values from the row's start), and its lanes a step; slot_in then places each of its runs of `width`. */
-static inline void group_lanes(int ti, int groups, int g, int width, int *base, int *lanes) {
+/* Where table group `ti`'s values lie in the interleaved layout: its piece's first value and its first lane (`base`,
+ * in values from the row's start), and its lanes a step; pair_in then places each of its pairs. */
+static inline void group_lanes(int ti, int groups, int g, int *base, int *lanes) {
     int start, p;
     piece_of(ti, groups, &start, &p);
-    *lanes = piece_lanes(p, g, width);
-    *base = start * g + width * (ti - start) * *lanes;
+    *lanes = 16 / p;
+    *base = start * g + 2 * (ti - start) * *lanes;
 }
 
-/* The index (in values from the row's start) of value width * j of a group whose lanes group_lanes gave. */
-static inline int slot_in(int base, int lanes, int width, int j) {
-    return base + j / lanes * 16 * width + width * (j % lanes);
-}
+/* The index (in values from the row's start) of value 2j of a group whose lanes group_lanes gave. */
+static inline int pair_in(int base, int lanes, int j) { return base + j / lanes * 32 + 2 * (j % lanes); }
 
-/* Where value v of table group `ti` lies in the interleaved layout of `width`. */
-static inline int value_position(int ti, int v, int groups, int g, int width) {
+/* Where values 2j and 2j + 1 of table group `ti` lie in the interleaved layout: the index of value 2j. */
+static inline int pair_position(int ti, int j, int groups, int g) {
     int base, lanes;
-    group_lanes(ti, groups, g, width, &base, &lanes);
-    return slot_in(base, lanes, width, v / width) + v % width;
+    group_lanes(ti, groups, g, &base, &lanes);
+    return pair_in(base, lanes, j);
 }
 
 /* The natural column of value v of table group ti (groups of 16 lie in half_index's order). */
@@ -146,18 +138,15 @@ static inline int natural_column(int ti, int v, int groups, int g) {
     return b * 32 + h * 16 + v;
 }
 
-/* For nibble weights (groups of 32): the byte and nibble (0 low, 1 high) of the value at `position`
- * (value_position's index) of the row interleaved for `width`. */
-static inline int nibble_byte(int position, int groups, int width, int *nibble) {
+/* For nibble weights (groups of 32): the byte and nibble (0 low, 1 high) of the value at `position` (pair_position's
+ * index, plus 0 or 1) of the interleaved row. */
+static inline int nibble_byte(int position, int groups, int *nibble) {
     int start, p;
     piece_of(position / 32, groups, &start, &p);  /* with groups of 32 a piece of p groups spans 32 p values */
-    int within = position - start * 32, values = 32 * p, step = 16 * width;
-    if (values > step) {
-        *nibble = within / step & 1;
-        return start * 16 + within / step / 2 * step + within % step;
-    }
-    *nibble = within >= values / 2;
-    return start * 16 + within % (values / 2);
+    int within = position - start * 32, step = within / 32, e = within % 32;
+    if (p > 1) { *nibble = step & 1; return start * 16 + step / 2 * 32 + e; }
+    *nibble = e >> 4;
+    return start * 16 + (e & 15);
 }
 
 /* One block of 32 values scaled by `inv`: coarse bytes (into `hi`), or 16-bit values (into `wide`, fine_slot order),
@@ -241,18 +230,14 @@ static void quantise_block(const float *src, float inv, int fine, int8_t *hi, in
 #endif
 
 /* x [rows, k] -> two signed bytes per value (one when !fine), per-block scales and scaled half-block and block sums (k
- * a multiple of 32). Without AVX-512, 16-bit values lie in fine_slot's order; with it, 16-bit values (fine) lie in the
- * pairs layout of a weight with groups of g, or bytes (!fine) in its quads layout, each row's bytes followed by each
- * table group's integer sum (row_sums: the correction for signed weights, which vpdpbusd takes as unsigned); and xg
- * receives each table group's block scale (for g = 16). */
-static inline int32_t *row_sums(int8_t *row, int k) { return (int32_t *)(row + k); }
-
+ * a multiple of 32). Without AVX-512, 16-bit values lie in fine_slot's order; with it, every activation is 16 bits (the
+ * coarse byte alone when !fine) in the interleaved layout of a weight with groups of g, and xg receives each table
+ * group's block scale (for g = 16). */
 static void quantise_rows(const float *x, int rows, int k, int fine, int g, int8_t *xq, float *xd, float *xs,
                           float *xw, float *xg) {
     int blocks = k / QBLOCK, groups = k / g;
     for (int r = 0; r < rows; r++) {
-        int8_t *row = xq + (size_t)r * 2 * k;
-        int16_t *row16 = (int16_t *)row;
+        int16_t *row16 = (int16_t *)(xq + (size_t)r * 2 * k);
         for (int b = 0; b < blocks; b++) {
             const float *src = x + (size_t)r * k + (size_t)b * QBLOCK;
             float d = block_amax(src) / 127.0f;
@@ -263,25 +248,20 @@ static void quantise_rows(const float *x, int rows, int k, int fine, int g, int8
             int16_t values[QBLOCK];
             int16_t *halves[2] = {values, values + 16};
             quantise_block(src, inv, fine, NULL, NULL, halves, sums);
-            const int width = fine ? 2 : 4;
             for (int h = 0; h < QBLOCK / g; h++) {
                 int ti = g == 32 ? b : (int)half_index(b, h, blocks), base, lanes;
-                group_lanes(ti, groups, g, width, &base, &lanes);  /* once a group: this runs for every row of every product */
-                const int16_t *from = values + h * 16;
-                if (fine)
-                    for (int j = 0; j < g / 2; j++) memcpy(row16 + slot_in(base, lanes, 2, j), from + 2 * j, 4);
-                else {
-                    for (int j = 0; j < g / 4; j++) {
-                        int8_t *to = row + slot_in(base, lanes, 4, j);
-                        for (int e = 0; e < 4; e++) to[e] = (int8_t)from[4 * j + e];
-                    }
-                    row_sums(row, k)[ti] = g == 32 ? sums[0] + sums[1] : sums[h];
+                group_lanes(ti, groups, g, &base, &lanes);  /* once a group: this runs for every row of every product */
+                for (int j = 0; j < g / 2; j++) {
+                    int32_t pair;
+                    memcpy(&pair, values + h * 16 + 2 * j, sizeof pair);
+                    memcpy(row16 + pair_in(base, lanes, j), &pair, sizeof pair);
                 }
                 if (g == 16) xg[(size_t)r * groups + ti] = unit;
             }
 #else
             (void)g; (void)groups; (void)xg;
-            quantise_block(src, inv, fine, row + (size_t)b * QBLOCK, row16 + (size_t)b * QBLOCK, NULL, sums);
+            quantise_block(src, inv, fine, xq + (size_t)r * 2 * k + (size_t)b * QBLOCK, row16 + (size_t)b * QBLOCK,
+                           NULL, sums);
 #endif
             xd[(size_t)r * blocks + b] = unit;
             xs[(size_t)r * blocks * 2 + half_index(b, 0, blocks)] = unit * (float)sums[0];
@@ -447,64 +427,28 @@ static void row_s8_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t,
 static void row_s8_16_a8(const task_t *t, int col, int r0, int nr) { row_avx2_of(t, 1, 1, 0, col, r0, nr); }
 
 #if SPECDEC_AVX512
-/* A piece's integer sums (one group per lane, `lanes` lanes a group) into the outputs: converted and added in with the
- * groups' scales times the row's (wd, xg: the piece's table entries, spread over their lanes), and the offsets' part. */
-ALWAYS_INLINE void scale_piece(const task_t *t, const int ktables, const int cols, int col0, int r0, int nr, int first,
-                               const int p, const int lanes, const float *xg, __m512i sums[4][ROW_CHUNK],
-                               __m512 acc[4][ROW_CHUNK]) {
+/* The tables of weight row `row` for the piece at `first`: its scales' and offsets' line (floats or halves), or a
+ * K-quant's scale bytes (and offsets'), and its superblocks' floats. */
+ALWAYS_INLINE void prefetch_tables(const task_t *t, const int ktables, size_t row, int first) {
     const int g = t->g, groups = t->k / g;
-    /* Lane l belongs to the piece's group l / lanes (lanes past the piece's groups summed nothing). */
-    const __mmask16 some = (__mmask16)(p == 16 ? 0xFFFF : (1u << p) - 1);
-    const __m512i spread = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                             lanes == 16 ? 4 : lanes == 8 ? 3 : lanes == 4 ? 2 : lanes == 2 ? 1 : 0);
-    /* The offsets' part, the groups' offsets times the row's group sums (xw by blocks for groups of 32, xs by halves in
-     * the tables' order for groups of 16), one lane a group; none for a weight without offsets (wm NULL). */
-    const float *block_sums = g == 16 ? t->xs : t->xw;
-    for (int c = 0; c < cols; c++) {
-        __m512 wdv, wmv = _mm512_setzero_ps();
-        if (!ktables) {
-            wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + first);
-            if (t->wm) wmv = _mm512_maskz_loadu_ps(some, t->wm + (size_t)(col0 + c) * groups + first);
-        } else {
-            /* A piece lies within one or two superblocks: 8 groups of 32 each, or 16 groups of 16. */
-            const uint8_t *table = (const uint8_t *)t->wd + (size_t)(col0 + c) * k_table_bytes(g, groups);
-            const __m512i index = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-            __m128i sc = _mm_maskz_loadu_epi8(some, table + first);
-            if (g == 32) {
-                const float *super = (const float *)(table + 2 * (size_t)groups);
-                __m512i which = _mm512_srli_epi32(index, 3);
-                __m512 d = _mm512_permutexvar_ps(which, _mm512_maskz_loadu_ps(p == 16 ? 0x3 : 0x1, super + first / 8));
-                __m512 dmin = _mm512_permutexvar_ps(which, _mm512_maskz_loadu_ps(p == 16 ? 0x3 : 0x1,
-                                                                                 super + groups / 8 + first / 8));
-                wdv = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
-                __m128i mn = _mm_maskz_loadu_epi8(some, table + groups + first);
-                wmv = _mm512_castsi512_ps(_mm512_xor_si512(  /* -(dmin * mn), the sign flipped as the decoder's */
-                    _mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)))),
-                    _mm512_set1_epi32((int)0x80000000)));
-                wmv = _mm512_maskz_mov_ps(some, wmv);
-            } else {
-                const float *super = (const float *)(table + (size_t)groups);
-                wdv = _mm512_mul_ps(_mm512_set1_ps(super[first / 16]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
-            }
-            wdv = _mm512_maskz_mov_ps(some, wdv);
-        }
-        if (lanes != 1) wdv = _mm512_permutexvar_ps(spread, wdv);
-        for (int i = 0; i < nr; i++) {
-            __m512 xgv = _mm512_maskz_loadu_ps(some, xg + (size_t)(r0 + i) * groups + first);
-            if (lanes != 1) xgv = _mm512_permutexvar_ps(spread, xgv);
-            acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[c][i]), _mm512_mul_ps(wdv, xgv), acc[c][i]);
-            if (t->wm)  /* (K tables: g == 32 only) */
-                acc[c][i] = _mm512_fmadd_ps(
-                    wmv, _mm512_maskz_loadu_ps(some, block_sums + (size_t)(r0 + i) * groups + first), acc[c][i]);
-        }
+    if (!ktables) {
+        const size_t size = t->tables == 2 ? 2 : 4, at = (row * groups + (size_t)first) * size;
+        _mm_prefetch((const char *)t->wd + at, _MM_HINT_T0);
+        if (t->wm) _mm_prefetch((const char *)t->wm + at, _MM_HINT_T0);
+        return;
     }
+    const char *table = (const char *)t->wd + row * k_table_bytes(g, groups);
+    _mm_prefetch(table + first, _MM_HINT_T0);
+    _mm_prefetch(table + (g == 32 ? 2 * (size_t)groups + (size_t)first / 2 : (size_t)groups + (size_t)first / 4),
+                 _MM_HINT_T0);
+    if (g == 32) _mm_prefetch(table + groups + first, _MM_HINT_T0);
 }
 
 /* One piece (see the interleaved layout above) of `cols` weight rows (1, 2 or 4) with `nr` activation rows: `steps`
  * multiply-and-adds (vpdpwssd) of 32 values into each pair's integer sums, alternating between two sums so that
- * consecutive steps do not wait for each other; then the sums of each lane, an exact integer per group, scaled
- * (scale_piece). */
-ALWAYS_INLINE void piece_pairs(const task_t *t, const int kind, const int ktables, const int cols, int col0, int r0,
+ * consecutive steps do not wait for each other; then the sums of each lane, an exact integer per group, converted and
+ * added in with the groups' scales times the row's (wd, xg: the piece's table entries, spread over their lanes). */
+ALWAYS_INLINE void piece_512(const task_t *t, const int kind, const int ktables, const int cols, int col0, int r0,
                              int nr, int first, const int p, const int steps, const float *xg,
                              __m512 acc[4][ROW_CHUNK]) {
     const int g = t->g, groups = t->k / g;
@@ -530,16 +474,7 @@ ALWAYS_INLINE void piece_pairs(const task_t *t, const int kind, const int ktable
             const char *next = (const char *)t->w + (ahead + c) * row_bytes + wbase;
             if (kind != 0) _mm_prefetch(next + (size_t)s * 32, _MM_HINT_T0);
             else if (s % 4 == 0) _mm_prefetch(next + (size_t)s * 16, _MM_HINT_T0);
-            if (s == 0 && !ktables) {
-                _mm_prefetch((const char *)(t->wd + (ahead + c) * groups + first), _MM_HINT_T0);
-                if (t->wm) _mm_prefetch((const char *)(t->wm + (ahead + c) * groups + first), _MM_HINT_T0);
-            } else if (s == 0) {  /* the piece's scale bytes (and offsets'), and its superblocks' floats */
-                const char *table = (const char *)t->wd + (ahead + c) * k_table_bytes(g, groups);
-                _mm_prefetch(table + first, _MM_HINT_T0);
-                _mm_prefetch(table + (g == 32 ? 2 * (size_t)groups + (size_t)first / 2 : (size_t)groups + (size_t)first / 4),
-                             _MM_HINT_T0);
-                if (g == 32) _mm_prefetch(table + groups + first, _MM_HINT_T0);
-            }
+            if (s == 0) prefetch_tables(t, ktables, ahead + c, first);
             const uint8_t *w = t->w + (size_t)(col0 + c) * row_bytes + wbase;
             __m512i a, b;
             if (kind == 0) {
@@ -570,137 +505,75 @@ ALWAYS_INLINE void piece_pairs(const task_t *t, const int kind, const int ktable
             for (int i = 0; i < nr; i++)
                 s0[c][i] = _mm512_dpwssd_epi32(s0[c][i], a, _mm512_loadu_si512(xq[i] + (size_t)s * 32));
         }
-    __m512i sums[4][ROW_CHUNK];
-    for (int c = 0; c < cols; c++)
-        for (int i = 0; i < nr; i++) sums[c][i] = _mm512_add_epi32(s0[c][i], s1[c][i]);
-    scale_piece(t, ktables, cols, col0, r0, nr, first, p, 16 / p, xg, sums, acc);
-}
-
-/* The prefetches of piece_quads, for weight row `row` (of the tile after next) at step s of `count` steps (1 or 2):
- * its lines of those steps, and with the first its tables' lines, as piece_pairs fetches. */
-ALWAYS_INLINE void prefetch_quads(const task_t *t, const int kind, const int ktables, size_t row, size_t row_bytes,
-                                  size_t wbase, int first, int s, const int count) {
-    const int g = t->g, groups = t->k / g;
-    const char *next = (const char *)t->w + row * row_bytes + wbase;
-    for (int line = 0; line < (kind != 0 ? count : (count + 1) / 2); line++)
-        _mm_prefetch(next + (size_t)s * (kind != 0 ? 64 : 32) + 64 * (size_t)line, _MM_HINT_T0);
-    if (s != 0) return;
-    if (!ktables) {
-        _mm_prefetch((const char *)(t->wd + row * groups + first), _MM_HINT_T0);
-        if (t->wm) _mm_prefetch((const char *)(t->wm + row * groups + first), _MM_HINT_T0);
-        return;
-    }
-    const char *table = (const char *)t->wd + row * k_table_bytes(g, groups);
-    _mm_prefetch(table + first, _MM_HINT_T0);
-    _mm_prefetch(table + (g == 32 ? 2 * (size_t)groups + (size_t)first / 2 : (size_t)groups + (size_t)first / 4),
-                 _MM_HINT_T0);
-    if (g == 32) _mm_prefetch(table + groups + first, _MM_HINT_T0);
-}
-
-/* One piece of `cols` weight rows with `nr` activation rows in the quads layout (one-byte activations, as llama.cpp's
- * products use): multiply-and-adds of 64 byte pairs (vpdpbusd: unsigned weight bytes times signed activations) into
- * each pair's integer sums, alternating between two sums. Signed weights are read as unsigned by flipping their top
- * bit (q + 128), and 128 times each group's activation sum (row_sums, on the group's first lane) taken back off, so a
- * group's sum is still the exact integer sum of q times the activations. Then scale_piece. */
-ALWAYS_INLINE void piece_quads(const task_t *t, const int kind, const int ktables, const int cols, int col0, int r0,
-                               int nr, int first, const int p, const float *xg, __m512 acc[4][ROW_CHUNK]) {
-    const int g = t->g, values = g * p, steps = values > 64 ? values / 64 : 1;
-    const int lanes = piece_lanes(p, g, 4);
-    const size_t row_bytes = kind == 0 ? (size_t)t->k / 2 : (size_t)t->k;
-    const size_t wbase = kind == 0 ? (size_t)first * g / 2 : (size_t)first * g, xbase = (size_t)first * g;
-    const int8_t *xq[ROW_CHUNK];
-    __m512i s0[4][ROW_CHUNK], s1[4][ROW_CHUNK];
-    for (int i = 0; i < nr; i++) {
-        xq[i] = t->xq + (size_t)(r0 + i) * 2 * t->k + xbase;
-        for (int c = 0; c < cols; c++) s0[c][i] = s1[c][i] = _mm512_setzero_si512();
-    }
-    const size_t ahead = (size_t)col0 + 2 * (size_t)cols;  /* prefetched as piece_pairs does */
-    const __m512i low = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
-    int s = 0;
-#pragma GCC unroll 4
-    for (; s + 1 < steps; s += 2)
-#pragma GCC unroll 4
-        for (int c = 0; c < cols; c++) {
-            prefetch_quads(t, kind, ktables, ahead + c, row_bytes, wbase, first, s, 2);
-            const uint8_t *w = t->w + (size_t)(col0 + c) * row_bytes + wbase;
-            __m512i a, b;
-            if (kind == 0) {
-                __m512i bytes = _mm512_loadu_si512(w + (size_t)s * 32);
-                a = _mm512_and_si512(bytes, low);
-                b = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low);
+    /* Lane l belongs to the piece's group l / (16 / p). */
+    const __mmask16 some = (__mmask16)(p == 16 ? 0xFFFF : (1u << p) - 1);
+    const __m512i spread = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             p == 16 ? 0 : p == 8 ? 1 : p == 4 ? 2 : p == 2 ? 3 : 4);
+    /* The offsets' part, the groups' offsets times the row's group sums (xw by blocks for groups of 32, xs by halves in
+     * the tables' order for groups of 16), one lane a group; none for a weight without offsets (wm NULL). */
+    const float *sums = g == 16 ? t->xs : t->xw;
+    for (int c = 0; c < cols; c++) {
+        __m512 wdv, wmv = _mm512_setzero_ps();
+        if (!ktables && t->tables != 2) {
+            wdv = _mm512_maskz_loadu_ps(some, t->wd + (size_t)(col0 + c) * groups + first);
+            if (t->wm) wmv = _mm512_maskz_loadu_ps(some, t->wm + (size_t)(col0 + c) * groups + first);
+        } else if (!ktables) {  /* half-precision floats, widened exactly (a branch, not a tile of its own) */
+            const uint16_t *wd16 = (const uint16_t *)t->wd, *wm16 = (const uint16_t *)t->wm;
+            wdv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, wd16 + (size_t)(col0 + c) * groups + first));
+            if (t->wm) wmv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, wm16 + (size_t)(col0 + c) * groups + first));
+        } else {
+            /* A piece lies within one or two superblocks: 8 groups of 32 each, or 16 groups of 16. */
+            const uint8_t *table = (const uint8_t *)t->wd + (size_t)(col0 + c) * k_table_bytes(g, groups);
+            const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            __m128i sc = _mm_maskz_loadu_epi8(some, table + first);
+            if (g == 32) {
+                const float *super = (const float *)(table + 2 * (size_t)groups);
+                __m512i which = _mm512_srli_epi32(lanes, 3);
+                __m512 d = _mm512_permutexvar_ps(which, _mm512_maskz_loadu_ps(p == 16 ? 0x3 : 0x1, super + first / 8));
+                __m512 dmin = _mm512_permutexvar_ps(which, _mm512_maskz_loadu_ps(p == 16 ? 0x3 : 0x1,
+                                                                                 super + groups / 8 + first / 8));
+                wdv = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+                __m128i mn = _mm_maskz_loadu_epi8(some, table + groups + first);
+                wmv = _mm512_castsi512_ps(_mm512_xor_si512(  /* -(dmin * mn), the sign flipped as the decoder's */
+                    _mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)))),
+                    _mm512_set1_epi32((int)0x80000000)));
+                wmv = _mm512_maskz_mov_ps(some, wmv);
             } else {
-                a = _mm512_xor_si512(_mm512_loadu_si512(w + (size_t)s * 64), flip);
-                b = _mm512_xor_si512(_mm512_loadu_si512(w + (size_t)s * 64 + 64), flip);
+                const float *super = (const float *)(table + (size_t)groups);
+                wdv = _mm512_mul_ps(_mm512_set1_ps(super[first / 16]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
             }
-#pragma GCC unroll 4
-            for (int i = 0; i < nr; i++) {
-                s0[c][i] = _mm512_dpbusd_epi32(s0[c][i], a, _mm512_loadu_si512(xq[i] + (size_t)s * 64));
-                s1[c][i] = _mm512_dpbusd_epi32(s1[c][i], b, _mm512_loadu_si512(xq[i] + (size_t)s * 64 + 64));
-            }
+            wdv = _mm512_maskz_mov_ps(some, wdv);
         }
-    if (s < steps) {  /* the piece's one step: 64 values, or 32 or 16 in a small piece (the rest of the lanes zero) */
-        const int used = values < 64 ? values : 64;
-        const __mmask64 in = used == 64 ? ~(__mmask64)0 : ((__mmask64)1 << used) - 1;
-        for (int c = 0; c < cols; c++) {
-            prefetch_quads(t, kind, ktables, ahead + c, row_bytes, wbase, first, s, 1);
-            const uint8_t *w = t->w + (size_t)(col0 + c) * row_bytes + wbase;
-            __m512i a;
-            if (kind == 0) {  /* used / 2 bytes: their low nibbles the step's first half, their high nibbles its second */
-                __m256i packed = _mm256_maskz_loadu_epi8(used == 64 ? 0xFFFFFFFFu : (1u << (used / 2)) - 1,
-                                                         w + (size_t)s * 32);
-                __m256i lo = _mm256_and_si256(packed, _mm256_set1_epi8(0x0F));
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), _mm256_set1_epi8(0x0F));
-                if (used == 64) a = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                else a = _mm512_zextsi256_si512(_mm256_inserti128_si256(lo, _mm256_castsi256_si128(hi), 1));
-            } else {
-                a = _mm512_xor_si512(_mm512_maskz_loadu_epi8(in, w + (size_t)s * 64), flip);
-            }
-            for (int i = 0; i < nr; i++)
-                s0[c][i] = _mm512_dpbusd_epi32(s0[c][i], a, _mm512_maskz_loadu_epi8(in, xq[i] + (size_t)s * 64));
+        if (p != 16) wdv = _mm512_permutexvar_ps(spread, wdv);
+        for (int i = 0; i < nr; i++) {
+            __m512 xgv = _mm512_maskz_loadu_ps(some, xg + (size_t)(r0 + i) * groups + first);
+            if (p != 16) xgv = _mm512_permutexvar_ps(spread, xgv);
+            acc[c][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[c][i], s1[c][i])),
+                                        _mm512_mul_ps(wdv, xgv), acc[c][i]);
+            if (t->wm)  /* (K tables: g == 32 only) */
+                acc[c][i] = _mm512_fmadd_ps(wmv, _mm512_maskz_loadu_ps(some, sums + (size_t)(r0 + i) * groups + first),
+                                            acc[c][i]);
         }
     }
-    __m512i sums[4][ROW_CHUNK];
-    for (int i = 0; i < nr; i++) {
-        __m512i taken = _mm512_setzero_si512();
-        if (kind != 0) {  /* 128 times each group's activation sum, on its first lane */
-            const int32_t *group_sums = row_sums((int8_t *)t->xq + (size_t)(r0 + i) * 2 * t->k, t->k) + first;
-            if (lanes == 1) {
-                taken = _mm512_slli_epi32(_mm512_loadu_si512(group_sums), 7);
-            } else {  /* group j's sum onto lane j * lanes (a permute: vpexpandd from memory is slow on AMD) */
-                __mmask16 heads = 0;
-                for (int j = 0; j < p; j++) heads |= (__mmask16)(1u << (j * lanes));
-                const __m512i spread = _mm512_srli_epi32(
-                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                    lanes == 16 ? 4 : lanes == 8 ? 3 : lanes == 4 ? 2 : 1);
-                __m512i sums_in = _mm512_maskz_loadu_epi32((__mmask16)((1u << p) - 1), group_sums);
-                taken = _mm512_slli_epi32(_mm512_maskz_permutexvar_epi32(heads, spread, sums_in), 7);
-            }
-        }
-        for (int c = 0; c < cols; c++) sums[c][i] = _mm512_sub_epi32(_mm512_add_epi32(s0[c][i], s1[c][i]), taken);
-    }
-    scale_piece(t, ktables, cols, col0, r0, nr, first, p, lanes, xg, sums, acc);
 }
 
 /* Products of `cols` weight rows with `nr` activation rows in the interleaved layout, piece by piece, the offsets' part
  * with each piece; each output's 16 lanes summed at the end. Several weight rows at once give
  * one activation row independent sums to overlap; each output goes through the same steps in the same order whatever
  * the tile, so the values do not depend on how many rows a call has. */
-ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int halves, const int ktables, const int quads,
-                                  const int cols, int col0, int r0, int nr) {
+ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int halves, const int ktables, const int cols,
+                                  int col0, int r0, int nr) {
     const int g = halves ? 16 : 32, groups = t->k / g;
     const float *xg = halves ? t->xg : t->xd;
     __m512 acc[4][ROW_CHUNK];
     for (int c = 0; c < cols; c++)
         for (int i = 0; i < nr; i++) acc[c][i] = _mm512_setzero_ps();
     const int whole = groups / 16 * 16;
-    for (int first = 0; first < whole; first += 16) {
-        if (quads) piece_quads(t, kind, ktables, cols, col0, r0, nr, first, 16, xg, acc);
-        else piece_pairs(t, kind, ktables, cols, col0, r0, nr, first, 16, g / 2, xg, acc);
-    }
+    for (int first = 0; first < whole; first += 16)
+        piece_512(t, kind, ktables, cols, col0, r0, nr, first, 16, g / 2, xg, acc);
     for (int p = 8, first = whole; p >= 1; p >>= 1)
         if ((groups - whole) & p) {
-            if (quads) piece_quads(t, kind, ktables, cols, col0, r0, nr, first, p, xg, acc);
-            else piece_pairs(t, kind, ktables, cols, col0, r0, nr, first, p, g * p / 32, xg, acc);
+            piece_512(t, kind, ktables, cols, col0, r0, nr, first, p, g * p / 32, xg, acc);
             first += p;
         }
     for (int c = 0; c < cols; c++)
@@ -708,46 +581,40 @@ ALWAYS_INLINE void tile_avx512_of(const task_t *t, const int kind, const int hal
 }
 
 /* Each shape of tile as a function of its own, its loops of constant length, so that its sums stay in registers. */
-#define TILES_512(name, kind, halves, kt, quads)                                                                       \
-    static void name##_4x1(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 4, c, r, 1); } \
-    static void name##_2x2(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 2, c, r, 2); } \
-    static void name##_1x1(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 1, c, r, 1); } \
-    static void name##_1x2(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 1, c, r, 2); } \
-    static void name##_1x3(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 1, c, r, 3); } \
-    static void name##_1x4(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 1, c, r, 4); } \
-    static void name##_2x3(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 2, c, r, 3); } \
-    static void name##_2x4(const task_t *t, int c, int r) { tile_avx512_of(t, kind, halves, kt, quads, 2, c, r, 4); } \
-    static const tile_fn name[8] = {name##_4x1, name##_2x2, name##_1x1, name##_1x2, name##_1x3, name##_1x4,         \
+#define TILES_512(name, kind, halves, kt)                                                                              \
+    static void name##_4x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 4, col, r0, 1); }  \
+    static void name##_2x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 2, col, r0, 2); }  \
+    static void name##_1x1(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 1); }  \
+    static void name##_1x2(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 2); }  \
+    static void name##_1x3(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 3); }  \
+    static void name##_1x4(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 1, col, r0, 4); }  \
+    static void name##_2x3(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 2, col, r0, 3); }  \
+    static void name##_2x4(const task_t *t, int col, int r0) { tile_avx512_of(t, kind, halves, kt, 2, col, r0, 4); }  \
+    static const tile_fn name[8] = {name##_4x1, name##_2x2, name##_1x1, name##_1x2, name##_1x3, name##_1x4,           \
                                     name##_2x3, name##_2x4};
 typedef void (*tile_fn)(const task_t *, int, int);
-/* [quads][tables][u4, s8, s8 in groups of 16] */
-TILES_512(tiles_u4, 0, 0, 0, 0)
-TILES_512(tiles_s8, 1, 0, 0, 0)
-TILES_512(tiles_s8_16, 1, 1, 0, 0)
-TILES_512(tiles_u4_k, 0, 0, 1, 0)
-TILES_512(tiles_s8_k, 1, 0, 1, 0)
-TILES_512(tiles_s8_16_k, 1, 1, 1, 0)
-TILES_512(tiles_u4_a8, 0, 0, 0, 1)
-TILES_512(tiles_s8_a8, 1, 0, 0, 1)
-TILES_512(tiles_s8_16_a8, 1, 1, 0, 1)
-TILES_512(tiles_u4_k_a8, 0, 0, 1, 1)
-TILES_512(tiles_s8_k_a8, 1, 0, 1, 1)
-TILES_512(tiles_s8_16_k_a8, 1, 1, 1, 1)
-static const tile_fn *const tile_sets[2][2][3] = {
-    {{tiles_u4, tiles_s8, tiles_s8_16}, {tiles_u4_k, tiles_s8_k, tiles_s8_16_k}},
-    {{tiles_u4_a8, tiles_s8_a8, tiles_s8_16_a8}, {tiles_u4_k_a8, tiles_s8_k_a8, tiles_s8_16_k_a8}}};
+TILES_512(tiles_u4, 0, 0, 0)
+TILES_512(tiles_s8, 1, 0, 0)
+TILES_512(tiles_s8_16, 1, 1, 0)
+TILES_512(tiles_u4_k, 0, 0, 1)
+TILES_512(tiles_s8_k, 1, 0, 1)
+TILES_512(tiles_s8_16_k, 1, 1, 1)
 
-/* Columns start .. end - 1 of every row: four weight rows at a time where the rows come one at a time, two where they
- * come in twos, else one weight row with up to ROW_CHUNK activation rows. */
+/* Columns start .. end - 1 of every row: four weight rows at a time where the rows come one at a time, else two (or,
+ * at the slice's end, one) with up to ROW_CHUNK activation rows. Float and half tables share their tiles. */
 static void run_part_512(const task_t *t, int start, int end) {
-    const tile_fn *tiles = tile_sets[!t->fine][t->tables][t->kind == 0 ? 0 : (t->g == 16 ? 2 : 1)];
+    const tile_fn *tiles = t->tables == 1 ? (t->kind == 0 ? tiles_u4_k : (t->g == 16 ? tiles_s8_16_k : tiles_s8_k))
+                                          : (t->kind == 0 ? tiles_u4 : (t->g == 16 ? tiles_s8_16 : tiles_s8));
     for (int col = start; col < end; col += 4) {
         int cols = end - col < 4 ? end - col : 4;
         for (int r0 = 0; r0 < t->rows; r0 += ROW_CHUNK) {
             int nr = t->rows - r0 < ROW_CHUNK ? t->rows - r0 : ROW_CHUNK;
             if (nr == 1 && cols == 4) tiles[0](t, col, r0);
-            else if (nr >= 2 && cols == 4) { tiles[nr == 2 ? 1 : nr + 3](t, col, r0); tiles[nr == 2 ? 1 : nr + 3](t, col + 2, r0); }
-            else for (int c = 0; c < cols; c++) tiles[1 + nr](t, col + c, r0);
+            else if (cols == 4) {  /* two weight rows a tile share the activations' loads */
+                const tile_fn two = tiles[nr == 2 ? 1 : nr + 3];
+                two(t, col, r0);
+                two(t, col + 2, r0);
+            } else for (int c = 0; c < cols; c++) tiles[1 + nr](t, col + c, r0);
         }
     }
 }
@@ -894,14 +761,15 @@ __attribute__((constructor)) static void register_fork_handler(void) {
 
 /* y[rows, n] = x[rows, k] @ W.T for a weight of `kind` (0: u4, 1: s8) with groups of g values; wm NULL for a weight
  * whose offsets are all zero. `tables` 1 (AVX-512 builds, k a multiple of 256): wd points at a K-quant's own tables,
- * k_table_bytes a row, and wm is only non-NULL where the weight has offsets.
+ * k_table_bytes a row, and wm is only non-NULL where the weight has offsets; `tables` 2 (AVX-512 builds): wd and wm
+ * point at half-precision floats, one a group.
  * scratch: at least rows * (2 * k + 24 * (k / 32)) bytes, 4-byte aligned.
  * Returns 0, or -1 for shapes it cannot take. */
 int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm, int n, int k, int g, int tables,
                     const float *x, int rows, float *y, void *scratch, int threads, int fine) {
     if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32) || rows < 1)
         return -1;
-    if (tables && (!SPECDEC_AVX512 || k % 256 != 0)) return -1;
+    if ((tables && !SPECDEC_AVX512) || (tables == 1 && k % 256 != 0) || tables < 0 || tables > 2) return -1;
     int blocks = k / QBLOCK;
     float *xd = (float *)scratch;
     float *xs = xd + (size_t)rows * blocks;
@@ -910,7 +778,7 @@ int specdec_qmatmul(int kind, const uint8_t *w, const float *wd, const float *wm
     int8_t *xq = (int8_t *)(xg + (size_t)rows * blocks * 2);
     fine = fine != 0;
     quantise_rows(x, rows, k, fine, g, xq, xd, xs, xw, xg);
-    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, xw, xg, rows, y, 1, fine, tables != 0};
+    task_t task = {kind, w, wd, wm, n, k, g, xq, xd, xs, xw, xg, rows, y, 1, fine, tables};
     int parts = threads < 1 ? 1 : (threads > MAX_THREADS ? MAX_THREADS : threads);
     if (n < 64 * parts) parts = 1;  /* too little work to share */
     /* A second thread calling while the workers are busy (a draft beside a verifier) computes alone: the values do
@@ -1283,7 +1151,7 @@ int specdec_layout(void) { return SPECDEC_AVX512; }
 /* Where each natural column of a row lies in the interleaved layout: the byte, and for nibbles which half of it. */
 typedef struct { int *at; uint8_t *nibble; int kind; size_t row_bytes; int k; } layout_map_t;
 
-static int layout_map(layout_map_t *map, int kind, int g, int k, int width) {
+static int layout_map(layout_map_t *map, int kind, int g, int k) {
     if (k % QBLOCK != 0 || (g != 16 && g != 32) || (kind != 0 && kind != 1) || (kind == 0 && g != 32)) return -1;
     int groups = k / g;
     map->kind = kind, map->k = k, map->row_bytes = kind == 0 ? (size_t)k / 2 : (size_t)k;
@@ -1292,9 +1160,9 @@ static int layout_map(layout_map_t *map, int kind, int g, int k, int width) {
     if (!map->at || !map->nibble) { free(map->at); free(map->nibble); return -1; }
     for (int ti = 0; ti < groups; ti++)
         for (int v = 0; v < g; v++) {
-            int column = natural_column(ti, v, groups, g), position = value_position(ti, v, groups, g, width);
+            int column = natural_column(ti, v, groups, g), position = pair_position(ti, v / 2, groups, g) + v % 2;
             int nibble = 0;
-            map->at[column] = kind == 0 ? nibble_byte(position, groups, width, &nibble) : position;
+            map->at[column] = kind == 0 ? nibble_byte(position, groups, &nibble) : position;
             map->nibble[column] = (uint8_t)nibble;
         }
     return 0;
@@ -1318,11 +1186,11 @@ static void relayout_row(const layout_map_t *map, const uint8_t *in, uint8_t *ou
 }
 
 /* Rows [rows, k / 2 (nibbles) or k bytes] of a weight of `kind` with groups of g from the natural layout (q of
- * gguf_blocks' decoders, packed by qkernel.pack_rows) into the interleaved one, pairs or quads (for one-byte
- * activations), or back (to_natural); src and dst must not overlap. Returns 0, or -1 for a shape it does not take. */
-int specdec_relayout(int kind, int g, const uint8_t *src, uint8_t *dst, int rows, int k, int to_natural, int quads) {
+ * gguf_blocks' decoders, packed by qkernel.pack_rows) into the interleaved one, or back (to_natural); src and dst must
+ * not overlap. Returns 0, or -1 for a shape it does not take. */
+int specdec_relayout(int kind, int g, const uint8_t *src, uint8_t *dst, int rows, int k, int to_natural) {
     layout_map_t map;
-    if (layout_map(&map, kind, g, k, quads ? 4 : 2) != 0 || rows < 0) return -1;
+    if (layout_map(&map, kind, g, k) != 0 || rows < 0) return -1;
     for (size_t r = 0; r < (size_t)rows; r++)
         relayout_row(&map, src + r * map.row_bytes, dst + r * map.row_bytes, to_natural);
     layout_free(&map);
@@ -1468,7 +1336,7 @@ int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *
     /* An AVX-512 build's layout: each row decoded into `natural`, then laid out. */
     layout_map_t map = {0};
     uint8_t *natural = NULL;
-    if (SPECDEC_AVX512 && (layout_map(&map, nibbles ? 0 : 1, group, cols, 2) != 0 || !(natural = malloc(qbytes)))) {
+    if (SPECDEC_AVX512 && (layout_map(&map, nibbles ? 0 : 1, group, cols) != 0 || !(natural = malloc(qbytes)))) {
         layout_free(&map);
         free(nd);
         return -1;
@@ -1502,15 +1370,31 @@ int specdec_decode(int type, const uint8_t *raw, int rows, int cols, const int *
     return 0;
 }
 
+/* x rounded to the nearest half-precision float (ties to even), as a float: what a table of halves keeps. */
+static float half_value(float x) {
+    float size = fabsf(x);
+    if (!(size < 65504.0f)) return x;
+    if (size < 6.103515625e-05f)  /* below the smallest normal half: a multiple of 2^-24 */
+        return copysignf(nearbyintf(size * 16777216.0f) / 16777216.0f, x);
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    uint32_t rest = bits & 0x1FFFu, kept = bits & ~0x1FFFu;  /* 10 of float's 23 mantissa bits stay */
+    if (rest > 0x1000u || (rest == 0x1000u && (kept & 0x2000u))) kept += 0x2000u;
+    memcpy(&x, &kept, sizeof x);
+    return x;
+}
+
 /* ---- A draft's wider weights narrowed to 4 bits (quantised.narrow_to_4_bits) ----
- * Rows of a signed-byte weight (kind 1) with groups of g, laid out as `layout` says (0 natural, 1 pairs, 2 quads), with
- * a float scale and offset a group (wm NULL: none) or a K-quant's own tables (`tables`), requantised to 4 bits with a
- * minimum per group of 32 exactly as gguf_blocks.requantise(bits=4) does (the same float operations, rounding to
- * nearest even): q4 [rows, k / 2] in pack_rows' natural nibble layout, d4 and m4 [rows, k / 32]. Returns 0, or -1. */
+ * Rows of a signed-byte weight (kind 1) with groups of g, laid out as `layout` says (0 natural, 1 interleaved), with
+ * a float scale and offset a group (wm NULL: none), a K-quant's own tables (`tables` 1) or halves (`tables` 2),
+ * requantised to 4 bits with a minimum per group of 32 as gguf_blocks.requantise(bits=4) does, but with the scale and
+ * the minimum rounded to half precision first (as Q4_1 keeps them, and the products' half tables read them): q4
+ * [rows, k / 2] in pack_rows' natural nibble layout, d4 and m4 [rows, k / 32] (floats that halves hold exactly).
+ * Returns 0, or -1. */
 int specdec_narrow(int g, int tables, int layout, const uint8_t *w, const void *wd, const float *wm, int rows, int k,
                    uint8_t *q4, float *d4, float *m4) {
     layout_map_t map = {0};
-    if (k % QBLOCK != 0 || (g != 16 && g != 32) || (layout && layout_map(&map, 1, g, k, layout == 2 ? 4 : 2) != 0))
+    if (k % QBLOCK != 0 || (g != 16 && g != 32) || (layout && layout_map(&map, 1, g, k) != 0))
         return -1;
     int groups = k / g;
     float *values = malloc(sizeof(float) * (size_t)k);
@@ -1519,9 +1403,12 @@ int specdec_narrow(int g, int tables, int layout, const uint8_t *w, const void *
         const int8_t *q = (const int8_t *)w + (size_t)r * k;
         for (int ti = 0; ti < groups; ti++) {
             float scale, offset = 0.0f;
-            if (!tables) {
+            if (tables == 0) {
                 scale = ((const float *)wd)[(size_t)r * groups + ti];
                 if (wm) offset = wm[(size_t)r * groups + ti];
+            } else if (tables == 2) {
+                scale = half_to_float((const uint8_t *)wd + 2 * ((size_t)r * groups + ti));
+                if (wm) offset = half_to_float((const uint8_t *)wm + 2 * ((size_t)r * groups + ti));
             } else if (g == 32) {  /* as the products make them: d * sc and -(dmin * mn) */
                 const uint8_t *table = (const uint8_t *)wd + (size_t)r * k_table_bytes(g, groups);
                 float d, dmin;
@@ -1547,7 +1434,8 @@ int specdec_narrow(int g, int tables, int layout, const uint8_t *w, const void *
                 low = x[j] < low ? x[j] : low;
                 high = x[j] > high ? x[j] : high;
             }
-            float d = (high - low) / 15.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+            float d = half_value((high - low) / 15.0f), inv = d > 0.0f ? 1.0f / d : 0.0f;
+            low = half_value(low);
             uint8_t *out = q4 + (size_t)r * (k / 2) + (size_t)b * 16;
             for (int j = 0; j < 16; j++) {
                 long lo = lrintf((x[j] - low) * inv), hi = lrintf((x[j + 16] - low) * inv);
