@@ -199,6 +199,10 @@ def test_a_wider_weight_narrowed_to_4_bits_is_the_reference_requantisation_of_it
         np.testing.assert_array_equal(narrowed, expected)
         slack = np.repeat(step * 0.5001 + np.abs(least - low), 32, axis=1) + 1e-7
         assert np.all(np.abs(narrowed - values) <= slack)
+    if qkernel.table_form(lib, name) == 2:  # the file's halves, as a model's loader keeps them: the same narrowing
+        halves = quantised.QuantStorage.of_tensors(data, scales.half(), offsets.half(), cols=768, group=group,
+                                                   nibbles=nibbles, source_type=name, tables=2)
+        assert torch.equal(halves.narrowed(lib).rows(torch.arange(12)), narrow.rows(torch.arange(12)))
     # an output layer tied to the embeddings: it gets a narrowed copy, the embeddings keep their rows
     tied = torch.nn.ModuleDict({"embed": quantised.QuantEmbedding(storage),
                                 "head": quantised.QuantLinear(storage, None, lib)})
