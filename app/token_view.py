@@ -310,6 +310,8 @@ class TokenTextView(QTextBrowser):
         if marked.kind == FENCE_OPEN:
             self.code_blocks.append([])
             self._insert_copy_link(cursor, marked.lang, len(self.code_blocks) - 1)
+            if any(rejected for _, _, rejected in self._line):  # a draft the fence replaced: apart from the links
+                cursor.insertText("  ", QTextCharFormat())
         elif marked.kind == CODE_LINE and self.code_blocks:
             self.code_blocks[-1].append(text)
         elif marked.kind == FENCE_CLOSE:

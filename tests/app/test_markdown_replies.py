@@ -76,6 +76,17 @@ def test_a_reply_renders_markdown_with_every_tokens_colour_and_a_monospace_code_
     assert QGuiApplication.clipboard().text() == "print(1)"
 
 
+def test_a_draft_rejected_where_a_code_block_opens_shows_apart_from_the_blocks_links(qtbot):
+    """A reply that opens with a fence, where the draft had proposed prose ("Here's a"), shows that struck draft after
+    the block's links with a gap, not run into them."""
+    view = TokenTextView()
+    qtbot.addWidget(view)
+    view.set_trace(trace_of([("Here's a", "rejected"), ("```python\n", "corrected"), ("x = 1\n", "accepted"),
+                             ("```", "accepted")]), colored=True, code_colored=True)
+    header = view.toPlainText().split("\n")[0]
+    assert header.endswith("Plain code  Here's a") and char_format_at(view, "Here's").fontStrikeOut()
+
+
 def test_reading_mode_hides_rejected_drafts_and_keeps_the_colours(qtbot):
     chat = ChatView()
     qtbot.addWidget(chat)
