@@ -264,11 +264,17 @@ def _load_quantised_gguf(spec: str, resolved: specs.Resolved, *, report: Reporte
     else:
         if narrow:  # a tied output layer shares the embeddings' rows, which stay as they are: it gets its own
             quantised.narrow_to_4_bits(model)
+            quantised.keep_frequent_outputs(model, _special_ids(tokenizer))
         loaded.weights = quantised.weight_format(model)
         _run_quantised(model)
     loaded.load_s = time.perf_counter() - start
     report("done", 1.0, f"Loaded {resolved.name} ({loaded.weights}) in {loaded.load_s:.1f} s")
     return loaded
+
+
+def _special_ids(tokenizer) -> list[int]:
+    """A tokenizer's special and added tokens' ids (the end of a turn among them, far past the frequent ids)."""
+    return sorted({*tokenizer.all_special_ids, *tokenizer.get_added_vocab().values()})
 
 
 def _quantise_at_load(loaded: LoadedModel, bits: int, target: torch.device, report: Reporter) -> None:

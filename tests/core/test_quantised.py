@@ -235,6 +235,46 @@ def test_a_quantised_draft_runs_its_wider_layers_in_4_bits_and_speculation_still
     assert accepted > 0
 
 
+@needs_kernel
+def test_a_drafts_output_layer_over_its_frequent_ids_grows_with_what_it_reads_and_keeps_speculation_exact(
+        quantised_pair, tiny_tokenizer):
+    """A draft's output layer over the ids below a bound, the special tokens and the tokens it has read: the same
+    logits there, -inf elsewhere until the draft reads such a token; greedy speculation repeats the verifier, and
+    sampled speculation keeps the verifier's distribution (the draft simply never proposes the rest)."""
+    verifier, draft, cache = quantised_pair
+    path = next(cache.parent.glob("draft.gguf"))
+    subset_draft = load_model(str(path), device="cpu", cache_dir=cache)
+    full = subset_draft.model.get_output_embeddings()
+    subset = quantised.keep_frequent_outputs(subset_draft.model, [full.out_features - 1], keep_below=20)
+    assert subset is not None and subset_draft.model.get_output_embeddings() is subset
+    assert quantised.row_count(subset) == full.out_features and subset.kept == 21
+    x = torch.randn(3, full.in_features)
+    expected, got = full(x), subset(x)
+    kept = torch.tensor([*range(20), full.out_features - 1])
+    assert torch.equal(got[:, kept], expected[:, kept])
+    assert torch.isinf(got[:, 20:-1]).all() and (got[:, 20:-1] < 0).all()
+    subset_draft.model(torch.tensor([[5, 60, 61]]))  # it reads 60 and 61
+    assert subset.kept == 23 and torch.equal(subset(x)[:, 60:62], expected[:, 60:62])
+    engine = Engine(verifier, drafter_for(subset_draft))
+    config = GenerationConfig(max_new_tokens=30, gamma=3)
+    for prompt in ([5, 9, 14], [40, 41, 42, 43, 44]):
+        *_, alone = Engine(verifier, None).generate(prompt, config.with_(speculate=False))
+        *_, spoken = engine.generate(prompt, config)
+        assert spoken.token_ids == alone.token_ids
+    # sampling: a small vocabulary's draft over a few of its ids
+    def model(seed, bits):
+        m = tiny.make_model("llama", tiny_tokenizer, seed=seed, vocab_size=VOCAB, logit_scale=20.0, layers=1,
+                            hidden=32)
+        quantised.quantise_linears(m, bits=bits, lib=qkernel.library())
+        return tiny.as_loaded(m, tiny_tokenizer, eos_token_ids=frozenset())
+
+    small_verifier, small_draft = model(3, 4), model(4, 4)
+    assert quantised.keep_frequent_outputs(small_draft.model, [], keep_below=VOCAB // 4) is not None
+    sampling = GenerationConfig(temperature=1.0, max_new_tokens=2, gamma=2)
+    counts = sampled_joint(small_verifier, small_draft, sampling, runs=600)
+    assert chi_square_p_value(counts, exact_joint(small_verifier, sampling, PROMPT)) > 1e-3
+
+
 def test_the_products_use_both_cpus_of_a_two_cpu_machine_unless_the_user_chose_a_count(monkeypatch):
     """PyTorch keeps one thread on a 2-CPU machine (threads.py); the kernel's pool, which runs a product alone where a
     worker lags, uses both. A count the user chose (SPECDEC_THREADS, --threads) is the count; larger machines keep
