@@ -63,7 +63,10 @@ def test_a_message_sent_during_the_measurement_goes_at_once_and_a_cold_first_run
     assert first.baseline_note in footer.text() and not RATIO.search(footer.text()), footer.text()
     qtbot.waitUntil(lambda: w.busy == "" and not (w.baseline.running or w.baseline.due), timeout=60_000)
     assert (first.baseline_tps is None) is (first.baseline_note == COLD)  # measured after it: the waiting one gets it
-    assert [s.source for s in w.baselines.samples] == [AFTER_LOAD] * PAIRS  # a cold run is no baseline either
+    # A cold run is no baseline either: every sample is the measurement's (PAIRS, and on a busy machine a run the
+    # cancelled measurement finished before the message stopped it).
+    sources = [s.source for s in w.baselines.samples]
+    assert set(sources) == {AFTER_LOAD} and PAIRS <= len(sources) <= 2 * PAIRS, sources
     w.new_chat()
     second = send_and_wait(w, "Hello")  # warm now, at the measured length: like for like
     assert second.baseline_tps is not None and "like for like" in second.baseline_note
