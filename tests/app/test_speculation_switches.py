@@ -73,7 +73,9 @@ def test_the_graphs_mark_each_switch_on_the_time_and_round_axes_and_forget_them_
 
 
 def test_ctrl_d_mid_reply_is_marked_on_the_plots_and_in_the_footer(make_window, send_and_wait):
-    w = make_window(max_new_tokens=60)
+    # Long enough that the switch, asked from the GUI thread when round 2's event arrives there (a repaint tick
+    # later), lands while the reply still runs on any machine: at 60 tokens a fast one had finished (1 run in 5).
+    w = make_window(max_new_tokens=400)
     switched = []
 
     def on_event(ev):
