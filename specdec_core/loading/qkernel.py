@@ -185,8 +185,8 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 class QWeight(ctypes.Structure):
     """A quantised weight as the C file's layer functions take it (qweight_t): kind, output rows, input columns,
-    group; its tables' form (0: a float per group, 1: a K-quant's own); the data, scale and offset tables' addresses; a
-    float32 bias's address or None."""
+    group; its tables' form (0: a float per group, 1: a K-quant's own, 2: a half-precision float per group); the data,
+    scale and offset tables' addresses; a float32 bias's address or None."""
 
     _fields_ = [("kind", ctypes.c_int), ("n", ctypes.c_int), ("k", ctypes.c_int), ("g", ctypes.c_int),
                 ("tables", ctypes.c_int), ("w", ctypes.c_void_p), ("wd", ctypes.c_void_p), ("wm", ctypes.c_void_p),
@@ -344,7 +344,8 @@ def matmul(lib: ctypes.CDLL, kind: int, data: torch.Tensor, scales: torch.Tensor
            group: int, x: torch.Tensor, threads: int, activation_bytes: int = 2, tables: int = 0) -> torch.Tensor:
     """x [rows, cols] float32 contiguous times the weight's transpose: [rows, out] float32. `activation_bytes`: 2 (about
     15 bits of each activation) or 1 (as llama.cpp's quantised products). offsets None: a weight with none. `tables`
-    1: `scales` holds a K-quant's own tables (compact_tables) and `offsets` only says whether it has offsets."""
+    1: `scales` holds a K-quant's own tables (compact_tables) and `offsets` only says whether it has offsets; 2:
+    `scales` and `offsets` are half-precision floats (table_form)."""
     weight = (kind, data.data_ptr(), scales.data_ptr(), None if offsets is None else offsets.data_ptr(),
               scales.shape[0], group, tables)
     return product(lib, weight, x, threads, activation_bytes)

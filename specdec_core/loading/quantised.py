@@ -378,9 +378,14 @@ def shares(counts: dict[str, int]) -> str:
     return ", ".join(f"{kind} {100 * count / total:.0f} %" for kind, count in ranked)
 
 
+def _holder(layer: nn.Module) -> nn.Module:
+    """The layer that holds an output layer's rows: a draft's OutputSubset reads them from its full layer."""
+    return layer.full if isinstance(layer, OutputSubset) else layer
+
+
 def output_rows(layer: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     """Rows `ids` of a layer's weight as floats, without dequantising the rest of a quantised one."""
-    layer = layer.full if isinstance(layer, OutputSubset) else layer
+    layer = _holder(layer)
     if isinstance(layer, (QuantLinear, QuantEmbedding)):
         return layer.storage.rows(ids)
     weight = layer.weight.detach()
@@ -389,7 +394,7 @@ def output_rows(layer: nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 def device_of(layer: nn.Module) -> torch.device:
     """Where a layer's weights are (a quantised layer's `weight` would be a dequantised copy)."""
-    layer = layer.full if isinstance(layer, OutputSubset) else layer
+    layer = _holder(layer)
     if isinstance(layer, (QuantLinear, QuantEmbedding)):
         return layer.storage.data.device
     return layer.weight.device
@@ -397,7 +402,7 @@ def device_of(layer: nn.Module) -> torch.device:
 
 def row_count(layer: nn.Module) -> int:
     """A layer's output rows (an embedding's: its tokens)."""
-    layer = layer.full if isinstance(layer, OutputSubset) else layer
+    layer = _holder(layer)
     if isinstance(layer, (QuantLinear, QuantEmbedding)):
         return layer.storage.shape[0]
     return int(layer.weight.shape[0])
