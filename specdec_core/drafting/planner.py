@@ -24,7 +24,7 @@ from specdec_core.config import TREE_AUTO, GenerationConfig
 from specdec_core.drafting.trees import DraftTree
 from specdec_core.events import DraftStop
 from specdec_core.loading import cost_memory
-from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
+from specdec_core.verification.cost import PositionRecord, TreeSizer, UsualRecord, VerifyCost
 
 if TYPE_CHECKING:
     from specdec_core.drafting.drafters import Draft, Drafter
@@ -79,6 +79,7 @@ class DraftPlanner:
         self.policy = policy
         self.sizer = sizer or TreeSizer()  # measured verify cost on this machine, and the tree size that pays
         self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
+        self.usual = UsualRecord()  # the same over many rounds: what the record drifts back to while priced out
         self.copy_record = PositionRecord()  # the same for copies checked alone (copy_length)
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
         self.fruitless_probes = 0  # probes in a row after which the draft was still priced out (_probe_after)
@@ -87,7 +88,7 @@ class DraftPlanner:
         self.draft_behind = False  # the draft has not read the tokens of the rounds it sat out
         self._measured: object = None  # the drafter whose costs and acceptance the sizer has learned
         self._first_trees = False  # the rounds probing now are a new draft's first trees (meet)
-        self._draft_recalled = False  # the draft's time per step was recalled from this machine's memory
+        self._draft_recalled = False  # the draft's time per step (and usual acceptance) was recalled from memory
 
     # Rounds priced out in a row before one drafts anyway: a draft's cost is learned only by drafting, and a
     # slow first round (a cold draft) would otherwise price it out for good.
@@ -113,7 +114,7 @@ class DraftPlanner:
         """The engine's drafter from now on: another draft's cost and worth are learned afresh."""
         if drafter is not None and drafter is not self._measured:
             self.sizer.forget_draft()
-            self.chain_record, self.copy_record = PositionRecord(), PositionRecord()
+            self.chain_record, self.copy_record, self.usual = PositionRecord(), PositionRecord(), UsualRecord()
             self.priced_out, self._measured, self.fruitless_probes = 0, drafter, 0
             self.probe_left = self.FIRST_TREES_CHECKED if grows_trees else 0
             self._first_trees = bool(self.probe_left)  # those probes are the new draft's first trees
@@ -155,6 +156,10 @@ class DraftPlanner:
             step_s = cost_memory.recalled_draft(verifier, _described(self._measured))
             for _ in range(VerifyCost.SETTLED if step_s else 0):
                 self.sizer.observe_draft(1, step_s)
+            rates = cost_memory.recalled_rates(verifier, _described(self._measured)) if step_s else None
+            if rates and not self.usual.observed:
+                self.usual = UsualRecord.starting_from(rates)
+                self.chain_record.prior = self.usual.rates()
 
     def finish_reply(self, verifier: LoadedModel, policy: DraftPolicy | None = None) -> None:
         """After a reply: keep the settled verify costs for the next engine over this verifier here, and the
@@ -164,7 +169,8 @@ class DraftPlanner:
         if self.sizer.cost.passes:
             cost_memory.remember(verifier, self.sizer.cost.settled())
         if self._measured is not None and self.sizer.draft_settled:
-            cost_memory.remember_draft(verifier, _described(self._measured), self.sizer.draft_per_expansion)
+            cost_memory.remember_draft(verifier, _described(self._measured), self.sizer.draft_per_expansion,
+                                       self.usual.rates() if self.usual.observed else ())
 
     @property
     def plain_step_s(self) -> float:
@@ -236,6 +242,7 @@ class DraftPlanner:
         recent acceptance (the position record), the draft's time per step and the cost of checking. Until
         the draft's time is settled (a few timings) drafting is taken as free: its first steps are slow."""
         per_token = None if self.sizer.draft_settled else 0.0
+        self.chain_record.prior = self.usual.rates()
         return self.sizer.best_length(self.chain_record.rates(), gamma, per_token_s=per_token)
 
     def _hopeless(self, gamma: int) -> bool:
@@ -338,7 +345,7 @@ class DraftPlanner:
         elif checked.copied:
             self.copy_record.observe(len(checked.drafted.token_ids), checked.n_accepted)
         elif checked.drafted is not None and checked.drafted.token_ids and self.sizes_chains(checked.config):
-            self.chain_record.observe(len(checked.drafted.token_ids), checked.n_accepted)
+            self._main_line(len(checked.drafted.token_ids), checked.n_accepted)
             self._observe_draft(len(checked.drafted.token_ids), checked.drafted.draft_s, checked.timed)
 
     def _learn_tree(self, tree: DraftTree, path: tuple[int, ...], main_line: int) -> None:
@@ -354,9 +361,14 @@ class DraftPlanner:
         self.sizer.confidence.observe([tree.display_probs[node] for node in trials],
                                       [node in on_path for node in trials])
         if tree.stop is DraftStop.TREE:
-            self.chain_record.observe(main_line, len(path))
+            self._main_line(main_line, len(path))
         elif tree.stop is DraftStop.COST and tree.expansions:
-            self.chain_record.observe(1, 0)  # drafted, and no node was worth its row: nothing gained
+            self.chain_record.observe(1, 0)  # drafted, and no node was worth its row: nothing gained (none checked)
+
+    def _main_line(self, drafted: int, accepted: int) -> None:
+        """A round's main line: `drafted` tokens, the first `accepted` of them accepted (both records)."""
+        self.chain_record.observe(drafted, accepted)
+        self.usual.observe(drafted, accepted)
 
 
 def _described(drafter: object) -> str:

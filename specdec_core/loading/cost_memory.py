@@ -93,7 +93,9 @@ def remember(model: LoadedModel, seconds: dict[int, float]) -> None:
 
 
 # A draft's time per drafting step beside the same verifier on this machine: with it, a new engine can tell at once
-# that a draft cannot pay here (DraftPlanner._hopeless), instead of checking its first trees to learn it.
+# that a draft cannot pay here (DraftPlanner._hopeless), instead of checking its first trees to learn it. Beside it,
+# how often the draft's tokens were accepted by position: a new engine starts from what this pair usually achieves,
+# not from prompt lookup's rates (DraftPlanner.start_reply).
 
 
 def draft_file(verifier: LoadedModel, drafter: str) -> Path | None:
@@ -119,7 +121,29 @@ def step_in(raw: object) -> float:
     return seconds
 
 
-def remember_draft(verifier: LoadedModel, drafter: str, seconds: float) -> None:
+def recalled_rates(verifier: LoadedModel, drafter: str) -> tuple[float, ...] | None:
+    """How often the last engine saw this drafter's tokens accepted beside `verifier`, by position (None: unknown)."""
+    path = draft_file(verifier, drafter)
+    return None if path is None else kept_json(path, rates_in, "the draft's acceptance is learned afresh")
+
+
+def rates_in(raw: object) -> tuple[float, ...] | None:
+    """The rates of a draft cost file's content (None where it keeps none); ValueError when out of range."""
+    step_in(raw)
+    rates = raw.get("accepted_by_position")  # type: ignore[union-attr]
+    if rates is None:
+        return None
+    rates = tuple(float(rate) for rate in rates)
+    if not rates or any(not 0.0 <= rate <= 1.0 for rate in rates):
+        raise ValueError("a rate is out of range")
+    return rates
+
+
+def remember_draft(verifier: LoadedModel, drafter: str, seconds: float, rates: tuple[float, ...] = ()) -> None:
+    """Keep the draft's time per step (and, where given, how often its tokens were accepted by position)."""
     path = draft_file(verifier, drafter)
     if path is not None and seconds > 0:
-        write_measurement(path, {"seconds_per_step": seconds})
+        kept: dict = {"seconds_per_step": seconds}
+        if rates:
+            kept["accepted_by_position"] = [round(rate, 4) for rate in rates]
+        write_measurement(path, kept)

@@ -380,8 +380,9 @@ class PositionRecord:
     A chain's worth depends on the pair and the text (a copy of a quoted passage is right for long runs, a
     copy in a free answer rarely), so the engine sizes each round's chain from this record of the reply so
     far. A round priced out drafts nothing and only ages the record (AGING, slower than DECAY), which drifts
-    back to the prior: a drafter priced out is tried again after some 10-20 rounds, not every few (on a 1.5B
-    verifier a wrong 4-token copy can cost a second plain step: docs/log/2026-12.md, "A real pair")."""
+    back to the prior (the planner sets it to what this drafter usually achieves, UsualRecord): a drafter priced
+    out is tried again after some 10-20 rounds, not every few (on a 1.5B verifier a wrong 4-token copy can cost a
+    second plain step: docs/log/2026-12.md, "A real pair")."""
 
     PRIOR = (0.5, 0.65, 0.8, 0.85)  # about prompt lookup's rates on the bundled prompts (trees.LOOKUP_ACCEPTANCE)
     PRIOR_WEIGHT = 2.0
@@ -412,4 +413,28 @@ class PositionRecord:
             self.tried[slot] += 1
             if position < accepted:
                 self.right[slot] += 1
+
+
+class UsualRecord(PositionRecord):
+    """How often a drafter's main-line tokens were accepted, by position, over many rounds (each older one counting
+    DECAY times less: the last ~200 weigh most), from a prior worth PRIOR_WEIGHT rounds: what this pair usually
+    achieves. A priced-out position record drifts back to these rates, not to prompt lookup's, and the next engine
+    over the same pair here starts from them (DraftPlanner, loading/cost_memory.py). A 0.5B draft of its 1.5B
+    verifier has its first token accepted about 85 % of the time; after a first prompt it got wrong, a record
+    drifting back to 0.5 kept it priced out for two replies (docs/log/2026-12.md, session 43)."""
+
+    DECAY = 0.995
+    PRIOR_WEIGHT = 8.0
+
+    @classmethod
+    def starting_from(cls, rates: Sequence[float]) -> UsualRecord:
+        """A record whose prior is `rates` (as many positions as PositionRecord's prior: the last one repeated, or
+        the rest dropped)."""
+        slots = len(PositionRecord.PRIOR)
+        prior = tuple(rates[:slots]) + (rates[-1],) * (slots - len(rates))
+        return cls(prior)
+
+    @property
+    def observed(self) -> bool:
+        return self.tried[0] > 0
 

@@ -7,10 +7,11 @@ import torch
 
 from specdec_core.config import TREE_AUTO, GenerationConfig
 from specdec_core.drafting.drafters import Draft, DrafterBase, ModelDrafter, PromptLookupDrafter
+from specdec_core.drafting.planner import CheckedRound, DraftPlanner
 from specdec_core.drafting.trees import DraftTree
 from specdec_core.engine import Engine
 from specdec_core.events import DraftStop, Finished, RoundVerified
-from specdec_core.verification.cost import PositionRecord, TreeSizer, VerifyCost
+from specdec_core.verification.cost import PositionRecord, TreeSizer, UsualRecord, VerifyCost
 
 # A text that repeats itself, so prompt lookup has copies to propose at every round.
 REPEATS = "The capital of France is Paris. The capital of Italy is Rome. " * 3
@@ -127,6 +128,36 @@ def test_estimates_never_fall_as_rows_grow_even_with_one_slow_unsettled_timing()
     estimates = [cost.estimate(rows) for rows in range(1, 7)]
     assert estimates == sorted(estimates)
     assert cost.estimate(4) <= cost.estimate(5) < 0.621
+
+
+def test_a_draft_priced_out_by_a_bad_start_comes_back_sooner_where_this_pair_usually_does_well():
+    """A priced-out record drifts back to what this pair usually achieves (here, what an earlier engine remembered),
+    not to prompt lookup's rates: after two wrong rounds at the start, a draft that is usually right 85 % of the time
+    drafts again before its first probe is due."""
+    config = GenerationConfig(max_new_tokens=64, tree_nodes=TREE_AUTO)
+
+    def lengths(usual: UsualRecord | None) -> list[int]:
+        sizer = TreeSizer(cost=VerifyCost({1: 0.037, 2: 0.040, 3: 0.042, 4: 0.046, 5: 0.058}))
+        for _ in range(VerifyCost.SETTLED):
+            sizer.observe_draft(1, 0.0095)
+        planner = DraftPlanner(sizer=sizer)
+        planner.usual = usual or planner.usual
+        for _ in range(2):
+            planner.learn(CheckedRound(config, rows=4, verify_s=0.042, drafted=_chain(3), n_accepted=0))
+        out = []
+        for _ in range(DraftPlanner.PROBE_AFTER):
+            out.append(planner.plan(config, 4, first_round=False, tree=False).length)
+            if out[-1]:
+                planner.learn(CheckedRound(config, rows=out[-1] + 1, verify_s=0.042, drafted=_chain(out[-1]),
+                                           n_accepted=out[-1]))
+        return out
+
+    assert not any(lengths(None))  # drifting back to 0.5 for the first token: priced out until the probe
+    assert any(lengths(UsualRecord.starting_from((0.85, 0.92, 0.9, 0.9))))
+
+
+def _chain(length: int) -> Draft:
+    return Draft(tuple(range(length)), torch.zeros(length, 8), (0.9,) * length, DraftStop.GAMMA, 0.0095 * length)
 
 
 class ScriptedTreeDrafter(DrafterBase):

@@ -119,3 +119,31 @@ def test_a_damaged_draft_cost_file_is_set_aside_and_the_draft_measured_afresh(pa
     path = cost_memory.draft_file(verifier, "ModelDrafter:draft:Q4_0")
     path.write_text('{"seconds_per_step": -1}')
     assert cost_memory.recalled_draft(verifier, "ModelDrafter:draft:Q4_0") is None and not path.exists()
+
+
+def test_a_new_engine_starts_from_how_often_this_pair_usually_had_its_drafts_accepted_here(
+        pair, tiny_tokenizer, tmp_path, remembering):
+    verifier, draft = (dataclasses.replace(model, cache_dir=tmp_path) for model in pair)
+    prompt = tiny_tokenizer("Once upon a time there was").input_ids
+    first = Engine(verifier, ModelDrafter(draft))
+    rounds_of(first, prompt)
+    usual = first.planner.usual.rates()
+    assert first.planner.usual.observed and usual != first.planner.usual.prior
+
+    again = Engine(verifier, ModelDrafter(draft))  # as the next `specdec generate` process builds one
+    again.planner.start_reply(verifier)
+    assert again.planner.usual.prior == pytest.approx(usual, abs=1e-4) and not again.planner.usual.observed
+    assert again.planner.chain_record.rates() == pytest.approx(usual, abs=1e-4)  # its first rounds read them too
+
+
+def test_a_draft_cost_file_without_rates_or_with_rates_out_of_range_means_learning_them_afresh(
+        pair, tmp_path, remembering):
+    verifier = dataclasses.replace(pair[0], cache_dir=tmp_path)
+    cost_memory.remember_draft(verifier, "ModelDrafter:draft:Q4_0", 0.125)  # as an earlier version wrote it
+    assert cost_memory.recalled_rates(verifier, "ModelDrafter:draft:Q4_0") is None
+    assert cost_memory.recalled_draft(verifier, "ModelDrafter:draft:Q4_0") == pytest.approx(0.125)
+    cost_memory.remember_draft(verifier, "ModelDrafter:draft:Q4_0", 0.125, (0.85, 0.9, 0.8, 0.8))
+    assert cost_memory.recalled_rates(verifier, "ModelDrafter:draft:Q4_0") == pytest.approx((0.85, 0.9, 0.8, 0.8))
+    path = cost_memory.draft_file(verifier, "ModelDrafter:draft:Q4_0")
+    path.write_text('{"seconds_per_step": 0.125, "accepted_by_position": [1.5]}')
+    assert cost_memory.recalled_rates(verifier, "ModelDrafter:draft:Q4_0") is None and not path.exists()
