@@ -33,30 +33,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never download anything
 # the tests of that memory turn it on in a folder of their own.
 os.environ["SPECDEC_COST_MEMORY"] = "off"
 
-# A home of the run's own, empty, as a newcomer's machine has: no test reads the models, caches or settings of the
-# machine it runs on. On a machine with models installed, the app found them after every tiny pair it loaded and
-# read their tokenizers to offer them as drafts (21 % of the app tests' time, with two Qwen models installed), and a
-# result could depend on what the machine holds. specdec's cache (compiled kernels, CPU timings) starts empty too, as
-# it does in CI. What locates models or caches besides HOME is unset, so that each follows HOME; tests that need one
-# set it themselves. The first process (make test's main one) makes it; the test processes inherit it.
-_HOME = "SPECDEC_TEST_HOME"
-_PLACES = ("SPECDEC_CACHE_DIR", "SPECDEC_MODEL_DIRS", "SPECDEC_DATA_DIR", "HF_HOME", "HF_HUB_CACHE", "OLLAMA_MODELS",
-           "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "LOCALAPPDATA", "APPDATA")
-if os.environ.get(_HOME) is None or os.environ.get("HOME") != os.environ[_HOME]:
-    import atexit
-    import shutil
-    import tempfile
-
-    _home = tempfile.mkdtemp(prefix="specdec-test-home-")
-    atexit.register(shutil.rmtree, _home, True)
-    os.environ["HOME"] = os.environ["USERPROFILE"] = os.environ[_HOME] = _home
-    for _place in _PLACES:
-        os.environ.pop(_place, None)
 sys.path.insert(0, str(Path(__file__).parent))  # for `import tiny`
 
 # `tiny` (torch, transformers) is imported where a fixture needs it, not here: make test's main process, which only
 # hands files to the test processes, then starts them ~9 s sooner.
 import made_fonts  # noqa: E402 - torch-free
+import own_home  # noqa: E402 - torch-free
+
+own_home.use_own_home()  # before anything reads HOME: no test sees the machine's models, caches or settings
 
 made_fonts.use_made_fonts()  # before Qt loads: every test draws with fonts it made, whatever the machine has
 

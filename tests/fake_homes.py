@@ -9,14 +9,12 @@ import os
 from pathlib import Path
 
 import tiny
+from own_home import PLACES
 
 from specdec_core.loading import discovery
 
 OLLAMA_MODEL = "application/vnd.ollama.image.model"
 
-# Only these decide where discovery looks: each test sets what it needs under its temp home.
-_PLACES = ("HF_HUB_CACHE", "HF_HOME", "OLLAMA_MODELS", "XDG_CACHE_HOME", "XDG_DATA_HOME", "LOCALAPPDATA", "APPDATA",
-           "SPECDEC_MODEL_DIRS")
 
 # A different corpus trains a different BPE: a vocabulary of its own that shares many texts with the tiny one.
 OTHER_CORPUS = ["The capital of Spain is Madrid; zebras and quokkas read maps.", "def mul(x, y): return x * y"] * 30
@@ -27,7 +25,7 @@ def isolate(monkeypatch, home: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("USERPROFILE", str(home))
-    for name in _PLACES:
+    for name in PLACES:  # only these decide where discovery looks: each test sets what it needs under its home
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(discovery, "OLLAMA_SERVICE_MODELS", home / "no-ollama-service")
     monkeypatch.setattr(discovery, "PLATFORM", "linux")

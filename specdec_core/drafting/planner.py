@@ -242,7 +242,7 @@ class DraftPlanner:
         recent acceptance (the position record), the draft's time per step and the cost of checking. Until
         the draft's time is settled (a few timings) drafting is taken as free: its first steps are slow."""
         per_token = None if self.sizer.draft_settled else 0.0
-        self.chain_record.prior = self.usual.rates()
+        self.chain_record.prior = self.usual.rates()  # what it drifts back to: this pair's usual (UsualRecord)
         return self.sizer.best_length(self.chain_record.rates(), gamma, per_token_s=per_token)
 
     def _hopeless(self, gamma: int) -> bool:
