@@ -51,12 +51,11 @@ def find_and_pair(model_dirs: list[str]) -> FoundReport:
 
 def model_note(model) -> str:
     """What a drop-down shows beside a found model's name: where it was found, its parameters and quantisation."""
-    from specdec_core.commands.models_cli import count_text
     from specdec_core.loading.discovery import SOURCES
 
     facts = model.facts
-    parts = [SOURCES[model.source], f"{count_text(facts.parameters)} parameters" if facts.parameters else "",
-             facts.quantisation]
+    size = f"{facts.parameters_text()} parameters" if facts.parameters or facts.size_label else ""
+    parts = [SOURCES[model.source], size, facts.quantisation]
     return ", ".join(p for p in parts if p)
 
 

@@ -296,14 +296,14 @@ class ModelsDialog(QDialog):
 
     def refresh_found(self) -> None:
         """List the models found on this machine again (headers only: quick)."""
-        from specdec_core.commands.models_cli import bytes_text, count_text
+        from specdec_core.commands.models_cli import bytes_text
 
         listing = discovery.find_models(self._model_dirs())
         self.found = list(listing.models)
         self.found_table.setRowCount(len(self.found))
         for index, model in enumerate(self.found):
             facts = model.facts
-            cells = (model.name, count_text(facts.parameters), bytes_text(facts.size), facts.architecture or "?",
+            cells = (model.name, facts.parameters_text(), bytes_text(facts.size), facts.architecture or "?",
                      facts.quantisation or "?", model.where)
             for column, text in enumerate(cells):
                 item = QTableWidgetItem(text)

@@ -169,13 +169,16 @@ def make_head(verifier, *, seed: int = 5, head_ids: list[int] | None = None, sca
     return as_loaded(head, verifier.tokenizer, f"{verifier.name}-head")
 
 
-def write_gguf(path: Path, model, tokenizer, quantise=None) -> Path:
+def write_gguf(path: Path, model, tokenizer, quantise=None, *, size_label: str = "") -> Path:
     """Write a tiny llama as an F32 GGUF file, laid out the way llama.cpp's converter does.
 
-    `quantise(gguf_name, values)`: None to keep a tensor F32, else (raw bytes [rows, bytes], ggml type)."""
+    `quantise(gguf_name, values)`: None to keep a tensor F32, else (raw bytes [rows, bytes], ggml type).
+    `size_label`: the general.size_label a publisher gives ("1.5B"), none when empty."""
     config = model.config
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny llama")
+    if size_label:
+        writer.add_size_label(size_label)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)

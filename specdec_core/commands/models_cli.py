@@ -81,16 +81,6 @@ def list_text(cache: Path) -> str:
     return "\n".join(lines)
 
 
-def count_text(count: int) -> str:
-    """1,543,714,304 -> "1.54B"; 0 -> "?" (unknown)."""
-    if not count:
-        return "?"
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if count >= scale:
-            return f"{count / scale:.3g}{unit}"
-    return str(count)
-
-
 def bytes_text(size: int) -> str:
     return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB" if size >= 1e5 else f"{size:,} B"
 
@@ -102,7 +92,7 @@ def _table(rows: list[tuple[str, ...]], indent: str = "") -> list[str]:
 
 def found_row(model: FoundModel) -> tuple[str, ...]:
     facts = model.facts
-    return (model.name, count_text(facts.parameters), bytes_text(facts.size), facts.architecture or "?",
+    return (model.name, facts.parameters_text(), bytes_text(facts.size), facts.architecture or "?",
             facts.quantisation or "?", facts.vocabulary_hash or "none", model.where)
 
 
@@ -124,12 +114,12 @@ def found_text(listing: Listing) -> str:
 def pair_text(found: Suggestions) -> str:
     """`specdec models pair`: the drafts for one verifier, and the command that runs the best."""
     verifier = found.verifier
-    lines = [f"Drafts on this machine for {verifier.name} ({count_text(verifier.facts.parameters)} parameters, "
+    lines = [f"Drafts on this machine for {verifier.name} ({verifier.facts.parameters_text()} parameters, "
              f"vocabulary {verifier.facts.vocabulary_hash}):"]
     for title, suggestions in (("Same tokenizer (smallest first):", found.same),
                                ("Another tokenizer (most overlap first):", found.other)):
         lines.append(title)
-        rows = [(s.draft.name, count_text(s.draft.facts.parameters), bytes_text(s.draft.facts.size),
+        rows = [(s.draft.name, s.draft.facts.parameters_text(), bytes_text(s.draft.facts.size),
                  f"{s.overlap:.0%} overlap", s.verdict.summary()) for s in suggestions]
         lines += _table(rows, "  ") if rows else ["  none"]
     if found.skipped:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 import threading
 from dataclasses import asdict, dataclass
@@ -32,6 +33,23 @@ class ModelFacts:
     vocabulary_hash: str | None  # gguf_header.vocabulary_hash of its tokens; None: no tokenizer found
     vocabulary_size: int  # tokens in its list (GGUF: fillers included)
     title: str = ""  # the name the file gives itself
+    # The size its publisher names it by (a GGUF's general.size_label: "1.5B"), "" where the file gives none. The
+    # count above can differ: Qwen2.5-Coder-1.5B's GGUF keeps its tied output layer as a second copy (1.78B).
+    size_label: str = ""
+
+    def parameters_text(self) -> str:
+        """What a listing shows: the publisher's size label, else the count ("1.54B"), else "?"."""
+        return self.size_label or count_text(self.parameters)
+
+
+def count_text(count: int) -> str:
+    """1,543,714,304 -> "1.54B"; 0 -> "?" (unknown)."""
+    if not count:
+        return "?"
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return str(count)
 
 
 # A GGUF's facts are kept by (path, size, modification time): in this process, and in specdec's cache folder
@@ -52,11 +70,20 @@ def gguf_facts(path: Path) -> ModelFacts:
         return known[2]
     header = gguf_header.read_gguf_facts(path)
     facts = ModelFacts("gguf", status.st_size, header.architecture, header.quantisation, header.parameters,
-                       header.vocabulary_hash, header.token_count, str(header.metadata.get("general.name") or ""))
+                       header.vocabulary_hash, header.token_count, str(header.metadata.get("general.name") or ""),
+                       _size_label(header.metadata.get("general.size_label")))
     with _memo_lock:
         _memo[str(path)] = (status.st_size, status.st_mtime_ns, facts)
         _memo_state["changed"] = True
     return facts
+
+
+def _size_label(value: object) -> str:
+    """A GGUF's general.size_label where it reads like one ("1.5B", "135M", "8x7B"), else ""."""
+    return value if isinstance(value, str) and _SIZE_LABEL.fullmatch(value) else ""
+
+
+_SIZE_LABEL = re.compile(r"[0-9][0-9.]*[KMBT]?(x[0-9][0-9.]*[KMBT])?", re.IGNORECASE)
 
 
 def _memo_path() -> Path:
@@ -83,6 +110,9 @@ def _memo_schema(value: object) -> dict[str, tuple[int, int, ModelFacts]]:
     for key, (size, mtime, facts) in value["files"].items():
         if not (isinstance(size, int) and isinstance(mtime, int) and isinstance(facts, dict)):
             raise TypeError(f"the entry for {key} is not [size, mtime, facts]")
+        missing = set(_FACT_TYPES) - set(facts)
+        if missing and missing <= _ADDED_LATER:
+            continue  # an entry an earlier version wrote, without the facts added since: its header is read again
         wrong = [name for name, kind in _FACT_TYPES.items() if not isinstance(facts.get(name), kind)]
         if wrong or set(facts) != set(_FACT_TYPES):
             raise TypeError(f"the facts for {key} are not what specdec writes ({', '.join(wrong) or 'their keys'})")
@@ -91,7 +121,8 @@ def _memo_schema(value: object) -> dict[str, tuple[int, int, ModelFacts]]:
 
 
 _FACT_TYPES = {"format": str, "size": int, "architecture": str, "quantisation": str, "parameters": int,
-               "vocabulary_hash": (str, type(None)), "vocabulary_size": int, "title": str}
+               "vocabulary_hash": (str, type(None)), "vocabulary_size": int, "title": str, "size_label": str}
+_ADDED_LATER = {"size_label"}  # facts an earlier version did not keep
 
 
 def save_memo() -> None:

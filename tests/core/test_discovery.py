@@ -3,6 +3,7 @@ input skipped with one line each, the rest still listed, nothing written."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -230,6 +231,39 @@ def test_facts_are_kept_in_specdecs_cache_and_read_again_when_a_file_changes(hom
 
     path.write_bytes(ggufs["other"])  # another size: read again
     assert discovery.find_models().models[0].facts.vocabulary_hash != first.vocabulary_hash
+
+
+def test_a_gguf_is_listed_by_the_size_its_publisher_names_it_by_else_by_its_count(home, tiny_tokenizer, capsys):
+    """Qwen2.5-Coder-1.5B's GGUF keeps its tied output layer twice (1.78B elements): listed as the 1.5B its file
+    says it is. A label that does not read like a size is not shown."""
+    folder = home / ".lmstudio" / "models" / "pub" / "sizes"
+    model = tiny.make_model("llama", tiny_tokenizer, seed=2, layers=1, hidden=16)
+    for name, label in (("labelled", "1.5B"), ("unlabelled", ""), ("odd", "<b>huge</b>")):
+        tiny.write_gguf(fake_homes.write(folder / f"{name}.gguf", b""), model, tiny_tokenizer, size_label=label)
+    facts = {m.name.rsplit("/", 1)[-1]: m.facts for m in discovery.find_models().models}
+    counted = facts["unlabelled.gguf"].parameters_text()
+    assert counted.endswith("K") and facts["labelled.gguf"].parameters == facts["unlabelled.gguf"].parameters
+    assert [facts[f"{name}.gguf"].parameters_text() for name in ("labelled", "unlabelled", "odd")] == [
+        "1.5B", counted, counted]
+    assert main(["models", "list"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "labelled.gguf" in line and "un" not in line)
+    assert row.split()[1] == "1.5B"
+
+
+def test_facts_an_earlier_version_kept_are_read_again_from_the_header_quietly(home, ggufs, capsys):
+    from specdec_core.loading import model_facts
+
+    path = fake_homes.write(home / ".lmstudio/models/pub/repo/m.gguf", ggufs["draft"])
+    status = path.stat()
+    earlier = {"format": "gguf", "size": status.st_size, "architecture": "llama", "quantisation": "F32",
+               "parameters": 1, "vocabulary_hash": "kept-before", "vocabulary_size": 1, "title": ""}  # no size_label
+    fake_homes.write(home.parent / "specdec-cache" / "found-models.json", json.dumps(
+        {"format": 1, "files": {str(path): [status.st_size, status.st_mtime_ns, earlier]}}).encode())
+    model_facts._memo_state["loaded_from"] = None  # as a new process would start
+    facts = discovery.find_models().models[0].facts
+    assert facts.vocabulary_hash != "kept-before" and facts.parameters > 1
+    assert "set aside" not in capsys.readouterr().err
+    assert (home.parent / "specdec-cache" / "found-models.json").is_file()
 
 
 @pytest.mark.parametrize("platform", ["darwin", "win32"])
