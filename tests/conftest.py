@@ -1,5 +1,4 @@
 import faulthandler
-import gc
 import os
 import sys
 from pathlib import Path
@@ -37,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # for `import tiny`
 
 # `tiny` (torch, transformers) is imported where a fixture needs it, not here: make test's main process, which only
 # hands files to the test processes, then starts them ~9 s sooner.
+import frozen  # noqa: E402 - torch-free
 import made_fonts  # noqa: E402 - torch-free
 import own_home  # noqa: E402 - torch-free
 
@@ -65,30 +65,6 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path not in slow_files)
 
 
-def _freeze_what_is_alive() -> None:
-    """Collect, then freeze every object alive (app/gc_pin.py freeze_what_is_loaded, without needing Qt)."""
-    global _thawed
-    gc.collect()
-    gc.freeze()
-    _thawed = False
-
-
-# Whether anything (a window closing: app/gc_pin.py) thawed the frozen objects since this file last froze them.
-# Asked after every test; gc.get_freeze_count() would walk every frozen object to answer (~30 ms for the ~450k
-# objects of the modules), 30 s over a suite.
-_thawed = True
-_unfreeze = gc.unfreeze
-
-
-def _unfreeze_and_note() -> None:
-    global _thawed
-    _thawed = True
-    _unfreeze()
-
-
-gc.unfreeze = _unfreeze_and_note
-
-
 @pytest.fixture(scope="session", autouse=True)
 def modules_frozen():
     """As the app does before its window opens (app/gc_pin.py): the modules' objects are frozen, here with torch's
@@ -101,10 +77,7 @@ def modules_frozen():
         import app.window  # noqa: F401 - Qt's and pyqtgraph's modules, frozen with the rest
     except ImportError:  # no Qt here: the core's tests only
         pass
-    _freeze_what_is_alive()
-
-
-REFREEZE_AT = 100_000  # objects the collector walks, past which what is alive after a test is frozen too
+    frozen.freeze_what_is_alive()
 
 
 @pytest.fixture(autouse=True)
@@ -115,8 +88,7 @@ def modules_stay_frozen(modules_frozen):
     walks about what its own test made. Objects alive now that become cyclic garbage later are never collected: the
     fixtures' tiny models, and windows already closed."""
     yield
-    if _thawed or len(gc.get_objects(2)) > REFREEZE_AT:
-        _freeze_what_is_alive()
+    frozen.refreeze_if_needed(collect=False)
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +96,19 @@ def hung_test_watchdog():
     faulthandler.dump_traceback_later(HUNG_TEST_S, exit=True, file=_real_stderr)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session")
+def quantised_kernel():
+    """The compiled quantised kernel, or the test skipped with why there is none. Asked for when a test runs, not
+    when its file is collected: every test process collects every file, and only those that run such a test need
+    the kernel (the first builds it into the run's cache, the others wait for it: qkernel.py)."""
+    from specdec_core.loading import qkernel
+
+    lib = qkernel.library()
+    if lib is None:
+        pytest.skip(f"no quantised kernel here: {qkernel.unavailable_reason()}")
+    return lib
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ runs the model's weights as floats instead, saying so.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -17,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +82,8 @@ def library(cache_dir: Path | None = None) -> ctypes.CDLL | None:
     folder = _kernel_folder(cache_dir)
     target = folder / f"qmatmul-{_build_key(compiler)}{'.dylib' if platform.system() == 'Darwin' else '.so'}"
     if not target.is_file():
-        error = _build(compiler, target)
+        with _one_build_at_a_time(target):
+            error = "" if target.is_file() else _build(compiler, target)  # built by another process meanwhile?
         if error:
             _reason.append(error)
             return None
@@ -121,6 +124,27 @@ def _cpu_flags() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time(target: Path) -> Iterator[None]:
+    """Across processes: the first to need the kernel builds it, the others wait for its file (on a fresh machine
+    the app and the CLI, or the test processes, start together; each compiling costs a core seconds). Unlocked
+    where there is no fcntl or the folder cannot be written (the build then says why)."""
+    try:
+        import fcntl
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(target.with_name(".build.lock"), "a")  # noqa: SIM115 - held until the build is done
+    except (ImportError, OSError):
+        yield
+        return
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
 
 
 def _build(compiler: str, target: Path) -> str:

@@ -12,8 +12,7 @@ from transformers import AutoModelForCausalLM, Qwen3Config
 
 from specdec_core.loading import cpu_attention, lean_layers, qkernel, quantised
 
-pytestmark = pytest.mark.skipif(qkernel.library() is None,
-                                reason=f"no quantised kernel here: {qkernel.unavailable_reason()}")
+pytestmark = pytest.mark.usefixtures("quantised_kernel")  # skipped, saying why, where there is none
 
 PROMPT = [[5, 9, 14, 3, 8, 21, 17]]
 DRAFTED = [33, 7, 90, 12, 41]

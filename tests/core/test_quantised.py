@@ -8,6 +8,7 @@ Tiny llamas are written as GGUF files of each supported type by the tests themse
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -23,8 +24,7 @@ from specdec_core.engine import Engine
 from specdec_core.loading import gguf_blocks, qkernel, quantised
 from specdec_core.loading.models import load_model
 
-needs_kernel = pytest.mark.skipif(qkernel.library() is None,
-                                  reason=f"no quantised kernel here: {qkernel.unavailable_reason()}")
+needs_kernel = pytest.mark.usefixtures("quantised_kernel")  # skipped, saying why, where there is none
 
 
 def _blocks(values: np.ndarray, kind: GGMLQuantizationType, seed: int = 0) -> np.ndarray:
@@ -539,6 +539,33 @@ def test_on_a_cpu_with_avx2_the_kernel_is_built_with_it_and_compiles_without_war
     done = subprocess.run([compiler, "-O3", "-march=native", "-Wall", "-fsyntax-only", str(qkernel.SOURCE)],
                           capture_output=True, text=True, cwd=Path(tmp_path))
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+
+
+def test_processes_needing_the_kernel_at_once_build_it_once_the_others_waiting_for_its_file(
+        tmp_path, monkeypatch, quantised_kernel):
+    """On a fresh machine the app and the CLI, or the test processes, start together: the first builds the kernel
+    and the others wait for it instead of each compiling (a core's seconds). Two callers here, the second asking
+    while the first is still building; a build that copies the kernel already built stands in for the compiler."""
+    import shutil
+    import threading
+
+    built, building = [], threading.Event()
+
+    def build(compiler, target):
+        built.append(target)
+        building.set()
+        time.sleep(0.5)  # still building when the second caller asks
+        shutil.copy(quantised_kernel._name, target)
+        return ""
+
+    monkeypatch.setattr(qkernel, "_build", build)
+    found = []
+    first = threading.Thread(target=lambda: found.append(qkernel.library.__wrapped__(tmp_path)))
+    first.start()
+    assert building.wait(30)
+    found.append(qkernel.library.__wrapped__(tmp_path))
+    first.join(30)
+    assert len(built) == 1 and len(found) == 2 and None not in found
 
 
 @needs_kernel
