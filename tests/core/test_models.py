@@ -376,6 +376,39 @@ def test_a_gguf_tokenizer_survives_the_cache(tiny_gguf, tiny_tokenizer, tmp_path
     assert tokenizer.chat_template == tiny_tokenizer.chat_template
 
 
+def test_the_gguf_readers_faster_reads_find_the_same_fields_and_tensors(tiny_gguf):
+    """While a GGUF's metadata is read for the cache, the gguf package's reader slices a plain view of its memory map
+    (gguf_cache._plain_reads): every field and tensor as the stock reader finds them, parts, types and values."""
+    import numpy as np
+    from gguf.gguf_reader import GGUFReader
+
+    from specdec_core.loading import gguf_cache
+
+    stock = GGUFReader(tiny_gguf)
+    with gguf_cache._parsed_once():
+        assert GGUFReader._get is gguf_cache._plain_reads
+        faster = GGUFReader(tiny_gguf)
+    assert GGUFReader._get is not gguf_cache._plain_reads  # put back after the conversion
+    assert list(faster.fields) == list(stock.fields) and len(stock.fields["tokenizer.ggml.tokens"].data) > 100
+    for name, field in stock.fields.items():
+        other = faster.fields[name]
+        assert (other.offset, other.types, other.data) == (field.offset, field.types, field.data), name
+        assert len(other.parts) == len(field.parts), name
+        for ours, theirs in zip(other.parts, field.parts):
+            assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), name
+    assert [(t.name, t.tensor_type, list(t.shape), t.data_offset) for t in faster.tensors] == [
+        (t.name, t.tensor_type, list(t.shape), t.data_offset) for t in stock.tensors]
+    for ours, theirs in zip(faster.tensors, stock.tensors):
+        assert np.array_equal(ours.data, theirs.data), ours.name
+
+
+def test_a_gguf_reader_of_another_shape_is_left_as_it_is():
+    from specdec_core.loading import gguf_cache
+
+    assert gguf_cache._reads_as_expected(lambda self, offset, dtype, count=1, override_order=None: None)
+    assert not gguf_cache._reads_as_expected(lambda self, offset, dtype, count=1: None)
+
+
 def cache_folder(cache_dir: Path) -> Path:
     (folder,) = [p for p in (cache_dir / "gguf").iterdir() if not p.name.startswith(".")]
     return folder
