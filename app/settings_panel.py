@@ -164,11 +164,12 @@ class SettingsPanel(QScrollArea):
                                      "prompt lookup finds nothing (γ: as many as gamma). A draft whose later "
                                      "tokens are rarely accepted pays best with 1.")
         form.addRow("Draft tokens", self.draft_tokens)
-        form.addRow("", self._build_found_pair())
+        # Rows of text span the panel: in the field's column alone a narrow dock wrapped them a few words a line.
+        form.addRow(self._build_found_pair())
         self.verdict = QLabel("")
         self.verdict.setWordWrap(True)
         self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        form.addRow("", self.verdict)
+        form.addRow(self.verdict)
         self.device = QComboBox()
         self.device.addItems(["auto", "cpu", "cuda", "mps"])
         self.dtype = QComboBox()
@@ -184,7 +185,7 @@ class SettingsPanel(QScrollArea):
         self.pending.setObjectName("verdict_bad")
         self.pending.setWordWrap(True)
         self.pending.setVisible(False)
-        form.addRow("", self.pending)
+        form.addRow(self.pending)
         return models
 
     def _build_drafter_choice(self) -> QWidget:
