@@ -81,7 +81,9 @@ def _read(path: Path) -> tuple[dict, dict[str, _Tensor], np.memmap]:
     return facts.metadata, tensors, mapped
 
 
-def plan(path: Path) -> Plan:
+def plan(path: Path, *, kernel: bool = True) -> Plan:
+    """Whether `path` runs in its own quantisation here; `kernel=False` leaves out whether the kernel builds (the
+    caller asks qkernel.library() itself, after building it beside other work: specs.py)."""
     metadata, tensors, _ = _read(path)
     arch = str(metadata.get("general.architecture") or "?")
     types: dict[str, int] = {}
@@ -96,7 +98,7 @@ def plan(path: Path) -> Plan:
     missing = sorted(name for name in quantised if not gguf_blocks.decodable(name))
     if missing:
         return Plan(False, f"no kernel for its {', '.join(missing)} tensors", arch, types)
-    if qkernel.library() is None:
+    if kernel and qkernel.library() is None:
         return Plan(False, qkernel.unavailable_reason(), arch, types)
     return Plan(True, "", arch, types)
 

@@ -99,6 +99,18 @@ def library(cache_dir: Path | None = None) -> ctypes.CDLL | None:
     return lib
 
 
+@contextlib.contextmanager
+def built_beside() -> Iterator[None]:
+    """Build (or load) the kernel on a thread of its own while the body runs; the body's end waits for it. The
+    compiler is a process of its own, so on a machine without the kernel yet its seconds overlap the body's work."""
+    building = threading.Thread(target=library, name="specdec-kernel-build", daemon=True)
+    building.start()
+    try:
+        yield
+    finally:
+        building.join()
+
+
 def _kernel_folder(cache_dir: Path | None) -> Path:
     if cache_dir is None:
         from specdec_core.loading.resources import default_cache_dir

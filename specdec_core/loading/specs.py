@@ -14,6 +14,7 @@ Every failure a user can cause is a ModelLoadError whose message says what was t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -143,13 +144,18 @@ def _gguf_folder(gguf: Path, name: str, kind: str, cache_dir: Path, report: Repo
 
     note = ""
     if quantised:
-        from specdec_core.loading import packed_gguf
+        from specdec_core.loading import packed_gguf, qkernel
 
         gguf_cache.check_gguf_header(gguf)
-        plan = packed_gguf.plan(gguf)
+        plan = packed_gguf.plan(gguf, kernel=False)
         if plan.usable:
-            folder, _ = gguf_cache.converted_gguf(gguf, cache_dir=cache_dir, report=report, weights=False)
-            return Resolved(folder, name, f"{kind} (its own quantisation)", gguf=gguf)
+            # On a fresh machine (or after an upgrade) the kernel compiles on another core while the file's config
+            # and tokenizer are read for the cache: a first load waits for the longer of the two, not both.
+            with qkernel.built_beside():
+                folder, _ = gguf_cache.converted_gguf(gguf, cache_dir=cache_dir, report=report, weights=False)
+            if qkernel.library() is not None:
+                return Resolved(folder, name, f"{kind} (its own quantisation)", gguf=gguf)
+            plan = dataclasses.replace(plan, usable=False, reason=qkernel.unavailable_reason())
         if plan.reason != packed_gguf.NOT_QUANTISED:  # a float file running as floats needs no word
             note = f"{name} runs as float32 weights: {plan.reason}"
     folder, converted = gguf_cache.converted_gguf(gguf, cache_dir=cache_dir, report=report)

@@ -446,6 +446,37 @@ def test_without_the_kernel_a_quantised_gguf_runs_as_floats_and_says_why(tmp_pat
     assert len(loaded.notes) == 1 and "float32" in loaded.notes[0] and "SPECDEC_QUANT_KERNEL" in loaded.notes[0]
 
 
+def test_a_first_load_builds_the_kernel_while_it_reads_the_files_config(tmp_path, tiny_tokenizer, monkeypatch,
+                                                                          quantised_kernel):
+    """On a fresh machine, or after an upgrade, the kernel compiles on another core while the GGUF's config and
+    tokenizer are read for the cache: the load waits for the longer, not for both one after the other."""
+    import threading
+
+    from specdec_core.loading import gguf_cache, specs
+    from specdec_core.loading.progress import Reporter
+
+    path = write_quantised_llama(tmp_path / "q.gguf", tiny_tokenizer, {"*": "Q4_0"}, seed=2)
+    building, reading = threading.Event(), threading.Event()
+
+    def build():  # stands for the compiler: still at work when the config's reading starts, and the other way round
+        building.set()
+        assert reading.wait(20), "the config was not read while the kernel was being built"
+        return quantised_kernel
+
+    convert = gguf_cache.converted_gguf
+
+    def read_config(*args, **kwargs):
+        reading.set()
+        assert building.wait(20), "the kernel was not being built while the config was read"
+        return convert(*args, **kwargs)
+
+    monkeypatch.setattr(qkernel, "library", build)
+    monkeypatch.setattr(gguf_cache, "converted_gguf", read_config)
+    resolved = specs.resolve(str(path), report=Reporter(None), trust_remote_code=False, cache_dir=tmp_path / "cache",
+                             quantised=True)
+    assert resolved.gguf == path and (resolved.folder / "config.json").is_file()
+
+
 def test_a_gguf_with_a_type_the_kernel_lacks_runs_as_floats_and_names_the_type(tmp_path, tiny_tokenizer):
     path = write_quantised_llama(tmp_path / "k.gguf", tiny_tokenizer, {"*": "Q8_0", "ffn_up": "Q3_K"}, seed=2,
                                  hidden=256)
