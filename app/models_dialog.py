@@ -314,7 +314,7 @@ class ModelsDialog(QDialog):
         if listing.skipped:
             note += f" {len(listing.skipped)} skipped (hover for why)."
         self.found_note.setText(note)
-        self.found_note.setToolTip("\n".join(listing.skipped))
+        self.found_note.setToolTip("\n".join(discovery.skipped_summary(listing.skipped)))  # a tooltip, not a wall
         self._found_selection_changed()
 
     def selected_found(self) -> discovery.FoundModel | None:

@@ -16,12 +16,15 @@ def add_parser(subparsers) -> None:
     models.add_argument("--cache-dir", metavar="DIR", help="the model cache (default: $SPECDEC_CACHE_DIR or the "
                                                            "user cache folder)")
     actions = models.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="known models: installed or not, size, licence; good pairs; and the models "
-                                    "found on this machine (LM Studio, Ollama, Hugging Face cache, GPT4All, Jan, "
-                                    "$SPECDEC_MODEL_DIRS)")
+    listing = actions.add_parser("list", help="known models: installed or not, size, licence; good pairs; and the "
+                                              "models found on this machine (LM Studio, Ollama, Hugging Face cache, "
+                                              "GPT4All, Jan, $SPECDEC_MODEL_DIRS)")
     pair = actions.add_parser("pair", help="drafts found on this machine for a verifier: its own tokenizer first "
                                            "(smallest first), then others the doctor accepts")
     pair.add_argument("verifier", metavar="VERIFIER", help="a found model's name, a .gguf file or a model folder")
+    for action in (listing, pair):
+        action.add_argument("--skipped", action="store_true",
+                            help=f"list every file skipped (else the first {discovery.SKIPPED_SHOWN} and a count)")
     install = actions.add_parser("install", help="fetch, check (size, SHA-256) and convert models; resumes")
     install.add_argument("names", nargs="+", metavar="NAME")
     remove = actions.add_parser("remove", help="delete an installed model and its converted copy")
@@ -40,10 +43,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "list":
         print(list_text(cache))
         print()
-        print(found_text(discovery.find_models()))
+        print(found_text(discovery.find_models(), every_skipped=args.skipped))
         return 0
     if args.action == "pair":
-        print(pair_text(suggest_drafts(args.verifier, discovery.find_models())))
+        print(pair_text(suggest_drafts(args.verifier, discovery.find_models()), every_skipped=args.skipped))
         return 0
     if args.action == "remove":
         for name in args.names:
@@ -96,7 +99,15 @@ def found_row(model: FoundModel) -> tuple[str, ...]:
             facts.quantisation or "?", facts.vocabulary_hash or "none", model.where)
 
 
-def found_text(listing: Listing) -> str:
+def _skipped_lines(skipped: tuple[str, ...], every: bool) -> list[str]:
+    if not skipped:
+        return []
+    shown = discovery.skipped_summary(skipped, None if every else discovery.SKIPPED_SHOWN)
+    hint = [] if len(shown) == len(skipped) else ["  (--skipped lists every one)"]
+    return ["Skipped:", *(f"  {line}" for line in shown), *hint]
+
+
+def found_text(listing: Listing, every_skipped: bool = False) -> str:
     """The "Found on this machine" section of `specdec models list`."""
     lines = ["Found on this machine (each name works as a model spec):"]
     if listing.models:
@@ -105,13 +116,11 @@ def found_text(listing: Listing) -> str:
     else:
         lines.append("  nothing in LM Studio's, Ollama's, GPT4All's or Jan's folders or the Hugging Face cache; name "
                      "other folders in SPECDEC_MODEL_DIRS")
-    if listing.skipped:
-        lines.append("Skipped:")
-        lines += [f"  {line}" for line in listing.skipped]
+    lines += _skipped_lines(listing.skipped, every_skipped)
     return "\n".join(lines)
 
 
-def pair_text(found: Suggestions) -> str:
+def pair_text(found: Suggestions, every_skipped: bool = False) -> str:
     """`specdec models pair`: the drafts for one verifier, and the command that runs the best."""
     verifier = found.verifier
     lines = [f"Drafts on this machine for {verifier.name} ({verifier.facts.parameters_text()} parameters, "
@@ -122,9 +131,7 @@ def pair_text(found: Suggestions) -> str:
         rows = [(s.draft.name, s.draft.facts.parameters_text(), bytes_text(s.draft.facts.size),
                  f"{s.overlap:.0%} overlap", s.verdict.summary()) for s in suggestions]
         lines += _table(rows, "  ") if rows else ["  none"]
-    if found.skipped:
-        lines.append("Skipped:")
-        lines += [f"  {line}" for line in found.skipped]
+    lines += _skipped_lines(found.skipped, every_skipped)
     best = found.best
     if best is not None:
         lines.append(f"Try: specdec chat --verifier {verifier.name} --draft {best.draft.name}")

@@ -110,6 +110,8 @@ def read_gguf_facts(path: Path, *, keep_tokens: bool = False) -> GgufFacts:
         known = _READ.get(stamp)
         if known is not None:  # one load reads a header several times (checks, plan, build): parse it once
             return known
+        if info.st_size == 0:
+            raise GgufHeaderError("not a GGUF file (it is empty)")
         source = _Header(file, info.st_size)
         if source.bytes_at(0, 4) != b"GGUF":
             raise GgufHeaderError("not a GGUF file (it does not start with the GGUF signature)")

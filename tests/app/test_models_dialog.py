@@ -150,3 +150,22 @@ def test_a_folder_added_in_the_dialog_is_searched_and_kept_in_the_settings(qtbot
     dialog.found_table.selectRow(_found_names(dialog).index(str(mine / "small.gguf")))
     dialog.use_draft_button.click()
     assert window.settings_panel.draft.spec() == str(mine / "small.gguf")
+
+
+def test_thousands_of_broken_files_found_are_counted_in_the_dialog_and_summarised_in_its_tooltip(
+        qtbot, make_window, found_home):
+    import fake_homes
+
+    from app.models_dialog import ModelsDialog
+    from specdec_core.loading import discovery
+
+    home, _ = found_home
+    for index in range(500):
+        fake_homes.write(home / ".lmstudio/models/pub/broken" / f"empty{index:03}.gguf", b"")
+    window = make_window(load=False)
+    dialog = ModelsDialog(window)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    assert len(_found_names(dialog)) == 3 and "500 skipped (hover for why)" in dialog.found_note.text()
+    tip = dialog.found_note.toolTip().splitlines()
+    assert len(tip) == discovery.SKIPPED_SHOWN + 1 and tip[-1].startswith("... and 488 more (488: not a GGUF file")

@@ -94,3 +94,38 @@ def test_a_damaged_memo_of_found_facts_is_set_aside_and_the_headers_read_again(h
     assert len(err) == 1 and str(memo) in err[0] and "set aside" in err[0]
     assert memo.with_name(memo.name + ".damaged").exists()
     assert memo.is_file()  # written again, whole, from the headers just read
+
+
+def test_a_folder_of_thousands_of_broken_files_is_a_dozen_lines_and_a_count_unless_every_one_is_asked_for(
+        home, ggufs, capsys):
+    """Each skipped file still has its line (`--skipped`, the listing itself); what is shown by default is the first
+    dozen and one line counting the rest by reason, so 5,000 broken files are not 5,000 lines on the screen (nor a
+    tooltip taller than it: the Models dialog shows the same summary)."""
+    folder = home / ".lmstudio" / "models" / "pub" / "broken"
+    fake_homes.write(home / ".lmstudio" / "models" / "pub" / "good" / "good.gguf", ggufs["draft"])
+    for index in range(3000):
+        fake_homes.write(folder / f"empty{index:04}.gguf", b"")
+    for index in range(2000):
+        fake_homes.write(folder / f"text{index:04}.gguf", b"hello, not a model")
+    listing = discovery.find_models()
+    assert len(listing.models) == 1 and len(listing.skipped) == 1 + 4096  # the folder's line: only 4,096 looked at
+    assert len([line for line in listing.skipped if "(it is empty)" in line]) > 1000
+
+    assert main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    shown = out[out.index("Skipped:"):].splitlines()[1:]
+    assert len(shown) == discovery.SKIPPED_SHOWN + 2
+    assert shown[-2].startswith(f"  ... and {len(listing.skipped) - discovery.SKIPPED_SHOWN:,} more (")
+    assert "not a GGUF file (it is empty)" in shown[-2] and "does not start with the GGUF signature" in shown[-2]
+    assert "--skipped" in shown[-1] and "good.gguf" in out
+
+    assert main(["models", "list", "--skipped"]) == 0
+    out = capsys.readouterr().out
+    assert out[out.index("Skipped:"):].splitlines()[1:] == [f"  {line}" for line in listing.skipped]
+
+
+def test_a_few_skipped_files_are_each_shown():
+    lines = [f"/m/{index}.gguf: not a GGUF file (it is empty)" for index in range(discovery.SKIPPED_SHOWN)]
+    assert discovery.skipped_summary(lines) == lines
+    assert discovery.skipped_summary([*lines, "/m/x.gguf: its header is cut short (it needs byte 9 of 5)"])[-1] == (
+        "... and 1 more (1: its header is cut short (it needs byte N of N))")
