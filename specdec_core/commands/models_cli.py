@@ -103,7 +103,7 @@ def _skipped_lines(skipped: tuple[str, ...], every: bool) -> list[str]:
     if not skipped:
         return []
     shown = discovery.skipped_summary(skipped, None if every else discovery.SKIPPED_SHOWN)
-    hint = [] if len(shown) == len(skipped) else ["  (--skipped lists every one)"]
+    hint = ["  (--skipped lists every one)"] if len(shown) < len(skipped) else []
     return ["Skipped:", *(f"  {line}" for line in shown), *hint]
 
 

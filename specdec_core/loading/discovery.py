@@ -67,11 +67,11 @@ SKIPPED_SHOWN = 12  # skipped lines a listing shows before "and N more"
 def skipped_summary(skipped: Sequence[str], shown: int | None = SKIPPED_SHOWN) -> list[str]:
     """The skipped lines to show: all of them (`shown` None, or no more than it), else the first `shown` and one
     line counting the rest by reason (a folder of 10,000 broken files is not 10,000 lines on the screen)."""
-    if shown is None or len(skipped) <= shown:
+    if shown is None or len(skipped) <= shown + 1:  # "and 1 more" would take the line it stands for
         return list(skipped)
     rest: dict[str, int] = {}
     for line in skipped[shown:]:
-        why = line.rsplit(": ", 1)[-1]
+        why = line.split(": ", 1)[-1]  # "<path>: <why>" (a why may hold ": " itself)
         why = re.sub(r"\d[\d,]*", "N", why)  # "needs byte 4 of 0" and "... of 12" are one reason
         rest[why] = rest.get(why, 0) + 1
     reasons = "; ".join(f"{count:,}: {why}" for why, count in sorted(rest.items(), key=lambda item: -item[1])[:3])

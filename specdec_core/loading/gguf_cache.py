@@ -437,8 +437,10 @@ def _copied(value):
 def _reads_as_expected(reader_get) -> bool:
     import inspect
 
+    from gguf.gguf_reader import GGUFReader
+
     names = list(inspect.signature(reader_get).parameters)
-    return names == ["self", "offset", "dtype", "count", "override_order"]
+    return names == ["self", "offset", "dtype", "count", "override_order"] and hasattr(GGUFReader, "byte_order")
 
 
 def _plain_reads(reader, offset: int, dtype, count: int = 1, override_order=None):

@@ -83,7 +83,7 @@ def _size_label(value: object) -> str:
     return value if isinstance(value, str) and _SIZE_LABEL.fullmatch(value) else ""
 
 
-_SIZE_LABEL = re.compile(r"[0-9][0-9.]*[KMBT]?(x[0-9][0-9.]*[KMBT])?", re.IGNORECASE)
+_SIZE_LABEL = re.compile(r"([0-9]+x)?[0-9]+(\.[0-9]+)?[KMBT]", re.IGNORECASE)  # 1.5B, 135M, 8x7B
 
 
 def _memo_path() -> Path:

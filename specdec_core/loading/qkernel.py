@@ -72,13 +72,11 @@ def build_id() -> str:
 @functools.cache
 def library(cache_dir: Path | None = None) -> ctypes.CDLL | None:
     """The compiled kernel, built into `<cache>/kernels/` on first use; None (and a reason) when it cannot be had."""
-    if os.environ.get(_DISABLE, "").lower() == "off":
-        _reason.append(f"{_DISABLE}=off")
+    refused = refusal()
+    if refused:
+        _reason.append(refused)
         return None
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None:
-        _reason.append("no C compiler (cc, gcc or clang) was found to build the quantised kernel")
-        return None
+    compiler = _compiler()
     folder = _kernel_folder(cache_dir)
     target = folder / f"qmatmul-{_build_key(compiler)}{'.dylib' if platform.system() == 'Darwin' else '.so'}"
     if not target.is_file():
@@ -99,11 +97,32 @@ def library(cache_dir: Path | None = None) -> ctypes.CDLL | None:
     return lib
 
 
+def refusal() -> str:
+    """Why the kernel cannot be had, where that is known without building it (turned off, no compiler); "" else."""
+    if os.environ.get(_DISABLE, "").lower() == "off":
+        return f"{_DISABLE}=off"
+    if _compiler() is None:
+        return "no C compiler (cc, gcc or clang) was found to build the quantised kernel"
+    return ""
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
 @contextlib.contextmanager
 def built_beside() -> Iterator[None]:
     """Build (or load) the kernel on a thread of its own while the body runs; the body's end waits for it. The
-    compiler is a process of its own, so on a machine without the kernel yet its seconds overlap the body's work."""
-    building = threading.Thread(target=library, name="specdec-kernel-build", daemon=True)
+    compiler is a process of its own, so on a machine without the kernel yet its seconds overlap the body's work.
+    A body that fails still waits for the build: a thread left building would hold the build's lock file open in a
+    decoding process the app forks later (app/host.py). What the build raises is raised again by the caller's own
+    `library()` call, not here."""
+
+    def build() -> None:
+        with contextlib.suppress(Exception):
+            library()
+
+    building = threading.Thread(target=build, name="specdec-kernel-build", daemon=True)
     building.start()
     try:
         yield
@@ -149,13 +168,13 @@ def _one_build_at_a_time(target: Path) -> Iterator[None]:
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = open(target.with_name(".build.lock"), "a")  # noqa: SIM115 - held until the build is done
     except (ImportError, OSError):
+        lock = None
+    if lock is None:
         yield
         return
     with lock:
-        try:
+        with contextlib.suppress(OSError):
             fcntl.flock(lock, fcntl.LOCK_EX)
-        except OSError:
-            pass
         yield
 
 

@@ -238,13 +238,13 @@ def test_a_gguf_is_listed_by_the_size_its_publisher_names_it_by_else_by_its_coun
     says it is. A label that does not read like a size is not shown."""
     folder = home / ".lmstudio" / "models" / "pub" / "sizes"
     model = tiny.make_model("llama", tiny_tokenizer, seed=2, layers=1, hidden=16)
-    for name, label in (("labelled", "1.5B"), ("unlabelled", ""), ("odd", "<b>huge</b>")):
+    for name, label in (("labelled", "1.5B"), ("unlabelled", ""), ("odd", "<b>huge</b>"), ("year", "2024")):
         tiny.write_gguf(fake_homes.write(folder / f"{name}.gguf", b""), model, tiny_tokenizer, size_label=label)
     facts = {m.name.rsplit("/", 1)[-1]: m.facts for m in discovery.find_models().models}
     counted = facts["unlabelled.gguf"].parameters_text()
     assert counted.endswith("K") and facts["labelled.gguf"].parameters == facts["unlabelled.gguf"].parameters
-    assert [facts[f"{name}.gguf"].parameters_text() for name in ("labelled", "unlabelled", "odd")] == [
-        "1.5B", counted, counted]
+    assert [facts[f"{name}.gguf"].parameters_text() for name in ("labelled", "unlabelled", "odd", "year")] == [
+        "1.5B", counted, counted, counted]
     assert main(["models", "list"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "labelled.gguf" in line and "un" not in line)
     assert row.split()[1] == "1.5B"

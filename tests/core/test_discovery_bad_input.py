@@ -126,6 +126,9 @@ def test_a_folder_of_thousands_of_broken_files_is_a_dozen_lines_and_a_count_unle
 
 def test_a_few_skipped_files_are_each_shown():
     lines = [f"/m/{index}.gguf: not a GGUF file (it is empty)" for index in range(discovery.SKIPPED_SHOWN)]
+    one_more = [*lines, "/m/x.gguf: holds more than 4,096 entries: only 4,096 of them were looked at"]
     assert discovery.skipped_summary(lines) == lines
-    assert discovery.skipped_summary([*lines, "/m/x.gguf: its header is cut short (it needs byte 9 of 5)"])[-1] == (
-        "... and 1 more (1: its header is cut short (it needs byte N of N))")
+    assert discovery.skipped_summary(one_more) == one_more  # "and 1 more" would take the line it stands for
+    assert discovery.skipped_summary([*one_more, "/m/y.gguf: its header is cut short (it needs byte 9 of 5)"])[-1] == (
+        "... and 2 more (1: holds more than N entries: only N of them were looked at; "
+        "1: its header is cut short (it needs byte N of N))")
