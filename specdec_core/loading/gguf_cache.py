@@ -413,7 +413,7 @@ def _parsed_once() -> Iterator[None]:
         return _copied(parsed[key])
 
     gguf_utils.load_gguf_checkpoint, gguf_package.get_tensor_name_map = read_once, functools.cache(name_map)
-    if _reads_as_expected(reader_get):  # another gguf version's reader is left as it is
+    if _reads_as_expected(GGUFReader):  # another gguf version's reader is left as it is
         GGUFReader._get = _plain_reads
     try:
         yield
@@ -434,13 +434,13 @@ def _copied(value):
     return copy.deepcopy(value)
 
 
-def _reads_as_expected(reader_get) -> bool:
+def _reads_as_expected(reader_class) -> bool:
+    """Whether `reader_class` (gguf.GGUFReader) reads as `_plain_reads` stands in for: its `_get`'s arguments and a
+    `byte_order`."""
     import inspect
 
-    from gguf.gguf_reader import GGUFReader
-
-    names = list(inspect.signature(reader_get).parameters)
-    return names == ["self", "offset", "dtype", "count", "override_order"] and hasattr(GGUFReader, "byte_order")
+    names = list(inspect.signature(reader_class._get).parameters)
+    return names == ["self", "offset", "dtype", "count", "override_order"] and hasattr(reader_class, "byte_order")
 
 
 def _plain_reads(reader, offset: int, dtype, count: int = 1, override_order=None):

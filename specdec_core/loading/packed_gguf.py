@@ -82,8 +82,9 @@ def _read(path: Path) -> tuple[dict, dict[str, _Tensor], np.memmap]:
 
 
 def plan(path: Path, *, kernel: bool = True) -> Plan:
-    """Whether `path` runs in its own quantisation here; `kernel=False` leaves out whether the kernel builds (the
-    caller asks qkernel.library() itself, after building it beside other work: specs.py)."""
+    """Whether `path` runs in its own quantisation here. `kernel=False` asks only what is known of the kernel without
+    building it (turned off, no compiler): the caller builds it beside other work and asks qkernel.library() itself
+    (specs.py)."""
     metadata, tensors, _ = _read(path)
     arch = str(metadata.get("general.architecture") or "?")
     types: dict[str, int] = {}
@@ -98,6 +99,9 @@ def plan(path: Path, *, kernel: bool = True) -> Plan:
     missing = sorted(name for name in quantised if not gguf_blocks.decodable(name))
     if missing:
         return Plan(False, f"no kernel for its {', '.join(missing)} tensors", arch, types)
+    refused = qkernel.refusal()
+    if refused:
+        return Plan(False, refused, arch, types)
     if kernel and qkernel.library() is None:
         return Plan(False, qkernel.unavailable_reason(), arch, types)
     return Plan(True, "", arch, types)

@@ -148,8 +148,6 @@ def _gguf_folder(gguf: Path, name: str, kind: str, cache_dir: Path, report: Repo
 
         gguf_cache.check_gguf_header(gguf)
         plan = packed_gguf.plan(gguf, kernel=False)
-        if plan.usable and qkernel.refusal():  # no kernel to be had: not its config read twice over
-            plan = dataclasses.replace(plan, usable=False, reason=qkernel.refusal())
         if plan.usable:
             # On a fresh machine (or after an upgrade) the kernel compiles on another core while the file's config
             # and tokenizer are read for the cache: a first load waits for the longer of the two, not both.

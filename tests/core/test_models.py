@@ -405,8 +405,11 @@ def test_the_gguf_readers_faster_reads_find_the_same_fields_and_tensors(tiny_ggu
 def test_a_gguf_reader_of_another_shape_is_left_as_it_is():
     from specdec_core.loading import gguf_cache
 
-    assert gguf_cache._reads_as_expected(lambda self, offset, dtype, count=1, override_order=None: None)
-    assert not gguf_cache._reads_as_expected(lambda self, offset, dtype, count=1: None)
+    def reader(get):
+        return type("Reader", (), {"_get": get, "byte_order": "I"})
+
+    assert gguf_cache._reads_as_expected(reader(lambda self, offset, dtype, count=1, override_order=None: None))
+    assert not gguf_cache._reads_as_expected(reader(lambda self, offset, dtype, count=1: None))
 
 
 def cache_folder(cache_dir: Path) -> Path:
