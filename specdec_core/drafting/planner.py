@@ -78,7 +78,7 @@ class DraftPlanner:
     def __init__(self, policy: DraftPolicy = DraftPolicy(), sizer: TreeSizer | None = None):
         self.policy = policy
         self.sizer = sizer or TreeSizer()  # measured verify cost on this machine, and the tree size that pays
-        self.chain_record = self._chain_record()  # how often each main-line position was accepted lately
+        self.chain_record = PositionRecord()  # how often each main-line position was accepted lately
         self.usual = UsualRecord()  # the same over many rounds: what the record drifts back to while priced out
         self.copy_record = PositionRecord()  # the same for copies checked alone (copy_length)
         self.priced_out = 0  # rounds in a row that drafted nothing because no drafting could pay
@@ -114,7 +114,7 @@ class DraftPlanner:
         """The engine's drafter from now on: another draft's cost and worth are learned afresh."""
         if drafter is not None and drafter is not self._measured:
             self.sizer.forget_draft()
-            self.chain_record, self.copy_record, self.usual = self._chain_record(), PositionRecord(), UsualRecord()
+            self.chain_record, self.copy_record, self.usual = PositionRecord(), PositionRecord(), UsualRecord()
             self.priced_out, self._measured, self.fruitless_probes = 0, drafter, 0
             self.probe_left = self.FIRST_TREES_CHECKED if grows_trees else 0
             self._first_trees = bool(self.probe_left)  # those probes are the new draft's first trees
@@ -159,6 +159,7 @@ class DraftPlanner:
             rates = cost_memory.recalled_rates(verifier, _described(self._measured)) if step_s else None
             if rates and not self.usual.observed:
                 self.usual = UsualRecord.starting_from(rates)
+                self.chain_record.prior = self.usual.rates()
 
     def finish_reply(self, verifier: LoadedModel, policy: DraftPolicy | None = None) -> None:
         """After a reply: keep the settled verify costs for the next engine over this verifier here, and the
@@ -241,6 +242,7 @@ class DraftPlanner:
         recent acceptance (the position record), the draft's time per step and the cost of checking. Until
         the draft's time is settled (a few timings) drafting is taken as free: its first steps are slow."""
         per_token = None if self.sizer.draft_settled else 0.0
+        self.chain_record.prior = self.usual.rates()  # what it drifts back to: this pair's usual (UsualRecord)
         return self.sizer.best_length(self.chain_record.rates(), gamma, per_token_s=per_token)
 
     def _hopeless(self, gamma: int) -> bool:
@@ -362,11 +364,6 @@ class DraftPlanner:
             self._main_line(main_line, len(path))
         elif tree.stop is DraftStop.COST and tree.expansions:
             self.chain_record.observe(1, 0)  # drafted, and no node was worth its row: nothing gained (none checked)
-
-    def _chain_record(self) -> PositionRecord:
-        """A record of the main lines whose prior is what this drafter usually achieves (UsualRecord), read when its
-        rates are: a record aged while priced out drifts back to this pair's rates."""
-        return PositionRecord(prior_from=lambda: self.usual.rates())
 
     def _main_line(self, drafted: int, accepted: int) -> None:
         """A round's main line: `drafted` tokens, the first `accepted` of them accepted (both records)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # Until a row count is measured its cost is guessed from the nearest measured one below it, rising by this
@@ -380,7 +380,7 @@ class PositionRecord:
     A chain's worth depends on the pair and the text (a copy of a quoted passage is right for long runs, a
     copy in a free answer rarely), so the engine sizes each round's chain from this record of the reply so
     far. A round priced out drafts nothing and only ages the record (AGING, slower than DECAY), which drifts
-    back to the prior (the planner's reads what this drafter usually achieves, UsualRecord): a drafter priced
+    back to the prior (the planner sets it to what this drafter usually achieves, UsualRecord): a drafter priced
     out is tried again after some 10-20 rounds, not every few (on a 1.5B verifier a wrong 4-token copy can cost a
     second plain step: docs/log/2026-12.md, "A real pair")."""
 
@@ -389,17 +389,14 @@ class PositionRecord:
     DECAY = 0.9
     AGING = 0.97
 
-    def __init__(self, prior: Sequence[float] = PRIOR, *, prior_from: Callable[[], Sequence[float]] | None = None):
-        """`prior_from`: where the prior is read each time the rates are (as many positions as `prior`)."""
+    def __init__(self, prior: Sequence[float] = PRIOR):
         self.prior = tuple(prior)
-        self.prior_from = prior_from
         self.tried = [0.0] * len(self.prior)  # rounds that reached position i (slots past the prior share the last)
         self.right = [0.0] * len(self.prior)
 
     def rates(self) -> tuple[float, ...]:
-        prior = self.prior if self.prior_from is None else self.prior_from()
         return tuple((right + prior * self.PRIOR_WEIGHT) / (tried + self.PRIOR_WEIGHT)
-                     for prior, tried, right in zip(prior, self.tried, self.right))
+                     for prior, tried, right in zip(self.prior, self.tried, self.right))
 
     def age(self, factor: float | None = None) -> None:
         factor = self.AGING if factor is None else factor
